@@ -1,0 +1,1 @@
+"""Command-line interface (top layer): parses arguments, calls the public API, prints results."""

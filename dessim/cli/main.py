@@ -1,0 +1,70 @@
+"""The ``dessim`` command.
+
+Each sub-command lives in its own module of this package and is registered in
+:data:`COMMAND_MODULES`; the module exposes a click command or group named ``command``.
+User errors (:class:`~dessim.errors.DessimError`) are printed as one ``error:`` line and
+exit with status 2 — never as a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from dessim.errors import DessimError
+
+#: Sub-command modules, each defining ``command`` (a click command or group).
+COMMAND_MODULES: tuple[str, ...] = (
+    "dessim.cli.topology_cmd",
+    "dessim.cli.transfers_cmd",
+)
+
+
+class DessimGroup(click.Group):
+    """A click group that turns DessimErrors into a clean one-line error."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except DessimError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=DessimGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dessim")
+def cli() -> None:
+    """dessim: discrete-event simulator of deep-learning training clusters.
+
+    Units: sizes in bytes (4096, 64KiB, 1.5MB, 1GiB), bandwidths per direction
+    (50GB/s, 400Gb/s), times (500ns, 1.5us, 2ms). GB = 1e9 bytes, GiB = 2^30 bytes.
+    """
+
+
+def _register() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # sub-command not written yet
+                continue
+            raise
+        cli.add_command(module.command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``dessim`` console script."""
+    try:
+        cli.main(args=argv, prog_name="dessim", standalone_mode=True)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
