@@ -1,0 +1,316 @@
+"""Task graphs: what every rank does, as tasks with dependencies.
+
+A :class:`TaskGraph` is the common currency of dessim: the workload generators produce one,
+the Chakra reader converts traces into one, and the engine replays one on a topology.
+
+Tasks (:class:`Task`) — every task runs on one ``rank`` (a GPU) and one named ``stream``;
+a stream runs its tasks one at a time **in the order they were added to the graph**
+(program order, like a CUDA stream). A task starts when all its dependencies are done
+and its stream is free. Kinds (:data:`TASK_KINDS`):
+
+``compute``
+    A kernel. Either ``duration`` (s) is given, or ``flops`` (FLOP) and ``bytes`` (bytes
+    moved to/from HBM) are given and the engine's device model costs it (``kernel`` says
+    which efficiency applies: ``matmul``, ``attention``, ``elementwise``, ``norm``, ...,
+    with ``shape`` (m, n, k) for matmuls).
+``collective``
+    One rank's part of a collective: ``op``, ``size`` (bytes, nccl-tests semantics),
+    ``group`` (ranks), ``algo`` (``auto`` default) and ``coll_id``: every member of
+    ``group`` has exactly one task with that ``coll_id`` and they must agree on op, size,
+    group and algo.
+``send`` / ``recv``
+    A point-to-point transfer of ``size`` bytes to/from ``peer`` with a ``tag``. The k-th
+    send from a to b with tag t matches the k-th recv on b from a with tag t. A transfer
+    begins when both sides have started (rendezvous, as NCCL does).
+``memcpy``
+    A memory move of ``size`` bytes between the rank's HBM and the memory node
+    ``mem_node`` of the topology (host DRAM or a CXL expander), ``direction`` ``to_hbm``
+    or ``from_hbm``; it runs over the links that join them.
+``delay``
+    A plain wait of ``duration`` seconds (host-side work, data loading, ...).
+
+``category`` labels a task for the summaries (e.g. ``tp``, ``dp``, ``pp``, ``ep``,
+``fwd``, ``bwd``, ``optimizer``); ``name`` is a free label shown in timelines.
+Dependencies are edges ``before -> after``; they may cross ranks.
+
+Units: seconds, bytes, FLOP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable, Iterator
+
+import networkx as nx
+
+from dessim.errors import TaskGraphError
+
+__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "Task", "TaskGraph"]
+
+#: Valid task kinds.
+TASK_KINDS: tuple[str, ...] = ("compute", "collective", "send", "recv", "memcpy", "delay")
+
+#: The stream a task runs on when it names none.
+DEFAULT_STREAM: dict[str, str] = {
+    "compute": "compute", "delay": "compute", "collective": "comm",
+    "send": "comm", "recv": "comm", "memcpy": "mem",
+}
+
+#: Fields each kind requires (beyond id, rank, kind).
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "compute": (), "delay": ("duration",),
+    "collective": ("op", "size", "group", "coll_id"),
+    "send": ("peer", "size"), "recv": ("peer", "size"),
+    "memcpy": ("size", "mem_node", "direction"),
+}
+
+MEMCPY_DIRECTIONS = ("to_hbm", "from_hbm")
+
+
+@dataclass(slots=True)
+class Task:
+    """One task of a task graph (see the module docstring for the kinds and units)."""
+
+    id: str
+    rank: int
+    kind: str
+    stream: str = ""
+    name: str = ""
+    category: str = ""
+    # compute / delay
+    duration: float | None = None      #: seconds (compute: overrides the device model)
+    flops: float = 0.0                 #: FLOP of a compute task
+    bytes: float = 0.0                 #: HBM bytes read + written by a compute task
+    kernel: str = ""                   #: device-model efficiency class of a compute task
+    shape: tuple[int, ...] = ()        #: (m, n, k) of a matmul
+    # communication
+    size: float = 0.0                  #: bytes of a collective / send / recv / memcpy
+    op: str = ""                       #: collective operation
+    algo: str = "auto"                 #: collective algorithm
+    group: tuple[int, ...] = ()        #: collective members (global ranks)
+    coll_id: str = ""                  #: matches the members' tasks of one collective
+    peer: int = -1                     #: send: destination rank; recv: source rank
+    tag: int = 0                       #: send/recv matching tag
+    mem_node: str = ""                 #: memcpy: topology node holding the far memory
+    direction: str = ""                #: memcpy: to_hbm | from_hbm
+    attrs: dict[str, Any] = field(default_factory=dict)  #: free-form extras (kept in JSON)
+
+    def __post_init__(self) -> None:
+        where = f"task {self.id!r}"
+        if not isinstance(self.id, str) or not self.id:
+            raise TaskGraphError(f"task ids must be non-empty strings, got {self.id!r}")
+        if self.kind not in TASK_KINDS:
+            raise TaskGraphError(f"{where}: unknown kind {self.kind!r}; valid kinds: "
+                                 f"{', '.join(TASK_KINDS)}")
+        if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0:
+            raise TaskGraphError(f"{where}: rank must be an integer >= 0, got {self.rank!r}")
+        if not self.stream:
+            self.stream = DEFAULT_STREAM[self.kind]
+        self.group = tuple(self.group)
+        self.shape = tuple(self.shape)
+        self._check_fields(where)
+
+    def _check_fields(self, where: str) -> None:
+        for name in _REQUIRED[self.kind]:
+            value = getattr(self, name)
+            if value is None or value == "" or value == () or (name == "peer" and value == -1):
+                raise TaskGraphError(f"{where}: a {self.kind} task needs {name!r}")
+        if self.duration is not None and not self.duration >= 0:
+            raise TaskGraphError(f"{where}: duration {self.duration!r} must be >= 0 seconds")
+        for name in ("flops", "bytes", "size"):
+            if not getattr(self, name) >= 0:
+                raise TaskGraphError(f"{where}: {name} {getattr(self, name)!r} must be >= 0")
+        if self.kind == "compute" and self.duration is None and self.flops == 0 and self.bytes == 0:
+            raise TaskGraphError(f"{where}: a compute task needs a duration, or flops and/or bytes "
+                                 "for the device model")
+        if self.kind in ("send", "recv") and self.peer == self.rank:
+            raise TaskGraphError(f"{where}: {self.kind} to its own rank {self.rank}")
+        if self.kind == "collective" and self.rank not in self.group:
+            raise TaskGraphError(f"{where}: rank {self.rank} is not in its collective's group "
+                                 f"{list(self.group)}")
+        if self.kind == "collective" and len(set(self.group)) != len(self.group):
+            raise TaskGraphError(f"{where}: group {list(self.group)} lists a rank twice")
+        if self.kind == "memcpy" and self.direction not in MEMCPY_DIRECTIONS:
+            raise TaskGraphError(f"{where}: direction {self.direction!r}; valid: "
+                                 f"{', '.join(MEMCPY_DIRECTIONS)}")
+
+    @property
+    def is_comm(self) -> bool:
+        """True for tasks that move data between devices (collective, send, recv, memcpy)."""
+        return self.kind in ("collective", "send", "recv", "memcpy")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict holding only the fields that differ from their defaults."""
+        out: dict[str, Any] = {"id": self.id, "rank": self.rank, "kind": self.kind}
+        for f in fields(self):
+            if f.name in out:
+                continue
+            value = getattr(self, f.name)
+            if f.name == "stream" and value == DEFAULT_STREAM[self.kind]:
+                continue
+            if f.name == "attrs":
+                if value:
+                    out["attrs"] = value
+                continue
+            if value == _DEFAULTS[f.name]:
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Task) if f.name != "attrs"}
+
+
+class TaskGraph:
+    """A task graph: :class:`Task` objects on an ``nx.DiGraph`` (edges = dependencies).
+
+    Tasks keep insertion order, which is the program order of each stream. Build with
+    :meth:`add` and :meth:`depend`, then call :meth:`validate` (the engine and the file
+    reader do). Node attribute ``task`` holds the Task.
+    """
+
+    def __init__(self, name: str = "taskgraph", meta: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.graph = nx.DiGraph()
+
+    # ------------------------------------------------------------------ building
+    def add(self, task: Task, deps: Iterable[str] = ()) -> Task:
+        """Add ``task`` (after its ``deps``, which must already be in the graph)."""
+        if task.id in self.graph:
+            raise TaskGraphError(f"duplicate task id {task.id!r}")
+        self.graph.add_node(task.id, task=task)
+        for d in deps:
+            self.depend(d, task.id)
+        return task
+
+    def depend(self, before: str, after: str) -> None:
+        """Make ``after`` wait for ``before``."""
+        for t in (before, after):
+            if t not in self.graph:
+                raise TaskGraphError(f"dependency {before!r} -> {after!r}: unknown task {t!r}")
+        if before == after:
+            raise TaskGraphError(f"task {before!r} depends on itself")
+        self.graph.add_edge(before, after)
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return self.graph.number_of_nodes()
+
+    def __iter__(self) -> Iterator[Task]:
+        tasks = self.graph.nodes
+        return (tasks[n]["task"] for n in self.graph.nodes)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self.graph
+
+    def task(self, task_id: str) -> Task:
+        try:
+            return self.graph.nodes[task_id]["task"]
+        except KeyError:
+            raise TaskGraphError(f"unknown task {task_id!r}") from None
+
+    def deps(self, task_id: str) -> list[str]:
+        return list(self.graph.predecessors(task_id))
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({t.rank for t in self})
+
+    @property
+    def num_ranks(self) -> int:
+        """1 + the highest rank any task names (as a task's rank, peer or group member)."""
+        hi = -1
+        for t in self:
+            hi = max(hi, t.rank, t.peer, max(t.group, default=-1))
+        return hi + 1
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, num_ranks: int | None = None) -> None:
+        """Check the graph; raise :class:`TaskGraphError` naming the first bad task.
+
+        Checks: no cycle; every send has its recv (same ranks, tag, size) and vice versa;
+        the members of each collective agree on op, size, group and algo and each has exactly
+        one task; with ``num_ranks``, no task, peer or group member names a rank >= num_ranks.
+        """
+        self._check_cycles()
+        if num_ranks is not None:
+            self._check_ranks(num_ranks)
+        self.match_p2p()
+        self.collectives()
+
+    def _check_cycles(self) -> None:
+        try:
+            cycle = nx.find_cycle(self.graph)
+        except nx.NetworkXNoCycle:
+            return
+        ids = [e[0] for e in cycle]
+        shown = " -> ".join(ids[:6]) + (" -> ..." if len(ids) > 6 else "") + f" -> {ids[0]}"
+        raise TaskGraphError(f"dependency cycle: {shown}")
+
+    def _check_ranks(self, num_ranks: int) -> None:
+        for t in self:
+            bad = [r for r in (t.rank, t.peer, *t.group) if r >= num_ranks]
+            if bad:
+                raise TaskGraphError(f"task {t.id!r} names rank {bad[0]}, but the topology has "
+                                     f"only {num_ranks} GPUs (ranks 0..{num_ranks - 1})")
+
+    def match_p2p(self) -> dict[str, str]:
+        """Pair sends with recvs; return {send id: recv id} (and raise on any mismatch)."""
+        sends: dict[tuple[int, int, int], list[Task]] = {}
+        recvs: dict[tuple[int, int, int], list[Task]] = {}
+        for t in self:
+            if t.kind == "send":
+                sends.setdefault((t.rank, t.peer, t.tag), []).append(t)
+            elif t.kind == "recv":
+                recvs.setdefault((t.peer, t.rank, t.tag), []).append(t)
+        pairs: dict[str, str] = {}
+        for key in sends.keys() | recvs.keys():
+            s_list, r_list = sends.get(key, []), recvs.get(key, [])
+            for s, r in zip(s_list, r_list):
+                if s.size != r.size:
+                    raise TaskGraphError(f"send {s.id!r} ({s.size:g} B) and its recv {r.id!r} "
+                                         f"({r.size:g} B) disagree on the size")
+                pairs[s.id] = r.id
+            src, dst, tag = key
+            if len(s_list) > len(r_list):
+                extra = s_list[len(r_list)]
+                raise TaskGraphError(f"send {extra.id!r} (rank {src} -> {dst}, tag {tag}) has no "
+                                     f"matching recv on rank {dst}")
+            if len(r_list) > len(s_list):
+                extra = r_list[len(s_list)]
+                raise TaskGraphError(f"recv {extra.id!r} (rank {dst} from {src}, tag {tag}) has no "
+                                     f"matching send on rank {src}")
+        return pairs
+
+    def collectives(self) -> dict[str, list[Task]]:
+        """Group collective tasks by ``coll_id`` (checking agreement); members in group order."""
+        by_id: dict[str, list[Task]] = {}
+        for t in self:
+            if t.kind == "collective":
+                by_id.setdefault(t.coll_id, []).append(t)
+        out: dict[str, list[Task]] = {}
+        for cid, members in by_id.items():
+            first = members[0]
+            for t in members[1:]:
+                for attr in ("op", "size", "group", "algo"):
+                    if getattr(t, attr) != getattr(first, attr):
+                        raise TaskGraphError(
+                            f"collective {cid!r}: task {t.id!r} has {attr}={getattr(t, attr)!r} "
+                            f"but task {first.id!r} has {attr}={getattr(first, attr)!r}")
+            by_rank: dict[int, Task] = {}
+            for t in members:
+                if t.rank in by_rank:
+                    raise TaskGraphError(f"collective {cid!r}: rank {t.rank} has two tasks "
+                                         f"({by_rank[t.rank].id!r} and {t.id!r})")
+                by_rank[t.rank] = t
+            missing = [r for r in first.group if r not in by_rank]
+            if missing:
+                raise TaskGraphError(f"collective {cid!r} (task {first.id!r}): group member rank "
+                                     f"{missing[0]} has no task for it")
+            out[cid] = [by_rank[r] for r in first.group]
+        return out
+
+    def __repr__(self) -> str:
+        return (f"TaskGraph({self.name!r}, tasks={len(self)}, "
+                f"deps={self.graph.number_of_edges()})")
