@@ -1,0 +1,169 @@
+"""The :class:`Network` contract that every network model implements.
+
+Collectives and the engine code against exactly this interface: ``transfer()`` returns a simpy
+event that succeeds, with the finish time (s) as its value, when the last byte has arrived.
+
+Conventions (reference README, dessim conventions): sizes in bytes, times in seconds, link
+bandwidth per direction; a lone message of ``n`` bytes on a path takes
+``sum(link latencies) + n / bottleneck capacity`` where capacity = ``bw * efficiency``.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import simpy
+
+from dessim.errors import NetworkError, TopologyError
+from dessim.network.channels import ChannelMap
+from dessim.topology.graph import Topology
+from dessim.topology.routing import Router
+
+__all__ = ["Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network", "register_network"]
+
+#: One change point of a channel's utilisation: (time s, (a, b), used fraction of capacity).
+UtilisationPoint = tuple[float, tuple[str, str], float]
+
+#: Routes memoised per network before the memo is cleared (bounded memory).
+_MAX_CACHED_ROUTES = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A routed path with everything a model needs about it."""
+
+    path: tuple[str, ...]          #: node names, source first
+    directions: tuple[int, ...]    #: direction ids of the hops (see :class:`ChannelMap`)
+    channels: tuple[int, ...]      #: channel ids loaded, in hop order
+    latency: float                 #: sum of the hops' one-way latencies (s)
+    bottleneck: float              #: smallest channel capacity on the path (bytes/s)
+
+
+class Network(abc.ABC):
+    """A network model driven by a simpy environment.
+
+    Counters: ``flows_started`` and ``flows_finished`` count transfers (local copies and
+    empty messages included), ``solves`` counts rate re-computations, and ``events`` is their
+    sum — the model's work, independent of how many simpy events it used internally.
+    With ``record=True`` the model appends :data:`UtilisationPoint` change points to
+    ``utilisation``.
+    """
+
+    #: Registry name of the model.
+    name: ClassVar[str] = ""
+
+    def __init__(self, env: simpy.Environment, topology: Topology, *,
+                 router: Router | None = None, record: bool = False) -> None:
+        if not isinstance(topology, Topology):
+            raise NetworkError(f"a network needs a dessim Topology, got {type(topology).__name__}")
+        self.env = env
+        self.topology = topology
+        self.router = router if router is not None else Router(topology)
+        self.channels = ChannelMap(topology)
+        self.record = bool(record)
+        self.utilisation: list[UtilisationPoint] = []
+        self.flows_started = 0
+        self.flows_finished = 0
+        self.solves = 0
+        self._routes: dict[tuple[str, str, int], Route] = {}
+
+    @property
+    def events(self) -> int:
+        """Flow starts + flow finishes + rate solves so far."""
+        return self.flows_started + self.flows_finished + self.solves
+
+    # ------------------------------------------------------------------ public
+    def transfer(self, src: str | int, dst: str | int, nbytes: float, *, key: int = 0) -> simpy.Event:
+        """Start a transfer now (``env.now``); endpoints are node names or GPU ranks.
+
+        The event succeeds when the last byte arrives; its value is the finish time (s).
+        ``nbytes`` must be >= 0 (0 takes the path latency only); ``src == dst`` finishes
+        immediately (a local copy uses no link). ``key`` selects among equal-cost paths
+        (see :class:`~dessim.topology.routing.Router`).
+        """
+        s = self._endpoint(src, "source")
+        d = self._endpoint(dst, "destination")
+        n = self._size(nbytes, s, d)
+        self.flows_started += 1
+        if s == d:
+            self.flows_finished += 1
+            done = self.env.event()
+            done.succeed(self.env.now)
+            return done
+        return self._start(self.route(s, d, key), float(n))
+
+    def route(self, src: str, dst: str, key: int = 0) -> Route:
+        """The :class:`Route` a transfer from ``src`` to ``dst`` (node names) takes."""
+        memo = (src, dst, key)
+        found = self._routes.get(memo)
+        if found is not None:
+            return found
+        try:
+            path = self.router.path(src, dst, key)
+        except TopologyError as exc:
+            raise NetworkError(f"transfer {src!r} -> {dst!r}: {exc}") from None
+        chmap = self.channels
+        dirs = chmap.path_directions(path)
+        chans = tuple(chmap.channel_of_direction[i] for i in dirs)
+        latency = 0.0
+        for i in dirs:
+            latency += chmap.direction_latency[i]
+        bottleneck = min((chmap.capacity[c] for c in chans), default=math.inf)
+        found = Route(path, dirs, chans, latency, bottleneck)
+        if len(self._routes) >= _MAX_CACHED_ROUTES:
+            self._routes.clear()
+        self._routes[memo] = found
+        return found
+
+    @abc.abstractmethod
+    def link_bytes(self) -> dict[tuple[str, str], float]:
+        """Bytes carried so far per direction ``(a, b)`` of every link (0.0 if unused)."""
+
+    # ------------------------------------------------------------------ for subclasses
+    @abc.abstractmethod
+    def _start(self, route: Route, nbytes: float) -> simpy.Event:
+        """Start a validated transfer of ``nbytes >= 0`` bytes along ``route`` now."""
+
+    def _bytes_by_direction(self, per_direction: list[float]) -> dict[tuple[str, str], float]:
+        return dict(zip(self.channels.directions, per_direction))
+
+    # ------------------------------------------------------------------ validation
+    def _endpoint(self, endpoint: Any, role: str) -> str:
+        try:
+            return self.topology.resolve(endpoint)
+        except TopologyError as exc:
+            raise NetworkError(f"transfer {role}: {exc}") from None
+
+    @staticmethod
+    def _size(nbytes: Any, src: str, dst: str) -> float:
+        ok = (isinstance(nbytes, (int, float)) and not isinstance(nbytes, bool)
+              and math.isfinite(nbytes) and nbytes >= 0)
+        if not ok:
+            raise NetworkError(f"transfer {src!r} -> {dst!r}: size {nbytes!r} must be a finite "
+                               "number of bytes >= 0")
+        return nbytes
+
+
+#: Network models by name (filled by the model modules through :func:`register_network`).
+NETWORK_MODELS: dict[str, type[Network]] = {}
+
+
+def register_network(cls: type[Network]) -> type[Network]:
+    """Class decorator: add a model to :data:`NETWORK_MODELS` under ``cls.name``."""
+    NETWORK_MODELS[cls.name] = cls
+    return cls
+
+
+def make_network(name: str, env: simpy.Environment, topology: Topology, **options: Any) -> Network:
+    """Instantiate the network model called ``name`` (see :data:`NETWORK_MODELS`)."""
+    cls = NETWORK_MODELS.get(name)
+    if cls is None:
+        raise NetworkError(f"unknown network model {name!r}; valid models: "
+                           f"{', '.join(sorted(NETWORK_MODELS))}")
+    try:
+        return cls(env, topology, **options)
+    except TypeError as exc:  # an option the model does not take
+        raise NetworkError(f"network model {name!r}: {exc}") from None

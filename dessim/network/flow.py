@@ -1,0 +1,268 @@
+"""Flow-level network: transfers share channels max-min fairly (the SimGrid-style fluid model).
+
+Semantics (simulation-notes §1d, §2; SimGrid CM02 with cross traffic off):
+
+1. A transfer routed over path ``P`` first waits ``sum(lat of P)`` — the latency is paid
+   *before* the flow joins bandwidth sharing, as in SimGrid — then
+2. its bytes flow at the max-min fair rate of its channels (:mod:`dessim.network.maxmin`),
+   recomputed whenever a flow joins or finishes. A lone message therefore takes exactly
+   ``sum(lat) + n / bottleneck capacity``.
+
+Mechanics (simulation-notes §1d idiom 4, "one network-wide wake-up"):
+
+* The network keeps its own min-heap of ``(time, kind, flow id, version)``: flows joining
+  after their latency and flows' estimated finish times (ETAs). When a flow's rate changes its
+  version is bumped and a new ETA is pushed; stale entries are dropped when popped. Exactly one
+  simpy wake-up is armed, for the earliest entry. No interrupts, no per-flow timeouts.
+* Wake-ups run at simpy priority :data:`WAKE_PRIORITY` (after every ordinary event of the same
+  instant), so all changes at one timestamp — flows finishing and the transfers their waiters
+  start in reaction, e.g. the next step of a ring — are batched into ONE rate solve.
+* A solve touches only the connected component (flows coupled through shared channels) of the
+  channels whose flow set changed.
+* Flows due at the same instant (within a relative :data:`REL_EPS` of the time, so float noise
+  never leaves a remnant of a few bytes) finish together, in flow-id (= start) order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Mapping, Sequence
+
+import simpy
+
+from dessim.network.base import Network, Route, register_network
+from dessim.network.maxmin import solve_maxmin
+from dessim.topology.graph import Topology
+from dessim.topology.routing import Router
+
+__all__ = ["FlowNetwork", "REL_EPS", "WAKE_PRIORITY"]
+
+#: Relative tolerance on times: an entry due at ``t <= now * (1 + REL_EPS)`` is processed now.
+#: 1e-12 is ~4500 ulps of a double — far above accumulated rounding of ``remaining -= rate*dt``
+#: over a few thousand rate changes, far below any physically meaningful duration.
+REL_EPS: float = 1e-12
+
+#: simpy priority of the network's wake-ups: simpy uses 0 (URGENT) and 1 (NORMAL); 2 runs after
+#: all events scheduled for the same instant, which is what batches one timestamp into one solve.
+WAKE_PRIORITY: int = 2
+
+_FINISH, _JOIN = 0, 1
+
+Solver = Callable[[Mapping[int, Sequence[int]], Sequence[float]], dict[int, float]]
+
+
+class _Flow:
+    __slots__ = ("fid", "route", "nbytes", "remaining", "rate", "last", "version", "eta",
+                 "join_at", "event")
+
+    def __init__(self, fid: int, route: Route, nbytes: float, join_at: float, event: simpy.Event):
+        self.fid = fid
+        self.route = route
+        self.nbytes = nbytes
+        self.remaining = nbytes   # bytes left at time `last`
+        self.rate = 0.0           # bytes/s since `last`
+        self.last = join_at
+        self.version = 0
+        self.eta = join_at
+        self.join_at = join_at
+        self.event = event
+
+
+class _WakeUp(simpy.Event):
+    """A Timeout-like event with a chosen priority; its value is the network's arm token."""
+
+    def __init__(self, env: simpy.Environment, delay: float, token: int,
+                 callback: Callable[[simpy.Event], None]) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = token
+        self.callbacks.append(callback)
+        env.schedule(self, WAKE_PRIORITY, delay)
+
+
+@register_network
+class FlowNetwork(Network):
+    """Max-min fair flow-level network. See the module docstring for the exact semantics.
+
+    ``solver`` maps ``{flow id: channel ids}`` and per-channel capacities to rates; it defaults
+    to :func:`~dessim.network.maxmin.solve_maxmin` and can be swapped (weighted, equal share) or
+    wrapped to inspect every solve.
+    """
+
+    name = "flow"
+
+    def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
+                 record: bool = False, solver: Solver = solve_maxmin) -> None:
+        super().__init__(env, topology, router=router, record=record)
+        self._solver = solver
+        n_chan = len(self.channels)
+        self._users: list[dict[int, _Flow]] = [{} for _ in range(n_chan)]
+        self._pending: dict[int, _Flow] = {}   # in their latency phase
+        self._active: dict[int, _Flow] = {}    # sharing bandwidth
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._dirty: set[int] = set()
+        self._next_fid = 0
+        self._token = 0
+        self._armed_at: float | None = None
+        self._done_bytes = [0.0] * len(self.channels.directions)
+        self._last_util = [0.0] * n_chan
+
+    @property
+    def active_flows(self) -> int:
+        """Flows currently sharing bandwidth (latency phase excluded)."""
+        return len(self._active)
+
+    # ------------------------------------------------------------------ Network API
+    def _start(self, route: Route, nbytes: float) -> simpy.Event:
+        now = self.env.now
+        fid = self._next_fid
+        self._next_fid += 1
+        join_at = now + route.latency
+        flow = _Flow(fid, route, nbytes, join_at, self.env.event())
+        self._pending[fid] = flow
+        heapq.heappush(self._heap, (join_at, _JOIN, fid, 0))
+        self._arm(join_at)
+        return flow.event
+
+    def link_bytes(self) -> dict[tuple[str, str], float]:
+        carried = list(self._done_bytes)
+        now = self.env.now
+        for f in self._active.values():
+            sent = f.nbytes - max(f.remaining - f.rate * (now - f.last), 0.0)
+            for d in f.route.directions:
+                carried[d] += sent
+        return self._bytes_by_direction(carried)
+
+    # ------------------------------------------------------------------ wake-ups
+    def _arm(self, at: float) -> None:
+        """Make sure a wake-up fires no later than ``at``."""
+        if self._armed_at is not None and self._armed_at <= at:
+            return
+        self._token += 1
+        self._armed_at = at
+        _WakeUp(self.env, max(at - self.env.now, 0.0), self._token, self._on_wake)
+
+    def _on_wake(self, event: simpy.Event) -> None:
+        if event.value != self._token:
+            return  # superseded by an earlier wake-up
+        self._armed_at = None
+        now = self.env.now
+        finished = self._pop_due(now)
+        if finished:
+            finished.sort(key=lambda f: f.fid)
+            self.flows_finished += len(finished)
+            for f in finished:
+                f.event.succeed(now)
+            # Solve after the waiters have run, so the transfers they start now join the batch.
+            self._arm(now)
+            return
+        if self._dirty:
+            self._solve(now)
+        nxt = self._next_time()
+        if nxt is not None:
+            self._arm(nxt)
+
+    def _pop_due(self, now: float) -> list[_Flow]:
+        heap, users, dirty = self._heap, self._users, self._dirty
+        limit = now + REL_EPS * now
+        finished: list[_Flow] = []
+        while heap and heap[0][0] <= limit:
+            _, kind, fid, version = heapq.heappop(heap)
+            if kind == _JOIN:
+                f = self._pending.pop(fid)
+                if f.nbytes == 0:
+                    finished.append(f)
+                    continue
+                f.last = now
+                self._active[fid] = f
+                for c in f.route.channels:
+                    users[c][fid] = f
+                    dirty.add(c)
+            else:
+                f = self._active.get(fid)
+                if f is None or f.version != version:
+                    continue  # stale ETA
+                del self._active[fid]
+                for c in f.route.channels:
+                    del users[c][fid]
+                    dirty.add(c)
+                for d in f.route.directions:
+                    self._done_bytes[d] += f.nbytes
+                finished.append(f)
+        return finished
+
+    def _next_time(self) -> float | None:
+        heap, active = self._heap, self._active
+        while heap:
+            _, kind, fid, version = heap[0]
+            if kind == _FINISH:
+                f = active.get(fid)
+                if f is None or f.version != version:
+                    heapq.heappop(heap)
+                    continue
+            return heap[0][0]
+        return None
+
+    # ------------------------------------------------------------------ rate solve
+    def _component(self) -> tuple[dict[int, _Flow], set[int]]:
+        """Flows and channels coupled (through shared channels) with the dirty channels."""
+        users = self._users
+        seen = set(self._dirty)
+        stack = list(self._dirty)
+        flows: dict[int, _Flow] = {}
+        while stack:
+            c = stack.pop()
+            for fid, f in users[c].items():
+                if fid in flows:
+                    continue
+                flows[fid] = f
+                for d in f.route.channels:
+                    if d not in seen:
+                        seen.add(d)
+                        stack.append(d)
+        return flows, seen
+
+    def _solve(self, now: float) -> None:
+        self.solves += 1
+        flows, chans = self._component()
+        self._dirty = set()
+        order = sorted(flows)
+        for fid in order:
+            f = flows[fid]
+            if f.rate:
+                f.remaining -= f.rate * (now - f.last)
+            f.last = now
+        rates = self._solver({fid: flows[fid].route.channels for fid in order}, self.channels.capacity)
+        heap = self._heap
+        for fid in order:
+            f = flows[fid]
+            r = rates[fid]
+            if r != f.rate:
+                f.rate = r
+                f.version += 1
+                if r > 0.0:  # capacities are > 0, so max-min rates are too
+                    f.eta = now + max(f.remaining, 0.0) / r
+                    heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
+        if self.record:
+            self._record_utilisation(now, chans)
+        if len(heap) > 4 * (len(self._active) + len(self._pending)) + 1024:
+            self._compact_heap()
+
+    def _record_utilisation(self, now: float, chans: set[int]) -> None:
+        cap = self.channels.capacity
+        for c in sorted(chans):
+            used = sum(f.rate for f in self._users[c].values()) / cap[c]
+            if used != self._last_util[c]:
+                self._last_util[c] = used
+                ch = self.channels.channels[c]
+                self.utilisation.append((now, (ch.a, ch.b), used))
+
+    def _compact_heap(self) -> None:
+        entries = [(f.join_at, _JOIN, fid, 0) for fid, f in self._pending.items()]
+        entries += [(f.eta, _FINISH, fid, f.version) for fid, f in self._active.items() if f.rate]
+        heapq.heapify(entries)
+        self._heap = entries
+
+    def __repr__(self) -> str:
+        return (f"FlowNetwork({self.topology.name!r}, active={len(self._active)}, "
+                f"pending={len(self._pending)}, solves={self.solves})")

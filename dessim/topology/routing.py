@@ -1,0 +1,144 @@
+"""Shortest-path routing with deterministic ECMP.
+
+:class:`Router` answers ``path(src, dst, key)``: a shortest path in hops from ``src`` to
+``dst`` whose *intermediate* nodes all have ``transit=True`` (a node with ``transit=False``,
+e.g. a memory node or a DGX GPU, may only be an endpoint). When several shortest paths exist
+(equal-cost multi-path, ECMP), every hop picks one of the equal-cost next hops with a hash of
+the flow identity — ``zlib.crc32`` of ``(key, src, dst, current node)`` — the way a switch
+hashes a packet's 5-tuple: different flows spread over the paths, the same flow (same
+endpoints and ``key``) always takes the same path, and the choice never depends on Python's
+per-process string hashing (``hash()``) or on set order. Pass a different ``key`` per flow
+(e.g. a collective step, a channel or a queue-pair number) to spread flows between the same
+endpoints.
+
+Cost: one breadth-first search per *destination anchor*, cached — no all-pairs enumeration up
+front. A destination with a single link (a GPU or host under a leaf switch) reuses the map of
+its only neighbour, so a leaf-spine of thousands of GPUs needs one map per leaf switch.
+The number of cached maps is bounded (:data:`MAX_CACHED_MAPS`, least recently used dropped).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from typing import Mapping
+
+from dessim.errors import TopologyError
+from dessim.topology.graph import Topology
+
+__all__ = ["Router", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
+
+#: Next-hop maps kept per router (one per destination anchor). Each map holds one entry per
+#: node, so memory is about ``MAX_CACHED_MAPS * nodes`` dict entries at worst.
+MAX_CACHED_MAPS: int = 2048
+
+#: Paths memoised per router before the memo is cleared (bounded memory, same answers).
+MAX_CACHED_PATHS: int = 200_000
+
+
+class Router:
+    """Hop-count shortest paths with deterministic per-flow ECMP on a :class:`Topology`."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        graph = topology.graph
+        #: Neighbours of every node, sorted by name (determinism independent of insertion).
+        self._adj: dict[str, tuple[str, ...]] = {n: tuple(sorted(graph.adj[n])) for n in graph.nodes}
+        self._transit: dict[str, bool] = {n: bool(d["transit"]) for n, d in graph.nodes(data=True)}
+        self._maps: OrderedDict[str, Mapping[str, tuple[str, ...]]] = OrderedDict()
+        self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
+
+    # ------------------------------------------------------------------ public
+    def path(self, src: str, dst: str, key: int = 0) -> tuple[str, ...]:
+        """Node names from ``src`` to ``dst`` inclusive (``(src,)`` when they are equal).
+
+        Raises :class:`~dessim.errors.TopologyError` for an unknown node or when no path
+        through transit nodes exists, naming both ends.
+        """
+        memo_key = (src, dst, key)
+        found = self._paths.get(memo_key)
+        if found is not None:
+            return found
+        for node in (src, dst):
+            if node not in self._adj:
+                self.topology.resolve(node)  # raises a TopologyError with suggestions
+        if src == dst:
+            result: tuple[str, ...] = (src,)
+        else:
+            result = self._walk(src, dst, key)
+        if len(self._paths) >= MAX_CACHED_PATHS:
+            self._paths.clear()
+        self._paths[memo_key] = result
+        return result
+
+    def hops(self, src: str, dst: str) -> int:
+        """Number of links on a shortest path (the same for every ECMP choice)."""
+        return len(self.path(src, dst)) - 1
+
+    # ------------------------------------------------------------------ internals
+    def _anchor(self, dst: str) -> tuple[str, bool]:
+        """The node whose next-hop map routes to ``dst``, and whether ``dst`` hangs off it.
+
+        A single-link destination ``d`` with a transit neighbour ``p`` is reached through ``p``
+        from every other node, so routing to ``d`` = routing to ``p`` plus the last hop.
+        """
+        nbrs = self._adj[dst]
+        if len(nbrs) == 1 and self._transit[nbrs[0]]:
+            return nbrs[0], True
+        return dst, False
+
+    def _next_hops(self, target: str) -> Mapping[str, tuple[str, ...]]:
+        """For every node that can reach ``target``: its equal-cost next hops (sorted)."""
+        cached = self._maps.get(target)
+        if cached is not None:
+            self._maps.move_to_end(target)
+            return cached
+        adj, transit = self._adj, self._transit
+        dist = {target: 0}
+        nxt: dict[str, list[str]] = {target: []}
+        frontier = [target]
+        depth = 0
+        while frontier:
+            depth += 1
+            new: list[str] = []
+            for u in frontier:
+                # u is an intermediate node for anything reached through it (unless it is the
+                # target), so it must forward traffic.
+                if u != target and not transit[u]:
+                    continue
+                for v in adj[u]:
+                    d = dist.get(v)
+                    if d is None:
+                        dist[v] = depth
+                        nxt[v] = [u]
+                        new.append(v)
+                    elif d == depth:
+                        nxt[v].append(u)
+            frontier = new
+        result = {v: tuple(sorted(hops)) for v, hops in nxt.items()}
+        self._maps[target] = result
+        if len(self._maps) > MAX_CACHED_MAPS:
+            self._maps.popitem(last=False)
+        return result
+
+    def _walk(self, src: str, dst: str, key: int) -> tuple[str, ...]:
+        target, via_anchor = self._anchor(dst)
+        if via_anchor and src == target:
+            return (src, dst)
+        hops = self._next_hops(target)
+        if src not in hops:
+            raise TopologyError(f"{self.topology.name}: no route from {src!r} to {dst!r} "
+                                "through transit nodes (check the links and transit flags)")
+        salt = f"{key}|{src}|{dst}|".encode()
+        path = [src]
+        cur = src
+        while cur != target:
+            choices = hops[cur]
+            if len(choices) == 1:
+                cur = choices[0]
+            else:
+                cur = choices[zlib.crc32(salt + cur.encode()) % len(choices)]
+            path.append(cur)
+        if via_anchor:
+            path.append(dst)
+        return tuple(path)
