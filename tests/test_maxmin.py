@@ -1,0 +1,102 @@
+"""solve_maxmin: progressive filling on hand-computed cases and the max-min conditions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dessim.network.maxmin import solve_maxmin
+
+TOL = 1e-9
+
+
+def assert_maxmin(flow_channels, capacity, rates):
+    """Feasible (no channel above capacity) and every flow has a bottleneck: a saturated
+    channel on its path on which no other flow gets more (the max-min fairness condition)."""
+    load: dict[int, float] = {}
+    for f, chans in flow_channels.items():
+        for c in set(chans):
+            load[c] = load.get(c, 0.0) + rates[f]
+    for c, used in load.items():
+        assert used <= capacity[c] * (1 + TOL), f"channel {c} carries {used} > {capacity[c]}"
+    for f, chans in flow_channels.items():
+        if not chans:
+            assert rates[f] == math.inf
+            continue
+        assert rates[f] > 0
+
+        def is_bottleneck(c):
+            saturated = load[c] >= capacity[c] * (1 - TOL)
+            top = all(rates[g] <= rates[f] * (1 + TOL) for g, gc in flow_channels.items() if c in gc)
+            return saturated and top
+        assert any(is_bottleneck(c) for c in chans), f"flow {f} has no bottleneck"
+
+
+def test_dumbbell_phase_one_of_simulation_notes():
+    # Channels (MB/s): 0 = A1 access 250, 1 = A2 access, 2 = A3 access (10 GB/s), 3 = L (1 GB/s).
+    caps = [250e6, 10e9, 10e9, 1e9]
+    rates = solve_maxmin({"A1": [0, 3], "A2": [1, 3], "A3": [2, 3]}, caps)
+    assert rates == pytest.approx({"A1": 250e6, "A2": 375e6, "A3": 375e6}, rel=1e-15)
+
+
+def test_parking_lot_gives_everyone_half():
+    caps = [1.0, 1.0, 1.0]
+    flows = {"long": [0, 1, 2], "s0": [0], "s1": [1], "s2": [2]}
+    assert solve_maxmin(flows, caps) == {"long": 0.5, "s0": 0.5, "s1": 0.5, "s2": 0.5}
+
+
+def test_parking_lot_with_a_wider_second_hop_gives_the_short_flow_the_rest():
+    rates = solve_maxmin({"long": [0, 1], "s0": [0], "s1": [1]}, [1.0, 2.0])
+    assert rates == {"long": 0.5, "s0": 0.5, "s1": 1.5}
+
+
+def test_triangle_of_two_hop_flows_shares_equally():
+    rates = solve_maxmin({"ab": [0, 1], "bc": [1, 2], "ca": [2, 0]}, {0: 3.0, 1: 3.0, 2: 3.0})
+    assert rates == {"ab": 1.5, "bc": 1.5, "ca": 1.5}
+
+
+def test_single_flow_gets_its_bottleneck_and_no_channel_means_unconstrained():
+    assert solve_maxmin({7: [0, 1, 2]}, [5.0, 2.0, 9.0]) == {7: 2.0}
+    assert solve_maxmin({"local": []}, []) == {"local": math.inf}
+    assert solve_maxmin({}, [1.0]) == {}
+
+
+def test_a_channel_listed_twice_counts_once():
+    assert solve_maxmin({"a": [0, 0], "b": [0]}, [2.0]) == {"a": 1.0, "b": 1.0}
+
+
+def test_result_keeps_input_order_and_is_deterministic():
+    flows = {f"f{i}": [i % 3, 3 + i % 2] for i in range(10)}
+    caps = [1.0, 2.0, 3.0, 1.5, 4.0]
+    first = solve_maxmin(flows, caps)
+    assert list(first) == list(flows)
+    assert solve_maxmin(flows, caps) == first
+    assert_maxmin(flows, caps, first)
+
+
+@st.composite
+def problems(draw):
+    n_chan = draw(st.integers(1, 8))
+    caps = draw(st.lists(st.floats(0.1, 100.0), min_size=n_chan, max_size=n_chan))
+    flows = draw(st.dictionaries(st.integers(0, 50),
+                                 st.lists(st.integers(0, n_chan - 1), min_size=1, max_size=4),
+                                 min_size=1, max_size=12))
+    return flows, caps
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_property_feasible_and_every_flow_bottlenecked(problem):
+    flows, caps = problem
+    assert_maxmin(flows, caps, solve_maxmin(flows, caps))
+
+
+def test_thousand_coupled_flows_are_valid():
+    import random
+    rng = random.Random(1)
+    caps = [rng.uniform(1.0, 10.0) for _ in range(250)]
+    flows = {i: rng.sample(range(250), 4) for i in range(1000)}
+    assert_maxmin(flows, caps, solve_maxmin(flows, caps))

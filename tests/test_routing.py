@@ -1,0 +1,94 @@
+"""Router: shortest paths through transit nodes, deterministic per-flow ECMP."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from dessim.errors import TopologyError
+from dessim.topology.routing import Router
+from test_network_graphs import leafspine, ring, topo
+
+
+def test_shortest_path_on_a_ring_goes_the_short_way():
+    r = Router(ring(8, 1e9, 0.0))
+    assert r.path("g0", "g2") == ("g0", "g1", "g2")
+    assert r.path("g0", "g6") == ("g0", "g7", "g6")
+    assert r.path("g3", "g3") == ("g3",)
+    assert r.hops("g0", "g4") == 4
+
+
+def test_every_path_is_shortest_and_uses_existing_links():
+    t = leafspine(4, 4, 3)
+    r = Router(t)
+    for src in t.gpus:
+        for dst in t.gpus:
+            p = r.path(src, dst, key=7)
+            assert p[0] == src and p[-1] == dst
+            assert all(t.graph.has_edge(a, b) for a, b in zip(p, p[1:]))
+            same_leaf = t.graph.has_edge(src, next(iter(t.graph.adj[dst])))
+            assert len(p) - 1 == (0 if src == dst else 2 if same_leaf else 4)
+
+
+def test_ecmp_is_deterministic_per_flow():
+    t = leafspine(2, 2, 4)
+    a, b = Router(t), Router(t)
+    for key in range(50):
+        assert a.path("h0", "h3", key) == b.path("h0", "h3", key) == a.path("h0", "h3", key)
+
+
+def test_ecmp_spreads_flows_over_all_spines():
+    t = leafspine(2, 2, 4)
+    r = Router(t)
+    spines = Counter(r.path("h0", "h3", key)[2] for key in range(400))
+    assert set(spines) == {"spine0", "spine1", "spine2", "spine3"}
+    assert min(spines.values()) > 400 / 4 * 0.6  # roughly even: no spine starved
+
+
+def test_ecmp_spreads_different_endpoint_pairs_with_the_same_key():
+    t = leafspine(8, 2, 4)
+    r = Router(t)
+    spines = {r.path(f"h{i}", f"h{8 + i}")[2] for i in range(8)}
+    assert len(spines) > 1
+
+
+def test_non_transit_nodes_are_only_endpoints():
+    # g0 - g1 - g2 is the short way, but g1 does not forward; the long way is g0 - s - t - g2.
+    t = topo([("g0", "g1", 1e9, 0), ("g1", "g2", 1e9, 0), ("g0", "s", 1e9, 0), ("s", "u", 1e9, 0),
+              ("u", "g2", 1e9, 0)], ["g0", "g1", "g2"], switches=["s", "u"],
+             transit={"g1": False})
+    r = Router(t)
+    assert r.path("g0", "g2") == ("g0", "s", "u", "g2")
+    assert r.path("g0", "g1") == ("g0", "g1")   # as an endpoint it is fine
+    assert r.path("g1", "g2") == ("g1", "g2")
+
+
+def test_leaf_gpus_without_transit_are_routed_through_their_switch():
+    t = leafspine(2, 2, 2, gpu_transit=False)
+    r = Router(t)
+    assert r.path("h0", "h1") == ("h0", "leaf0", "h1")
+    p = r.path("h0", "h2")
+    assert p[1] == "leaf0" and p[3] == "leaf1" and p[2].startswith("spine")
+
+
+def test_no_route_names_both_ends():
+    # Memory node reachable only through a non-transit GPU.
+    import networkx as nx
+    from dessim.topology.graph import Topology
+    g = nx.Graph()
+    g.add_node("g0", kind="gpu", transit=False)
+    g.add_node("g1", kind="gpu")
+    g.add_node("mem", kind="host_mem")
+    g.add_edge("g0", "g1", type="x", bw=1e9, lat=0)
+    g.add_edge("g0", "mem", type="x", bw=1e9, lat=0)
+    r = Router(Topology(g))
+    with pytest.raises(TopologyError, match=r"'g1'.*'mem'"):
+        r.path("g1", "mem")
+    assert r.path("g0", "mem") == ("g0", "mem")
+
+
+def test_unknown_node_is_a_topology_error():
+    r = Router(ring(4, 1e9, 0))
+    with pytest.raises(TopologyError, match="nope"):
+        r.path("g0", "nope")
