@@ -174,7 +174,7 @@ class Topology:
             raise TopologyError(f"{self.name}: GPU {shown}{more} cannot be reached from "
                                 f"{first!r} (rank 0): the topology is disconnected")
         isolated = [n for n in self._graph.nodes if self._graph.degree(n) == 0]
-        if isolated:
+        if isolated and self._graph.number_of_nodes() > 1:
             raise TopologyError(f"{self.name}: node {isolated[0]!r} has no link")
 
     def _check_dims(self, dims: tuple[int, ...] | list[int] | None) -> tuple[int, ...]:

@@ -1,0 +1,319 @@
+"""The replay engine: runs a :class:`~dessim.taskgraph.TaskGraph` on a topology with simpy.
+
+Semantics (see also :mod:`dessim.taskgraph.model`):
+
+* Every (rank, stream) runs its tasks one at a time in program order. A task starts when
+  its dependencies are done and its stream has finished the previous task.
+* ``compute`` tasks last their ``duration``, or what the device model says for their
+  FLOPs/bytes, multiplied by the rank's slowdown factor (stragglers).
+* ``send``/``recv`` pairs rendezvous: the transfer starts on the network when both tasks
+  have started; both end when the last byte arrives.
+* ``collective`` tasks: the collective's schedule of transfers (from
+  :mod:`dessim.collectives`) runs on the network; a transfer starts once its own
+  dependencies are done and both its ranks have started their task (arrived). A member's
+  task ends when its own last transfer ends. Everything shares the links with all other
+  traffic of the run, so concurrent collectives and sends slow each other down.
+* ``memcpy`` moves bytes between the rank's GPU and a memory node over the topology.
+
+The engine is callback-driven (no simpy process per task): one simpy event per compute
+task and the network's own events for communication. Runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+import simpy
+
+from dessim.engine.device import RankDevices
+from dessim.engine.intervals import intersect, length, subtract, union
+from dessim.engine.result import RankTimes, SimulationResult
+from dessim.errors import TaskGraphError
+from dessim.network import make_network
+from dessim.taskgraph.model import Task, TaskGraph
+from dessim.topology.graph import Topology
+
+__all__ = ["EngineOptions", "simulate", "straggler_factors"]
+
+ComputeCost = Callable[[Task], float]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to run a task graph. Units: seconds, bytes/second."""
+
+    network: str = "flow"                 #: network model: "flow" (max-min sharing) or "analytical"
+    algo: str | None = None               #: force this algorithm for every collective (else each task's)
+    chunks: int = 1                       #: pipelining chunks per collective
+    channels: int = 1                     #: parallel rings/trees per collective
+    reduction_bw: float | None = None     #: bytes/s a GPU reduces at; None = free reductions
+    slowdown: Mapping[int, float] = field(default_factory=dict)  #: per-rank compute slowdown (>= 1 slower)
+    straggler_sigma: float = 0.0          #: random slowdown 1 + |N(0, sigma)| per rank, from ``seed``
+    seed: int = 0
+    record_links: bool = True             #: keep link-utilisation change points (timelines)
+    device: str | None = None             #: GPU model for ranks whose topology node names none
+    precision: str = "bf16"               #: precision of FLOP-costed compute tasks
+
+
+def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
+    """Per-rank compute slowdown factors: explicit ``slowdown`` times the seeded random one."""
+    factors = [1.0] * num_ranks
+    if options.straggler_sigma > 0:
+        rng = np.random.default_rng(options.seed)
+        draws = np.abs(rng.normal(0.0, options.straggler_sigma, size=num_ranks))
+        factors = [1.0 + float(d) for d in draws]
+    for rank, f in options.slowdown.items():
+        if not 0 <= rank < num_ranks:
+            raise TaskGraphError(f"slowdown given for rank {rank}, which does not exist "
+                                 f"(ranks 0..{num_ranks - 1})")
+        if not f > 0:
+            raise TaskGraphError(f"slowdown of rank {rank} must be > 0, got {f!r}")
+        factors[rank] *= f
+    return factors
+
+
+class _Run:
+    """State of one replay (kept out of the public API)."""
+
+    def __init__(self, graph: TaskGraph, topology: Topology, options: EngineOptions,
+                 compute_cost: ComputeCost | None) -> None:
+        graph.validate(num_ranks=topology.num_gpus)
+        self.graph = graph
+        self.topology = topology
+        self.options = options
+        self.compute_cost = compute_cost or RankDevices(topology, options.device, options.precision)
+        self.env = simpy.Environment()
+        self.net = make_network(options.network, self.env, topology, record=options.record_links)
+        self.factors = straggler_factors(topology.num_gpus, options)
+        self.tasks: list[Task] = list(graph)
+        index = {t.id: i for i, t in enumerate(self.tasks)}
+        self.index = index
+        self.succ: list[list[int]] = [[index[s] for s in graph.graph.successors(t.id)]
+                                      for t in self.tasks]
+        self.pending = [graph.graph.in_degree(t.id) for t in self.tasks]
+        # streams: (rank, stream) -> queue of task indices in program order
+        self.queues: dict[tuple[int, str], list[int]] = {}
+        self.stream_of: list[tuple[int, str]] = []
+        for i, t in enumerate(self.tasks):
+            key = (t.rank, t.stream)
+            self.queues.setdefault(key, []).append(i)
+            self.stream_of.append(key)
+        self.head = {k: 0 for k in self.queues}
+        self.busy = {k: False for k in self.queues}
+        # peers
+        pairs = graph.match_p2p()
+        self.partner: dict[int, int] = {}
+        for s, r in pairs.items():
+            self.partner[index[s]] = index[r]
+            self.partner[index[r]] = index[s]
+        self.colls = {cid: [index[t.id] for t in members]
+                      for cid, members in graph.collectives().items()}
+        self.coll_state: dict[str, dict] = {}
+        # records
+        self.start = [float("nan")] * len(self.tasks)
+        self.active = [float("nan")] * len(self.tasks)
+        self.end = [float("nan")] * len(self.tasks)
+        self.done_count = 0
+        self.engine_events = 0
+        self.p2p_key = 0
+
+    # ------------------------------------------------------------ scheduling
+    def try_start(self, key: tuple[int, str]) -> None:
+        if self.busy[key]:
+            return
+        queue = self.queues[key]
+        h = self.head[key]
+        if h >= len(queue):
+            return
+        i = queue[h]
+        if self.pending[i]:
+            return
+        self.busy[key] = True
+        self.start_task(i)
+
+    def start_task(self, i: int) -> None:
+        t = self.tasks[i]
+        now = self.env.now
+        self.start[i] = now
+        self.engine_events += 1
+        kind = t.kind
+        if kind == "compute" or kind == "delay":
+            self.active[i] = now
+            dur = self._duration(t)
+            ev = self.env.timeout(dur)
+            ev.callbacks.append(lambda _e, i=i: self.finish(i))
+        elif kind in ("send", "recv"):
+            j = self.partner[i]
+            if self.start[j] == self.start[j]:  # partner already started (not NaN)
+                send, recv = (i, j) if kind == "send" else (j, i)
+                self.active[i] = self.active[j] = now
+                self.p2p_key += 1
+                ev = self.net.transfer(self.tasks[send].rank, self.tasks[recv].rank,
+                                       self.tasks[send].size, key=self.p2p_key)
+                ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
+        elif kind == "collective":
+            self._arrive_collective(i)
+        elif kind == "memcpy":
+            self.active[i] = now
+            gpu = self.topology.node_of(t.rank)
+            mem = self.topology.resolve(t.mem_node)
+            src, dst = (mem, gpu) if t.direction == "to_hbm" else (gpu, mem)
+            ev = self.net.transfer(src, dst, t.size, key=i)
+            ev.callbacks.append(lambda _e, i=i: self.finish(i))
+        else:  # pragma: no cover - Task validates kinds
+            raise AssertionError(kind)
+
+    def _duration(self, t: Task) -> float:
+        if t.duration is not None:
+            base = t.duration
+        else:
+            base = self.compute_cost(t)
+        return base * self.factors[t.rank] if t.kind == "compute" else base
+
+    def _arrive_collective(self, i: int) -> None:
+        from dessim.collectives import build_schedule, run_schedule  # lazy: keeps import light
+
+        t = self.tasks[i]
+        state = self.coll_state.get(t.coll_id)
+        if state is None:
+            algo = self.options.algo or t.algo
+            schedule = build_schedule(t.op, t.size, list(t.group), self.topology, algo=algo,
+                                      chunks=self.options.chunks, channels=self.options.channels)
+            arrivals = {r: self.env.event() for r in t.group}
+            run = run_schedule(self.net, schedule, arrivals=arrivals,
+                               reduction_bw=self.options.reduction_bw,
+                               key_base=(len(self.coll_state) + 1) << 20)
+            members = self.colls[t.coll_id]
+            state = {"arrivals": arrivals, "run": run, "arrived": 0, "members": members}
+            self.coll_state[t.coll_id] = state
+            for m in members:
+                rank = self.tasks[m].rank
+                run.rank_done[rank].callbacks.append(lambda _e, m=m: self.finish(m))
+        state["arrived"] += 1
+        state["arrivals"][t.rank].succeed()
+        if state["arrived"] == len(state["members"]):
+            now = self.env.now
+            for m in state["members"]:
+                self.active[m] = now
+
+    def finish(self, i: int) -> None:
+        self.end[i] = self.env.now
+        self.done_count += 1
+        self.engine_events += 1
+        key = self.stream_of[i]
+        self.busy[key] = False
+        self.head[key] += 1
+        touched = [key]
+        for s in self.succ[i]:
+            self.pending[s] -= 1
+            if not self.pending[s]:
+                touched.append(self.stream_of[s])
+        for k in touched:
+            self.try_start(k)
+
+    # ------------------------------------------------------------ driver
+    def run(self) -> None:
+        for key in self.queues:
+            self.try_start(key)
+        self.env.run()
+        if self.done_count != len(self.tasks):
+            self._report_deadlock()
+
+    def _report_deadlock(self) -> None:
+        stuck = []
+        for key, queue in self.queues.items():
+            h = self.head[key]
+            if h < len(queue):
+                stuck.append(self.tasks[queue[h]])
+        t = stuck[0]
+        i = self.index[t.id]
+        if self.start[i] != self.start[i]:
+            waiting = [self.tasks[p].id for p in
+                       (self.index[d] for d in self.graph.deps(t.id)) if self.end[p] != self.end[p]]
+            why = (f"it waits for {waiting[0]!r}, which never ran" if waiting else
+                   "an earlier task of its stream never finished")
+        elif t.kind in ("send", "recv"):
+            peer = self.tasks[self.partner[i]]
+            why = f"its peer task {peer.id!r} on rank {peer.rank} never started"
+        else:
+            why = "some member of its collective never started"
+        raise TaskGraphError(f"deadlock: {len(self.tasks) - self.done_count} tasks never finished; "
+                             f"e.g. task {t.id!r} (rank {t.rank}, stream {t.stream!r}): {why}")
+
+    # ------------------------------------------------------------ results
+    def result(self, wall_s: float) -> SimulationResult:
+        tasks = self.tasks
+        n = self.topology.num_gpus
+        per_rank: dict[int, dict[str, list]] = {r: {"compute": [], "comm": [], "wait": [],
+                                                    "all": [], "cat": {}} for r in range(n)}
+        records = []
+        for i, t in enumerate(tasks):
+            s, a, e = self.start[i], self.active[i], self.end[i]
+            records.append((t.rank, t.stream, t.id, t.name or t.id, t.kind, t.category, s, a, e,
+                            float(t.size if t.is_comm else t.bytes), float(t.flops), t.op,
+                            t.peer))
+            acc = per_rank[t.rank]
+            acc["all"].append((s, e))
+            if t.is_comm:
+                acc["comm"].append((a, e))
+                acc["wait"].append((s, a))
+                acc["cat"].setdefault(t.category or t.kind, []).append((a, e))
+            else:
+                acc["compute"].append((s, e))
+        makespan = max((e for e in self.end), default=0.0)
+        ranks = []
+        for r in range(n):
+            acc = per_rank[r]
+            compute = union(acc["compute"])
+            comm = union(acc["comm"])
+            busy = union(compute + comm)
+            exposed = subtract(comm, compute)
+            wait = subtract(union(acc["wait"]), busy)
+            by_cat = {c: length(subtract(union(iv), compute)) for c, iv in sorted(acc["cat"].items())}
+            covered = union(acc["all"])
+            ranks.append(RankTimes(rank=r, compute_s=length(compute), comm_s=length(comm),
+                                   exposed_comm_s=length(exposed), wait_s=length(wait),
+                                   idle_s=makespan - length(covered),
+                                   end_s=max((e for _, e in acc["all"]), default=0.0),
+                                   exposed_by_category=by_cat))
+        return SimulationResult(
+            makespan_s=makespan, ranks=ranks, span_records=records,
+            link_bytes=self.net.link_bytes(), link_capacity=self._link_capacity(),
+            link_series=list(self.net.utilisation),
+            events=self.engine_events + self.net.events, wall_s=wall_s,
+            network=self.options.network,
+            meta={"graph": self.graph.name, "topology": self.topology.name,
+                  "rank_nodes": {r: self.topology.node_of(r) for r in range(n)},
+                  "flows": self._cross_rank_flows()})
+
+    def _link_capacity(self) -> dict[tuple[str, str], float]:
+        chmap = self.net.channels
+        return {d: chmap.capacity[chmap.channel_of_direction[i]]
+                for i, d in enumerate(chmap.directions)}
+
+    def _cross_rank_flows(self) -> list[tuple[str, str]]:
+        """(before, after) task ids of dependencies that cross ranks, and send -> recv pairs."""
+        tasks = self.tasks
+        flows = [(tasks[i].id, tasks[j].id) for i in range(len(tasks)) for j in self.succ[i]
+                 if tasks[j].rank != tasks[i].rank]
+        flows += [(tasks[i].id, tasks[j].id) for i, j in sorted(self.partner.items())
+                  if tasks[i].kind == "send"]
+        return flows
+
+
+def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None = None, *,
+             compute_cost: ComputeCost | None = None) -> SimulationResult:
+    """Replay ``graph`` on ``topology`` and return what happened.
+
+    ``compute_cost`` costs compute tasks that carry FLOPs/bytes instead of a duration; by
+    default each rank's GPU model from the topology (or ``options.device``) through
+    :class:`~dessim.engine.device.RankDevices`. Tasks with a ``duration`` never consult it. Raises :class:`~dessim.errors.TaskGraphError` for invalid graphs and
+    for graphs that deadlock (naming a stuck task).
+    """
+    t0 = time.perf_counter()
+    run = _Run(graph, topology, options or EngineOptions(), compute_cost)
+    run.run()
+    return run.result(time.perf_counter() - t0)

@@ -1,0 +1,142 @@
+"""The replay engine: hand-computed makespans, time accounting, errors, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from dessim.engine import EngineOptions, simulate
+from dessim.errors import TaskGraphError
+from dessim.taskgraph import Task, TaskGraph
+from engine_helpers import BW, LAT, line
+
+MB = 1e6
+
+
+def pipeline_chain(stages: int, compute_s: float, nbytes: float) -> TaskGraph:
+    """Stage r: recv from r-1, compute, send to r+1 (a pipeline of one micro-batch)."""
+    g = TaskGraph("chain")
+    for r in range(stages):
+        deps = []
+        if r > 0:
+            g.add(Task(f"r{r}.recv", r, "recv", peer=r - 1, size=nbytes, category="pp"))
+            deps = [f"r{r}.recv"]
+        g.add(Task(f"r{r}.fwd", r, "compute", duration=compute_s), deps)
+        if r < stages - 1:
+            g.add(Task(f"r{r}.send", r, "send", peer=r + 1, size=nbytes, category="pp"),
+                  [f"r{r}.fwd"])
+    return g
+
+
+def test_chain_of_pipeline_sends_matches_hand_computation():
+    # 4 stages of 1 ms compute, 1 MB hops over one 1 GB/s link each (1 us latency).
+    res = simulate(pipeline_chain(4, 1e-3, MB), line(4))
+    hop = LAT + MB / BW
+    assert res.makespan_s == pytest.approx(4 * 1e-3 + 3 * hop, rel=1e-12)
+    last = res.ranks[3]
+    assert last.compute_s == pytest.approx(1e-3)
+    # rank 3 posted its recv at 0 and waited until rank 2 sent: 3 ms compute + 2 hops
+    assert last.wait_s == pytest.approx(3e-3 + 2 * hop)
+    assert last.exposed_comm_s == pytest.approx(hop)
+    assert last.exposed_by_category == {"pp": pytest.approx(hop)}
+
+
+def overlap_graph(overlap: bool) -> TaskGraph:
+    """Rank 0 computes 2 ms and sends 1 MB to rank 1; with overlap the send does not wait."""
+    g = TaskGraph("overlap" if overlap else "serial")
+    g.add(Task("c", 0, "compute", duration=2e-3))
+    g.add(Task("s", 0, "send", peer=1, size=MB), [] if overlap else ["c"])
+    g.add(Task("r", 1, "recv", peer=0, size=MB))
+    return g
+
+
+def test_overlapped_send_is_hidden_behind_compute():
+    hop = LAT + MB / BW  # 1.001 ms < 2 ms of compute
+    serial = simulate(overlap_graph(False), line(2))
+    hidden = simulate(overlap_graph(True), line(2))
+    assert serial.makespan_s == pytest.approx(2e-3 + hop)
+    assert serial.ranks[0].exposed_comm_s == pytest.approx(hop)
+    assert hidden.makespan_s == pytest.approx(2e-3)
+    assert hidden.ranks[0].exposed_comm_s == 0.0
+    assert hidden.ranks[0].comm_s == pytest.approx(hop)
+
+
+def test_stream_runs_tasks_in_program_order():
+    g = TaskGraph()
+    g.add(Task("a", 0, "compute", duration=1.0))
+    g.add(Task("b", 0, "compute", duration=2.0))        # same stream: after a
+    g.add(Task("c", 0, "compute", duration=0.5, stream="side"))  # other stream: at once
+    spans = simulate(g, line(1)).spans().set_index("task")
+    assert spans.loc["b", "start_s"] == 1.0 and spans.loc["b", "end_s"] == 3.0
+    assert spans.loc["c", "start_s"] == 0.0 and spans.loc["c", "end_s"] == 0.5
+
+
+def test_memcpy_crosses_the_links_to_host_memory():
+    g = TaskGraph()
+    g.add(Task("offload", 0, "memcpy", size=10e6, mem_node="host", direction="from_hbm"))
+    g.add(Task("reload", 0, "memcpy", size=10e6, mem_node="host", direction="to_hbm"), ["offload"])
+    res = simulate(g, line(2, mem=True))
+    assert res.makespan_s == pytest.approx(2 * 10e6 / 10e9)
+    assert res.link_bytes[("gpu0", "host")] == 10e6
+    assert res.link_bytes[("host", "gpu0")] == 10e6
+
+
+def test_compute_costed_by_the_device_model():
+    # A memory-bound kernel: 1 GB on an H100 at 0.85 x 3.35 TB/s, plus the launch overhead.
+    from dessim.catalog.devices import get_device
+    from dessim.engine.device import LAUNCH_OVERHEAD, MEMORY_EFF
+
+    g = TaskGraph()
+    g.add(Task("k", 0, "compute", bytes=1e9, kernel="elementwise"))
+    res = simulate(g, line(1))
+    expected = 1e9 / (get_device("H100").hbm_bw * MEMORY_EFF) + LAUNCH_OVERHEAD
+    assert res.makespan_s == pytest.approx(expected)
+
+
+def test_straggler_slows_only_its_rank_compute():
+    res = simulate(pipeline_chain(2, 1e-3, MB), line(2),
+                   EngineOptions(slowdown={0: 1.5}))
+    assert res.makespan_s == pytest.approx(1.5e-3 + LAT + MB / BW + 1e-3)
+
+
+def test_random_stragglers_are_seeded():
+    a = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(straggler_sigma=0.2, seed=7))
+    b = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(straggler_sigma=0.2, seed=7))
+    c = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(straggler_sigma=0.2, seed=8))
+    assert a.makespan_s == b.makespan_s != c.makespan_s
+    assert a.makespan_s > simulate(pipeline_chain(3, 1e-3, MB), line(3)).makespan_s
+
+
+def test_identical_runs_give_identical_spans():
+    a = simulate(pipeline_chain(4, 1e-3, MB), line(4)).spans()
+    b = simulate(pipeline_chain(4, 1e-3, MB), line(4)).spans()
+    assert a.equals(b)
+
+
+def test_deadlock_names_a_stuck_task():
+    g = TaskGraph()
+    # rank 0 sends after its recv, rank 1 likewise: classic head-to-head deadlock
+    g.add(Task("r0.recv", 0, "recv", peer=1, size=1))
+    g.add(Task("r0.send", 0, "send", peer=1, size=1), ["r0.recv"])
+    g.add(Task("r1.recv", 1, "recv", peer=0, size=1))
+    g.add(Task("r1.send", 1, "send", peer=0, size=1), ["r1.recv"])
+    with pytest.raises(TaskGraphError, match="deadlock: 4 tasks never finished"):
+        simulate(g, line(2))
+
+
+def test_graph_larger_than_topology_is_rejected():
+    g = TaskGraph()
+    g.add(Task("x", 5, "compute", duration=1))
+    with pytest.raises(TaskGraphError, match="names rank 5, but the topology has only 2 GPUs"):
+        simulate(g, line(2))
+
+
+def test_unknown_network_model_is_named():
+    from dessim.errors import NetworkError
+
+    with pytest.raises(NetworkError, match="unknown network model 'packet'"):
+        simulate(pipeline_chain(2, 1e-3, MB), line(2), EngineOptions(network="packet"))
+
+
+def test_analytical_network_gives_the_same_chain_time():
+    res = simulate(pipeline_chain(4, 1e-3, MB), line(4), EngineOptions(network="analytical"))
+    assert res.makespan_s == pytest.approx(4e-3 + 3 * (LAT + MB / BW))

@@ -1,0 +1,108 @@
+"""Exporters: the Chrome trace passes a schema check; Gantt PNG/HTML and span tables are written."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+
+from dessim.engine import simulate
+from dessim.errors import DessimError
+from dessim.outputs import chrome_trace, write_chrome_trace, write_gantt, write_spans
+from dessim.taskgraph import Task, TaskGraph
+from engine_helpers import line
+
+
+def sample_result():
+    g = TaskGraph("sample")
+    for r in range(3):
+        deps = []
+        if r:
+            g.add(Task(f"r{r}.recv", r, "recv", peer=r - 1, size=2e6, category="pp"))
+            deps = [f"r{r}.recv"]
+        g.add(Task(f"r{r}.fwd", r, "compute", duration=1e-3, category="fwd"), deps)
+        g.add(Task(f"r{r}.aux", r, "compute", duration=5e-4, stream="aux"))
+        if r < 2:
+            g.add(Task(f"r{r}.send", r, "send", peer=r + 1, size=2e6, category="pp"), [f"r{r}.fwd"])
+    return simulate(g, line(3))
+
+
+def check_chrome_trace(trace: dict) -> None:
+    """Schema check of a Chrome trace-event document (what Perfetto needs to load it)."""
+    assert isinstance(trace["traceEvents"], list) and trace["traceEvents"]
+    tracks: dict[tuple, list] = defaultdict(list)
+    counters: dict[tuple, list] = defaultdict(list)
+    flows: dict[int, list[str]] = defaultdict(list)
+    for ev in trace["traceEvents"]:
+        assert {"ph", "pid", "name"} <= ev.keys(), ev
+        assert isinstance(ev["pid"], int)
+        if ev["ph"] == "M":
+            assert "args" in ev and "tid" in ev
+            continue
+        assert isinstance(ev["ts"], (int, float)) and ev["ts"] >= 0
+        if ev["ph"] == "X":
+            assert ev["dur"] >= 0 and "tid" in ev and "cat" in ev
+            tracks[(ev["pid"], ev["tid"])].append((ev["ts"], ev["ts"] + ev["dur"]))
+        elif ev["ph"] == "C":
+            assert ev["args"] and all(isinstance(v, (int, float)) for v in ev["args"].values())
+            counters[(ev["pid"], ev["name"])].append(ev["ts"])
+        elif ev["ph"] in ("s", "f"):
+            flows[ev["id"]].append(ev["ph"])
+        else:
+            pytest.fail(f"unexpected phase {ev['ph']!r}")
+    for track, spans in tracks.items():
+        spans.sort()
+        for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+            assert s1 >= e0 - 1e-9, f"overlapping spans on track {track}"
+    for name, times in counters.items():
+        assert times == sorted(times), f"counter {name} not monotone"
+    for fid, phases in flows.items():
+        assert sorted(phases) == ["f", "s"], f"flow {fid} not paired: {phases}"
+
+
+def test_chrome_trace_passes_the_schema_check(tmp_path):
+    res = sample_result()
+    path = write_chrome_trace(res, tmp_path / "trace.json")
+    trace = json.loads(path.read_text())
+    check_chrome_trace(trace)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"compute", "comm", "aux"} <= names
+    assert any(e["ph"] == "C" for e in trace["traceEvents"])          # link counters
+    assert sum(e["ph"] == "s" for e in trace["traceEvents"]) >= 2     # send -> recv arrows
+    x = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(x) == len(res.span_records)
+
+
+def test_chrome_trace_is_deterministic(tmp_path):
+    a = write_chrome_trace(sample_result(), tmp_path / "a.json").read_bytes()
+    b = write_chrome_trace(sample_result(), tmp_path / "b.json").read_bytes()
+    assert a == b
+
+
+def test_trace_times_are_microseconds():
+    res = sample_result()
+    fwd = [e for e in chrome_trace(res)["traceEvents"] if e.get("name") == "r0.fwd"][0]
+    assert fwd["ts"] == 0 and fwd["dur"] == pytest.approx(1000.0)
+
+
+def test_gantt_png_and_html_are_written(tmp_path):
+    res = sample_result()
+    png = write_gantt(res, tmp_path / "g.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    html = write_gantt(res, tmp_path / "g.html")
+    text = html.read_text()
+    assert "<html>" in text[:100] and "plotly" in text.lower() and "r0.fwd" in text
+    with pytest.raises(DessimError, match="unknown format '.svgz'"):
+        write_gantt(res, tmp_path / "g.svgz")
+
+
+def test_span_tables_csv_and_parquet(tmp_path):
+    res = sample_result()
+    csv = pd.read_csv(write_spans(res, tmp_path / "s.csv"))
+    pq = pd.read_parquet(write_spans(res, tmp_path / "s.parquet"))
+    assert list(csv.columns)[:8] == ["rank", "stream", "task", "name", "kind", "category",
+                                     "start_s", "active_s"]
+    assert len(csv) == len(pq) == len(res.span_records)
+    assert (pq["end_s"] >= pq["active_s"]).all() and (pq["active_s"] >= pq["start_s"]).all()
