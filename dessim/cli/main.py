@@ -18,7 +18,7 @@ from dessim.errors import DessimError
 #: Sub-command modules, each defining ``command`` (a click command or group).
 COMMAND_MODULES: tuple[str, ...] = (
     "dessim.cli.topology_cmd",
-    "dessim.cli.transfers_cmd",
+    "dessim.cli.run_cmd",
 )
 
 

@@ -1,0 +1,126 @@
+"""Options and output handling shared by the commands that run the engine.
+
+``run``, ``simulate`` and ``replay`` all take the same engine options and write the same
+outputs; they are defined once here and applied with the decorators below.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import click
+
+from dessim.engine import EngineOptions, SimulationResult
+from dessim.errors import DessimError
+from dessim.units import format_bandwidth, format_size, format_time
+
+__all__ = ["engine_options", "output_options", "build_engine_options", "write_outputs",
+           "print_json", "print_run_summary", "parse_slowdown"]
+
+
+def _compose(*decorators: Callable) -> Callable:
+    def apply(f: Callable) -> Callable:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return apply
+
+
+#: Engine options: network model, collective algorithm override, stragglers, device.
+engine_options = _compose(
+    click.option("--topology", "-t", "topology", required=True,
+                 help="Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset "
+                      "(dgx-h100:nodes=4), shipped name or YAML file."),
+    click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
+                 show_default=True,
+                 help="flow: max-min fair link sharing; analytical: no sharing (latency + n/bw)."),
+    click.option("--algo", default=None,
+                 help="Force this collective algorithm for every collective (default: each "
+                      "task's own, usually auto)."),
+    click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Pipelining chunks per collective."),
+    click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Parallel rings/trees per collective."),
+    click.option("--device", default=None,
+                 help="GPU model (H100, A100, ...) for ranks whose topology names none."),
+    click.option("--slowdown", multiple=True, metavar="RANK=FACTOR",
+                 help="Slow a rank's compute down by FACTOR (e.g. 3=1.2); repeatable."),
+    click.option("--straggler-sigma", type=click.FloatRange(min=0), default=0.0,
+                 help="Random per-rank slowdown 1+|N(0,sigma)| drawn from --seed."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
+)
+
+#: Output options: timeline, Gantt, spans, JSON.
+output_options = _compose(
+    click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+                 help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev)."),
+    click.option("--gantt", type=click.Path(dir_okay=False), default=None,
+                 help="Write a Gantt chart: .png or standalone interactive .html."),
+    click.option("--spans", type=click.Path(dir_okay=False), default=None,
+                 help="Write the per-task span table: .csv or .parquet."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text."),
+)
+
+
+def parse_slowdown(items: tuple[str, ...]) -> dict[int, float]:
+    """``("3=1.2", "5=2")`` → ``{3: 1.2, 5: 2.0}``; a clear error for anything else."""
+    out: dict[int, float] = {}
+    for item in items:
+        rank, sep, factor = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[int(rank)] = float(factor)
+        except ValueError:
+            raise DessimError(f"--slowdown {item!r}: expected RANK=FACTOR, e.g. 3=1.2") from None
+    return out
+
+
+def build_engine_options(network: str, algo: str | None, chunks: int, channels: int,
+                         device: str | None, slowdown: tuple[str, ...], straggler_sigma: float,
+                         seed: int, record_links: bool = True) -> EngineOptions:
+    return EngineOptions(network=network, algo=algo, chunks=chunks, channels=channels,
+                         device=device, slowdown=parse_slowdown(slowdown),
+                         straggler_sigma=straggler_sigma, seed=seed, record_links=record_links)
+
+
+def write_outputs(result: SimulationResult, timeline: str | None, gantt: str | None,
+                  spans: str | None) -> list[str]:
+    """Write the requested files; return a line per file written."""
+    from dessim.outputs import write_chrome_trace, write_gantt, write_spans
+
+    written = []
+    if timeline:
+        written.append(f"timeline: {write_chrome_trace(result, timeline)}")
+    if gantt:
+        written.append(f"gantt: {write_gantt(result, gantt)}")
+    if spans:
+        written.append(f"spans: {write_spans(result, spans)}")
+    return written
+
+
+def print_json(obj: dict[str, Any]) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=float))
+
+
+def print_run_summary(result: SimulationResult, title: str) -> None:
+    """Readable summary of an engine run."""
+    s = result.summary()
+    click.echo(title)
+    click.echo(f"  makespan            {format_time(s['makespan_s'])}")
+    click.echo(f"  compute (mean/rank) {format_time(s['compute_s'])}")
+    click.echo(f"  communication       {format_time(s['comm_s'])}  "
+               f"(exposed {format_time(s['exposed_comm_s'])})")
+    for cat, v in s["exposed_comm_by_category_s"].items():
+        click.echo(f"    exposed {cat:<11} {format_time(v)}")
+    click.echo(f"  waiting for peers   {format_time(s['wait_s'])}")
+    click.echo(f"  idle                {format_time(s['idle_s'])}")
+    links = result.link_table()
+    if len(links):
+        top = links.sort_values(["bytes", "src", "dst"], ascending=[False, True, True]).iloc[0]
+        click.echo(f"  busiest link        {top['src']} -> {top['dst']}: "
+                   f"{format_size(top['bytes'])} at {format_bandwidth(top['capacity_Bps'])}, "
+                   f"{100 * top['avg_utilisation']:.1f}% average utilisation")
+    click.echo(f"  {s['tasks']} tasks on {s['ranks']} ranks, {s['events']} events, "
+               f"{s['network']} network, {s['wall_s']:.3f} s wall")
