@@ -1,0 +1,98 @@
+"""The hardware catalog: devices and link technologies carry sourced, self-consistent figures."""
+
+import pytest
+
+from dessim.catalog import (DEVICES, LINK_TECHS, LINK_TYPES, PRECISIONS, check_link_type,
+                            get_device, get_link_tech)
+from dessim.errors import DessimError, SpecError
+
+REQUIRED_DEVICES = ["V100", "A100-40GB", "A100-80GB", "H100", "H200", "B200", "MI300X"]
+REQUIRED_TECHS = ["nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "pcie6",
+                  "cxl2", "cxl3", "ib_hdr", "ib_ndr", "ib_xdr", "eth100", "eth200", "eth400",
+                  "eth800", "ddr4", "ddr5"]
+
+
+@pytest.mark.parametrize("name", REQUIRED_DEVICES)
+def test_every_required_device_has_sourced_figures(name):
+    d = DEVICES[name]
+    assert d.hbm_capacity > 1e9 and d.hbm_bw > 1e11 and d.scaleup_bw > 1e10
+    assert set(d.flops) <= set(PRECISIONS) and {"fp32", "fp16"} <= set(d.flops)
+    for key in ("hbm_capacity", "hbm_bw", "scaleup_bw", *d.flops):
+        assert d.sources.get(key), f"{name}.{key} has no source"
+    assert d.scaleup_link in LINK_TECHS and d.host_link in LINK_TECHS
+
+
+def test_reference_figures():
+    # reference README §1.1 (dense, per direction)
+    assert get_device("H100").flops["bf16"] == pytest.approx(989.4e12)
+    assert get_device("H100").flops["fp8"] == pytest.approx(1978.9e12)
+    assert get_device("A100-80GB").flops["bf16"] == pytest.approx(312e12)
+    assert get_device("A100-80GB").hbm_bw == pytest.approx(2039e9)
+    assert get_device("H200").hbm_capacity == pytest.approx(141e9)
+    assert get_device("B200").scaleup_bw == pytest.approx(900e9)
+    assert get_device("MI300X").scaleup_bw == pytest.approx(448e9)
+
+
+def test_a100_has_no_fp8_and_volta_no_bf16():
+    assert "fp8" not in get_device("a100").flops
+    assert "bf16" not in get_device("v100").flops
+    with pytest.raises(SpecError, match="no 'fp8' peak"):
+        get_device("a100").peak_flops("fp8")
+
+
+def test_device_scaleup_matches_its_link_technology():
+    for d in DEVICES.values():
+        tech = LINK_TECHS[d.scaleup_link]
+        per_gpu = tech.bw if tech.type == "nvlink" else tech.bw * 7  # MI300X: 7 peers
+        assert per_gpu == pytest.approx(d.scaleup_bw), d.name
+
+
+@pytest.mark.parametrize("alias,canonical", [("h100", "H100"), ("H100-SXM", "H100"),
+                                             ("a100-80gb", "A100-80GB"), ("A100", "A100-80GB"),
+                                             ("a100_40gb", "A100-40GB"), ("mi300x", "MI300X")])
+def test_device_aliases_are_case_insensitive(alias, canonical):
+    assert get_device(alias).name == canonical
+
+
+def test_unknown_device_lists_valid_names():
+    with pytest.raises(DessimError) as err:
+        get_device("h1000")
+    msg = str(err.value)
+    assert "'h1000'" in msg and all(n in msg for n in REQUIRED_DEVICES)
+
+
+@pytest.mark.parametrize("name", REQUIRED_TECHS)
+def test_link_techs_are_sourced_and_valid(name):
+    t = LINK_TECHS[name]
+    assert t.type in LINK_TYPES
+    assert t.bw > 0 and t.lat > 0 and 0 < t.efficiency <= 1
+    assert t.bw_source and t.lat_source and t.efficiency_source
+
+
+def test_efficiencies_follow_nccl_measurements():
+    # reference README §1.2/§1.4/§3: measured busbw / raw per-direction bandwidth
+    assert get_link_tech("nvlink3").capacity == pytest.approx(230e9)
+    assert get_link_tech("nvlink4").capacity == pytest.approx(370e9)
+    assert get_link_tech("ib_hdr").capacity == pytest.approx(24e9)
+    assert get_link_tech("ib_ndr").capacity == pytest.approx(47e9)
+    # no measurement: ideal
+    assert get_link_tech("pcie5").efficiency == 1.0
+    assert "no NCCL measurement" in get_link_tech("pcie5").efficiency_source
+
+
+def test_link_bandwidths_per_direction():
+    assert get_link_tech("pcie4").bw == pytest.approx(31.5e9)
+    assert get_link_tech("pcie5").bw == pytest.approx(63e9)
+    assert get_link_tech("eth400").bw == pytest.approx(50e9)
+    assert get_link_tech("ib_ndr").bw == pytest.approx(50e9)
+    assert get_link_tech("ddr").name == "ddr5" and not get_link_tech("ddr").duplex
+
+
+def test_link_type_and_tech_errors_list_valid_values():
+    assert check_link_type("nvlink") == "nvlink"
+    with pytest.raises(SpecError, match="valid types: nvlink, pcie"):
+        check_link_type("nvlnk")
+    with pytest.raises(SpecError, match="unknown link technology 'nvlink9'.*nvlink4"):
+        get_link_tech("nvlink9")
+    assert set(LINK_TYPES) == {"nvlink", "pcie", "cxl", "ib", "ethernet", "infinity_fabric",
+                               "ddr", "storage", "custom"}
