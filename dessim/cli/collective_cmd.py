@@ -1,0 +1,74 @@
+"""``dessim collective``: simulate one collective on a topology and report nccl-tests figures."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from dessim.units import format_bandwidth, format_size, format_time
+
+TOPOLOGY_HELP = ("Topology: an inline spec (ring:8,bw=50GB/s,lat=500ns; switch:64; "
+                 "dgx-h100:nodes=4), a YAML file or a shipped topology name.")
+
+
+def _algo_help() -> str:
+    from dessim.collectives import ALGORITHMS
+
+    return "Algorithm: auto, " + ", ".join(ALGORITHMS) + " (default ring)."
+
+
+@click.command(name="collective", epilog="Example: dessim collective allreduce --algo ring "
+               "--size 1GiB --topology switch:8,bw=50GB/s,lat=500ns")
+@click.argument("op")
+@click.option("--algo", default="ring", show_default=True, help=_algo_help())
+@click.option("--size", required=True, help="Bytes in nccl-tests semantics: per-rank buffer "
+              "(allreduce, broadcast, reduce, alltoall, sendrecv) or the whole array "
+              "(allgather, reducescatter). E.g. 1MiB, 1GB.")
+@click.option("--topology", "topology", required=True, help=TOPOLOGY_HELP)
+@click.option("--ranks", default=None, help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all).")
+@click.option("--root", type=int, default=None, help="Root rank of broadcast/reduce "
+              "(default: first rank of the group).")
+@click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Pieces per channel sent one after another (pipelines trees and chains).")
+@click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Parallel channels, each with 1/C of the data (ring: alternate directions).")
+@click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
+              show_default=True, help="Network model: max-min fair flows or no sharing.")
+@click.option("--reduction-bw", default=None, help="Reduction speed, e.g. 200GB/s "
+              "(default: reductions are free).")
+@click.option("--inner", default=None, help="hierarchical only: flat algorithm per dimension, "
+              "e.g. 'ring' or 'ring,tree' (default ring).")
+@click.option("--links", "show_links", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Print the N busiest links (JSON: all with --links > 0).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(op: str, algo: str, size: str, topology: str, ranks: str | None, root: int | None,
+            chunks: int, channels: int, network: str, reduction_bw: str | None,
+            inner: str | None, show_links: int, as_json: bool) -> None:
+    """Simulate collective OP (allreduce, reducescatter, allgather, broadcast, reduce,
+    alltoall, sendrecv) on an idle network and print time, algbw and busbw
+    (nccl-tests definitions, GB/s = 1e9 B/s)."""
+    from dessim.collectives import run_collective
+
+    options = {"inner": inner} if inner else {}
+    res = run_collective(op, size, topology, algo=algo, ranks=ranks, chunks=chunks,
+                         channels=channels, network=network, reduction_bw=reduction_bw,
+                         root=root, **options)
+    if as_json:
+        out = res.to_dict(links=show_links > 0)
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    if res.auto:
+        click.echo(res.explanation)
+    click.echo(f"{res.op} {format_size(res.size)} on {len(res.ranks)} ranks, algorithm "
+               f"{res.algorithm}, {res.network} network, {res.channels} channel(s) x "
+               f"{res.chunks} chunk(s)")
+    click.echo(f"time    {format_time(res.time_s)}  ({res.time_s:.9g} s)")
+    click.echo(f"algbw   {res.algbw_GBps:.4f} GB/s")
+    click.echo(f"busbw   {res.busbw_GBps:.4f} GB/s")
+    click.echo(f"transfers {res.transfers}, network events {res.events}, "
+               f"wall {res.wall_s:.3f} s")
+    click.echo(f"busiest link utilisation {res.link_util_max:.3f}")
+    for row in res.link_util[:show_links]:
+        click.echo(f"  {row['link']:<40} {format_size(row['bytes']):>10}  "
+                   f"{row['utilisation']:.3f}  ({format_bandwidth(row['bytes'] / res.time_s)})")

@@ -1,0 +1,24 @@
+"""Collective algorithms as schedules of point-to-point transfers (docs/collectives.md).
+
+* :mod:`~dessim.collectives.ops` — operations, nccl-tests size semantics, busbw factors;
+* :mod:`~dessim.collectives.schedule` — :class:`Schedule` / :class:`Transfer` (data);
+* :mod:`~dessim.collectives.algorithms` — the registry :data:`ALGORITHMS` and
+  :func:`build_schedule`;
+* :mod:`~dessim.collectives.executor` — :func:`run_schedule` on a network model;
+* :mod:`~dessim.collectives.auto` — tuner-like choice of an algorithm;
+* :mod:`~dessim.collectives.api` — :func:`run_collective`, :func:`compare_collectives`.
+"""
+
+from __future__ import annotations
+
+from dessim.collectives.algorithms import ALGORITHMS, Algorithm, build_schedule, get_algorithm
+from dessim.collectives.api import (CollectiveResult, compare_collectives, parse_ranks,
+                                    run_collective)
+from dessim.collectives.auto import AutoChoice, choose
+from dessim.collectives.executor import ScheduleRun, run_schedule
+from dessim.collectives.ops import OPS, Op, get_op
+from dessim.collectives.schedule import Schedule, Transfer
+
+__all__ = ["ALGORITHMS", "Algorithm", "AutoChoice", "CollectiveResult", "OPS", "Op", "Schedule",
+           "ScheduleRun", "Transfer", "build_schedule", "choose", "compare_collectives",
+           "get_algorithm", "get_op", "parse_ranks", "run_collective", "run_schedule"]

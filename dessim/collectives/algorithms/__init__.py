@@ -1,0 +1,73 @@
+"""Collective algorithms and :func:`build_schedule`.
+
+Importing this package registers every algorithm module in :data:`ALGORITHMS`:
+ring, tree, dbtree, rd, hd, direct, pairwise, hierarchical.
+"""
+
+from __future__ import annotations
+
+from dessim.collectives.algorithms.base import (ALGORITHMS, Algorithm, algorithms_for,
+                                                get_algorithm, register)
+# Registration order = listing order = auto's tie-break order (simplest first).
+from dessim.collectives.algorithms import ring, tree, dbtree, rd, hd  # noqa: F401,E402,I001
+from dessim.collectives.algorithms import direct, pairwise, hierarchical  # noqa: F401,E402,I001
+from dessim.collectives.ops import Op, get_op
+from dessim.collectives.schedule import Lane, Schedule, ScheduleBuilder
+from dessim.errors import CollectiveError
+from dessim.topology.graph import Topology
+
+__all__ = ["ALGORITHMS", "Algorithm", "register", "get_algorithm", "algorithms_for",
+           "build_schedule", "check_supported"]
+
+
+def check_supported(op: Op, alg: Algorithm, group: tuple[int, ...],
+                    topology: Topology | None, options: dict | None = None) -> None:
+    """Raise :class:`CollectiveError` saying why ``alg`` cannot run ``op`` on ``group``."""
+    if op.name not in alg.ops:
+        raise CollectiveError(f"algorithm {alg.name!r} cannot run {op.name} (it runs: "
+                              f"{', '.join(sorted(alg.ops))}); algorithms for {op.name}: "
+                              f"{', '.join(algorithms_for(op))}")
+    if op.name == "sendrecv" and len(group) != 2:
+        raise CollectiveError(f"sendrecv needs a group of exactly 2 ranks (source, destination), "
+                              f"got {len(group)}; give e.g. ranks '0,1'")
+    alg.check(op, group, topology, options or {})
+
+
+def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] | list[int],
+                   size: float, *, chunks: int = 1, channels: int = 1, root: int | None = None,
+                   topology: Topology | None = None, **options) -> Schedule:
+    """The transfers of ``op`` over ``group`` (global ranks) with ``size`` bytes.
+
+    ``channels`` C splits the data over C independent lanes (ring: alternate directions);
+    ``chunks`` K splits each channel's data into K pieces sent one after the other on the
+    same connections, which pipelines trees and chains. Each lane carries ``size / (C·K)``.
+    ``root`` (broadcast, reduce; default ``group[0]``) is a global rank. ``options`` are
+    algorithm options (hierarchical: ``inner``).
+    """
+    op = get_op(op)
+    alg = get_algorithm(algo)
+    group = tuple(group)
+    if not group:
+        raise CollectiveError(f"{op.name}: the group of ranks is empty")
+    if len(set(group)) != len(group):
+        raise CollectiveError(f"{op.name}: the group {list(group)} repeats a rank")
+    if not size > 0:
+        raise CollectiveError(f"{op.name}: size {size!r} must be > 0 bytes")
+    for what, value in (("chunks", chunks), ("channels", channels)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CollectiveError(f"{op.name}: {what} {value!r} must be a whole number >= 1")
+    check_supported(op, alg, group, topology, options)
+    if op.rooted:
+        root = group[0] if root is None else root
+        if root not in group:
+            raise CollectiveError(f"{op.name}: root rank {root} is not in the group")
+    else:
+        root = None
+    schedule = Schedule(op, alg.name, group, float(size), root,
+                        params={"chunks": chunks, "channels": channels, **options})
+    builder = ScheduleBuilder(schedule)
+    lane_size = float(size) / (chunks * channels)
+    for c in range(channels):
+        for _ in range(chunks):
+            alg.emit(Lane(builder, c), op, group, lane_size, root, topology, options)
+    return schedule

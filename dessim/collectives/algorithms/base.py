@@ -1,0 +1,69 @@
+"""The :class:`Algorithm` contract and the registry of algorithms.
+
+An algorithm turns (op, group, size) into transfers on a :class:`~dessim.collectives.schedule.Lane`
+— one channel × one chunk of the collective; :func:`dessim.collectives.algorithms.build_schedule`
+runs it once per lane. Adding an algorithm = adding one module that subclasses
+:class:`Algorithm` and decorates it with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from dessim.collectives.ops import Op
+from dessim.collectives.schedule import Lane
+from dessim.errors import CollectiveError
+from dessim.topology.graph import Topology
+
+__all__ = ["Algorithm", "ALGORITHMS", "register", "get_algorithm", "algorithms_for"]
+
+#: Offset between the channel ids of an algorithm's sub-lanes (e.g. the two trees of dbtree),
+#: so that they never share a FIFO connection with another lane.
+SUB_CHANNEL = 1 << 20
+
+
+class Algorithm:
+    """One collective algorithm family."""
+
+    #: Registry name (``--algo``).
+    name: ClassVar[str] = ""
+    #: One line for listings and errors.
+    summary: ClassVar[str] = ""
+    #: Operations it can run.
+    ops: ClassVar[frozenset[str]] = frozenset()
+
+    def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
+              options: dict) -> None:
+        """Raise :class:`CollectiveError` if it cannot run ``op`` on ``group`` (op support
+        is checked by the caller)."""
+
+    def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
+             root: int | None, topology: Topology | None, options: dict) -> None:
+        """Add the transfers of one lane carrying ``size`` bytes (op semantics) to ``lane``."""
+        raise NotImplementedError
+
+
+#: Algorithms by name, filled by :func:`register`.
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: add an algorithm to :data:`ALGORITHMS` under ``cls.name``."""
+    ALGORITHMS[cls.name] = cls()
+    return cls
+
+
+def algorithms_for(op: Op) -> list[str]:
+    """Names of the algorithms that can run ``op``."""
+    return [name for name, alg in ALGORITHMS.items() if op.name in alg.ops]
+
+
+def get_algorithm(name: str | Algorithm) -> Algorithm:
+    """The algorithm called ``name`` (case-insensitive); a clear error listing valid names."""
+    if isinstance(name, Algorithm):
+        return name
+    alg = ALGORITHMS.get(str(name).strip().lower())
+    if alg is None:
+        raise CollectiveError(f"unknown collective algorithm {name!r}; valid algorithms: "
+                              f"{', '.join(ALGORITHMS)} (or auto)")
+    return alg

@@ -1,0 +1,226 @@
+"""Run one collective on a topology, or compare algorithms over sizes.
+
+:func:`run_collective` builds the schedule, replays it on a fresh network model from time 0
+and reports the nccl-tests figures (reference README §2.4): ``algbw = size / time`` and
+``busbw = algbw × factor(op, n)``, in GB/s (1 GB = 1e9 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import simpy
+
+from dessim.collectives.algorithms import build_schedule, get_algorithm
+from dessim.collectives.auto import AutoChoice, choose
+from dessim.collectives.executor import ScheduleRun, run_schedule
+from dessim.collectives.ops import get_op
+from dessim.errors import CollectiveError, UnitError
+from dessim.network import make_network
+from dessim.topology import load_topology
+from dessim.topology.graph import Topology
+from dessim.units import parse_bandwidth, parse_size
+
+__all__ = ["CollectiveResult", "run_collective", "compare_collectives", "parse_ranks",
+           "resolve_topology", "parse_collective_size"]
+
+
+@dataclass
+class CollectiveResult:
+    """Outcome of :func:`run_collective` (SI units; bandwidths in GB/s = 1e9 B/s)."""
+
+    op: str
+    algorithm: str
+    ranks: tuple[int, ...]
+    size: float                 #: bytes, nccl-tests semantics of ``op``
+    time_s: float
+    algbw_GBps: float
+    busbw_GBps: float
+    events: int                 #: the network model's work counter (flows + solves)
+    wall_s: float               #: host seconds to build and simulate
+    transfers: int
+    network: str
+    chunks: int
+    channels: int
+    link_util_max: float        #: busiest channel: bytes / (capacity × time)
+    link_util: list[dict] = field(default_factory=list)  #: per used channel, busiest first
+    auto: AutoChoice | None = None
+    run: ScheduleRun | None = field(default=None, repr=False)
+
+    @property
+    def explanation(self) -> str:
+        """auto's estimates per candidate ("" if the algorithm was given)."""
+        return self.auto.explanation() if self.auto else ""
+
+    def to_dict(self, links: bool = False) -> dict[str, Any]:
+        """A JSON-ready summary (``links``: include the per-channel utilisation table)."""
+        out = {"op": self.op, "algorithm": self.algorithm, "ranks": len(self.ranks),
+               "size_bytes": self.size, "time_s": self.time_s, "algbw_GBps": self.algbw_GBps,
+               "busbw_GBps": self.busbw_GBps, "events": self.events, "wall_s": self.wall_s,
+               "transfers": self.transfers, "network": self.network, "chunks": self.chunks,
+               "channels": self.channels, "link_util_max": self.link_util_max}
+        if self.auto:
+            out["auto"] = [{"algorithm": e.algorithm, "estimate_s": e.time_s,
+                            "reason": e.reason} for e in self.auto.estimates]
+        if links:
+            out["links"] = self.link_util
+        return out
+
+
+def resolve_topology(topology: Topology | str) -> Topology:
+    """A :class:`Topology` as is, or one loaded from a spec / preset / YAML path."""
+    return topology if isinstance(topology, Topology) else load_topology(topology)
+
+
+def parse_ranks(ranks: str | int | Iterable[int] | None, topology: Topology) -> tuple[int, ...]:
+    """Group from ``"0-7"``, ``"0,2,4,6"``, ``"0-3,8-11"``, a list of ints, or None (all)."""
+    n = topology.num_gpus
+    if ranks is None:
+        return tuple(range(n))
+    out: list[int] = []
+    if isinstance(ranks, str):
+        for part in (p.strip() for p in ranks.split(",")):
+            try:
+                if "-" in part[1:]:
+                    a, b = part.split("-", 1)
+                    lo, hi = int(a), int(b)
+                    if hi < lo:
+                        raise ValueError
+                    out.extend(range(lo, hi + 1))
+                else:
+                    out.append(int(part))
+            except ValueError:
+                raise CollectiveError(f"ranks {ranks!r}: cannot parse {part!r} (use e.g. "
+                                      "'0-7', '0,2,4,6' or '0-3,8-11')") from None
+    else:
+        items = [ranks] if isinstance(ranks, int) else list(ranks)
+        for r in items:
+            if not isinstance(r, int) or isinstance(r, bool):
+                raise CollectiveError(f"ranks {ranks!r}: {r!r} is not an integer rank")
+            out.append(r)
+    bad = [r for r in out if not 0 <= r < n]
+    if bad:
+        raise CollectiveError(f"ranks {ranks!r}: rank {bad[0]} does not exist in topology "
+                              f"{topology.name!r} (ranks are 0..{n - 1})")
+    if len(set(out)) != len(out):
+        raise CollectiveError(f"ranks {ranks!r}: a rank appears twice")
+    if not out:
+        raise CollectiveError(f"ranks {ranks!r}: the group is empty")
+    return tuple(out)
+
+
+def parse_collective_size(size: object) -> float:
+    """Bytes > 0 from ``"1MiB"`` / a number; :class:`CollectiveError` otherwise."""
+    try:
+        value = parse_size(size, "collective size") if isinstance(size, str) else size
+    except UnitError as exc:
+        raise CollectiveError(str(exc)) from None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value <= 0:
+        raise CollectiveError(f"collective size {size!r} must be > 0 bytes")
+    return float(value)
+
+
+def _reduction_bw(value: object) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_bandwidth(value, "reduction bandwidth")
+    except UnitError as exc:
+        raise CollectiveError(str(exc)) from None
+
+
+def _link_table(net, elapsed: float) -> list[dict]:
+    chmap = net.channels
+    per_channel = [0.0] * len(chmap.capacity)
+    for (a, b), nbytes in net.link_bytes().items():
+        per_channel[chmap.channel_of_direction[chmap.direction(a, b)]] += nbytes
+    rows = []
+    for ch, nbytes in zip(chmap.channels, per_channel):
+        if nbytes > 0:
+            arrow = "->" if ch.duplex else "<->"
+            util = nbytes / (ch.capacity * elapsed) if elapsed > 0 else 0.0
+            rows.append({"link": f"{ch.a}{arrow}{ch.b}", "bytes": nbytes, "utilisation": util})
+    rows.sort(key=lambda r: (-r["utilisation"], r["link"]))
+    return rows
+
+
+def run_collective(op: str, size: object, topology: Topology | str, *, algo: str = "ring",
+                   ranks: str | Iterable[int] | None = None, chunks: int = 1, channels: int = 1,
+                   network: str = "flow", reduction_bw: object = None, root: int | None = None,
+                   **options) -> CollectiveResult:
+    """Simulate one collective from time 0 on an idle network and report its figures.
+
+    ``algo="auto"`` picks with :func:`dessim.collectives.auto.choose` (its estimates are in
+    ``result.auto``). ``reduction_bw`` (bytes/s or ``"100GB/s"``) charges reductions
+    (default: free). ``options`` go to the algorithm (hierarchical: ``inner="ring,tree"``).
+    """
+    start_wall = time.perf_counter()
+    op_ = get_op(op)
+    topo = resolve_topology(topology)
+    group = parse_ranks(ranks, topo)
+    nbytes = parse_collective_size(size)
+    red_bw = _reduction_bw(reduction_bw)
+    if len(group) < 2:
+        raise CollectiveError(f"{op_.name}: a collective needs at least 2 ranks, got {list(group)}")
+    auto = None
+    if str(algo).strip().lower() == "auto":
+        auto = choose(op_, group, nbytes, topo, chunks=chunks, channels=channels, root=root,
+                      reduction_bw=red_bw, **options)
+        algo = auto.algorithm
+    alg = get_algorithm(algo)
+    sched = build_schedule(op_, alg, group, nbytes, chunks=chunks, channels=channels, root=root,
+                           topology=topo, **options)
+    env = simpy.Environment()
+    net = make_network(network, env, topo)
+    run = run_schedule(net, sched, reduction_bw=red_bw)
+    env.run(run.done)
+    elapsed = run.duration
+    wall = time.perf_counter() - start_wall
+    algbw = nbytes / elapsed / 1e9 if elapsed > 0 else math.inf
+    links = _link_table(net, elapsed)
+    return CollectiveResult(
+        op=op_.name, algorithm=alg.name, ranks=group, size=nbytes, time_s=elapsed,
+        algbw_GBps=algbw, busbw_GBps=algbw * op_.busbw_factor(len(group)), events=net.events,
+        wall_s=wall, transfers=len(sched), network=network, chunks=chunks, channels=channels,
+        link_util_max=max((r["utilisation"] for r in links), default=0.0), link_util=links,
+        auto=auto, run=run)
+
+
+def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[object] | str,
+                        topology: Topology | str, **kwargs):
+    """Time and busbw of each algorithm at each size, with the winner per size.
+
+    Returns a :class:`pandas.DataFrame` with one row per (size, algorithm): ``size_bytes``,
+    ``algorithm``, ``time_s``, ``algbw_GBps``, ``busbw_GBps``, ``events``, ``winner`` (the
+    fastest at that size; ties go to the first listed). ``algos`` / ``sizes`` may be
+    comma-separated strings. ``kwargs`` go to :func:`run_collective`.
+    """
+    import pandas as pd
+
+    if isinstance(algos, str):
+        algos = [a.strip() for a in algos.split(",") if a.strip()]
+    if isinstance(sizes, str):
+        sizes = [s.strip() for s in sizes.split(",") if s.strip()]
+    if not algos or not sizes:
+        raise CollectiveError("compare: give at least one algorithm and one size")
+    op_ = get_op(op)
+    topo = resolve_topology(topology)
+    rows = []
+    for size in sizes:
+        nbytes = parse_collective_size(size)
+        block = []
+        for algo in algos:
+            res = run_collective(op_.name, nbytes, topo, algo=algo, **kwargs)
+            block.append({"size_bytes": nbytes, "algorithm": str(algo).lower(),
+                          "chosen": res.algorithm, "time_s": res.time_s,
+                          "algbw_GBps": res.algbw_GBps, "busbw_GBps": res.busbw_GBps,
+                          "events": res.events})
+        best = min(range(len(block)), key=lambda i: block[i]["time_s"])
+        for i, row in enumerate(block):
+            row["winner"] = i == best
+        rows.extend(block)
+    return pd.DataFrame(rows)

@@ -1,0 +1,246 @@
+"""A collective as data: a :class:`Schedule` of point-to-point :class:`Transfer` s.
+
+A transfer ``i`` moves ``nbytes`` from rank ``src`` to rank ``dst`` once every transfer in
+``deps`` (indices of *earlier* transfers) has completed; on arrival the receiver reduces
+``reduce_bytes`` of it into its own buffer (0 for plain copies).
+
+Storage is columnar (``array`` columns, dependencies as one flat index array with offsets)
+because a ring all-reduce over p ranks has 2p(p-1) transfers — 8.4 million at p = 2048 —
+and Python objects per transfer would need gigabytes. :attr:`Schedule.transfers` and
+iteration materialise :class:`Transfer` tuples on demand.
+
+Schedules are built with :class:`ScheduleBuilder` and :class:`Lane`:
+
+* **Connections are FIFO.** Transfers on one connection ``(src, dst, channel)`` are
+  serialised in the order they are added (each depends on the previous one), as on NCCL's
+  connections; this is what makes chunked trees and chains pipeline.
+* A :class:`Lane` is one independent stream of an algorithm (one channel × one chunk). It
+  remembers, per rank, which transfers the rank's next send must wait for (its own last send
+  and everything it received since), so algorithms only describe *steps*.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, NamedTuple
+
+from dessim.collectives.ops import Op
+from dessim.errors import CollectiveError
+
+__all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane"]
+
+#: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
+_REL_TOL = 1e-9
+
+
+class Transfer(NamedTuple):
+    """One point-to-point message of a schedule (bytes; ranks are global)."""
+
+    src: int
+    dst: int
+    nbytes: float
+    deps: tuple[int, ...] = ()
+    reduce_bytes: float = 0.0
+    channel: int = 0
+
+
+@dataclass
+class Schedule:
+    """The transfers of one collective; see the module docstring."""
+
+    op: Op
+    algorithm: str
+    group: tuple[int, ...]
+    size: float                      #: bytes, nccl-tests semantics of ``op``
+    root: int | None = None          #: global rank (broadcast, reduce, sendrecv source)
+    src: array = field(default_factory=lambda: array("l"))
+    dst: array = field(default_factory=lambda: array("l"))
+    nbytes: array = field(default_factory=lambda: array("d"))
+    reduce_bytes: array = field(default_factory=lambda: array("d"))
+    channel: array = field(default_factory=lambda: array("l"))
+    dep_start: array = field(default_factory=lambda: array("l", [0]))  #: offsets into dep_index
+    dep_index: array = field(default_factory=lambda: array("l"))
+    params: dict = field(default_factory=dict)  #: chunks, channels, ... used to build it
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def deps(self, i: int) -> tuple[int, ...]:
+        return tuple(self.dep_index[self.dep_start[i]:self.dep_start[i + 1]])
+
+    def __getitem__(self, i: int) -> Transfer:
+        return Transfer(self.src[i], self.dst[i], self.nbytes[i], self.deps(i),
+                        self.reduce_bytes[i], self.channel[i])
+
+    def __iter__(self) -> Iterator[Transfer]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def transfers(self) -> list[Transfer]:
+        """All transfers as a list (materialised; fine for small schedules)."""
+        return list(self)
+
+    # ------------------------------------------------------------------ accounting
+    def bytes_sent(self) -> dict[int, float]:
+        out = dict.fromkeys(self.group, 0.0)
+        for s, n in zip(self.src, self.nbytes):
+            out[s] += n
+        return out
+
+    def bytes_received(self) -> dict[int, float]:
+        out = dict.fromkeys(self.group, 0.0)
+        for d, n in zip(self.dst, self.nbytes):
+            out[d] += n
+        return out
+
+    def total_reduce_bytes(self) -> float:
+        return float(sum(self.reduce_bytes))
+
+    def critical_path_length(self) -> int:
+        """Longest chain of dependent transfers (the number of sequential steps)."""
+        depth = array("l", bytes(8 * len(self)))
+        best = 0
+        for i in range(len(self)):
+            a, b = self.dep_start[i], self.dep_start[i + 1]
+            d = 1 + max((depth[j] for j in self.dep_index[a:b]), default=0)
+            depth[i] = d
+            best = max(best, d)
+        return best
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, *, causality: bool = True) -> None:
+        """Check the schedule against its op; raise :class:`CollectiveError` on a violation.
+
+        Checks: endpoints are group members and distinct, sizes positive, dependencies point
+        to earlier transfers; bytes conservation — every rank sends and receives at least
+        what the op requires (:class:`~dessim.collectives.ops.Op` lower bounds), reductions
+        total at least ``(n-1)`` times the reduced bytes (and none for non-reducing ops);
+        with ``causality``, every rank that must hear from another does through a chain of
+        transfers ordered by the dependencies (cost O(transfers × n / 64)).
+        """
+        where = f"{self.algorithm} {self.op.name} on {len(self.group)} ranks"
+        members = set(self.group)
+        n = len(self.group)
+        for i in range(len(self)):
+            s, d = self.src[i], self.dst[i]
+            if s not in members or d not in members:
+                raise CollectiveError(f"{where}: transfer {i} {s}->{d} leaves the group")
+            if s == d:
+                raise CollectiveError(f"{where}: transfer {i} sends rank {s} to itself")
+            if not self.nbytes[i] > 0:
+                raise CollectiveError(f"{where}: transfer {i} has {self.nbytes[i]} bytes")
+            if not 0 <= self.reduce_bytes[i] <= self.nbytes[i] * (1 + _REL_TOL):
+                raise CollectiveError(f"{where}: transfer {i} reduces {self.reduce_bytes[i]} of "
+                                      f"{self.nbytes[i]} bytes")
+            if any(not 0 <= j < i for j in self.deps(i)):
+                raise CollectiveError(f"{where}: transfer {i} depends on a later transfer")
+        if n < 2:
+            return
+        sent, received = self.bytes_sent(), self.bytes_received()
+        for r in self.group:
+            is_root = r == self.root
+            for what, got, need in (("sends", sent[r], self.op.min_sent(n, self.size, is_root)),
+                                    ("receives", received[r],
+                                     self.op.min_received(n, self.size, is_root))):
+                if got < need * (1 - _REL_TOL):
+                    raise CollectiveError(f"{where}: rank {r} {what} {got:g} bytes; "
+                                          f"{self.op.name} needs >= {need:g}")
+        reduced = self.total_reduce_bytes()
+        need = (n - 1) * self.op.reduced_bytes(n, self.size)
+        if self.op.reduces and reduced < need * (1 - _REL_TOL):
+            raise CollectiveError(f"{where}: reduces {reduced:g} bytes in total; combining "
+                                  f"{n} inputs needs >= {need:g}")
+        if not self.op.reduces and reduced:
+            raise CollectiveError(f"{where}: {self.op.name} must not reduce, "
+                                  f"but reduces {reduced:g} bytes")
+        if causality:
+            self._check_causality(where)
+
+    def _check_causality(self, where: str) -> None:
+        bit = {r: 1 << k for k, r in enumerate(self.group)}
+        knows = [0] * len(self)           # what the sender of transfer i knew when sending it
+        final = dict(bit)                 # what each rank knows at the end
+        for i in range(len(self)):
+            s = self.src[i]
+            k = bit[s]
+            for j in self.deps(i):
+                if self.dst[j] == s or self.src[j] == s:
+                    k |= knows[j]
+            knows[i] = k
+            final[self.dst[i]] |= k
+        everyone = (1 << len(self.group)) - 1
+        root = self.root if self.root is not None else self.group[0]
+        if self.op.hears == "all":
+            pairs = [(r, everyone) for r in self.group]
+        elif self.op.hears == "from_root":
+            pairs = [(r, bit[root]) for r in self.group]
+        else:
+            pairs = [(root, everyone)]
+        for r, need in pairs:
+            missing = need & ~final[r]
+            if missing:
+                who = [q for q in self.group if bit[q] & missing][:5]
+                raise CollectiveError(f"{where}: rank {r} never hears from rank(s) {who}")
+
+
+class ScheduleBuilder:
+    """Appends transfers to a :class:`Schedule`, serialising each connection (FIFO)."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self._last_on_connection: dict[tuple[int, int, int], int] = {}
+
+    def add(self, src: int, dst: int, nbytes: float, deps: Iterable[int] = (),
+            reduce_bytes: float = 0.0, channel: int = 0) -> int:
+        """Append a transfer and return its index; it also waits for the previous transfer
+        on the same ``(src, dst, channel)`` connection."""
+        s = self.schedule
+        idx = len(s.src)
+        conn = (src, dst, channel)
+        prev = self._last_on_connection.get(conn)
+        dep_set = set(deps)
+        if prev is not None:
+            dep_set.add(prev)
+        self._last_on_connection[conn] = idx
+        s.src.append(src)
+        s.dst.append(dst)
+        s.nbytes.append(nbytes)
+        s.reduce_bytes.append(reduce_bytes)
+        s.channel.append(channel)
+        s.dep_index.extend(sorted(dep_set))
+        s.dep_start.append(len(s.dep_index))
+        return idx
+
+
+class Lane:
+    """One independent stream (channel × chunk) of an algorithm over global ranks.
+
+    ``pending[r]`` are the transfers rank ``r``'s next send waits for. :meth:`step` adds a
+    set of concurrent sends: each waits for its sender's pending transfers; afterwards a
+    rank's pending set is its sends of the step (or its old set if it sent nothing) plus
+    what it received in the step.
+    """
+
+    def __init__(self, builder: ScheduleBuilder, channel: int = 0,
+                 pending: dict[int, list[int]] | None = None) -> None:
+        self.builder = builder
+        self.channel = channel
+        self.pending: dict[int, list[int]] = pending if pending is not None else {}
+
+    def step(self, sends: Iterable[tuple[int, int, float, float]]) -> list[int]:
+        """Add concurrent sends ``(src, dst, nbytes, reduce_bytes)``; return their indices."""
+        sent: dict[int, list[int]] = {}
+        recv: dict[int, list[int]] = {}
+        out = []
+        for src, dst, nbytes, red in sends:
+            idx = self.builder.add(src, dst, nbytes, self.pending.get(src, ()), red, self.channel)
+            out.append(idx)
+            sent.setdefault(src, []).append(idx)
+            recv.setdefault(dst, []).append(idx)
+        for r in sent.keys() | recv.keys():
+            base = sent.get(r)
+            if base is None:
+                base = list(self.pending.get(r, ()))
+            self.pending[r] = base + recv.get(r, [])
+        return out
