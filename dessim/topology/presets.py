@@ -1,0 +1,289 @@
+"""Presets of real systems: DGX A100 / DGX H100 nodes and rail-optimised clusters, a PCIe-only
+server and a node with CXL memory expanders.
+
+Every figure comes from the catalog (:mod:`dessim.catalog`): link bandwidth, latency and
+protocol efficiency from :data:`~dessim.catalog.links.LINK_TECHS`, GPU models from
+:data:`~dessim.catalog.devices.DEVICES`. ``ideal=True`` sets every link efficiency to 1.0.
+
+Node layout of one DGX node ``n<k>`` (reference README §1.5)::
+
+    n<k>.gpu0..7   GPUs (rank 8k + i), transit=False: they do not forward IB/PCIe traffic
+    n<k>.nvsw      ONE logical NVSwitch: the 6 (A100) or 4 (H100) NVSwitch chips are
+                   aggregated into a single switch node; each GPU's link carries its whole
+                   per-GPU NVLink bandwidth (300 / 450 GB/s per direction)
+    n<k>.pcie0..3  PCIe switches; pcie<j> holds gpu2j, gpu2j+1, nic2j, nic2j+1 (Gen4 on A100,
+                   Gen5 on H100) and links to cpu<j // 2>
+    n<k>.nic0..7   compute NICs, one per GPU (IB HDR 200 Gb/s on A100, NDR 400 Gb/s on H100)
+    n<k>.cpu0..1   CPU sockets, joined by a socket link (UPI/xGMI, [U] figure)
+    n<k>.mem0..1   host memory (kind host_mem, capacity bytes) behind a ddr link per socket
+
+Scale-out (``nodes > 1``): rail-optimised fat tree (DGX SuperPOD RA, reference README §1.5):
+NIC i of every node of scalable unit (SU) s (nodes 32s..32s+31) connects to rail leaf
+``leaf.su<s>.r<i>``; every leaf links once (aggregated) to every spine ``spine<k>``. Default
+spine count = leaves / 2 (the SuperPOD's 16 spines per 32 leaves), at least 1; each leaf's
+aggregate uplink = its aggregate downlink / ``oversub`` (1.0: non-blocking), split evenly over
+the spines. Same-rail traffic in an SU is one leaf hop; cross-rail or cross-SU traffic goes
+through a spine. dims ``(8, nodes)``, rank = 8 * node + local GPU index.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from dessim.catalog.devices import GPUSpec, get_device
+from dessim.catalog.links import LinkTech, get_link_tech
+from dessim.errors import TopologyError
+from dessim.topology.graph import Topology
+from dessim.units import parse_count, parse_size
+
+__all__ = ["dgx_a100", "dgx_h100", "pcie_server", "cxl_node", "PRESETS", "DGX_GPUS",
+           "SU_SIZE"]
+
+#: GPUs per DGX node.
+DGX_GPUS = 8
+#: Nodes per scalable unit of the rail-optimised fabric (DGX SuperPOD RA, reference README §1.5).
+SU_SIZE = 32
+
+GB = 1e9
+
+
+def _attrs(tech: LinkTech, ideal: bool, bw: float | None = None) -> dict[str, Any]:
+    """Edge attributes of one link of technology ``tech`` (catalog figures)."""
+    return {"type": tech.type, "bw": tech.bw if bw is None else bw, "lat": tech.lat,
+            "duplex": tech.duplex, "efficiency": 1.0 if ideal else tech.efficiency,
+            "tech": tech.name}
+
+
+def _add_scaleup(g: nx.Graph, prefix: str, gpus: list[str], dev: GPUSpec, ideal: bool) -> None:
+    """Scale-up fabric of one node: NVLink → one logical NVSwitch ``<prefix>nvsw`` with one
+    link per GPU at the per-GPU NVLink bandwidth; Infinity Fabric → a direct link per GPU
+    pair at the per-link figure (MI300X platforms are fully connected)."""
+    tech = get_link_tech(dev.scaleup_link)
+    if tech.type == "nvlink":
+        sw = f"{prefix}nvsw"
+        g.add_node(sw, kind="switch")
+        for gpu in gpus:
+            g.add_edge(gpu, sw, **_attrs(tech, ideal, dev.scaleup_bw))
+    else:
+        for i, a in enumerate(gpus):
+            for b in gpus[i + 1:]:
+                g.add_edge(a, b, **_attrs(tech, ideal))
+
+
+def _add_host(g: nx.Graph, prefix: str, gpus: list[str], nics: list[str], pcie: LinkTech,
+              ddr: LinkTech, mem_per_socket: float, gpus_per_switch: int,
+              ideal: bool) -> list[str]:
+    """PCIe switches (``gpus_per_switch`` GPUs and as many NICs each), 2 CPU sockets joined
+    by a socket link, one host memory per socket. Switch j hangs off cpu ``2j // switches``.
+    Returns the PCIe switch names."""
+    if len(gpus) % gpus_per_switch:
+        raise TopologyError(f"{len(gpus)} GPUs cannot be split evenly over PCIe switches of "
+                            f"{gpus_per_switch} GPUs each")
+    n_sw = len(gpus) // gpus_per_switch
+    socket = get_link_tech("socket")
+    cpus = [f"{prefix}cpu{c}" for c in range(2)]
+    for c, cpu in enumerate(cpus):
+        g.add_node(cpu, kind="cpu")
+        mem = f"{prefix}mem{c}"
+        g.add_node(mem, kind="host_mem", capacity=mem_per_socket)
+        g.add_edge(cpu, mem, **_attrs(ddr, ideal))
+    g.add_edge(cpus[0], cpus[1], **_attrs(socket, ideal))
+    switches = []
+    for j in range(n_sw):
+        sw = f"{prefix}pcie{j}"
+        switches.append(sw)
+        g.add_node(sw, kind="switch")
+        members = gpus[j * gpus_per_switch:(j + 1) * gpus_per_switch]
+        members += nics[j * gpus_per_switch:(j + 1) * gpus_per_switch]
+        for m in members:
+            g.add_edge(m, sw, **_attrs(pcie, ideal))
+        g.add_edge(sw, cpus[(2 * j) // n_sw], **_attrs(pcie, ideal))
+    return switches
+
+
+@dataclass(frozen=True, slots=True)
+class DGXDesign:
+    """What differs between DGX generations (catalog keys; reference README §1.5)."""
+
+    system: str
+    default_gpu: str
+    allowed_gpus: tuple[str, ...]
+    nic: str
+    pcie: str
+    ddr: str
+    host_mem_per_socket: float
+    host_mem_source: str
+
+
+DGX_A100 = DGXDesign("dgx_a100", "A100-80GB", ("A100-40GB", "A100-80GB"), "ib_hdr", "pcie4",
+                     "ddr4", 512 * GB,
+                     "[U] 1 TB system memory (DGX A100 user guide, not in the reference store) "
+                     "split over 2 sockets")
+DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "ddr5",
+                     1000 * GB,
+                     "[C] 2 TB DDR5 (DGX BasePOD RA, reference README §1.5) split over 2 sockets")
+
+
+def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,
+         gpu: object, su_size: object, name: str | None) -> Topology:
+    where = design.system
+    nodes = parse_count(nodes, f"{where} nodes", minimum=1)
+    su_size = parse_count(su_size, f"{where} su_size", minimum=1)
+    dev = get_device(gpu if gpu is not None else design.default_gpu, f"{where} gpu")
+    if dev.name not in design.allowed_gpus:
+        raise TopologyError(f"{where}: gpu {dev.name!r} is not a {where} GPU "
+                            f"(valid: {', '.join(design.allowed_gpus)})")
+    try:
+        oversub = float(oversub)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TopologyError(f"{where}: oversub {oversub!r} is not a number") from None
+    if not (oversub > 0 and math.isfinite(oversub)):
+        raise TopologyError(f"{where}: oversub {oversub!r} must be a finite number > 0")
+    nic, pcie, ddr = (get_link_tech(t) for t in (design.nic, design.pcie, design.ddr))
+    g = nx.Graph()
+    for k in range(nodes):
+        p = f"n{k}."
+        gpus = [f"{p}gpu{i}" for i in range(DGX_GPUS)]
+        nics = [f"{p}nic{i}" for i in range(DGX_GPUS)]
+        for i, name_ in enumerate(gpus):
+            g.add_node(name_, kind="gpu", rank=DGX_GPUS * k + i, device=dev.name, transit=False)
+        for name_ in nics:
+            g.add_node(name_, kind="nic")
+        _add_scaleup(g, p, gpus, dev, ideal)
+        _add_host(g, p, gpus, nics, pcie, ddr, design.host_mem_per_socket, 2, ideal)
+    n_spines = 0
+    if nodes > 1:
+        n_su = math.ceil(nodes / su_size)
+        n_leaves = n_su * DGX_GPUS
+        n_spines = (parse_count(spines, f"{where} spines", minimum=1) if spines is not None
+                    else max(1, n_leaves // 2))
+        for s in range(n_spines):
+            g.add_node(f"spine{s}", kind="switch")
+        for su in range(n_su):
+            members = range(su * su_size, min(nodes, (su + 1) * su_size))
+            for r in range(DGX_GPUS):
+                leaf = f"leaf.su{su}.r{r}"
+                g.add_node(leaf, kind="switch")
+                for k in members:
+                    g.add_edge(f"n{k}.nic{r}", leaf, **_attrs(nic, ideal))
+                up = len(members) * nic.bw / (oversub * n_spines)
+                for s in range(n_spines):
+                    g.add_edge(leaf, f"spine{s}", **_attrs(nic, ideal, up))
+    params = {"nodes": nodes, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
+              "spines": n_spines, "su_size": su_size, "nic": nic.name, "pcie": pcie.name,
+              "ddr": ddr.name, "host_mem_source": design.host_mem_source}
+    default = f"{where.replace('_', '-')}" + (f"-{nodes}node" if nodes > 1 else "")
+    return Topology(g, name=name or default, dims=(DGX_GPUS, nodes),
+                    meta={"builder": design.system, "params": params,
+                          "notes": "NVSwitch chips aggregated into one logical switch per node"})
+
+
+def dgx_a100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
+             spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
+             name: str | None = None) -> Topology:
+    """DGX A100 node(s): 8 x A100 (``gpu``: A100-80GB default or A100-40GB), NVLink3 via one
+    logical NVSwitch (6 chips aggregated), PCIe Gen4 switches, 8 x IB HDR NICs, DDR4 host
+    memory; ``nodes > 1`` adds the rail-optimised fabric (see module docstring)."""
+    return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name)
+
+
+def dgx_h100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
+             spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
+             name: str | None = None) -> Topology:
+    """DGX H100 node(s): 8 x H100 (or ``gpu="H200"``), NVLink4 via one logical NVSwitch (4
+    chips aggregated), PCIe Gen5 switches, 8 x IB NDR NICs, DDR5 host memory (2 TB);
+    ``nodes > 1`` adds the rail-optimised fabric (see module docstring)."""
+    return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name)
+
+
+def _host_techs(dev: GPUSpec, gen: object | None, where: str) -> tuple[LinkTech, LinkTech]:
+    pcie = get_link_tech(dev.host_link if gen is None else
+                         f"pcie{parse_count(gen, f'{where} gen', minimum=0)}", f"{where} gen")
+    ddr = get_link_tech("ddr4" if pcie.bw < get_link_tech("pcie5").bw else "ddr5")
+    return pcie, ddr
+
+
+def pcie_server(gpus: int = 8, gen: int = 4, *, gpu: str = "A100-80GB", gpus_per_switch: int = 2,
+                host_mem: float | str = 512 * GB, ideal: bool = False,
+                name: str | None = None) -> Topology:
+    """A PCIe-only server: ``gpus`` GPUs (no NVLink), ``gpus_per_switch`` per PCIe switch
+    ``pcie<j>``, switches split over 2 CPU sockets ``cpu0``/``cpu1`` joined by a socket link,
+    host memory ``mem0``/``mem1`` (``host_mem`` bytes each, [U] default 512 GB) behind DDR4
+    (gen <= 4) or DDR5 (gen >= 5) links. All PCIe links are x16 of generation ``gen``.
+
+    GPU-to-GPU traffic under one switch crosses 2 PCIe links; across switches it goes through
+    the CPU (and the socket link across sockets). GPUs are ``gpu<i>`` (rank i), transit=False.
+    ``gpu`` only sets the device (compute figures); the catalog has SXM parts, so the
+    figures are those of the SXM variant.
+    """
+    where = "pcie_server"
+    n = parse_count(gpus, f"{where} gpus", minimum=1)
+    per = parse_count(gpus_per_switch, f"{where} gpus_per_switch", minimum=1)
+    dev = get_device(gpu, f"{where} gpu")
+    pcie, ddr = _host_techs(dev, gen, where)
+    cap = parse_size(host_mem, f"{where} host_mem")
+    g = nx.Graph()
+    names = [f"gpu{i}" for i in range(n)]
+    for i, gname in enumerate(names):
+        g.add_node(gname, kind="gpu", rank=i, device=dev.name, transit=False)
+    _add_host(g, "", names, [], pcie, ddr, cap, per, ideal)
+    params = {"gpus": n, "gen": int(pcie.name[4:]), "gpu": dev.name, "gpus_per_switch": per,
+              "host_mem": cap, "ideal": bool(ideal), "pcie": pcie.name, "ddr": ddr.name}
+    return Topology(g, name=name or f"pcie{pcie.name[4:]}-server{n}", dims=(n,),
+                    meta={"builder": "pcie_server", "params": params})
+
+
+def cxl_node(gpu: str = "H100", gpus: int = 8, expanders: int = 4,
+             capacity: float | str = 256 * GB, *, cxl: str = "cxl2", attach: str = "pcie",
+             gen: int | None = None, host_mem: float | str = 1000 * GB, ideal: bool = False,
+             name: str | None = None) -> Topology:
+    """One node with CXL memory expanders.
+
+    Like :func:`pcie_server` (GPUs ``gpu<i>``, 2 per PCIe switch ``pcie<j>``, 2 CPUs, host
+    memory; PCIe generation from the GPU's host interface unless ``gen`` is given) plus the
+    GPU's scale-up fabric (one logical NVSwitch ``nvsw`` for NVLink GPUs, direct links for
+    MI300X) and ``expanders`` CXL memory expanders ``cxl<e>`` (kind ``cxl_mem``,
+    ``capacity`` bytes each, [U] default 256 GB, a common expander size). Expander e is
+    attached by a ``cxl`` link (``cxl2`` or ``cxl3``, x16) to PCIe switch ``pcie<e mod S>``
+    (``attach="pcie"``) or to CPU ``cpu<e mod 2>`` (``attach="cpu"``), so a GPU↔CXL transfer
+    crosses the GPU's PCIe link and the CXL link.
+    """
+    where = "cxl_node"
+    dev = get_device(gpu, f"{where} gpu")
+    n = parse_count(gpus, f"{where} gpus", minimum=1)
+    n_exp = parse_count(expanders, f"{where} expanders", minimum=0)
+    cap = parse_size(capacity, f"{where} capacity", allow_zero=False)
+    mem = parse_size(host_mem, f"{where} host_mem")
+    link = get_link_tech(cxl, f"{where} cxl")
+    if link.type != "cxl":
+        raise TopologyError(f"{where}: cxl={cxl!r} is a {link.type} link, not a CXL one "
+                            "(use cxl2 or cxl3)")
+    if attach not in ("pcie", "cpu"):
+        raise TopologyError(f"{where}: attach={attach!r}; valid: pcie, cpu")
+    pcie, ddr = _host_techs(dev, gen, where)
+    g = nx.Graph()
+    names = [f"gpu{i}" for i in range(n)]
+    for i, gname in enumerate(names):
+        g.add_node(gname, kind="gpu", rank=i, device=dev.name, transit=False)
+    if n > 1:
+        _add_scaleup(g, "", names, dev, ideal)
+    switches = _add_host(g, "", names, [], pcie, ddr, mem, 2 if n % 2 == 0 else 1, ideal)
+    hosts = switches if attach == "pcie" else ["cpu0", "cpu1"]
+    for e in range(n_exp):
+        node = f"cxl{e}"
+        g.add_node(node, kind="cxl_mem", capacity=cap)
+        g.add_edge(node, hosts[e % len(hosts)], **_attrs(link, ideal))
+    params = {"gpu": dev.name, "gpus": n, "expanders": n_exp, "capacity": cap, "cxl": link.name,
+              "attach": attach, "pcie": pcie.name, "ddr": ddr.name, "host_mem": mem,
+              "ideal": bool(ideal)}
+    return Topology(g, name=name or f"cxl-node-{dev.name.lower()}", dims=(n,),
+                    meta={"builder": "cxl_node", "params": params})
+
+
+#: Preset functions by name.
+PRESETS = {"dgx_a100": dgx_a100, "dgx_h100": dgx_h100, "pcie_server": pcie_server,
+           "cxl_node": cxl_node}

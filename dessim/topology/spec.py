@@ -1,0 +1,618 @@
+"""Topology specifications: inline spec strings, YAML files/dicts, and :func:`load_topology`.
+
+Inline grammar
+--------------
+``KIND[:ITEM,ITEM,...]`` where an ITEM is a positional value, ``key=value`` or a bare flag
+(``ideal``). Kinds, their positional form and keys are in :data:`KINDS`
+(``dessim topology list`` prints them with defaults). Examples::
+
+    ring:8,bw=50GB/s,lat=500ns        fc:8,tech=nvlink4          switch:16,bw=25GB/s
+    torus2d:4x4                       torus3d:4x4x4              mesh2d:4x4
+    leafspine:hosts=64,leaves=8,oversub=2,bw=50GB/s
+    multidim:ring(8,bw=300GB/s,lat=250ns)xswitch(4,bw=50GB/s,lat=1us)
+    dgx-a100:nodes=2    dgx-h100:4,ideal    pcie:8,gen=5    cxl:gpu=h100,expanders=4,capacity=512GB
+
+Generic builders (ring, fc, switch, torus2d/3d, mesh2d, leafspine, multidim dimensions)
+take link figures from, in order: explicit ``bw``/``lat``/``type``/``efficiency``; the
+catalog entry named by ``tech=`` (e.g. ``tech=nvlink4``: bw, lat, type and efficiency);
+the defaults ``bw=50GB/s, lat=500ns, type=custom, efficiency=1``.
+
+YAML schema (also a dict)
+-------------------------
+Top-level keys: ``name``, ``description``, ``dims`` (list of ints), ``builder`` (mapping with
+``kind`` and that kind's keys, as in the inline grammar; multidim takes ``dims:`` as a list of
+mappings with ``shape``, ``size`` and link keys), ``nodes`` (list of mappings with ``name``,
+``kind``, ``rank``, ``device``, ``transit``, ``capacity``) and ``links`` (list of mappings with
+``a``, ``b``, ``bw``, ``lat``, ``type``, ``duplex``, ``efficiency``, ``tech``). With a
+``builder``, ``nodes``/``links`` are added to the built graph. Unknown keys, duplicate node
+names, duplicate links and links to unknown nodes raise :class:`~dessim.errors.SpecError`
+naming the file, the place (``links[3]``) and the valid keys.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import networkx as nx
+import yaml
+
+from dessim.catalog.devices import get_device
+from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
+from dessim.errors import DessimError, SpecError, TopologyError
+from dessim.resources import find_data_file, shipped_topologies
+from dessim.topology import builders, presets
+from dessim.topology.graph import NODE_KINDS, Topology
+from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
+
+__all__ = ["KINDS", "Kind", "Param", "load_topology", "parse_inline", "topology_from_dict",
+           "load_yaml", "build_kind", "DEFAULT_BW", "DEFAULT_LAT"]
+
+#: Link figures of generic builders when neither the spec nor ``tech=`` gives them.
+DEFAULT_BW = "50GB/s"
+DEFAULT_LAT = "500ns"
+
+_REQUIRED = object()
+
+
+# ---------------------------------------------------------------- value parsers (raw, what)
+def _p_bool(value: object, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "on", ""):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "no", "0", "off"):
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise SpecError(f"{what}: cannot parse {value!r} as a boolean (true/false)")
+
+
+def _p_float(value: object, what: str) -> float:
+    if isinstance(value, bool):
+        raise SpecError(f"{what}: expected a number, got {value!r}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise SpecError(f"{what}: cannot parse {value!r} as a number") from None
+
+
+def _p_str(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{what}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _p_count(minimum: int) -> Callable[[object, str], int]:
+    return lambda v, what: parse_count(v, what, minimum=minimum)
+
+
+def _p_device(value: object, what: str) -> str:
+    return get_device(_p_str(value, what), what).name
+
+
+def _p_tech(value: object, what: str) -> str:
+    return get_link_tech(_p_str(value, what), what).name
+
+
+_P_BW = lambda v, what: parse_bandwidth(v, what)  # noqa: E731
+_P_LAT = lambda v, what: parse_time(v, what)  # noqa: E731
+_P_SIZE = lambda v, what: parse_size(v, what, allow_zero=False)  # noqa: E731
+_P_TYPE = lambda v, what: check_link_type(v, what)  # noqa: E731
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One key of a kind: its parser, default (``None`` = not set) and help text."""
+
+    name: str
+    parse: Callable[[object, str], Any]
+    default: Any = None
+    help: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """An inline/YAML builder kind: accepted keys, positional form, flags, and the build."""
+
+    name: str
+    help: str
+    params: tuple[Param, ...]
+    build: Callable[[dict[str, Any]], Topology]
+    positional: Callable[[list[str], str], dict[str, Any]] | None = None
+    positional_help: str = ""
+    aliases: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    words_are_positional: bool = False  #: bare words are positional values (multidim)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+
+def _positional_names(*names: str) -> Callable[[list[str], str], dict[str, Any]]:
+    def split(values: list[str], where: str) -> dict[str, Any]:
+        if len(values) > len(names):
+            raise SpecError(f"{where}: too many positional values {values}; expected at most "
+                            f"{len(names)} ({', '.join(names)})")
+        return dict(zip(names, values))
+    return split
+
+
+def _positional_grid(*axes: str) -> Callable[[list[str], str], dict[str, Any]]:
+    def split(values: list[str], where: str) -> dict[str, Any]:
+        if len(values) != 1 or len(values[0].lower().split("x")) != len(axes):
+            raise SpecError(f"{where}: expected one positional shape "
+                            f"{'x'.join(a.upper() for a in axes)} (e.g. {'x'.join(['4'] * len(axes))}), "
+                            f"got {values}")
+        return dict(zip(axes, (v.strip() for v in values[0].lower().split("x"))))
+    return split
+
+
+# Link keys shared by generic builders and multidim dimensions.
+_LINK_PARAMS = (
+    Param("bw", _P_BW, None, f"bandwidth per direction (default {DEFAULT_BW} or tech's)"),
+    Param("lat", _P_LAT, None, f"latency per link (default {DEFAULT_LAT} or tech's)"),
+    Param("type", _P_TYPE, None, f"link type: {', '.join(LINK_TYPES)} (default custom)"),
+    Param("efficiency", _p_float, None, "fraction of bw usable by payload (default 1.0)"),
+    Param("tech", _p_tech, None, "catalog link technology giving bw/lat/type/efficiency"),
+)
+_NAME = Param("name", _p_str, None, "topology name")
+_DEVICE = Param("device", _p_device, None, "GPU model from the catalog")
+
+
+def _link_kwargs(v: dict[str, Any]) -> dict[str, Any]:
+    """bw/lat/link_type/efficiency from explicit keys, then ``tech``, then defaults."""
+    tech = get_link_tech(v["tech"]) if v.get("tech") else None
+    pick = lambda key, from_tech, default: (v[key] if v.get(key) is not None  # noqa: E731
+                                            else from_tech if tech is not None else default)
+    return {"bw": pick("bw", tech and tech.bw, DEFAULT_BW),
+            "lat": pick("lat", tech and tech.lat, DEFAULT_LAT),
+            "link_type": pick("type", tech and tech.type, "custom"),
+            "efficiency": pick("efficiency", tech and tech.efficiency, 1.0)}
+
+
+def _generic(fn: Callable[..., Topology], *size_keys: str) -> Callable[[dict[str, Any]], Topology]:
+    def build(v: dict[str, Any]) -> Topology:
+        link = _link_kwargs(v)
+        return fn(*(v[k] for k in size_keys), link.pop("bw"), link.pop("lat"), **link,
+                  device=v.get("device"), name=v.get("name"))
+    return build
+
+
+def _build_leafspine(v: dict[str, Any]) -> Topology:
+    link = _link_kwargs(v)
+    return builders.leafspine(v["hosts"], v["leaves"], link.pop("bw"), link.pop("lat"),
+                              spines=v.get("spines"), oversub=v["oversub"],
+                              uplink_bw=v.get("uplink_bw"), uplink_lat=v.get("uplink_lat"),
+                              **link, device=v.get("device"), name=v.get("name"))
+
+
+# ---------------------------------------------------------------- multidim dimensions
+_DIM_PARAMS = (Param("shape", _p_str, _REQUIRED, f"one of {', '.join(builders.DIM_SHAPES)}"),
+               Param("size", _p_count(1), _REQUIRED, "GPUs per line"), *_LINK_PARAMS)
+_DIM_RE = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.S)
+
+
+def _dim_from_mapping(raw: Mapping[str, Any], where: str) -> builders.DimSpec:
+    values = _parse_params(_DIM_PARAMS, raw, where)
+    link = _link_kwargs(values)
+    return builders.DimSpec(values["shape"], values["size"], link["bw"], link["lat"],
+                            link["link_type"], link["efficiency"])
+
+
+def _parse_dims_expr(expr: str, where: str) -> list[builders.DimSpec]:
+    parts = _split_top(expr, "x")
+    dims = []
+    for i, part in enumerate(parts):
+        m = _DIM_RE.match(part)
+        if not m:
+            raise SpecError(f"{where}: dimension {i} {part.strip()!r} is not SHAPE(SIZE,key=value,...) "
+                            f"(shapes: {', '.join(builders.DIM_SHAPES)}); dimensions are joined by 'x'")
+        positional, keyed, flags = _split_items(m.group(2), f"{where}: dimension {i}")
+        if flags or len(positional) > 1:
+            raise SpecError(f"{where}: dimension {i}: expected SIZE then key=value items, "
+                            f"got {positional + flags}")
+        raw = {"shape": m.group(1).lower(), **dict(zip(["size"], positional)), **keyed}
+        dims.append(_dim_from_mapping(raw, f"{where}: dimension {i} ({m.group(1)})"))
+    return dims
+
+
+def _multidim_positional(values: list[str], where: str) -> dict[str, Any]:
+    if len(values) != 1:
+        raise SpecError(f"{where}: expected one dimension expression like "
+                        f"ring(8,bw=300GB/s)xswitch(4,bw=50GB/s), got {values}")
+    return {"dims": values[0]}
+
+
+def _p_dims(value: object, what: str) -> list[builders.DimSpec]:
+    if isinstance(value, str):
+        return _parse_dims_expr(value, what)
+    if isinstance(value, list) and value:
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, builders.DimSpec):
+                out.append(item)
+            elif isinstance(item, Mapping):
+                out.append(_dim_from_mapping(item, f"{what}[{i}]"))
+            else:
+                raise SpecError(f"{what}[{i}]: expected a mapping with keys "
+                                f"{', '.join(p.name for p in _DIM_PARAMS)}, got {item!r}")
+        return out
+    raise SpecError(f"{what}: expected a non-empty list of dimensions or an expression like "
+                    f"ring(8)xswitch(4), got {value!r}")
+
+
+# ---------------------------------------------------------------- the kinds
+def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
+    return Kind(
+        name, f"{fn.__doc__.split(':')[0].strip()}; rail-optimised fabric when nodes > 1",
+        (Param("nodes", _p_count(1), 1, "number of DGX nodes"),
+         Param("ideal", _p_bool, False, "every link efficiency 1.0"),
+         Param("oversub", _p_float, 1.0, "leaf uplink oversubscription (1 = non-blocking)"),
+         Param("spines", _p_count(1), None, "spine switches (default leaves/2)"),
+         Param("gpu", _p_device, None, f"GPU model ({gpus})"),
+         Param("su_size", _p_count(1), presets.SU_SIZE, "nodes per scalable unit"), _NAME),
+        lambda v: fn(v["nodes"], ideal=v["ideal"], oversub=v["oversub"], spines=v["spines"],
+                     gpu=v["gpu"], su_size=v["su_size"], name=v["name"]),
+        _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",))
+
+
+KINDS_LIST: tuple[Kind, ...] = (
+    Kind("ring", "bidirectional ring of n GPUs",
+         (Param("n", _p_count(2), _REQUIRED, "GPUs"), *_LINK_PARAMS, _DEVICE, _NAME),
+         _generic(builders.ring, "n"), _positional_names("n"), "N"),
+    Kind("fc", "fully connected: a link between every pair of n GPUs",
+         (Param("n", _p_count(2), _REQUIRED, "GPUs"), *_LINK_PARAMS, _DEVICE, _NAME),
+         _generic(builders.fully_connected, "n"), _positional_names("n"), "N",
+         ("fully-connected", "full")),
+    Kind("switch", "star: n GPUs on one switch sw0",
+         (Param("n", _p_count(1), _REQUIRED, "GPUs"), *_LINK_PARAMS, _DEVICE, _NAME),
+         _generic(builders.switch, "n"), _positional_names("n"), "N", ("star",)),
+    Kind("torus2d", "2-D torus, rank = i + x*j",
+         (Param("x", _p_count(1), _REQUIRED, "size of dim 0"),
+          Param("y", _p_count(1), _REQUIRED, "size of dim 1"), *_LINK_PARAMS, _DEVICE, _NAME),
+         _generic(builders.torus2d, "x", "y"), _positional_grid("x", "y"), "XxY"),
+    Kind("torus3d", "3-D torus, rank = i + x*j + x*y*k",
+         (Param("x", _p_count(1), _REQUIRED, "size of dim 0"),
+          Param("y", _p_count(1), _REQUIRED, "size of dim 1"),
+          Param("z", _p_count(1), _REQUIRED, "size of dim 2"), *_LINK_PARAMS, _DEVICE, _NAME),
+         _generic(builders.torus3d, "x", "y", "z"), _positional_grid("x", "y", "z"), "XxYxZ"),
+    Kind("mesh2d", "2-D mesh (torus without wrap-around), rank = i + x*j",
+         (Param("x", _p_count(1), _REQUIRED, "size of dim 0"),
+          Param("y", _p_count(1), _REQUIRED, "size of dim 1"), *_LINK_PARAMS, _DEVICE, _NAME),
+         _generic(builders.mesh2d, "x", "y"), _positional_grid("x", "y"), "XxY"),
+    Kind("leafspine", "two-level leaf-spine: hosts GPUs over leaves leaf switches",
+         (Param("hosts", _p_count(1), _REQUIRED, "GPUs"),
+          Param("leaves", _p_count(1), _REQUIRED, "leaf switches (must divide hosts)"),
+          Param("spines", _p_count(1), None, "spine switches (default ceil(hosts/leaves/oversub))"),
+          Param("oversub", _p_float, 1.0, "leaf downlink:uplink bandwidth ratio"),
+          Param("uplink_bw", _P_BW, None, "per-uplink bandwidth (instead of oversub)"),
+          Param("uplink_lat", _P_LAT, None, "uplink latency (default lat)"),
+          *_LINK_PARAMS, _DEVICE, _NAME),
+         _build_leafspine, _positional_names("hosts", "leaves"), "HOSTS,LEAVES"),
+    Kind("multidim", "ASTRA-sim style multi-dimensional network (dims fastest first)",
+         (Param("dims", _p_dims, _REQUIRED, "SHAPE(SIZE,key=value)xSHAPE(...) with shapes "
+                                           f"{'/'.join(builders.DIM_SHAPES)} and link keys"),
+          _DEVICE, _NAME),
+         lambda v: builders.multidim(v["dims"], device=v["device"], name=v["name"]),
+         _multidim_positional, "SHAPE(SIZE,...)xSHAPE(SIZE,...)", words_are_positional=True),
+    _dgx_kind("dgx-a100", presets.dgx_a100, "A100-80GB default, A100-40GB"),
+    _dgx_kind("dgx-h100", presets.dgx_h100, "H100 default, H200"),
+    Kind("pcie", "PCIe-only server: GPUs under PCIe switches under 2 CPUs",
+         (Param("gpus", _p_count(1), 8, "GPUs"), Param("gen", _p_count(3), 4, "PCIe generation 3-6"),
+          Param("gpu", _p_device, "A100-80GB", "GPU model"),
+          Param("gpus_per_switch", _p_count(1), 2, "GPUs per PCIe switch"),
+          Param("host_mem", _P_SIZE, "512GB", "host memory per socket"),
+          Param("ideal", _p_bool, False, "every link efficiency 1.0"), _NAME),
+         lambda v: presets.pcie_server(v["gpus"], v["gen"], gpu=v["gpu"],
+                                       gpus_per_switch=v["gpus_per_switch"],
+                                       host_mem=v["host_mem"], ideal=v["ideal"], name=v["name"]),
+         _positional_names("gpus"), "GPUS", ("pcie-server",), ("ideal",)),
+    Kind("cxl", "node with CXL memory expanders on the PCIe switches (or CPUs)",
+         (Param("gpu", _p_device, "H100", "GPU model"), Param("gpus", _p_count(1), 8, "GPUs"),
+          Param("expanders", _p_count(0), 4, "CXL memory expanders"),
+          Param("capacity", _P_SIZE, "256GB", "capacity of each expander"),
+          Param("cxl", _p_tech, "cxl2", "CXL link technology (cxl2, cxl3)"),
+          Param("attach", _p_str, "pcie", "attach expanders to 'pcie' switches or 'cpu's"),
+          Param("gen", _p_count(3), None, "PCIe generation (default: the GPU's)"),
+          Param("host_mem", _P_SIZE, "1000GB", "host memory per socket"),
+          Param("ideal", _p_bool, False, "every link efficiency 1.0"), _NAME),
+         lambda v: presets.cxl_node(v["gpu"], v["gpus"], v["expanders"], v["capacity"],
+                                    cxl=v["cxl"], attach=v["attach"], gen=v["gen"],
+                                    host_mem=v["host_mem"], ideal=v["ideal"], name=v["name"]),
+         _positional_names("gpus"), "GPUS", ("cxl-node",), ("ideal",)),
+)
+
+#: Kinds by canonical name.
+KINDS: dict[str, Kind] = {k.name: k for k in KINDS_LIST}
+_KIND_ALIASES: dict[str, str] = {}
+for _k in KINDS_LIST:
+    for _a in (_k.name, *_k.aliases):
+        _KIND_ALIASES[_a.replace("_", "-")] = _k.name
+
+
+def find_kind(name: object, where: str) -> Kind:
+    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else None
+    if key in _KIND_ALIASES:
+        return KINDS[_KIND_ALIASES[key]]
+    raise SpecError(f"{where}: unknown topology kind {name!r}; valid kinds: {', '.join(KINDS)}")
+
+
+# ---------------------------------------------------------------- generic helpers
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split ``text`` on ``sep`` outside parentheses."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+def _split_items(text: str, where: str) -> tuple[list[str], dict[str, str], list[str]]:
+    """Comma-separated items → (positional values, key=value pairs, bare words)."""
+    positional: list[str] = []
+    keyed: dict[str, str] = {}
+    words: list[str] = []
+    if not text.strip():
+        return positional, keyed, words
+    for item in _split_top(text, ","):
+        item = item.strip()
+        if not item:
+            raise SpecError(f"{where}: empty item (two commas in a row or a trailing comma)")
+        if "=" in item and "(" not in item.split("=", 1)[0]:
+            key, value = (s.strip() for s in item.split("=", 1))
+            if key in keyed:
+                raise SpecError(f"{where}: key {key!r} given twice")
+            keyed[key] = value
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", item):
+            words.append(item)
+        else:
+            positional.append(item)
+    return positional, keyed, words
+
+
+def _parse_params(params: tuple[Param, ...], raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check keys and parse each value; missing keys get their defaults (parsed)."""
+    by_name = {p.name: p for p in params}
+    unknown = [k for k in raw if k not in by_name]
+    if unknown:
+        raise SpecError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(by_name)}")
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.name in raw:
+            try:
+                out[p.name] = p.parse(raw[p.name], p.name)
+            except DessimError as exc:
+                raise type(exc)(f"{where}: {exc}") from None
+        elif p.required:
+            raise SpecError(f"{where}: missing {p.name!r} ({p.help})")
+        else:
+            out[p.name] = None if p.default is None else p.parse(p.default, p.name)
+    return out
+
+
+def build_kind(kind: Kind | str, raw: Mapping[str, Any], where: str) -> Topology:
+    """Build ``kind`` from raw values (strings or numbers); errors are prefixed by ``where``."""
+    try:
+        k = kind if isinstance(kind, Kind) else find_kind(kind, where)
+        return k.build(_parse_params(k.params, raw, where))
+    except DessimError as exc:
+        msg = str(exc)
+        raise type(exc)(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+# ---------------------------------------------------------------- inline specs
+def parse_inline(spec: str) -> Topology:
+    """Build a topology from an inline spec such as ``"ring:8,bw=50GB/s,lat=500ns"``."""
+    head, _, rest = spec.strip().partition(":")
+    kind = find_kind(head, f"topology spec {spec!r}")
+    where = f"{kind.name} spec {spec!r}"
+    try:
+        positional, keyed, words = _split_items(rest, where)
+        raw: dict[str, Any] = {}
+        for word in words:
+            if word in kind.flags:
+                raw[word] = True
+            elif kind.words_are_positional:
+                positional.append(word)
+            else:  # positionals are numbers or shapes ("8", "4x4"), never bare words
+                raise SpecError(f"{where}: unknown flag {word!r}; valid keys: "
+                                f"{', '.join(kind.keys)}" +
+                                (f"; flags: {', '.join(kind.flags)}" if kind.flags else ""))
+        if positional:
+            if kind.positional is None:
+                raise SpecError(f"{where}: {kind.name} takes no positional value, got {positional}")
+            for key, value in kind.positional(positional, where).items():
+                if key in keyed:
+                    raise SpecError(f"{where}: {key!r} given both positionally and as {key}=")
+                raw[key] = value
+        raw.update(keyed)
+    except DessimError as exc:
+        raise type(exc)(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    return build_kind(kind, raw, where)
+
+
+# ---------------------------------------------------------------- YAML / dict
+_TOP_KEYS = ("name", "description", "dims", "builder", "nodes", "links")
+_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity")
+_LINK_KEYS = ("a", "b", "bw", "lat", "type", "duplex", "efficiency", "tech")
+
+
+def _check_keys(item: object, valid: tuple[str, ...], where: str) -> Mapping[str, Any]:
+    if not isinstance(item, Mapping):
+        raise SpecError(f"{where}: expected a mapping with keys {', '.join(valid)}, got {item!r}")
+    for key in item:
+        if key not in valid:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    return item
+
+
+def _node_attrs(item: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    for key in ("name", "kind"):
+        if key not in item:
+            raise SpecError(f"{where}: missing {key!r}")
+    name = item["name"]
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{where}: name must be a non-empty string, got {name!r}")
+    kind = item["kind"]
+    if kind not in NODE_KINDS:
+        raise SpecError(f"{where} ({name}): unknown kind {kind!r}; valid kinds: {', '.join(NODE_KINDS)}")
+    attrs: dict[str, Any] = {"kind": kind}
+    if item.get("rank") is not None:
+        rank = item["rank"]
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            raise SpecError(f"{where} ({name}): rank must be an integer >= 0, got {rank!r}")
+        attrs["rank"] = rank
+    if item.get("device") is not None:
+        attrs["device"] = _p_device(item["device"], f"{where} ({name}) device")
+    if "transit" in item:
+        attrs["transit"] = _p_bool(item["transit"], f"{where} ({name}) transit")
+    if item.get("capacity") is not None:
+        attrs["capacity"] = parse_size(item["capacity"], f"{where} ({name}) capacity")
+    return name, attrs
+
+
+def _link_attrs(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    tech = get_link_tech(item["tech"], f"{where} tech") if item.get("tech") is not None else None
+    if tech is None:
+        missing = [k for k in ("bw", "lat") if k not in item]
+        if missing:
+            raise SpecError(f"{where}: missing {missing[0]!r} (give bw and lat, or tech)")
+    attrs = builders.link_attrs(
+        item.get("bw", tech.bw if tech else None), item.get("lat", tech.lat if tech else None),
+        item.get("type", tech.type if tech else "custom"),
+        _p_float(item.get("efficiency", tech.efficiency if tech else 1.0), f"{where} efficiency"),
+        duplex=_p_bool(item.get("duplex", tech.duplex if tech else True), f"{where} duplex"),
+        where=where)
+    if tech is not None:
+        attrs["tech"] = tech.name
+    return attrs
+
+
+def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
+    """Build a topology from a parsed YAML document (schema in the module docstring).
+
+    ``source`` (a file name) prefixes every error message.
+    """
+    top = _check_keys(data, _TOP_KEYS, f"{source}: top level")
+    meta: dict[str, Any] = {"source": source}
+    dims = top.get("dims")
+    if "builder" in top:
+        b = top["builder"]
+        if not isinstance(b, Mapping):
+            raise SpecError(f"{source}: builder must be a mapping with 'kind' and that kind's "
+                            f"keys, got {b!r}")
+        if "kind" not in b:
+            raise SpecError(f"{source}: builder: missing 'kind' (valid kinds: {', '.join(KINDS)})")
+        kind = find_kind(b["kind"], f"{source}: builder")
+        raw = {k: v for k, v in b.items() if k != "kind"}
+        if top.get("name") is not None and "name" not in raw:
+            raw["name"] = top["name"]
+        base = build_kind(kind, raw, f"{source}: builder ({kind.name})")
+        graph = base.graph.copy()
+        meta.update(base.meta)
+        if dims is None and not top.get("nodes"):
+            dims = base.dims
+        name = base.name
+    else:
+        graph = nx.Graph()
+        name = top.get("name") or Path(source).stem
+    if not isinstance(name, str):
+        raise SpecError(f"{source}: name must be a string, got {name!r}")
+    if top.get("description") is not None:
+        meta["description"] = str(top["description"])
+    nodes = top.get("nodes") or []
+    links = top.get("links") or []
+    for key, value in (("nodes", nodes), ("links", links)):
+        if not isinstance(value, list):
+            raise SpecError(f"{source}: {key} must be a list, got {type(value).__name__}")
+    for i, item in enumerate(nodes):
+        where = f"{source}: nodes[{i}]"
+        node, attrs = _node_attrs(_check_keys(item, _NODE_KEYS, where), where)
+        if node in graph:
+            raise SpecError(f"{where}: duplicate node name {node!r}")
+        graph.add_node(node, **attrs)
+    for i, item in enumerate(links):
+        where = f"{source}: links[{i}]"
+        item = _check_keys(item, _LINK_KEYS, where)
+        for end in ("a", "b"):
+            if end not in item:
+                raise SpecError(f"{where}: missing {end!r}")
+            if item[end] not in graph:
+                raise SpecError(f"{where}: {end}: unknown node {item[end]!r} (declare it under "
+                                "nodes: first)")
+        a, b = item["a"], item["b"]
+        if a == b:
+            raise SpecError(f"{where}: a link from {a!r} to itself")
+        if graph.has_edge(a, b):
+            raise SpecError(f"{where}: duplicate link {a} -- {b} (a link is undirected and full "
+                            "duplex; give one entry per physical link)")
+        graph.add_edge(a, b, **_link_attrs(item, f"{where} ({a} -- {b})"))
+    if dims is not None and (not isinstance(dims, (list, tuple)) or
+                             not all(isinstance(d, int) and not isinstance(d, bool) for d in dims)):
+        raise SpecError(f"{source}: dims must be a list of integers, got {dims!r}")
+    try:
+        return Topology(graph, name=name, dims=dims, meta=meta)
+    except TopologyError as exc:
+        raise TopologyError(f"{source}: {exc}") from None
+
+
+def load_yaml(path: str | os.PathLike[str]) -> Topology:
+    """Load a topology YAML (or JSON) file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read topology file {str(p)!r}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: invalid YAML: {exc}") from None
+    return topology_from_dict(data, str(p))
+
+
+def load_topology(spec: Topology | str | os.PathLike[str] | Mapping[str, Any]) -> Topology:
+    """A :class:`Topology` from any spec form.
+
+    ``spec`` may be a Topology (returned as is), a dict (YAML schema), a path to a YAML file,
+    the name of a shipped file in ``topologies/`` (``"dgx-h100-4node"``), or an inline spec
+    (``"ring:8,bw=50GB/s"``, ``"dgx-h100:nodes=4"``).
+    """
+    if isinstance(spec, Topology):
+        return spec
+    if isinstance(spec, Mapping):
+        return topology_from_dict(spec)
+    if isinstance(spec, os.PathLike):
+        return load_yaml(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise SpecError(f"topology spec: expected a spec string, file, dict or Topology, got {spec!r}")
+    text = spec.strip()
+    if Path(text).is_file():
+        return load_yaml(text)
+    shipped = find_data_file("topologies", text)
+    if shipped is not None:
+        return load_yaml(shipped)
+    head = text.partition(":")[0].strip().lower().replace("_", "-")
+    if head in _KIND_ALIASES and "/" not in head:
+        return parse_inline(text)
+    if text.endswith((".yaml", ".yml", ".json")) or os.sep in text:
+        raise SpecError(f"topology file {text!r} does not exist")
+    raise SpecError(f"unknown topology spec {text!r}: not a file, not a shipped topology "
+                    f"({', '.join(shipped_topologies()) or 'none found'}) and not an inline spec "
+                    f"KIND:... with KIND in {', '.join(KINDS)}")
