@@ -1,0 +1,372 @@
+"""Parallel layouts: how a model is split over GPUs, validation, and placement on ranks.
+
+A :class:`ParallelLayout` combines tensor (``tp``), pipeline (``pp``), data (``dp``) and
+context (``cp``) parallelism, with expert parallelism (``ep``) carved out of the data-parallel
+dimension, sequence parallelism (``sp``, a flag on top of TP), the ZeRO stage, the pipeline
+schedule, the batch sizes and the activation-recomputation policy.
+
+Placement
+    The world of ``tp·cp·dp·pp`` ranks is a 4-D grid. ``order`` lists the dimensions from the
+    fastest-varying to the slowest; the default ``("tp", "cp", "dp", "pp")`` is Megatron-core's
+    default order (``"tp-cp-ep-dp-pp"`` in ``megatron/core/parallel_state.py``): TP innermost
+    because its all-reduces/all-gathers run in every layer, forward and backward, and must stay
+    on the fast intra-node links (NVLink); CP next (per-layer K/V exchange); then DP (one
+    gradient reduction per iteration, overlappable); PP outermost because its point-to-point
+    activation transfers are the smallest and tolerate crossing nodes. So with 8 GPUs per node
+    and ``tp=8``, every TP group is exactly one node.
+
+    Rank = Σ index(dim) · stride(dim), stride(first) = 1, stride(next) = stride · size.
+    Within DP, expert parallelism varies fastest: ``dp_index = ep_index + ep · edp_index``, so
+    an EP group is ``ep`` consecutive DP replicas and an expert-data-parallel (``edp``) group
+    holds the replicas of the same experts.
+
+Group names accepted by :meth:`ParallelLayout.groups`: ``tp``, ``cp``, ``dp``, ``pp`` (the
+pipeline chains, in stage order), ``ep``, ``edp`` and the composites ``dp_cp`` (gradient
+reduction of dense weights when ``cp > 1``: CP ranks hold the same weights), ``edp_cp``
+(gradient reduction of expert weights) and ``mp`` (model parallel: ``tp × pp``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping, NamedTuple
+
+from dessim.errors import WorkloadError
+
+if TYPE_CHECKING:  # only for type hints: model.py does not depend on layout.py
+    from dessim.workload.model import TransformerConfig
+
+__all__ = [
+    "BASE_DIMS",
+    "DEFAULT_ORDER",
+    "GROUP_DIMS",
+    "RECOMPUTE_POLICIES",
+    "SCHEDULES",
+    "PipelineSchedule",
+    "RankCoords",
+    "ParallelLayout",
+    "parse_zero_stage",
+]
+
+#: The four grid dimensions of the rank space.
+BASE_DIMS: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+
+#: Default placement order, fastest-varying first (Megatron-core's default; see module doc).
+DEFAULT_ORDER: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+
+#: Named rank groups → the sub-dimensions that vary inside one group (``dp`` = ``ep × edp``).
+GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "tp": ("tp",),
+    "cp": ("cp",),
+    "dp": ("ep", "edp"),
+    "pp": ("pp",),
+    "ep": ("ep",),
+    "edp": ("edp",),
+    "dp_cp": ("ep", "edp", "cp"),
+    "edp_cp": ("edp", "cp"),
+    "mp": ("tp", "pp"),
+})
+
+#: Activation-recomputation policies (Korthikanti et al. 2022, reference README §4):
+#: none; selective = recompute the attention core (QKᵀ, softmax, dropout, ·V) in backward;
+#: full = keep only each layer's input and recompute the whole layer forward in backward.
+RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
+
+
+class RankCoords(NamedTuple):
+    """Coordinates of one rank in the parallel grid (``dp = ep + ep_size · edp``)."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    edp: int
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSchedule:
+    """A pipeline schedule's closed forms (reference README §4, pipeline table).
+
+    ``interleaved``: every stage holds ``v`` model chunks (virtual stages).
+    """
+
+    name: str
+    interleaved: bool
+    description: str
+
+    def in_flight(self, stage: int, p: int, m: int, v: int = 1) -> float:
+        """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
+        micro-batch through *all* the stage's layers.
+
+        GPipe: all ``m`` forwards run before any backward → ``m``. 1F1B (Megatron
+        ``forward_backward_pipelining_without_interleaving``): ``p - stage - 1`` warm-up
+        forwards (at most ``m``) plus one → ``min(p - stage, m)``; the first stage holds ``p``.
+        Interleaved (Megatron ``..._with_interleaving``): ``2(p - stage - 1) + (v - 1)p``
+        warm-up chunk-forwards plus one, at most ``m·v``, each chunk being ``1/v`` of the
+        stage's layers → the first stage holds ``(p(v+1) - 1)/v`` ≈ ``p(1 + 1/v)``
+        micro-batches' worth: slightly more than 1F1B.
+        """
+        if self.name == "gpipe":
+            return float(m)
+        if not self.interleaved:
+            return float(min(p - stage, m))
+        warmup = 2 * (p - stage - 1) + (v - 1) * p
+        return min(warmup + 1, m * v) / v
+
+    def bubble_fraction(self, p: int, m: int, v: int = 1) -> float:
+        """Idle time of the pipeline relative to the ideal (bubble-free) time:
+        ``(p-1)/m`` for GPipe and 1F1B, ``(p-1)/(v·m)`` interleaved (Narayanan et al. SC21)."""
+        return (p - 1) / (m * (v if self.interleaved else 1))
+
+
+SCHEDULES: Mapping[str, PipelineSchedule] = MappingProxyType({
+    "gpipe": PipelineSchedule("gpipe", False, "all forwards, then all backwards (Huang et al. 2019)"),
+    "1f1b": PipelineSchedule("1f1b", False, "one-forward-one-backward / PipeDream-Flush"),
+    "interleaved": PipelineSchedule("interleaved", True, "interleaved 1F1B with v virtual stages"),
+})
+
+
+def parse_zero_stage(value: object, what: str = "zero_stage") -> int:
+    """A ZeRO stage: 0, 1, 2, 3 or ``"fsdp"`` (= 3: parameters, gradients and optimizer
+    states all sharded, which is what PyTorch FSDP's FULL_SHARD does)."""
+    if value == "fsdp":
+        return 3
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2, 3):
+        raise WorkloadError(f"{what}={value!r} is not a ZeRO stage; valid: 0, 1, 2, 3, 'fsdp'")
+    return value
+
+
+def _positive(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkloadError(f"parallel layout: {what}={value!r} must be a whole number >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelLayout:
+    """How one training job is parallelised (see the module docstring).
+
+    The number of micro-batches per iteration and per pipeline is
+    ``m = global_batch / (micro_batch · dp)`` (CP splits each sequence, not the batch).
+    The constructor checks what the layout alone determines; :meth:`validate` checks it
+    against a model and a GPU count.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero_stage: int = 0
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    micro_batch: int = 1
+    global_batch: int | None = None
+    recompute: str = "none"
+    order: tuple[str, ...] = DEFAULT_ORDER
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
+            _positive(getattr(self, name), name)
+        if self.global_batch is None:
+            object.__setattr__(self, "global_batch", self.micro_batch * self.dp)
+        _positive(self.global_batch, "global_batch")
+        if not isinstance(self.sp, bool):
+            raise WorkloadError(f"parallel layout: sp={self.sp!r} must be true or false")
+        object.__setattr__(self, "zero_stage", parse_zero_stage(self.zero_stage, "parallel layout: zero_stage"))
+        if self.schedule not in SCHEDULES:
+            raise WorkloadError(f"parallel layout: schedule={self.schedule!r} is unknown; "
+                                f"valid: {', '.join(SCHEDULES)}")
+        if self.recompute not in RECOMPUTE_POLICIES:
+            raise WorkloadError(f"parallel layout: recompute={self.recompute!r} is unknown; "
+                                f"valid: {', '.join(RECOMPUTE_POLICIES)}")
+        if SCHEDULES[self.schedule].interleaved:
+            if self.virtual_stages < 2:
+                raise WorkloadError(f"parallel layout: schedule 'interleaved' needs virtual_stages >= 2 "
+                                    f"(got {self.virtual_stages}); use '1f1b' for one chunk per stage")
+            if self.pp < 2:
+                raise WorkloadError("parallel layout: schedule 'interleaved' needs pp >= 2 "
+                                    f"(got pp={self.pp})")
+        elif self.virtual_stages != 1:
+            raise WorkloadError(f"parallel layout: virtual_stages={self.virtual_stages} needs "
+                                f"schedule 'interleaved' (got {self.schedule!r})")
+        order = tuple(self.order)
+        object.__setattr__(self, "order", order)
+        if sorted(order) != sorted(BASE_DIMS):
+            raise WorkloadError(f"parallel layout: order={list(order)!r} must list each of "
+                                f"{', '.join(BASE_DIMS)} exactly once (fastest-varying first)")
+        if self.dp % self.ep:
+            raise WorkloadError(f"parallel layout: ep={self.ep} does not divide dp={self.dp} "
+                                "(expert parallelism is carved out of data parallelism)")
+        batch_unit = self.micro_batch * self.dp
+        if self.global_batch % batch_unit:
+            raise WorkloadError(f"parallel layout: global_batch={self.global_batch} is not divisible by "
+                                f"micro_batch × dp = {self.micro_batch} × {self.dp} = {batch_unit}")
+        if SCHEDULES[self.schedule].interleaved and self.num_micro_batches % self.pp:
+            raise WorkloadError(f"parallel layout: the interleaved schedule needs the number of "
+                                f"micro-batches ({self.num_micro_batches} = global_batch / (micro_batch × dp)) "
+                                f"to be divisible by pp={self.pp} (as Megatron-LM requires)")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def world_size(self) -> int:
+        """GPUs used: ``tp · cp · dp · pp``."""
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: replicas of each expert shard (``dp / ep``)."""
+        return self.dp // self.ep
+
+    @property
+    def num_micro_batches(self) -> int:
+        """``m = global_batch / (micro_batch · dp)``: micro-batches per pipeline per iteration."""
+        return self.global_batch // (self.micro_batch * self.dp)  # type: ignore[operator]
+
+    @property
+    def pipeline(self) -> PipelineSchedule:
+        return SCHEDULES[self.schedule]
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Whether sequence parallelism is in effect (it needs ``tp > 1`` to do anything)."""
+        return self.sp and self.tp > 1
+
+    def size(self, dim: str) -> int:
+        """Size of a grid dimension or sub-dimension (``tp, cp, dp, pp, ep, edp``)."""
+        if dim not in ("tp", "cp", "dp", "pp", "ep", "edp"):
+            raise WorkloadError(f"unknown parallel dimension {dim!r}; valid: tp, cp, dp, pp, ep, edp")
+        return getattr(self, dim)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, model: "TransformerConfig", num_gpus: int | None = None) -> "ParallelLayout":
+        """Check the layout against ``model`` (and a GPU count); returns ``self``.
+
+        Raises :class:`~dessim.errors.WorkloadError` naming the numbers at fault.
+        """
+        where = f"layout for model {model.name!r}"
+        if num_gpus is not None and self.world_size != num_gpus:
+            raise WorkloadError(f"{where}: tp × pp × dp × cp = {self.tp} × {self.pp} × {self.dp} × {self.cp} "
+                                f"= {self.world_size} but there are {num_gpus} GPUs")
+        if model.heads % self.tp:
+            raise WorkloadError(f"{where}: heads={model.heads} is not divisible by tp={self.tp}")
+        if model.kv_heads % self.tp:  # type: ignore[operator]
+            raise WorkloadError(f"{where}: kv_heads={model.kv_heads} is not divisible by tp={self.tp} "
+                                "(each TP rank needs whole key/value heads)")
+        if model.ffn_hidden % self.tp or model.moe_ffn_hidden % self.tp:  # type: ignore[operator]
+            raise WorkloadError(f"{where}: ffn_hidden={model.ffn_hidden} (moe_ffn_hidden="
+                                f"{model.moe_ffn_hidden}) is not divisible by tp={self.tp}")
+        chunks = self.pp * self.virtual_stages
+        if model.layers % chunks:
+            what = (f"pp × virtual_stages = {self.pp} × {self.virtual_stages} = {chunks}"
+                    if self.virtual_stages > 1 else f"pp={self.pp}")
+            raise WorkloadError(f"{where}: layers={model.layers} is not divisible by {what}")
+        if self.cp > 1 and model.seq_len % (2 * self.cp):
+            raise WorkloadError(f"{where}: seq_len={model.seq_len} is not divisible by 2 × cp = {2 * self.cp} "
+                                "(context parallelism splits each sequence into 2·cp load-balanced chunks)")
+        if self.sequence_parallel and (model.seq_len // self.cp) % self.tp:
+            raise WorkloadError(f"{where}: sequence parallelism needs seq_len / cp = {model.seq_len // self.cp} "
+                                f"divisible by tp={self.tp}")
+        if self.ep > 1 and not model.is_moe:
+            raise WorkloadError(f"{where}: ep={self.ep} but the model is dense (experts=1)")
+        if model.experts % self.ep:
+            raise WorkloadError(f"{where}: ep={self.ep} does not divide experts={model.experts}")
+        return self
+
+    # ------------------------------------------------------------------ placement
+    def _strides(self) -> dict[str, int]:
+        strides, step = {}, 1
+        for dim in self.order:
+            strides[dim] = step
+            step *= getattr(self, dim)
+        return strides
+
+    def rank_of(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        """Global rank of grid coordinates (each 0-based)."""
+        coords = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+        for dim, idx in coords.items():
+            if not 0 <= idx < getattr(self, dim):
+                raise WorkloadError(f"{dim} index {idx} is out of range 0..{getattr(self, dim) - 1}")
+        strides = self._strides()
+        return sum(coords[d] * strides[d] for d in BASE_DIMS)
+
+    def coords(self, rank: int) -> RankCoords:
+        """Grid coordinates of a global rank."""
+        if not 0 <= rank < self.world_size:
+            raise WorkloadError(f"rank {rank} is out of range 0..{self.world_size - 1}")
+        idx, rest = {}, rank
+        for dim in self.order:
+            idx[dim] = rest % getattr(self, dim)
+            rest //= getattr(self, dim)
+        return RankCoords(idx["tp"], idx["cp"], idx["dp"], idx["pp"],
+                          idx["dp"] % self.ep, idx["dp"] // self.ep)
+
+    def stage_of(self, rank: int) -> int:
+        """Pipeline stage (0-based) of a rank."""
+        return self.coords(rank).pp
+
+    def _group_dims(self, name: str) -> tuple[str, ...]:
+        if name not in GROUP_DIMS:
+            raise WorkloadError(f"unknown rank group {name!r}; valid: {', '.join(GROUP_DIMS)}")
+        return GROUP_DIMS[name]
+
+    def _rank_from_sub(self, sub: Mapping[str, int]) -> int:
+        return self.rank_of(tp=sub["tp"], cp=sub["cp"], dp=sub["ep"] + self.ep * sub["edp"], pp=sub["pp"])
+
+    def group_of(self, rank: int, name: str) -> tuple[int, ...]:
+        """The group ``name`` (e.g. ``"tp"``) that ``rank`` belongs to, ranks ascending
+        (for ``pp`` that is stage order). Costs O(group size)."""
+        varying = self._group_dims(name)
+        c = self.coords(rank)._asdict()
+        members = []
+        for values in product(*(range(self.size(d)) for d in varying)):
+            sub = dict(c)
+            sub.update(zip(varying, values))
+            members.append(self._rank_from_sub(sub))
+        return tuple(sorted(members))
+
+    def groups(self, name: str) -> tuple[tuple[int, ...], ...]:
+        """Every group of kind ``name`` (``tp``, ``dp``, ``pp``, ``ep``, ...), each a tuple of
+        ascending ranks, the groups ordered by their first rank. Every rank is in exactly one
+        group of each kind."""
+        varying = self._group_dims(name)
+        fixed = [d for d in ("tp", "cp", "pp", "ep", "edp") if d not in varying]
+        out = []
+        for fixed_values in product(*(range(self.size(d)) for d in fixed)):
+            base = dict(zip(fixed, fixed_values))
+            members = []
+            for values in product(*(range(self.size(d)) for d in varying)):
+                sub = dict(base)
+                sub.update(zip(varying, values))
+                members.append(self._rank_from_sub(sub))
+            out.append(tuple(sorted(members)))
+        return tuple(sorted(out))
+
+    def stage_layers(self, num_layers: int, stage: int) -> tuple[range, ...]:
+        """The layer indices held by pipeline stage ``stage``: one range per model chunk
+        (one chunk unless interleaved; chunk ``c`` of stage ``i`` is global chunk
+        ``c·pp + i``, as in Megatron's interleaved schedule)."""
+        if not 0 <= stage < self.pp:
+            raise WorkloadError(f"pipeline stage {stage} is out of range 0..{self.pp - 1}")
+        chunks = self.pp * self.virtual_stages
+        if num_layers % chunks:
+            raise WorkloadError(f"layers={num_layers} is not divisible by pp × virtual_stages = {chunks}")
+        per = num_layers // chunks
+        return tuple(range((c * self.pp + stage) * per, (c * self.pp + stage + 1) * per)
+                     for c in range(self.virtual_stages))
+
+    def describe(self) -> str:
+        """One-line summary, e.g. ``tp=8 pp=8 dp=16 (1024 GPUs) sp 1f1b m=96 zero=1``."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}"]
+        parts += [f"cp={self.cp}"] if self.cp > 1 else []
+        parts += [f"ep={self.ep}"] if self.ep > 1 else []
+        parts.append(f"({self.world_size} GPUs)")
+        parts += ["sp"] if self.sequence_parallel else []
+        sched = self.schedule + (f"(v={self.virtual_stages})" if self.virtual_stages > 1 else "")
+        parts += [sched, f"mb={self.micro_batch}", f"gb={self.global_batch}", f"m={self.num_micro_batches}",
+                  f"zero={self.zero_stage}", f"recompute={self.recompute}"]
+        return " ".join(parts)
+

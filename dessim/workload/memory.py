@@ -1,0 +1,436 @@
+"""Per-GPU memory estimates of a training job, and whether they fit a device.
+
+Categories (bytes per GPU, for the worst pipeline stage unless a stage is asked for):
+
+weights, gradients, optimizer
+    Mixed-precision Adam by ZeRO (Rajbhandari et al., SC20; reference README §4): per
+    parameter ``param_bytes`` (2) of weights, ``grad_bytes`` (2) of gradients and *K* (12) of
+    optimizer state, i.e. 16 bytes; ZeRO stage 1 shards the optimizer state over the
+    data-parallel group, stage 2 also the gradients, stage 3 (FSDP) also the weights.
+    The sharding group is ``dp·cp`` for dense weights (CP ranks hold the same weights) and
+    ``edp·cp`` for expert weights. Parameters per GPU are the layer parameters of the stage
+    split over TP (norm weights, row-parallel biases and the MoE router are replicated) and
+    experts over EP; the first stage adds the vocabulary-parallel embedding (learned position
+    embeddings replicated), the last stage the final norm and the LM head (or, with tied
+    embeddings and ``pp > 1``, Megatron-LM's copy of the embedding).
+activations
+    Stored activations per layer and micro-batch from the component model of Korthikanti et
+    al. 2022 (reference README §4 table; see :func:`layer_activation_bytes`), times the
+    stage's layers, times the micro-batches in flight of the pipeline schedule
+    (:meth:`~dessim.workload.layout.PipelineSchedule.in_flight`: GPipe ``m``, 1F1B ``p`` on
+    the first stage, interleaved ``(p(v+1)-1)/v``). Plus: the embedding dropout mask on the
+    first stage, the final norm input and fp32 logits (``4·T·V/tp``, what Megatron-LM's
+    vocabulary-parallel cross-entropy keeps) on the last stage, and under full recompute the
+    full activations of the one layer being recomputed.
+comm_buffers (assumptions)
+    Two gradient buckets of ``bucket_size`` when gradients are reduced over ``dp·cp > 1``
+    (one being reduced while the next fills: PyTorch DDP); under ZeRO-3 the gathered weights
+    of two layers (current + prefetched); with ``pp > 1`` one send and one receive buffer per
+    direction (4 activation messages of ``b·s·h/cp`` elements, ``/tp`` with SP); with
+    ``tp > 1`` one all-gathered/all-reduced activation (``b·s·h/cp`` elements); with
+    ``ep > 1`` the all-to-all dispatch and combine buffers (2 × routed tokens × h). NCCL's own
+    internal buffers are not counted.
+overhead
+    ``MemoryOptions.overhead``: what the user reserves for the CUDA context, the framework
+    and fragmentation (default 0: not modelled).
+
+Offload (``offload_optimizer`` / ``offload_activations`` = ``host`` | ``cxl``) moves the
+optimizer states, or all stored layer activations except two layers' worth of one
+micro-batch (the one being computed and the one being prefetched), out of HBM; those bytes
+are reported in ``offloaded`` per target. The transfers themselves are the generator's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from math import ceil
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+from dessim.errors import MemoryFitError, WorkloadError
+from dessim.units import format_size
+from dessim.workload.layout import RECOMPUTE_POLICIES, ParallelLayout
+from dessim.workload.model import Precision, TransformerConfig
+
+__all__ = [
+    "OFFLOAD_TARGETS",
+    "DEFAULT_BUCKET_SIZE",
+    "MemoryOptions",
+    "ZeroStateBytes",
+    "MemoryEstimate",
+    "zero_state_bytes",
+    "paper_activation_bytes",
+    "layer_activation_bytes",
+    "params_on_gpu",
+    "estimate_memory",
+    "fitting_alternatives",
+    "check_fit",
+]
+
+#: Where offloaded bytes may go.
+OFFLOAD_TARGETS: tuple[str, ...] = ("none", "host", "cxl")
+
+#: Gradient bucket size: PyTorch DDP's default ``bucket_cap_mb=25`` (MiB).
+DEFAULT_BUCKET_SIZE: int = 25 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOptions:
+    """Knobs of the memory estimate that are not part of the parallel layout."""
+
+    bucket_size: int = DEFAULT_BUCKET_SIZE   #: bytes per gradient bucket
+    offload_optimizer: str = "none"          #: none | host | cxl
+    offload_activations: str = "none"        #: none | host | cxl
+    overhead: int = 0                        #: bytes reserved for context/framework/fragmentation
+
+    def __post_init__(self) -> None:
+        for name in ("offload_optimizer", "offload_activations"):
+            if getattr(self, name) not in OFFLOAD_TARGETS:
+                raise WorkloadError(f"memory options: {name}={getattr(self, name)!r} is unknown; "
+                                    f"valid: {', '.join(OFFLOAD_TARGETS)}")
+        for name in ("bucket_size", "overhead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise WorkloadError(f"memory options: {name}={value!r} must be a whole number of bytes >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroStateBytes:
+    """Model-state bytes per data-parallel rank."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def zero_state_bytes(params: float, dp: int, stage: int, precision: Precision) -> ZeroStateBytes:
+    """Bytes of weights, gradients and optimizer state per rank for ``params`` parameters
+    replicated over ``dp`` ranks under ZeRO ``stage`` (reference README §4):
+    stage 0 ``(2 + 2 + K)Ψ``, 1 ``2Ψ + 2Ψ + KΨ/N_d``, 2 ``2Ψ + (2 + K)Ψ/N_d``,
+    3 ``(2 + 2 + K)Ψ/N_d`` (with the byte sizes of ``precision``)."""
+    if stage not in (0, 1, 2, 3):
+        raise WorkloadError(f"ZeRO stage {stage!r} is not 0, 1, 2 or 3")
+    if dp < 1:
+        raise WorkloadError(f"ZeRO: data-parallel size {dp!r} must be >= 1")
+    return ZeroStateBytes(
+        weights=precision.param_bytes * params / (dp if stage >= 3 else 1),
+        gradients=precision.grad_bytes * params / (dp if stage >= 2 else 1),
+        optimizer=precision.optimizer_bytes * params / (dp if stage >= 1 else 1),
+    )
+
+
+def paper_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                           recompute: str = "none") -> float:
+    """Activation bytes per layer from Korthikanti et al. 2022, Table 2 (16-bit, GPT layer
+    with dropout; reference README §4): ``sbh(34 + 5as/h)`` without parallelism,
+    ``sbh(10 + 24/t + 5as/(ht))`` with TP, ``sbh/t·(34 + 5as/h)`` with TP + SP; selective
+    recompute drops the ``5as/h`` term (``sbh(10 + 24/t)``, and ``34·sbh/t`` with SP); full
+    recompute keeps the layer input ``2sbh`` (``2sbh/t`` with SP — the input is then
+    sequence-sharded)."""
+    if recompute not in RECOMPUTE_POLICIES:
+        raise WorkloadError(f"recompute={recompute!r} is unknown; valid: {', '.join(RECOMPUTE_POLICIES)}")
+    sbh = s * b * h
+    sp = sp and t > 1
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    scores = 0.0 if recompute == "selective" else 5 * a * s / h
+    if sp:
+        return sbh / t * (34 + scores)
+    return sbh * (10 + 24 / t + scores / t)
+
+
+def layer_activation_bytes(model: TransformerConfig, layout: ParallelLayout,
+                           recompute: str | None = None) -> float:
+    """Bytes of activations one layer stores for one micro-batch on one rank.
+
+    Component model generalising Korthikanti et al.'s count (equal to
+    :func:`paper_activation_bytes` for a GPT layer: ``kv_heads = heads``, GeLU,
+    ``ffn = 4h``, dropout, 16-bit), with ``e`` bytes per activation element, 1 byte per
+    dropout-mask element, ``T`` tokens per rank (``b·s/cp``), ``T_sp`` (``T/tp`` under SP):
+
+    * ``T_sp·h·(4e + 2·mask)``: the two norm inputs, the QKV and MLP inputs (norm outputs),
+      two dropout masks — replicated across TP unless SP shards them;
+    * ``T·(2h + 2·kv_dim)/tp·e``: Q, K, V and the output-projection input;
+    * ``b·(a/tp)·s_q·s·(2e + mask)`` with dropout (softmax output, its dropout mask and
+      output), ``b·(a/tp)·s_q·s·e`` without — dropped by selective recompute;
+    * dense MLP: ``mats·T·f/tp·e`` (GeLU: activation input and down-projection input;
+      gated: gate and up outputs and down input); MoE: the same with ``top_k·T`` routed
+      tokens and ``moe_ffn_hidden``, plus the routed expert inputs ``top_k·T·h·e``
+      (tokens are all-gathered over TP before the experts, so not divided by ``tp``).
+
+    Full recompute keeps only the layer input, ``T_sp·h·e``.
+    """
+    policy = layout.recompute if recompute is None else recompute
+    e = model.precision_spec.activation_bytes
+    mask = 1 if model.dropout else 0
+    t, h = layout.tp, model.hidden
+    b = layout.micro_batch
+    s_q = model.seq_len // layout.cp
+    T = b * s_q
+    T_sp = T // t if layout.sequence_parallel else T
+    if policy == "full":
+        return float(T_sp * h * e)
+    replicated = T_sp * h * (4 * e + 2 * mask)
+    attention = T * (2 * h + 2 * model.kv_dim) / t * e
+    scores = 0.0
+    if policy == "none":
+        scores = b * (model.heads / t) * s_q * model.seq_len * ((2 * e + mask) if model.dropout else e)
+    mats = model.activation_spec.matrices
+    if model.is_moe:
+        routed = model.top_k * T
+        mlp = mats * routed * model.moe_ffn_hidden / t * e + routed * h * e  # type: ignore[operator]
+    else:
+        mlp = mats * T * model.ffn_hidden / t * e
+    return float(replicated + attention + scores + mlp)
+
+
+def _layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer held by one GPU (see module docstring)."""
+    t, h, kv = layout.tp, model.hidden, model.kv_dim
+    bias = model.bias
+    attn = (h * (h + 2 * kv) + h * h) / t + (((h + 2 * kv) / t + h) if bias else 0)
+    dense = attn + 2 * model.norm_params()
+    mats = model.activation_spec.matrices
+
+    def mlp(f: int) -> float:
+        return mats * h * f / t + (((mats - 1) * f / t + h) if bias else 0)
+
+    if model.is_moe:
+        dense += model.router_params()
+        expert = model.experts / layout.ep * mlp(model.moe_ffn_hidden)  # type: ignore[arg-type]
+        return dense, expert
+    return dense + mlp(model.ffn_hidden), 0.0
+
+
+def params_on_gpu(model: TransformerConfig, layout: ParallelLayout, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters held by one GPU of pipeline stage ``stage`` (before ZeRO)."""
+    layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
+    dense, expert = (layers * x for x in _layer_params_on_gpu(model, layout))
+    vocab_shard = ceil(model.vocab / layout.tp) * model.hidden
+    if stage == 0:
+        dense += vocab_shard + (model.embedding_params() - model.vocab * model.hidden)
+    if stage == layout.pp - 1:
+        dense += model.norm_params()
+        if not model.tied_embeddings or layout.pp > 1:
+            dense += vocab_shard
+    return dense, expert
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU of one pipeline stage; ``total`` is what must fit in HBM."""
+
+    model: TransformerConfig
+    layout: ParallelLayout
+    options: MemoryOptions
+    stage: int
+    params: float            #: parameters held by the GPU before ZeRO sharding
+    in_flight: float         #: micro-batches whose activations the stage holds at its peak
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    comm_buffers: float
+    overhead: float
+    offloaded: Mapping[str, float] = field(default_factory=dict)  #: target → bytes moved out of HBM
+
+    @property
+    def total(self) -> float:
+        """Bytes in HBM."""
+        return (self.weights + self.gradients + self.optimizer + self.activations
+                + self.comm_buffers + self.overhead)
+
+    def breakdown(self) -> dict[str, float]:
+        """HBM bytes per category (plus ``offloaded:<target>`` entries)."""
+        out = {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
+               "activations": self.activations, "comm_buffers": self.comm_buffers,
+               "overhead": self.overhead, "total": self.total}
+        out.update({f"offloaded:{k}": v for k, v in self.offloaded.items()})
+        return out
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {format_size(v)}" for k, v in self.breakdown().items()
+                          if k != "total" and v)
+        return f"stage {self.stage}: {format_size(self.total)} per GPU ({parts})"
+
+
+def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: int,
+                       options: MemoryOptions) -> tuple[float, float, float]:
+    """(HBM activation bytes, offloaded bytes, in-flight micro-batches) of one stage."""
+    e = model.precision_spec.activation_bytes
+    layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
+    p, m, v = layout.pp, layout.num_micro_batches, layout.virtual_stages
+    in_flight = layout.pipeline.in_flight(stage, p, m, v)
+    per_layer = layer_activation_bytes(model, layout)
+    stored = in_flight * layers * per_layer
+    offloaded = 0.0
+    if options.offload_activations != "none":
+        keep = min(stored, 2 * per_layer)
+        offloaded, stored = stored - keep, keep
+    T = layout.micro_batch * model.seq_len // layout.cp
+    T_sp = T // layout.tp if layout.sequence_parallel else T
+    if stage == 0 and model.dropout:
+        stored += in_flight * T_sp * model.hidden          # embedding dropout mask
+    if stage == p - 1:
+        last_flight = layout.pipeline.in_flight(p - 1, p, m, v)
+        stored += last_flight * (T_sp * model.hidden * e + 4 * T * ceil(model.vocab / layout.tp))
+    if layout.recompute == "full":                            # the layer being recomputed
+        stored += layer_activation_bytes(model, layout, recompute="none")
+    return stored, offloaded, in_flight
+
+
+def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: MemoryOptions) -> float:
+    e = model.precision_spec.activation_bytes
+    T = layout.micro_batch * model.seq_len // layout.cp
+    T_sp = T // layout.tp if layout.sequence_parallel else T
+    h = model.hidden
+    total = 0.0
+    if layout.dp * layout.cp > 1:
+        total += 2 * options.bucket_size
+        if layout.zero_stage >= 3:
+            total += 2 * sum(_layer_params_on_gpu(model, layout)) * model.precision_spec.param_bytes
+    if layout.pp > 1:
+        total += 4 * T_sp * h * e
+    if layout.tp > 1:
+        total += T * h * e
+    if layout.ep > 1:
+        total += 2 * model.top_k * T * h * e
+    return total
+
+
+def _estimate_stage(model: TransformerConfig, layout: ParallelLayout, options: MemoryOptions,
+                    stage: int) -> MemoryEstimate:
+    prec = model.precision_spec
+    dense, expert = params_on_gpu(model, layout, stage)
+    ds = zero_state_bytes(dense, layout.dp * layout.cp, layout.zero_stage, prec)
+    es = zero_state_bytes(expert, layout.edp * layout.cp, layout.zero_stage, prec)
+    optimizer = ds.optimizer + es.optimizer
+    offloaded: dict[str, float] = {}
+    if options.offload_optimizer != "none":
+        offloaded[options.offload_optimizer] = optimizer
+        optimizer = 0.0
+    activations, act_off, in_flight = _stage_activations(model, layout, stage, options)
+    if act_off:
+        offloaded[options.offload_activations] = offloaded.get(options.offload_activations, 0.0) + act_off
+    return MemoryEstimate(
+        model=model, layout=layout, options=options, stage=stage, params=dense + expert,
+        in_flight=in_flight, weights=ds.weights + es.weights, gradients=ds.gradients + es.gradients,
+        optimizer=optimizer, activations=activations,
+        comm_buffers=_comm_buffers(model, layout, options), overhead=float(options.overhead),
+        offloaded=MappingProxyType(offloaded),
+    )
+
+
+def estimate_memory(model: TransformerConfig, layout: ParallelLayout,
+                    options: MemoryOptions | None = None, stage: int | None = None) -> MemoryEstimate:
+    """Memory per GPU of pipeline stage ``stage``, or of the stage that needs the most
+    (lowest index on ties) when ``stage`` is None. Validates the layout against the model."""
+    layout.validate(model)
+    options = options or MemoryOptions()
+    if stage is not None:
+        if not 0 <= stage < layout.pp:
+            raise WorkloadError(f"pipeline stage {stage} is out of range 0..{layout.pp - 1}")
+        return _estimate_stage(model, layout, options, stage)
+    estimates = [_estimate_stage(model, layout, options, s) for s in range(layout.pp)]
+    return max(estimates, key=lambda est: (est.total, -est.stage))
+
+
+# ---------------------------------------------------------------------- fit check
+_Change = tuple[str, Callable[[ParallelLayout, MemoryOptions], tuple[ParallelLayout, MemoryOptions]]]
+
+
+def _alternatives(layout: ParallelLayout, options: MemoryOptions) -> list[_Change]:
+    """Single changes that reduce memory, keeping the GPU count and the global batch."""
+    changes: list[_Change] = []
+    order = RECOMPUTE_POLICIES.index(layout.recompute)
+    for policy in RECOMPUTE_POLICIES[order + 1:]:
+        changes.append((f"recompute={policy}", lambda lo, op, p=policy: (replace(lo, recompute=p), op)))
+    for stage in range(layout.zero_stage + 1, 4):
+        changes.append((f"zero_stage={stage}", lambda lo, op, z=stage: (replace(lo, zero_stage=z), op)))
+    if layout.tp > 1 and not layout.sp:
+        changes.append(("sp=true", lambda lo, op: (replace(lo, sp=True), op)))
+    for dim in ("tp", "pp"):
+        changes.append((f"{dim}×2 (dp÷2)", lambda lo, op, d=dim: (
+            replace(lo, **{d: getattr(lo, d) * 2, "dp": lo.dp // 2}) if lo.dp % 2 == 0 else None, op)))
+    if layout.micro_batch > 1:
+        changes.append(("micro_batch÷2", lambda lo, op: (
+            replace(lo, micro_batch=lo.micro_batch // 2) if lo.micro_batch % 2 == 0 else None, op)))
+    if options.offload_optimizer == "none":
+        changes.append(("offload_optimizer=host", lambda lo, op: (lo, replace(op, offload_optimizer="host"))))
+    if options.offload_activations == "none":
+        changes.append(("offload_activations=host", lambda lo, op: (lo, replace(op, offload_activations="host"))))
+    return changes
+
+
+def _try(model: TransformerConfig, layout: ParallelLayout | None, options: MemoryOptions,
+         capacity: float) -> float | None:
+    """Total of the worst stage if the layout is valid and fits, else None."""
+    if layout is None:
+        return None
+    try:
+        total = estimate_memory(model, layout, options).total
+    except WorkloadError:
+        return None
+    return total if total <= capacity else None
+
+
+def _apply(changes: tuple[_Change, ...], layout: ParallelLayout,
+           options: MemoryOptions) -> tuple[ParallelLayout | None, MemoryOptions]:
+    lo: ParallelLayout | None = layout
+    op = options
+    for _, fn in changes:
+        if lo is None:
+            break
+        try:
+            lo, op = fn(lo, op)
+        except WorkloadError:  # the changed layout is invalid (e.g. interleaving constraint)
+            return None, op
+    return lo, op
+
+
+def fitting_alternatives(estimate: MemoryEstimate, capacity_bytes: float,
+                         limit: int = 4) -> list[tuple[str, float]]:
+    """Up to ``limit`` single changes (else pairs of changes) to the layout or the offload
+    options that make the job fit: ``(description, total bytes)``, smallest total first."""
+    model, layout, options = estimate.model, estimate.layout, estimate.options
+    alts = _alternatives(layout, options)
+    for size in (1, 2):
+        found = []
+        for combo in combinations(alts, size):
+            lo, op = _apply(combo, layout, options)
+            total = _try(model, lo, op, capacity_bytes)
+            if total is not None:
+                found.append((" + ".join(name for name, _ in combo), total))
+        if found:
+            return sorted(found, key=lambda x: x[1])[:limit]
+    return []
+
+
+def check_fit(estimate: MemoryEstimate, capacity_bytes: float) -> MemoryEstimate:
+    """Return ``estimate`` if its ``total`` fits in ``capacity_bytes`` of device memory;
+    otherwise raise :class:`~dessim.errors.MemoryFitError` saying by how much it does not fit
+    and which changes would make it fit (computed by re-estimating alternatives). The error
+    carries ``shortfall`` (bytes) and ``suggestions`` (list of (change, total bytes))."""
+    if capacity_bytes <= 0:
+        raise WorkloadError(f"device memory capacity {capacity_bytes!r} bytes must be > 0")
+    if estimate.total <= capacity_bytes:
+        return estimate
+    shortfall = estimate.total - capacity_bytes
+    suggestions = fitting_alternatives(estimate, capacity_bytes)
+    if suggestions:
+        hint = "would fit with: " + "; ".join(f"{name} ({format_size(total)})" for name, total in suggestions)
+    else:
+        hint = ("no single or paired change of recompute, ZeRO stage, sp, tp/pp (at the same GPU count), "
+                "micro-batch or offload fits: use more GPUs or a device with more memory")
+    err = MemoryFitError(
+        f"model {estimate.model.name!r} with {estimate.layout.describe()} does not fit: "
+        f"{estimate.describe()} exceeds the capacity of {format_size(capacity_bytes)} by "
+        f"{format_size(shortfall)}; {hint}")
+    err.shortfall = shortfall  # type: ignore[attr-defined]
+    err.suggestions = suggestions  # type: ignore[attr-defined]
+    raise err

@@ -1,0 +1,281 @@
+"""Transformer model configurations (dense and mixture-of-experts) and their parameter counts.
+
+A :class:`TransformerConfig` is the architecture of a decoder-only transformer: what the
+parameter counts, the kernel list (:mod:`dessim.workload.kernels`), the FLOP counts
+(:mod:`dessim.workload.flops`) and the memory estimates (:mod:`dessim.workload.memory`) are
+computed from. Presets of published models live as YAML files in ``workloads/`` and are
+loaded with :func:`dessim.workload.load_workload`.
+
+Conventions and assumptions
+    * ``head_dim = hidden / heads``; queries use ``heads`` heads, keys and values
+      ``kv_heads`` heads (grouped-query attention; ``kv_heads == heads`` is multi-head).
+    * The MLP has 2 weight matrices for GeLU (up ``h×f``, down ``f×h``) and 3 for SwiGLU
+      (gate and up ``h×f``, down ``f×h``) — the LLaMA / PaLM form.
+    * Mixture of experts (``experts > 1``): **every** layer's MLP is replaced by ``experts``
+      MLPs of width ``moe_ffn_hidden`` and a bias-free linear router ``h×experts``; each token
+      goes through ``top_k`` of them (Mixtral style).
+    * Biases (``bias: true``, GPT-2/3 and Megatron GPT style) are on every linear layer
+      except the router and the LM head; norms have a weight (RMSNorm) or a weight and a
+      bias (LayerNorm). There are two norms per layer plus a final norm.
+    * Learned position embeddings hold ``seq_len × hidden`` parameters; RoPE holds none.
+    * ``tied_embeddings``: the LM head reuses the input embedding matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from dessim.errors import WorkloadError
+
+__all__ = [
+    "Precision",
+    "PRECISIONS",
+    "Activation",
+    "ACTIVATIONS",
+    "Norm",
+    "NORMS",
+    "POSITION_EMBEDDINGS",
+    "TransformerConfig",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Bytes per element of each kind of tensor for one training precision recipe.
+
+    ``optimizer_bytes`` is ZeRO's *K*: bytes of optimizer state per parameter. For 16-bit
+    mixed-precision Adam K = 12 (fp32 master weights 4 + momentum 4 + variance 4), so one
+    parameter costs 2 + 2 + 12 = 16 bytes (ZeRO paper, reference README §4). fp32 training
+    keeps no master copy: K = 8 (momentum + variance). FP8 (Transformer Engine recipe) casts
+    GEMM inputs to 8 bits on the fly but keeps bf16 weights, bf16 gradients, fp32 optimizer
+    state and bf16 saved activations — an assumption, documented in docs/workloads.md.
+    """
+
+    name: str
+    element_bytes: int      #: bytes per element of GEMM operands (weights and activations)
+    activation_bytes: int   #: bytes per element of stored activations and kernel outputs
+    param_bytes: int        #: bytes per parameter held for forward/backward
+    grad_bytes: int         #: bytes per gradient element
+    optimizer_bytes: int    #: ZeRO's K: optimizer-state bytes per parameter
+
+
+PRECISIONS: Mapping[str, Precision] = MappingProxyType({
+    "bf16": Precision("bf16", 2, 2, 2, 2, 12),
+    "fp16": Precision("fp16", 2, 2, 2, 2, 12),
+    "fp8": Precision("fp8", 1, 2, 2, 2, 12),
+    "fp32": Precision("fp32", 4, 4, 4, 4, 8),
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """An MLP activation function.
+
+    ``matrices``: weight matrices of the MLP (2 for ``act(xW1)W2``, 3 for gated units
+    ``(act(xWg) * xWu)Wd``). ``flops_per_element``: rough FLOPs per element of the
+    activation kernel (tanh-GeLU ≈ 8, SiLU-and-multiply ≈ 5: our estimates from counting
+    the arithmetic of the formulas; these kernels are memory-bound, so the exact count barely
+    matters and they are not part of model FLOPs).
+    """
+
+    name: str
+    matrices: int
+    flops_per_element: float
+
+    @property
+    def gated(self) -> bool:
+        return self.matrices == 3
+
+
+ACTIVATIONS: Mapping[str, Activation] = MappingProxyType({
+    "gelu": Activation("gelu", 2, 8.0),
+    "relu": Activation("relu", 2, 1.0),
+    "swiglu": Activation("swiglu", 3, 5.0),
+    "geglu": Activation("geglu", 3, 9.0),
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Norm:
+    """A normalisation layer: ``params_per_hidden`` parameters per hidden unit (LayerNorm has
+    weight and bias, RMSNorm only a weight) and rough FLOPs per element (LayerNorm ≈ 8: mean,
+    subtract, square, sum, scale, weight, bias; RMSNorm ≈ 4: square, sum, scale, weight)."""
+
+    name: str
+    params_per_hidden: int
+    flops_per_element: float
+
+
+NORMS: Mapping[str, Norm] = MappingProxyType({
+    "layernorm": Norm("layernorm", 2, 8.0),
+    "rmsnorm": Norm("rmsnorm", 1, 4.0),
+})
+
+#: Position embeddings: "learned" (a seq_len × hidden table, GPT) or "rope" (no parameters).
+POSITION_EMBEDDINGS: tuple[str, ...] = ("learned", "rope")
+
+
+def _choice(value: object, registry: Mapping[str, object] | tuple[str, ...], what: str) -> None:
+    if value not in registry:
+        raise WorkloadError(f"{what}={value!r} is unknown; valid: {', '.join(sorted(registry))}")
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerConfig:
+    """A decoder-only transformer (see the module docstring for the conventions).
+
+    Sizes are counts (not bytes). ``kv_heads=None`` means multi-head attention
+    (``kv_heads = heads``); ``moe_ffn_hidden=None`` means ``ffn_hidden``. ``experts=1`` is a
+    dense model. Invalid values raise :class:`~dessim.errors.WorkloadError` naming the model,
+    the field and the value.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn_hidden: int
+    vocab: int
+    seq_len: int
+    kv_heads: int | None = None
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    position_embedding: str = "learned"
+    bias: bool = True
+    dropout: bool = True
+    tied_embeddings: bool = True
+    precision: str = "bf16"
+    experts: int = 1
+    top_k: int = 1
+    moe_ffn_hidden: int | None = None
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"model {self.name!r}"
+        for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "experts", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise WorkloadError(f"{where}: {name}={value!r} must be a whole number >= 1")
+        for name in ("kv_heads", "moe_ffn_hidden"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise WorkloadError(f"{where}: {name}={value!r} must be a whole number >= 1")
+        for name in ("bias", "dropout", "tied_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise WorkloadError(f"{where}: {name}={getattr(self, name)!r} must be true or false")
+        _choice(self.activation, ACTIVATIONS, f"{where}: activation")
+        _choice(self.norm, NORMS, f"{where}: norm")
+        _choice(self.position_embedding, POSITION_EMBEDDINGS, f"{where}: position_embedding")
+        _choice(self.precision, PRECISIONS, f"{where}: precision")
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.moe_ffn_hidden is None:
+            object.__setattr__(self, "moe_ffn_hidden", self.ffn_hidden)
+        if self.hidden % self.heads:
+            raise WorkloadError(f"{where}: hidden={self.hidden} is not divisible by heads={self.heads} "
+                                "(head_dim = hidden / heads must be whole)")
+        if self.heads % self.kv_heads:
+            raise WorkloadError(f"{where}: heads={self.heads} is not divisible by kv_heads="
+                                f"{self.kv_heads} (each key/value head serves a whole group of query heads)")
+        if self.top_k > self.experts:
+            raise WorkloadError(f"{where}: top_k={self.top_k} exceeds experts={self.experts}")
+
+    # ------------------------------------------------------------------ derived figures
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (and of the value) projection: ``kv_heads * head_dim``."""
+        return self.kv_heads * self.head_dim  # type: ignore[operator]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def precision_spec(self) -> Precision:
+        return PRECISIONS[self.precision]
+
+    @property
+    def activation_spec(self) -> Activation:
+        return ACTIVATIONS[self.activation]
+
+    @property
+    def norm_spec(self) -> Norm:
+        return NORMS[self.norm]
+
+    def with_seq_len(self, seq_len: int) -> "TransformerConfig":
+        """The same model trained on sequences of ``seq_len`` tokens."""
+        return dataclasses.replace(self, seq_len=seq_len)
+
+    # ------------------------------------------------------------------ parameter counts
+    def attention_params(self) -> int:
+        """Q, K, V and output projections of one layer (+ their biases)."""
+        h, kv = self.hidden, self.kv_dim
+        weights = h * (h + 2 * kv) + h * h
+        biases = (h + 2 * kv) + h if self.bias else 0
+        return weights + biases
+
+    def mlp_params(self, ffn: int | None = None) -> int:
+        """One MLP (or one expert) of width ``ffn`` (default ``ffn_hidden``)."""
+        f = self.ffn_hidden if ffn is None else ffn
+        mats = self.activation_spec.matrices
+        weights = mats * self.hidden * f
+        biases = (mats - 1) * f + self.hidden if self.bias else 0
+        return weights + biases
+
+    def norm_params(self) -> int:
+        """One norm layer."""
+        return self.norm_spec.params_per_hidden * self.hidden
+
+    def router_params(self) -> int:
+        """The MoE router of one layer (0 for a dense model)."""
+        return self.hidden * self.experts if self.is_moe else 0
+
+    def layer_params(self) -> int:
+        """All parameters of one transformer layer (every expert counted)."""
+        if self.is_moe:
+            mlp = self.experts * self.mlp_params(self.moe_ffn_hidden) + self.router_params()
+        else:
+            mlp = self.mlp_params()
+        return self.attention_params() + mlp + 2 * self.norm_params()
+
+    def layer_active_params(self) -> int:
+        """Parameters of one layer that one token passes through (``top_k`` experts)."""
+        if not self.is_moe:
+            return self.layer_params()
+        return (self.attention_params() + self.top_k * self.mlp_params(self.moe_ffn_hidden)
+                + self.router_params() + 2 * self.norm_params())
+
+    def embedding_params(self) -> int:
+        """Token embedding (+ learned position embedding)."""
+        pos = self.seq_len * self.hidden if self.position_embedding == "learned" else 0
+        return self.vocab * self.hidden + pos
+
+    def head_params(self) -> int:
+        """LM head (output projection to the vocabulary); 0 when tied to the embedding."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    def param_breakdown(self) -> dict[str, int]:
+        """Exact parameter count per component of the whole model."""
+        return {
+            "embedding": self.embedding_params(),
+            "attention": self.layers * self.attention_params(),
+            "mlp": self.layers * (self.layer_params() - self.attention_params() - 2 * self.norm_params()),
+            "norms": (2 * self.layers + 1) * self.norm_params(),
+            "lm_head": self.head_params(),
+        }
+
+    def num_params(self) -> int:
+        """Total parameter count (every expert counted)."""
+        return sum(self.param_breakdown().values())
+
+    def num_active_params(self) -> int:
+        """Parameters used per token (``top_k`` of the experts); equals :meth:`num_params`
+        for a dense model."""
+        return (self.num_params() - self.layers * (self.layer_params() - self.layer_active_params()))

@@ -1,0 +1,309 @@
+"""Workload specifications: YAML files (presets in ``workloads/``) → :class:`WorkloadSpec`.
+
+File schema (every key optional unless marked *required*; unknown keys are errors that name
+the key, the file and the valid keys)::
+
+    name: gpt3-175b                  # defaults to the file name
+    description: "..."               # free text
+    source: "..."                    # where the architecture comes from
+    model:                           # *required*: a TransformerConfig (dessim/workload/model.py)
+      layers: 96                     # *required*
+      hidden: 12288                  # *required*
+      heads: 96                      # *required*
+      ffn_hidden: 49152              # *required*
+      vocab: 51200                   # *required*
+      seq_len: 2048                  # *required*
+      kv_heads: 96                   # default: heads (multi-head attention)
+      activation: gelu               # gelu | relu | swiglu | geglu
+      norm: layernorm                # layernorm | rmsnorm
+      position_embedding: learned    # learned | rope
+      bias: true                     # biases on linear layers
+      dropout: true
+      tied_embeddings: true
+      precision: bf16                # bf16 | fp16 | fp8 | fp32
+      experts: 1                     # > 1: mixture of experts
+      top_k: 1
+      moe_ffn_hidden: 14336          # default: ffn_hidden
+    parallelism:
+      tp: 8
+      pp: 8
+      dp: 16                         # with tp·pp·cp, fixes the default GPU count
+      cp: 1
+      ep: 1                          # expert parallel, carved out of dp
+      sp: true                       # sequence parallelism
+      order: [tp, cp, dp, pp]        # placement, fastest-varying first
+    training:
+      micro_batch: 1
+      global_batch: 1536             # *required*
+      seq_len: 4096                  # overrides model.seq_len
+      schedule: 1f1b                 # gpipe | 1f1b | interleaved
+      virtual_stages: 1              # > 1 with interleaved
+      recompute: selective           # none | selective | full
+      zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
+      bucket_size: 25MiB             # gradient bucket (dessim.units sizes)
+      offload:
+        optimizer: none              # none | host | cxl
+        activations: none            # none | host | cxl
+      device: H100                   # a GPU name of dessim.catalog.devices (not checked here)
+
+Numbers accept dessim.units forms (``"1k"`` counts, ``"25MiB"`` sizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from dessim.errors import DessimError, SpecError
+from dessim.resources import data_files, find_data_file
+from dessim.units import parse_count, parse_size
+from dessim.workload.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
+from dessim.workload.memory import DEFAULT_BUCKET_SIZE, MemoryOptions
+from dessim.workload.model import TransformerConfig
+
+__all__ = [
+    "ParallelismSpec",
+    "TrainingSpec",
+    "WorkloadSpec",
+    "load_workload",
+    "parse_workload",
+    "shipped_workloads",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelismSpec:
+    """The ``parallelism:`` section."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    order: tuple[str, ...] = DEFAULT_ORDER
+
+    @property
+    def num_gpus(self) -> int:
+        """Default GPU count: ``tp · pp · dp · cp``."""
+        return self.tp * self.pp * self.dp * self.cp
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """The ``training:`` section."""
+
+    global_batch: int
+    micro_batch: int = 1
+    seq_len: int | None = None
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    recompute: str = "none"
+    zero_stage: int = 0
+    bucket_size: int = DEFAULT_BUCKET_SIZE
+    offload_optimizer: str = "none"
+    offload_activations: str = "none"
+    device: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A model with its default parallelism and training options.
+
+    ``model`` already carries ``training.seq_len`` when that override is given.
+    """
+
+    name: str
+    model: TransformerConfig
+    parallelism: ParallelismSpec
+    training: TrainingSpec
+    description: str = ""
+    source: str = ""
+    path: Path | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.parallelism.num_gpus
+
+    def layout(self, num_gpus: int | None = None, **overrides: Any) -> ParallelLayout:
+        """The :class:`ParallelLayout` of this spec, validated against the model.
+
+        ``num_gpus``: scale data parallelism to that many GPUs (``dp = num_gpus / (tp·pp·cp)``,
+        global batch unchanged). ``overrides``: any ParallelLayout field (``tp=4``, ...).
+        """
+        par, tr = self.parallelism, self.training
+        kwargs: dict[str, Any] = dict(
+            tp=par.tp, pp=par.pp, dp=par.dp, cp=par.cp, ep=par.ep, sp=par.sp, order=par.order,
+            zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
+            micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute)
+        kwargs.update(overrides)
+        if num_gpus is not None:
+            model_par = kwargs["tp"] * kwargs["pp"] * kwargs["cp"]
+            if "dp" not in overrides:
+                if num_gpus % model_par:
+                    raise SpecError(f"workload {self.name!r}: {num_gpus} GPUs are not divisible by "
+                                    f"tp × pp × cp = {model_par}")
+                kwargs["dp"] = num_gpus // model_par
+        layout = ParallelLayout(**kwargs)
+        return layout.validate(self.model, num_gpus)
+
+    def memory_options(self, **overrides: Any) -> MemoryOptions:
+        tr = self.training
+        kwargs: dict[str, Any] = dict(bucket_size=tr.bucket_size, offload_optimizer=tr.offload_optimizer,
+                                      offload_activations=tr.offload_activations)
+        kwargs.update(overrides)
+        return MemoryOptions(**kwargs)
+
+
+# ---------------------------------------------------------------------- schema
+Converter = Callable[[Any, str], Any]
+
+
+def _count(minimum: int = 1) -> Converter:
+    return lambda value, what: parse_count(value, what, minimum=minimum)
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{what}: expected true or false, got {value!r}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise SpecError(f"{what}: expected a string, got {value!r}")
+    return value
+
+
+def _order(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.replace("-", ",").split(",")]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{what}: expected a list of dimension names such as [tp, cp, dp, pp], got {value!r}")
+    return tuple(value)
+
+
+def _size(value: Any, what: str) -> int:
+    return parse_size(value, what)
+
+
+def _zero(value: Any, what: str) -> int:
+    return parse_zero_stage(value, what)
+
+
+_MODEL_SCHEMA: Mapping[str, Converter] = {
+    "layers": _count(), "hidden": _count(), "heads": _count(), "ffn_hidden": _count(),
+    "vocab": _count(), "seq_len": _count(), "kv_heads": _count(), "activation": _str, "norm": _str,
+    "position_embedding": _str, "bias": _bool, "dropout": _bool, "tied_embeddings": _bool,
+    "precision": _str, "experts": _count(), "top_k": _count(), "moe_ffn_hidden": _count(),
+    "description": _str,
+}
+_MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
+
+_PARALLELISM_SCHEMA: Mapping[str, Converter] = {
+    "tp": _count(), "pp": _count(), "dp": _count(), "cp": _count(), "ep": _count(), "sp": _bool,
+    "order": _order,
+}
+
+_TRAINING_SCHEMA: Mapping[str, Converter] = {
+    "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": _str,
+    "virtual_stages": _count(), "recompute": _str, "zero_stage": _zero, "bucket_size": _size,
+    "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
+    "device": _str,
+}
+_OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": _str, "activations": _str}
+
+_TOP_KEYS = ("name", "description", "source", "model", "parallelism", "training")
+
+
+def _section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check a mapping's keys against ``schema`` and convert its values."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping of keys to values, got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        if key not in schema:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(schema)}")
+        convert = schema[key]
+        try:
+            out[key] = value if convert is None else convert(value, f"{where}.{key}")
+        except SpecError:
+            raise
+        except DessimError as exc:  # e.g. a UnitError from dessim.units
+            raise SpecError(str(exc)) from None
+    return out
+
+
+def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload") -> WorkloadSpec:
+    """A :class:`WorkloadSpec` from already-parsed YAML/JSON data; ``origin`` names the file
+    in error messages."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a workload file must be a mapping with keys {', '.join(_TOP_KEYS)}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise SpecError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(_TOP_KEYS)}")
+    name = _str(data.get("name", default_name), f"{origin}: name")
+    if "model" not in data:
+        raise SpecError(f"{origin}: missing the 'model' section")
+    model_kw = _section(data["model"], _MODEL_SCHEMA, f"{origin}: model")
+    missing = [k for k in _MODEL_REQUIRED if k not in model_kw]
+    if missing:
+        raise SpecError(f"{origin}: model section lacks {', '.join(missing)}")
+    par_kw = _section(data.get("parallelism"), _PARALLELISM_SCHEMA, f"{origin}: parallelism")
+    tr_kw = _section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
+    offload = _section(tr_kw.pop("offload", None), _OFFLOAD_SCHEMA, f"{origin}: training.offload")
+    tr_kw.update({f"offload_{k}": v for k, v in offload.items()})
+    if "global_batch" not in tr_kw:
+        raise SpecError(f"{origin}: training section lacks global_batch")
+    try:
+        model = TransformerConfig(name=name, **model_kw)
+        if tr_kw.get("seq_len") is not None:
+            model = model.with_seq_len(tr_kw["seq_len"])
+        spec = WorkloadSpec(name=name, model=model, parallelism=ParallelismSpec(**par_kw),
+                            training=TrainingSpec(**tr_kw),
+                            description=_str(data.get("description", ""), f"{origin}: description"),
+                            source=_str(data.get("source", ""), f"{origin}: source"))
+        spec.layout(spec.num_gpus)      # the defaults must form a valid layout
+        spec.memory_options()
+    except SpecError:
+        raise
+    except DessimError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+    return spec
+
+
+def shipped_workloads() -> dict[str, Path]:
+    """Preset workload files (``workloads/*.yaml``) by name."""
+    return data_files("workloads")
+
+
+def load_workload(path_or_name: str | Path) -> WorkloadSpec:
+    """Load a workload from a YAML file path, or a preset by name (``"gpt3-175b"``).
+
+    Raises :class:`~dessim.errors.SpecError` naming the file and what is wrong in it.
+    """
+    text = str(path_or_name)
+    path = Path(text)
+    if not path.is_file():
+        found = find_data_file("workloads", text)
+        if found is None:
+            if path.suffix in (".yaml", ".yml") or "/" in text:
+                raise SpecError(f"workload file {text!r} does not exist")
+            names = ", ".join(shipped_workloads()) or "(none found)"
+            raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets: {names}")
+        path = found
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: invalid YAML: {exc}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+    spec = parse_workload(data, origin=str(path), default_name=path.stem)
+    return WorkloadSpec(spec.name, spec.model, spec.parallelism, spec.training,
+                        spec.description, spec.source, path)
+
