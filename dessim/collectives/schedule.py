@@ -216,10 +216,12 @@ class ScheduleBuilder:
 class Lane:
     """One independent stream (channel × chunk) of an algorithm over global ranks.
 
-    ``pending[r]`` are the transfers rank ``r``'s next send waits for. :meth:`step` adds a
-    set of concurrent sends: each waits for its sender's pending transfers; afterwards a
-    rank's pending set is its sends of the step (or its old set if it sent nothing) plus
-    what it received in the step.
+    ``pending[r]`` are the transfers rank ``r`` must finish before its next step. :meth:`step`
+    adds a set of concurrent sends: each waits for the pending transfers of its sender (the
+    data it forwards) *and of its receiver* (rendezvous: the receiver has finished its
+    previous step and posted the receive, as with MPI's rendezvous protocol and NCCL's
+    connection flow control); afterwards a rank's pending set is its sends of the step (or
+    its old set if it sent nothing) plus what it received in the step.
     """
 
     def __init__(self, builder: ScheduleBuilder, channel: int = 0,
@@ -234,7 +236,8 @@ class Lane:
         recv: dict[int, list[int]] = {}
         out = []
         for src, dst, nbytes, red in sends:
-            idx = self.builder.add(src, dst, nbytes, self.pending.get(src, ()), red, self.channel)
+            deps = [*self.pending.get(src, ()), *self.pending.get(dst, ())]
+            idx = self.builder.add(src, dst, nbytes, deps, red, self.channel)
             out.append(idx)
             sent.setdefault(src, []).append(idx)
             recv.setdefault(dst, []).append(idx)

@@ -31,11 +31,14 @@ class HalvingDoubling(Algorithm):
         if op.name == "allgather":
             recursive.allgather(lane, group, size)
             return
-        fold, block = recursive.Fold.of(group), size / p
+        fold = recursive.Fold.of(group)
         recursive.fold_in(lane, fold, size, reduce=True)
-        recursive.halving_scatter(lane, fold, block)
         if op.name == "allreduce":
-            recursive.doubling_gather(lane, fold, block)
+            even = fold.uniform()
+            block = size / len(fold.core)
+            recursive.halving_scatter(lane, even, block)
+            recursive.doubling_gather(lane, even, block)
             recursive.fold_out(lane, fold, size)
         else:
-            recursive.fold_out(lane, fold, block)
+            recursive.halving_scatter(lane, fold, size / p)
+            recursive.fold_out(lane, fold, size / p)

@@ -6,8 +6,10 @@ its data to the next (odd) rank, the ``p'`` *core* ranks run the power-of-two al
 a core rank with an extra partner is responsible for both ranks' blocks — and finally each
 partner sends the extra rank its result.
 
-Blocks are ``size / p`` bytes (one per rank); exchanges move whole sets of blocks, so every
-byte count follows from how many blocks a core rank's half of the group owns.
+Exchanges move whole sets of blocks, so every byte count follows from how many blocks a core
+rank's half of the group owns. Reduce-scatter and all-gather keep one block of ``size / p``
+per rank (a core rank with an extra partner holds two, as MPICH's ``newcnts``); all-reduce
+splits the vector into ``p'`` equal parts of ``size / p'``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Fold:
             else:
                 core.append(rank)
         return cls(tuple(core), extra_of, tuple(2 if c in extra_of else 1 for c in core))
+
+    def uniform(self) -> "Fold":
+        """The same fold with one block per core rank (all-reduce splits the vector into
+        ``p'`` equal parts; only reduce-scatter keeps the per-rank blocks)."""
+        return Fold(self.core, self.extra_of, (1,) * len(self.core))
 
     def span(self, start: int, length: int) -> int:
         """Blocks owned by core positions ``start .. start+length-1``."""
