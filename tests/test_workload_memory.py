@@ -1,0 +1,170 @@
+"""Per-GPU memory: ZeRO model states, activation formulas, pipeline in-flight, offload, fit check."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dessim.errors import MemoryFitError, WorkloadError
+from dessim.workload import (
+    PRECISIONS,
+    MemoryOptions,
+    ParallelLayout,
+    TransformerConfig,
+    check_fit,
+    estimate_memory,
+    layer_activation_bytes,
+    load_workload,
+    paper_activation_bytes,
+    shipped_workloads,
+    zero_state_bytes,
+)
+from dessim.workload.memory import params_on_gpu
+
+GB = 1e9
+BF16 = PRECISIONS["bf16"]
+
+
+# ---------------------------------------------------------------------- ZeRO
+@pytest.mark.parametrize("stage,expected,paper", [
+    (0, 120e9, 120.0),         # (2 + 2 + 12)Ψ
+    (1, 31.40625e9, 31.4),     # 2Ψ + 2Ψ + 12Ψ/64
+    (2, 16.640625e9, 16.6),    # 2Ψ + 14Ψ/64
+    (3, 1.875e9, 1.9),         # 16Ψ/64
+])
+def test_zero_paper_figure_1(stage, expected, paper):
+    # ZeRO (Rajbhandari et al. SC20) Fig. 1: Ψ = 7.5B, N_d = 64; reference README §4.
+    b = zero_state_bytes(7.5e9, 64, stage, BF16)
+    assert b.total == pytest.approx(expected, rel=1e-12)
+    assert round(b.total / GB, 1) == paper
+
+
+def test_zero_fp32_has_no_master_copy():
+    b = zero_state_bytes(1e9, 1, 0, PRECISIONS["fp32"])
+    assert (b.weights, b.gradients, b.optimizer) == (4e9, 4e9, 8e9)
+
+
+# ---------------------------------------------------------------------- activations
+S, B, H, A = 2048, 1, 12288, 96           # GPT-3 175B layer
+GPT = TransformerConfig("gpt", layers=96, hidden=H, heads=A, ffn_hidden=4 * H, vocab=51200, seq_len=S)
+
+
+def test_paper_formula_by_hand():
+    # sbh(34 + 5as/h) = 2048·12288·(34 + 5·96·2048/12288) = 25,165,824 · 114
+    assert paper_activation_bytes(S, B, H, A) == 25_165_824 * 114
+    # TP 8: sbh(10 + 24/8 + 5as/(8h)) = 25,165,824 · (13 + 10)
+    assert paper_activation_bytes(S, B, H, A, t=8) == 25_165_824 * 23
+    assert paper_activation_bytes(S, B, H, A, t=8, sp=True) == 25_165_824 * 114 / 8
+    assert paper_activation_bytes(S, B, H, A, t=8, sp=True, recompute="selective") == 25_165_824 * 34 / 8
+    assert paper_activation_bytes(S, B, H, A, t=8, recompute="selective") == 25_165_824 * 13
+    assert paper_activation_bytes(S, B, H, A, recompute="full") == 2 * 25_165_824
+
+
+@pytest.mark.parametrize("tp,sp", [(1, False), (2, False), (8, False), (8, True), (4, True)])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("b", [1, 4])
+def test_component_model_reproduces_korthikanti_table(tp, sp, recompute, b):
+    layout = ParallelLayout(tp=tp, sp=sp, micro_batch=b, recompute=recompute)
+    assert layer_activation_bytes(GPT, layout) == pytest.approx(
+        paper_activation_bytes(S, b, H, A, t=tp, sp=sp, recompute=recompute), rel=1e-12)
+
+
+def test_activations_without_dropout_and_with_gqa_swiglu():
+    llama = load_workload("llama2-70b").model
+    s, h, a, f, kv = 4096, 8192, 64, 28672, 1024
+    layout = ParallelLayout(tp=8, sp=True)
+    e = 2
+    expected = (s * h // 8 * 4 * e            # 2 norm inputs, QKV input, MLP input (SP-sharded)
+                + s * (2 * h + 2 * kv) / 8 * e  # Q, K, V, projection input
+                + (a / 8) * s * s * e         # softmax output (no dropout)
+                + 3 * s * f / 8 * e)          # gate, up outputs and down input
+    assert layer_activation_bytes(llama, layout) == pytest.approx(expected, rel=1e-12)
+
+
+def test_context_parallel_divides_tokens():
+    base = ParallelLayout(tp=8, sp=True, recompute="selective")
+    cp2 = dataclasses.replace(base, cp=2)
+    assert layer_activation_bytes(GPT, cp2) == pytest.approx(layer_activation_bytes(GPT, base) / 2)
+
+
+# ---------------------------------------------------------------------- pipeline and totals
+def test_first_stage_holds_p_micro_batches_with_1f1b_and_m_with_gpipe():
+    layout = ParallelLayout(tp=8, pp=8, dp=1, sp=True, recompute="selective", global_batch=32)
+    est = [estimate_memory(GPT, layout, stage=s) for s in range(8)]
+    per_layer = layer_activation_bytes(GPT, layout)
+    assert [e.in_flight for e in est] == [8, 7, 6, 5, 4, 3, 2, 1]
+    # First stage: p micro-batches × L/p layers = L layers' worth (reference README §4) + embedding mask.
+    mask = 2048 * 12288 // 8
+    assert est[0].activations == pytest.approx(96 * per_layer + 8 * mask)
+    gpipe = dataclasses.replace(layout, schedule="gpipe")
+    assert estimate_memory(GPT, gpipe, stage=0).activations == pytest.approx(32 * 12 * per_layer + 32 * mask)
+    inter = dataclasses.replace(layout, schedule="interleaved", virtual_stages=2)
+    assert estimate_memory(GPT, inter, stage=0).activations > est[0].activations
+
+
+def test_params_on_gpu_cover_the_model():
+    for name in ("gpt3-175b", "llama3-70b", "mixtral-8x7b"):
+        m = load_workload(name).model
+        layout = ParallelLayout(pp=4 if m.layers % 4 == 0 else 1, global_batch=4)
+        assert sum(sum(params_on_gpu(m, layout, s)) for s in range(layout.pp)) == m.num_params() + (
+            m.vocab * m.hidden if m.tied_embeddings and layout.pp > 1 else 0)   # Megatron's head copy
+
+
+def test_weights_gradients_optimizer_follow_zero_sharding_over_dp():
+    m = load_workload("gpt3-13b").model
+    layout = ParallelLayout(tp=4, dp=16, sp=True, zero_stage=1, global_batch=16)
+    est = estimate_memory(m, layout)
+    dense, expert = params_on_gpu(m, layout, 0)
+    assert expert == 0 and est.params == dense
+    assert est.weights == 2 * dense and est.gradients == 2 * dense
+    assert est.optimizer == pytest.approx(12 * dense / 16)
+    z3 = estimate_memory(m, dataclasses.replace(layout, zero_stage=3))
+    assert z3.weights == pytest.approx(2 * dense / 16)
+
+
+def test_offload_moves_bytes_out_of_hbm():
+    spec = load_workload("llama3-70b")
+    m, layout = spec.model, spec.layout()
+    base = estimate_memory(m, layout, stage=0)
+    off = estimate_memory(m, layout, MemoryOptions(offload_optimizer="host", offload_activations="cxl"), stage=0)
+    assert off.optimizer == 0
+    assert off.offloaded["host"] == pytest.approx(base.optimizer)
+    assert off.offloaded["cxl"] > 0
+    assert off.total + off.offloaded["host"] + off.offloaded["cxl"] == pytest.approx(base.total)
+
+
+@pytest.mark.parametrize("name", sorted(shipped_workloads()))
+def test_every_preset_fits_80_gb(name):
+    # 80 GB = the HBM of A100-80GB / H100 SXM (reference README §1.1), the presets' devices.
+    spec = load_workload(name)
+    est = estimate_memory(spec.model, spec.layout(), spec.memory_options())
+    assert check_fit(est, 80e9) is est
+
+
+def test_check_fit_reports_shortfall_and_computed_alternatives():
+    m = load_workload("gpt3-175b").model
+    layout = ParallelLayout(tp=8, pp=8, dp=2, sp=False, global_batch=16, recompute="none")
+    est = estimate_memory(m, layout)
+    with pytest.raises(MemoryFitError) as info:
+        check_fit(est, 80e9)
+    err = info.value
+    assert err.shortfall == pytest.approx(est.total - 80e9)
+    assert "exceeds the capacity of 80 GB (74.51GiB) by" in str(err)
+    assert "would fit with:" in str(err)
+    # Every suggestion really fits: re-derive one.
+    assert err.suggestions and all(total <= 80e9 for _, total in err.suggestions)
+    names = [n for n, _ in err.suggestions]
+    assert any("recompute" in n or "sp=true" in n for n in names)
+
+
+def test_check_fit_when_nothing_helps():
+    m = load_workload("llama3-405b").model
+    est = estimate_memory(m, ParallelLayout(tp=8, dp=1, recompute="full", zero_stage=3))
+    with pytest.raises(MemoryFitError, match="use more GPUs or a device with more memory"):
+        check_fit(est, 80e9)
+
+
+def test_bad_memory_options():
+    with pytest.raises(WorkloadError, match="offload_optimizer='disk' is unknown; valid: none, host, cxl"):
+        MemoryOptions(offload_optimizer="disk")
