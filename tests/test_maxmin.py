@@ -18,7 +18,7 @@ def assert_maxmin(flow_channels, capacity, rates):
     channel on its path on which no other flow gets more (the max-min fairness condition)."""
     load: dict[int, float] = {}
     for f, chans in flow_channels.items():
-        for c in set(chans):
+        for c in chans:
             load[c] = load.get(c, 0.0) + rates[f]
     for c, used in load.items():
         assert used <= capacity[c] * (1 + TOL), f"channel {c} carries {used} > {capacity[c]}"
@@ -64,8 +64,10 @@ def test_single_flow_gets_its_bottleneck_and_no_channel_means_unconstrained():
     assert solve_maxmin({}, [1.0]) == {}
 
 
-def test_a_channel_listed_twice_counts_once():
-    assert solve_maxmin({"a": [0, 0], "b": [0]}, [2.0]) == {"a": 1.0, "b": 1.0}
+def test_a_channel_crossed_twice_carries_the_flow_twice():
+    # a crosses channel 0 twice: 2r + r = 3 -> r = 1.
+    assert solve_maxmin({"a": [0, 0], "b": [0]}, [3.0]) == {"a": 1.0, "b": 1.0}
+    assert solve_maxmin({"a": [0, 1, 0], "b": [1]}, [3.0, 10.0]) == {"a": 1.5, "b": 8.5}
 
 
 def test_result_keeps_input_order_and_is_deterministic():

@@ -29,23 +29,27 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
                  capacity: Mapping[int, float] | Sequence[float]) -> dict[F, float]:
     """Max-min fair rates (bytes/s) of flows crossing channels of given capacity (bytes/s).
 
-    ``flow_channels[f]`` lists the channel ids that flow ``f`` crosses; a channel listed twice
-    for one flow counts once. A flow that crosses no channel is unconstrained: its rate is
-    ``float('inf')``. The result has the keys of ``flow_channels`` in the same order.
+    ``flow_channels[f]`` lists the channel ids that flow ``f`` crosses. A channel listed twice
+    for one flow is crossed twice and carries twice the flow's rate (a route never does that on
+    a full-duplex link; it could cross a half-duplex link both ways). A flow that crosses no
+    channel is unconstrained: its rate is ``float('inf')``. The result has the keys of
+    ``flow_channels`` in the same order.
     """
+    inf = float("inf")
     rates: dict[F, float] = {}
     users: dict[int, list[F]] = {}
-    paths: dict[F, tuple[int, ...]] = {}
     for f, chans in flow_channels.items():
-        uniq = tuple(dict.fromkeys(chans))
-        paths[f] = uniq
-        if not uniq:
-            rates[f] = float("inf")
-        for c in uniq:
-            users.setdefault(c, []).append(f)
+        if not chans:
+            rates[f] = inf
+        for c in chans:
+            lst = users.get(c)
+            if lst is None:
+                users[c] = [f]
+            else:
+                lst.append(f)
 
     remaining = {c: float(capacity[c]) for c in users}
-    unfixed = {c: len(fs) for c, fs in users.items()}
+    unfixed = {c: len(fs) for c, fs in users.items()}  # counts a flow once per crossing
     heap = [(remaining[c] / unfixed[c], c) for c in users]
     heapq.heapify(heap)
 
@@ -63,7 +67,7 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
             if f in rates:
                 continue
             rates[f] = share
-            for d in paths[f]:
+            for d in flow_channels[f]:
                 unfixed[d] -= 1
                 remaining[d] -= share
                 touched.add(d)
