@@ -167,3 +167,8 @@ def test_mfu():
     assert mfu(1e18, 2.0, 1000, 1e15) == pytest.approx(0.5)
     with pytest.raises(WorkloadError, match="iteration_time=0"):
         mfu(1e18, 0, 8, 1e15)
+
+
+def test_kernels_reject_a_layout_that_does_not_fit_the_model():
+    with pytest.raises(WorkloadError, match="heads=16 is not divisible by tp=3"):
+        layer_kernels(load_workload("gpt3-1.3b").model, ParallelLayout(tp=3))

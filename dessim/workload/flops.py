@@ -82,7 +82,7 @@ def model_flops_per_iteration(model: TransformerConfig, global_batch: int) -> fl
     tokens: the sum of the (unsharded) kernel list's matmul and attention FLOPs."""
     _check_batch(global_batch, "model FLOPs")
     layer, embed, head = _whole_model_sets(model, global_batch, "none")
-    return model.layers * layer.model_flops() + embed.model_flops() + head.model_flops()
+    return float(model.layers * layer.model_flops() + embed.model_flops() + head.model_flops())
 
 
 def hardware_flops_per_iteration(model: TransformerConfig, global_batch: int,
@@ -92,7 +92,7 @@ def hardware_flops_per_iteration(model: TransformerConfig, global_batch: int,
     Narayanan et al.'s Eq. 3 (96·B·s·l·h²·(...))."""
     _check_batch(global_batch, "hardware FLOPs")
     layer, embed, head = _whole_model_sets(model, global_batch, recompute)
-    return model.layers * layer.hardware_flops() + embed.hardware_flops() + head.hardware_flops()
+    return float(model.layers * layer.hardware_flops() + embed.hardware_flops() + head.hardware_flops())
 
 
 def stage_flops(model: TransformerConfig, layout: ParallelLayout, stage: int,

@@ -139,6 +139,8 @@ class TokenShard:
 
     @classmethod
     def of(cls, model: TransformerConfig, layout: ParallelLayout) -> "TokenShard":
+        """The shard of ``layout`` (validated against ``model``: whole heads, tokens, experts)."""
+        layout.validate(model)
         s_local = model.seq_len // layout.cp
         tokens = layout.micro_batch * s_local
         tokens_sp = tokens // layout.tp if layout.sequence_parallel else tokens
