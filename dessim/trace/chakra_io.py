@@ -32,6 +32,7 @@ Units: the dataclasses keep Chakra's integer microseconds (``duration_micros``) 
 from __future__ import annotations
 
 import ast
+import heapq
 import json
 import os
 import re
@@ -111,8 +112,12 @@ class IOInfo:
 
 
 def _normalise_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Lists become tuples (what the reader returns)."""
-    return {name: tuple(v) if isinstance(v, list) else v for name, v in attrs.items()}
+    """A copy in which lists become tuples (what the reader returns)."""
+    out = dict(attrs)
+    for name, value in out.items():
+        if isinstance(value, list):
+            out[name] = tuple(value)
+    return out
 
 
 def _normalise_kinds(attrs: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, str]:
@@ -156,8 +161,11 @@ class ChakraNode:
     attr_docs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ctrl_deps", tuple(self.ctrl_deps))
-        object.__setattr__(self, "data_deps", tuple(self.data_deps))
+        # Cheap when the fields already have their canonical types (the reader's case).
+        if type(self.ctrl_deps) is not tuple:
+            object.__setattr__(self, "ctrl_deps", tuple(self.ctrl_deps))
+        if type(self.data_deps) is not tuple:
+            object.__setattr__(self, "data_deps", tuple(self.data_deps))
         object.__setattr__(self, "attrs", _normalise_attrs(self.attrs))
         object.__setattr__(self, "attr_kinds", _normalise_kinds(self.attrs, self.attr_kinds))
         object.__setattr__(self, "attr_docs", dict(self.attr_docs))
@@ -371,23 +379,30 @@ def default_attr_kind(name: str, value: Any) -> str:
     raise TraceError(f"attribute {name!r}: cannot store a {type(value).__name__} value {value!r}")
 
 
-def _decode_attrs(
-    attr_pbs: Iterable[Any], where: str
-) -> tuple[dict[str, AttrValue], dict[str, str], dict[str, str]]:
-    """(values, non-default kinds, non-empty doc strings) of repeated AttributeProtos."""
+#: AttributeProto oneof field -> (value kind, is a list).
+_FIELD_KINDS: dict[str, tuple[str, bool]] = {
+    schema.oneof_field(kind): (kind, kind.endswith("_list")) for kind in schema.ATTR_VALUE_KINDS
+}
+
+
+def _decode_attrs(attr_pbs: Iterable[Any]) -> tuple[dict[str, AttrValue], dict[str, str], dict[str, str]]:
+    """(values, non-default kinds, non-empty doc strings) of repeated AttributeProtos.
+
+    Error messages name the attribute; callers prefix the file and node.
+    """
     attrs: dict[str, AttrValue] = {}
     kinds: dict[str, str] = {}
     docs: dict[str, str] = {}
     for pb in attr_pbs:
         name = pb.name
         if name in attrs:
-            raise TraceError(f"{where}: attribute {name!r} appears twice")
+            raise TraceError(f"attribute {name!r} appears twice")
         which = pb.WhichOneof("value")
         if which is None:
-            raise TraceError(f"{where}: attribute {name!r} has no value")
-        kind = schema.kind_of_field(which)
+            raise TraceError(f"attribute {name!r} has no value")
+        kind, is_list = _FIELD_KINDS[which]
         raw = getattr(pb, which)
-        value: AttrValue = tuple(raw.values) if kind.endswith("_list") else raw
+        value: AttrValue = tuple(raw.values) if is_list else raw
         attrs[name] = value
         if kind != default_attr_kind(name, value):
             kinds[name] = kind
@@ -530,15 +545,28 @@ def _parse(cls: type, payload: bytes, what: str, where: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+_EMPTY_IO = IOInfo()
+
+
+def _io_from_pb(pb: Any, name: str) -> IOInfo:
+    if not pb.HasField(name):
+        return _EMPTY_IO
+    io = getattr(pb, name)
+    return IOInfo(io.values, io.shapes, io.types)
+
+
 def _node_from_pb(pb: Any, where: str) -> ChakraNode:
     type_name = _NODE_TYPE_NAMES.get(pb.type)
-    label = f"{where}: node {pb.id} ({pb.name!r})"
-    if type_name is None:
-        known = ", ".join(f"{v}={k}" for k, v in schema.NODE_TYPES.items())
-        raise TraceError(f"{label}: unknown node type {pb.type} (known: {known})")
-    if type_name == "INVALID_NODE":
+    if type_name is None or type_name == "INVALID_NODE":
+        label = f"{where}: node {pb.id} ({pb.name!r})"
+        if type_name is None:
+            known = ", ".join(f"{v}={k}" for k, v in schema.NODE_TYPES.items())
+            raise TraceError(f"{label}: unknown node type {pb.type} (known: {known})")
         raise TraceError(f"{label}: node type is INVALID_NODE (0), i.e. unset")
-    attrs, kinds, docs = _decode_attrs(pb.attr, label)
+    try:
+        attrs, kinds, docs = _decode_attrs(pb.attr)
+    except TraceError as exc:
+        raise TraceError(f"{where}: node {pb.id} ({pb.name!r}): {exc}") from None
     return ChakraNode(
         id=pb.id,
         name=pb.name,
@@ -547,8 +575,8 @@ def _node_from_pb(pb: Any, where: str) -> ChakraNode:
         data_deps=tuple(pb.data_deps),
         start_time_micros=pb.start_time_micros,
         duration_micros=pb.duration_micros,
-        inputs=IOInfo(pb.inputs.values, pb.inputs.shapes, pb.inputs.types),
-        outputs=IOInfo(pb.outputs.values, pb.outputs.shapes, pb.outputs.types),
+        inputs=_io_from_pb(pb, "inputs"),
+        outputs=_io_from_pb(pb, "outputs"),
         attrs=attrs,
         attr_kinds=kinds,
         attr_docs=docs,
@@ -563,7 +591,10 @@ def decode_rank(data: bytes, rank: int, source: str) -> RankTrace:
     if first is None:
         raise TraceError(f"{source}: empty file (expected a GlobalMetadata message, then nodes)")
     meta = _parse(msgs.GlobalMetadata, first[1], "GlobalMetadata (first message)", f"{source}: byte 0")
-    meta_attrs, meta_kinds, meta_docs = _decode_attrs(meta.attr, f"{source}: GlobalMetadata")
+    try:
+        meta_attrs, meta_kinds, meta_docs = _decode_attrs(meta.attr)
+    except TraceError as exc:
+        raise TraceError(f"{source}: GlobalMetadata: {exc}") from None
 
     found: dict[int, tuple[int, ChakraNode]] = {}
     for index, (offset, payload) in enumerate(frames, start=1):
@@ -609,13 +640,13 @@ def _check_structure(rank_trace: RankTrace, source: str) -> None:
 
 
 def _topological_order(rank_trace: RankTrace, source: str) -> list[int]:
-    import heapq
-
     nodes = rank_trace.nodes
-    indegree = {nid: len(node.deps) for nid, node in nodes.items()}
+    indegree: dict[int, int] = {}
     children: dict[int, list[int]] = defaultdict(list)
     for nid, node in nodes.items():
-        for dep in node.deps:
+        parents = set(node.data_deps).union(node.ctrl_deps) if node.ctrl_deps else set(node.data_deps)
+        indegree[nid] = len(parents)
+        for dep in parents:
             children[dep].append(nid)
     ready = [nid for nid, d in indegree.items() if d == 0]
     heapq.heapify(ready)
@@ -927,7 +958,7 @@ def _check_peer(node: ChakraNode, attr: str, num_ranks: int, where: str) -> int:
     return value
 
 
-_P2PKey = tuple[int, int, "int | None", int]  # (src, dst, tag, bytes)
+_P2PKey = tuple[int, int, int | None, int]  # (src, dst, tag, bytes)
 
 
 @dataclass

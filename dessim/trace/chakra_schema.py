@@ -128,11 +128,6 @@ def oneof_field(kind: str) -> str:
     return kind if kind.endswith("_list") else f"{kind}_val"
 
 
-def kind_of_field(field_name: str) -> str:
-    """Inverse of :func:`oneof_field` ("int64_val" -> "int64", "bool_list" -> "bool_list")."""
-    return field_name[: -len("_val")] if field_name.endswith("_val") else field_name
-
-
 def _file_descriptor_proto(descriptor_pb2: Any) -> Any:
     """The ``FileDescriptorProto`` of et_def.proto (released fields only, see module doc)."""
     fdp = descriptor_pb2.FileDescriptorProto(
