@@ -6,6 +6,7 @@ generator and Python bindings); their README.txt lists what each holds.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import shutil
@@ -403,6 +404,16 @@ def test_rank_files_missing_gap_and_count(tmp_path):
         read_chakra(tmp_path / "ring_sendrecv", ranks=9)
     with pytest.raises(TraceError, match=r"ranks=4 but there are files for ranks 0-7"):
         read_chakra(tmp_path / "ring_sendrecv", ranks=4)
+
+
+def test_gzip_rank_files_are_read_like_chakra_does(tmp_path):
+    src = DATA / "dp_overlap_8npu"
+    for f in src.iterdir():
+        (tmp_path / f.name).write_bytes(gzip.compress(f.read_bytes(), mtime=0))
+    assert read_chakra(tmp_path / "dp_overlap") == read_chakra(src / "dp_overlap")
+    (tmp_path / "dp_overlap.2.et").write_bytes(gzip.compress(b"abc")[:-3])
+    with pytest.raises(TraceError, match=r"dp_overlap\.2\.et: cannot read: "):
+        read_chakra(tmp_path / "dp_overlap")
 
 
 def test_prefix_forms(tmp_path):

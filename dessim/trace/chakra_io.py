@@ -5,7 +5,8 @@ stream of length-delimited protobuf messages: a varint32 byte length, then the s
 message; first one ``ChakraProtoMsg.GlobalMetadata``, then any number of ``ChakraProtoMsg.Node``;
 no count, no footer (reference chakra-et.md §Schema; Chakra's ``protolib.encodeMessage`` /
 ``decodeMessage``). The schema comes from :mod:`dessim.trace.chakra_schema`; only the framing
-(the varint length prefix) is coded here.
+(the varint length prefix) is coded here. Like Chakra's ``protolib.openFileRd``, a rank file
+that starts with the gzip magic bytes is decompressed before decoding.
 
 What :func:`read_chakra` returns is protobuf-free: :class:`ChakraTrace` holds one
 :class:`RankTrace` per rank, whose ``nodes`` map node id -> :class:`ChakraNode`. Attribute values
@@ -32,10 +33,12 @@ Units: the dataclasses keep Chakra's integer microseconds (``duration_micros``) 
 from __future__ import annotations
 
 import ast
+import gzip
 import heapq
 import json
 import os
 import re
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -681,6 +684,7 @@ def _find_cycle(nodes: Mapping[int, ChakraNode], done: set[int]) -> str:
 # Files
 # --------------------------------------------------------------------------------------------
 
+_GZIP_MAGIC = b"\x1f\x8b"
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>0|[1-9][0-9]*)\.et$")
 
 
@@ -758,8 +762,10 @@ def read_chakra_file(path: str | os.PathLike[str], rank: int | None = None) -> R
         rank = int(m["rank"])
     try:
         data = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if data.startswith(_GZIP_MAGIC):  # Chakra's protolib.openFileRd reads gzip files too
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return decode_rank(data, rank, str(path))
 
 
