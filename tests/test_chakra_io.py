@@ -404,6 +404,8 @@ def test_rank_files_missing_gap_and_count(tmp_path):
         read_chakra(tmp_path / "ring_sendrecv", ranks=9)
     with pytest.raises(TraceError, match=r"ranks=4 but there are files for ranks 0-7"):
         read_chakra(tmp_path / "ring_sendrecv", ranks=4)
+    with pytest.raises(TraceError, match=r"ranks=0: expected a positive number of ranks"):
+        read_chakra(tmp_path / "ring_sendrecv", ranks=0)
 
 
 def test_gzip_rank_files_are_read_like_chakra_does(tmp_path):

@@ -692,6 +692,8 @@ def find_rank_files(prefix_or_dir: str | os.PathLike[str], ranks: int | None = N
     """Resolve ``<dir>/<prefix>`` (or a directory holding one trace, or one ``<prefix>.<r>.et``
     file) to (prefix, [path of rank 0, rank 1, ...]). ``ranks`` is the expected rank count.
     """
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+        raise TraceError(f"ranks={ranks!r}: expected a positive number of ranks")
     text = os.fspath(prefix_or_dir)
     if not text.strip():
         raise TraceError("empty Chakra trace prefix: expected '<dir>/<prefix>' naming files <prefix>.<rank>.et")
