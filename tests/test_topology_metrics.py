@@ -74,3 +74,12 @@ def test_to_dict_has_the_cli_keys():
     assert d["bisection_bw_GBps"] == pytest.approx(20.0)
     assert d["injection_bw_GBps"]["min"] == pytest.approx(20.0)
     assert d["nodes"] == {"gpu": 4} and d["links"] == {"custom": 4}
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100:3", "cxl:gpus=4", "pcie:8", "mesh2d:5x3",
+                                  "multidim:ring(4)xfc(3)xswitch(2)", "leafspine:12,3,spines=2"])
+def test_vectorised_diameter_matches_plain_bfs(spec):
+    from dessim.topology.metrics import hop_distances
+    t = load_topology(spec)
+    plain = max(hop_distances(t, a)[b] for a in t.gpus for b in t.gpus)
+    assert diameter(t) == plain

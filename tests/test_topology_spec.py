@@ -200,3 +200,15 @@ def test_shipped_topology_facts():
     assert load_topology("torus-4x4").dims == (4, 4)
     assert load_topology("ring8").graph.number_of_edges() == 8
     assert len(load_topology("cxl-node").nodes_of_kind("cxl_mem")) == 4
+
+
+def test_installed_wheel_layout_is_preferred(tmp_path, monkeypatch):
+    import dessim.resources as resources
+    pkg = tmp_path / "site" / "dessim"
+    (pkg / "_data" / "topologies").mkdir(parents=True)
+    (pkg / "_data" / "topologies" / "tiny.yaml").write_text("builder: {kind: ring, n: 2}\n")
+    monkeypatch.setattr(resources, "_PACKAGE", pkg)
+    assert resources.data_dir("topologies") == pkg / "_data" / "topologies"
+    assert list(resources.shipped_topologies()) == ["tiny"]
+    assert load_topology("tiny").num_gpus == 2
+    assert resources.data_dir("nothing-here") is None and resources.data_files("nothing-here") == {}

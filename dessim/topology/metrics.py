@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from dessim.topology.graph import Topology
 
@@ -55,12 +56,49 @@ def hop_distances(topo: Topology, source: str) -> dict[str, int]:
     return dist
 
 
+#: Sources per batch of the vectorised BFS in :func:`diameter` (memory ~ arcs x batch / 8 bytes).
+_BFS_BATCH = 1024
+
+
 def diameter(topo: Topology) -> int:
-    """Largest GPU-to-GPU hop distance (see module docstring); 0 for a single GPU."""
+    """Largest GPU-to-GPU hop distance (see module docstring); 0 for a single GPU.
+
+    A breadth-first search from every GPU, vectorised with numpy over batches of sources
+    (one bit per source): level by level, a node is reached from a source if a neighbour
+    was reached at the previous level and that neighbour may forward (it is transit, or it
+    is the source itself). Nodes are grouped by degree so each group's neighbour lists form
+    a rectangular index array. A 4,096-GPU 3-D torus takes about a second.
+    """
+    g = topo.graph
+    nodes = list(g.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    by_degree: dict[int, tuple[list[int], list[list[int]]]] = {}
+    for i, n in enumerate(nodes):
+        ids, adj = by_degree.setdefault(g.degree(n), ([], []))
+        ids.append(i)
+        adj.append([index[m] for m in g.adj[n]])
+    groups = [(np.asarray(ids), np.asarray(adj, dtype=np.int64))
+              for _, (ids, adj) in sorted(by_degree.items()) if adj and adj[0]]
+    stops = ~np.array([bool(g.nodes[n]["transit"]) for n in nodes])
+    gpus = np.array([index[n] for n in topo.gpus], dtype=np.int64)
     worst = 0
-    for gpu in topo.gpus:
-        dist = hop_distances(topo, gpu)
-        worst = max(worst, max(dist[other] for other in topo.gpus))
+    for start in range(0, len(gpus), _BFS_BATCH):
+        src = gpus[start:start + _BFS_BATCH]
+        seed = np.zeros((len(nodes), len(src)), dtype=bool)
+        seed[src, np.arange(len(src))] = True
+        frontier = np.packbits(seed, axis=1)   # bit j of a row: reached from source j
+        visited = frontier.copy()
+        level = 0
+        while frontier.any():
+            reached = np.zeros_like(frontier)
+            for ids, adj in groups:
+                reached[ids] = np.bitwise_or.reduce(frontier[adj], axis=1)
+            frontier = reached & ~visited
+            level += 1
+            if frontier[gpus].any():
+                worst = level
+            visited |= frontier
+            frontier[stops] = 0  # reached as endpoints, but they forward nothing
     return worst
 
 
