@@ -1,0 +1,85 @@
+"""``dessim sweep SPEC.yaml``: run a design-space sweep and report the best configurations."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import click
+
+from dessim.sweep.runner import BACKENDS, run_sweep
+from dessim.sweep.spec import load_sweep
+
+
+def default_out(spec_path: str) -> str:
+    """``SPEC_STEM-results.parquet`` in the current directory."""
+    return f"{Path(spec_path).stem}-results.parquet"
+
+
+def backend_options(address: str | None) -> dict:
+    return {"address": address} if address else {}
+
+
+def report(result, group_by: tuple[str, ...], top: int, plots: str | None) -> None:
+    """Print the text report and write plots; shared with ``dessim explore``."""
+    from dessim.sweep.analysis import describe, write_plots
+
+    click.echo(describe(result, group_by=list(group_by) if group_by else None, top=top))
+    for path in result.written:
+        click.echo(f"results: {path}")
+    if result.journal is not None:
+        click.echo(f"journal: {result.journal} (resume: run the same command again)")
+    if plots:
+        for path in write_plots(result, plots):
+            click.echo(f"plot: {path}")
+
+
+_BACKEND_HELP = "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values())
+
+
+@click.command("sweep")
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False))
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Points evaluated in parallel (processes; cluster CPUs for ray/dask).")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="local", show_default=True,
+              help=_BACKEND_HELP)
+@click.option("--address", default=None,
+              help="Dask scheduler (tcp://host:8786) or Ray cluster (ray://host:10001) address; "
+                   "default: a local cluster of --workers.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Results table, .parquet or .csv [default: SPEC-results.parquet here]. Its "
+                   "journal OUT.journal.jsonl sits beside it; rerunning resumes from it.")
+@click.option("--group-by", "-g", multiple=True,
+              help="Column to report the best configuration per (repeatable; default: the "
+                   "spec's analysis.group_by, or layout for parallelism: auto).")
+@click.option("--metric", default=None,
+              help="Metric to rank by [default: the spec's, else iteration_s / time_s].")
+@click.option("--plots", type=click.Path(file_okay=False), default=None,
+              help="Write the heatmap, metric-vs-axis and Pareto plots into this directory.")
+@click.option("--max-points", type=click.IntRange(min=0), default=None,
+              help="Evaluate at most this many new points now (run a sweep in slices).")
+@click.option("--fresh", is_flag=True, help="Ignore the journal and evaluate every point again.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Rows of the best-configuration table to print.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bar with ETA on stderr.")
+def command(spec: str, workers: int, backend: str, address: str | None, out: str | None,
+            group_by: tuple[str, ...], metric: str | None, plots: str | None,
+            max_points: int | None, fresh: bool, top: int, progress: bool) -> None:
+    """Run every configuration of the sweep SPEC (YAML, see docs/sweeps.md).
+
+    A point that does not fit or is invalid is recorded with status=failed and its reason;
+    the sweep goes on. Interrupt it at any time: the same command resumes where it stopped.
+
+    \b
+    Example:
+      dessim sweep examples/comet/sweep.yaml --workers 2 --plots comet-plots
+    """
+    parsed = load_sweep(spec)
+    if metric:
+        parsed = dataclasses.replace(parsed, analysis=dataclasses.replace(parsed.analysis,
+                                                                          metric=metric))
+    result = run_sweep(parsed, out=out or default_out(spec), workers=workers, backend=backend,
+                       backend_options=backend_options(address), progress=progress,
+                       max_points=max_points, resume=not fresh)
+    report(result, group_by, top, plots)

@@ -1,0 +1,22 @@
+"""Design-space sweeps: many simulated configurations compared in one table (docs/sweeps.md).
+
+* :mod:`~dessim.sweep.spec` — sweep YAML: validation, axes (lists, ranges, grid/zip), points;
+* :mod:`~dessim.sweep.points` — the point evaluators (``workload``, ``collective``);
+* :mod:`~dessim.sweep.runner` — local / Dask / Ray backends, resumable journal, progress;
+* :mod:`~dessim.sweep.analysis` — best per group, spread, cost, Pareto front, plots.
+"""
+
+from __future__ import annotations
+
+from dessim.sweep.points import EVALUATORS, Evaluator, evaluate_task
+from dessim.sweep.spec import Axis, Point, SweepSpec, expand_axis, load_sweep, parse_sweep
+
+__all__ = ["EVALUATORS", "Evaluator", "evaluate_task", "Axis", "Point", "SweepSpec", "expand_axis",
+           "load_sweep", "parse_sweep", "run_sweep", "SweepResult", "BACKENDS"]
+
+
+def __getattr__(name: str):  # runner pulls in pandas/tqdm: import it only when asked for
+    if name in ("run_sweep", "SweepResult", "BACKENDS"):
+        from dessim.sweep import runner
+        return getattr(runner, name)
+    raise AttributeError(name)

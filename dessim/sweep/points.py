@@ -1,0 +1,408 @@
+"""Point evaluators: what one sweep point *is* and how it is simulated.
+
+An :class:`Evaluator` is data: the keys its ``base:`` section accepts, the axis namespaces it
+understands (each routed to one place of the point's configuration), the paths that must be
+set, the function that turns a configuration into metrics, and optionally an expansion of the
+points (``parallelism: auto``). :data:`EVALUATORS` is the registry the sweep spec's ``kind``
+selects from.
+
+``collective``
+    One collective (``collective.op``, ``collective.size``, optionally ``collective.ranks`` and
+    ``collective.root``) on a topology, run with
+    :func:`dessim.collectives.run_collective`; ``engine.algo`` / ``engine.network`` /
+    ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` choose how. Metrics:
+    ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (nccl-tests definitions, reference README §2.4),
+    ``algorithm``, ``transfers``, ``events``, ``link_util_max``, ``gpus``.
+``workload``
+    A training iteration of ``base.workload`` (file or preset) on a topology with
+    ``dessim.workload.simulate_workload``. ``workload.A.B`` axes override key ``B`` of section
+    ``A`` of the workload document and ``memory.K`` axes key ``K`` of its ``memory`` section
+    (both passed as ``overrides=``); ``engine.F`` axes set :class:`EngineOptions` field ``F``.
+    Metrics: the workload result's ``summary()``, nested mappings flattened with dots
+    (``exposed_comm_s.dp``, ``memory_per_gpu_bytes.weights``).
+
+Every namespace ``topology.K`` sets key ``K`` of the base topology's builder (any key that
+``dessim topology list`` shows for that builder); the topology is rebuilt per point, cached
+per process.
+
+Workers receive plain data (:func:`make_task`) and run :func:`evaluate_task`, a module-level
+function, so the local process pool (spawn), Dask and Ray all run the very same code.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from dessim.errors import DessimError, SpecError
+from dessim.resources import find_data_file
+
+__all__ = ["Namespace", "Evaluator", "EVALUATORS", "get_evaluator", "make_task", "evaluate_task",
+           "topology_document", "flatten", "STATUS_OK", "STATUS_FAILED", "STATUS_ERROR"]
+
+STATUS_OK = "ok"            #: evaluated
+STATUS_FAILED = "failed"    #: the configuration is invalid (a DessimError): a result, not retried
+STATUS_ERROR = "error"      #: a bug (any other exception): recorded, retried on resume
+
+
+# ---------------------------------------------------------------- topology composition
+def _inline_builder(text: str, where: str) -> dict[str, Any]:
+    """``"dgx-a100:nodes=4,ideal"`` → ``{"kind": "dgx-a100", "nodes": "4", "ideal": True}``.
+
+    Uses the inline grammar of :mod:`dessim.topology.spec` (same items, flags and positional
+    forms as ``parse_inline``); values stay raw strings for the builder's own parsers.
+    """
+    from dessim.topology.spec import _split_items, find_kind
+
+    head, _, rest = text.strip().partition(":")
+    kind = find_kind(head, where)
+    positional, keyed, words = _split_items(rest, where)
+    raw: dict[str, Any] = {"kind": kind.name}
+    for word in words:
+        if word in kind.flags:
+            raw[word] = True
+        elif kind.words_are_positional:
+            positional.append(word)
+        else:
+            raise SpecError(f"{where}: unknown flag {word!r}; valid keys: {', '.join(kind.keys)}")
+    if positional:
+        if kind.positional is None:
+            raise SpecError(f"{where}: {kind.name} takes no positional value, got {positional}")
+        raw.update(kind.positional(positional, where))
+    raw.update(keyed)
+    return raw
+
+
+def topology_document(spec: object, where: str) -> dict[str, Any]:
+    """The YAML-schema mapping of any topology spec form that has a builder, for composing
+    axis values into it: inline string → ``{"builder": {...}}``; a YAML file or shipped name →
+    its document; a mapping with ``kind`` → ``{"builder": mapping}``; a full mapping as is."""
+    from dessim.topology.spec import _KIND_ALIASES
+
+    if isinstance(spec, Mapping):
+        return copy.deepcopy(dict(spec)) if "kind" not in spec else {"builder": dict(spec)}
+    if not isinstance(spec, str) or not spec.strip():
+        raise SpecError(f"{where}: expected a topology spec string or mapping, got {spec!r}")
+    path = Path(spec) if Path(spec).is_file() else find_data_file("topologies", spec.strip())
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise SpecError(f"{where}: cannot read topology file {str(path)!r}: {exc}") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: topology file {str(path)!r} is not a mapping")
+        return data
+    head = spec.partition(":")[0].strip().lower().replace("_", "-")
+    if head not in _KIND_ALIASES:
+        from dessim.topology import load_topology
+        load_topology(spec)  # raises the topology layer's own message for a bad spec
+    return {"builder": _inline_builder(spec, where)}
+
+
+def _builder_kind(doc: Mapping[str, Any], where: str):
+    from dessim.topology.spec import find_kind
+
+    builder = doc.get("builder")
+    if not isinstance(builder, Mapping) or "kind" not in builder:
+        raise SpecError(f"{where}: topology axes need a topology built by a builder (an inline "
+                        "spec such as dgx-a100:nodes=4, or a YAML file with a builder: section); "
+                        "this one lists nodes and links")
+    return find_kind(builder["kind"], where)
+
+
+def _check_topology_axis(key: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
+    doc = topology_document(base.get("topology"), f"{where} (base.topology)")
+    kind = _builder_kind(doc, where)
+    params = {p.name: p for p in kind.params}
+    if key not in params or key == "name":
+        raise SpecError(f"{where}: {kind.name} has no key {key!r}; valid keys: "
+                        f"{', '.join(k for k in kind.keys if k != 'name')}")
+    for i, v in enumerate(values):
+        try:
+            params[key].parse(v, f"{where}[{i}]")
+        except DessimError as exc:
+            raise SpecError(str(exc) if str(exc).startswith(where) else f"{where}[{i}]: {exc}") from None
+
+
+_TOPOLOGY_CACHE: dict[str, Any] = {}
+_TOPOLOGY_CACHE_SIZE = 64  # topologies are small; a sweep has few distinct ones per worker
+
+
+def _load_topology_cached(spec: object):
+    from dessim.topology import load_topology
+
+    key = json.dumps(spec, sort_keys=True, default=repr)
+    topo = _TOPOLOGY_CACHE.get(key)
+    if topo is None:
+        topo = load_topology(spec)
+        if len(_TOPOLOGY_CACHE) >= _TOPOLOGY_CACHE_SIZE:
+            _TOPOLOGY_CACHE.pop(next(iter(_TOPOLOGY_CACHE)))
+        _TOPOLOGY_CACHE[key] = topo
+    return topo
+
+
+# ---------------------------------------------------------------- the evaluator model
+@dataclass(frozen=True)
+class Namespace:
+    """Axis paths ``NAME.KEY[.SUB...]`` of one kind: where they go and which keys are valid.
+
+    ``target``: path in the point configuration that receives ``KEY: value``; ``keys``: valid
+    keys (None: any, checked by the layer below when the point runs); ``nested``: dotted
+    sub-keys allowed (``workload.training.micro_batch``); ``check``: extra validation.
+    """
+
+    name: str
+    target: tuple[str, ...]
+    keys: tuple[str, ...] | None = None
+    nested: bool = False
+    help: str = ""
+    check: Callable[[str, Sequence[Any], Mapping[str, Any], str], None] | None = None
+
+
+def _set_path(doc: dict[str, Any], path: Sequence[str], value: Any) -> None:
+    for part in path[:-1]:
+        nxt = doc.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            doc[part] = nxt
+        doc = nxt
+    doc[path[-1]] = value
+
+
+def _has_path(doc: Mapping[str, Any], path: Sequence[str]) -> bool:
+    for part in path:
+        if not isinstance(doc, Mapping) or part not in doc:
+            return False
+        doc = doc[part]
+    return True
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """One kind of sweep point (see module doc)."""
+
+    name: str
+    help: str
+    base_keys: tuple[str, ...]
+    base_sections: Mapping[str, tuple[str, ...] | None]  #: valid keys of mapping-valued base keys
+    required: tuple[str, ...]                         #: config paths set by base or axes
+    namespaces: Mapping[str, Namespace]
+    evaluate: Callable[[Mapping[str, Any]], dict[str, Any]]
+    default_metric: str
+    expand: Callable[[Any, list[Any]], list[Any]] | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def supports_auto(self) -> bool:
+        return self.expand is not None
+
+    def check_base(self, base: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """Copy of ``base`` with the keys of its sections checked."""
+        out: dict[str, Any] = {}
+        for key, value in base.items():
+            valid = self.base_sections.get(key)
+            if valid is not None:
+                if not isinstance(value, Mapping):
+                    raise SpecError(f"{where}.{key}: expected a mapping with keys {', '.join(valid)}, "
+                                    f"got {value!r}")
+                for k in value:
+                    if k not in valid:
+                        raise SpecError(f"{where}.{key}: unknown key {k!r}; valid keys: {', '.join(valid)}")
+            out[key] = value  # as written: the layer below parses its units
+        return out
+
+    def check_axis(self, path: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
+        """Raise a SpecError naming ``where`` unless ``path`` is a valid axis of this kind."""
+        head, _, rest = path.partition(".")
+        ns = self.namespaces.get(head)
+        if ns is None or not rest:
+            valid = ", ".join(f"{n}.KEY" for n in self.namespaces)
+            raise SpecError(f"{where}: unknown axis {path!r} for kind {self.name!r}; valid axes: "
+                            f"{valid}" + (", parallelism: auto" if self.supports_auto else ""))
+        parts = rest.split(".")
+        if len(parts) > 1 and not ns.nested:
+            raise SpecError(f"{where}: {head} axes take one key ({head}.KEY), got {path!r}")
+        if ns.keys is not None and parts[0] not in ns.keys:
+            raise SpecError(f"{where}: unknown key {parts[0]!r} in {head}; valid keys: {', '.join(ns.keys)}")
+        if ns.check is not None:
+            ns.check(rest, values, base, where)
+
+    def check_complete(self, base: Mapping[str, Any], axis_paths: Sequence[str], where: str) -> None:
+        """Every required configuration path is set by the base or by an axis."""
+        covered = {self._config_path(p) for p in axis_paths if p.partition(".")[0] in self.namespaces}
+        for req in self.required:
+            parts = tuple(req.split("."))
+            if not _has_path(base, parts) and parts not in covered:
+                raise SpecError(f"{where}: {req!r} is not set: give it under base: or as an axis")
+
+    def _config_path(self, path: str) -> tuple[str, ...]:
+        head, _, rest = path.partition(".")
+        ns = self.namespaces[head]
+        return (*ns.target, *rest.split("."))
+
+    def config(self, base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+        """The point's full configuration: defaults, then base, then the axis values."""
+        cfg: dict[str, Any] = copy.deepcopy(dict(self.defaults))
+        for key, value in base.items():
+            if isinstance(value, Mapping) and isinstance(cfg.get(key), dict):
+                cfg[key].update(copy.deepcopy(dict(value)))
+            else:
+                cfg[key] = copy.deepcopy(value)
+        topo_params = {k: v for k, v in params.items() if k.startswith("topology.")}
+        if topo_params:
+            doc = topology_document(cfg["topology"], "base.topology")
+            for path, value in topo_params.items():
+                doc["builder"][path.partition(".")[2]] = value
+            cfg["topology"] = doc
+        for path, value in params.items():
+            if not path.startswith("topology."):
+                _set_path(cfg, self._config_path(path), value)
+        return cfg
+
+
+# ---------------------------------------------------------------- collective
+_COLLECTIVE_KEYS = ("op", "size", "ranks", "root")
+_COLLECTIVE_ENGINE_KEYS = ("algo", "network", "chunks", "channels", "reduction_bw")
+
+
+def _evaluate_collective(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    from dessim.collectives import run_collective
+
+    topo = _load_topology_cached(cfg["topology"])
+    coll, eng = cfg["collective"], cfg["engine"]
+    res = run_collective(coll["op"], coll["size"], topo, ranks=coll.get("ranks"),
+                         root=coll.get("root"), **eng)
+    out = res.to_dict()
+    out.pop("wall_s", None)  # host time: not a result (reported as eval_wall_s)
+    out["gpus"] = topo.num_gpus
+    return out
+
+
+_TOPOLOGY_NS = Namespace("topology", ("topology",), help="a key of the base topology's builder",
+                         check=_check_topology_axis)
+
+COLLECTIVE = Evaluator(
+    name="collective",
+    help="one collective operation on a topology (dessim.collectives.run_collective)",
+    base_keys=("topology", "collective", "engine"),
+    base_sections={"collective": _COLLECTIVE_KEYS, "engine": _COLLECTIVE_ENGINE_KEYS},
+    required=("topology", "collective.op", "collective.size"),
+    namespaces={"topology": _TOPOLOGY_NS,
+                "collective": Namespace("collective", ("collective",), _COLLECTIVE_KEYS,
+                                        help="what runs"),
+                "engine": Namespace("engine", ("engine",), _COLLECTIVE_ENGINE_KEYS,
+                                    help="how it runs")},
+    evaluate=_evaluate_collective,
+    default_metric="time_s",
+    defaults={"collective": {}, "engine": {"algo": "ring", "network": "flow"}},
+)
+
+
+# ---------------------------------------------------------------- workload
+def _engine_fields() -> tuple[str, ...]:
+    from dessim.engine import EngineOptions
+
+    return tuple(f.name for f in dataclasses.fields(EngineOptions)
+                 if f.name not in ("slowdown", "record_links"))
+
+
+def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings → one level with dotted keys; lists/tuples → JSON strings."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value, default=str)
+        else:
+            out[name] = value
+    return out
+
+
+def _evaluate_workload(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    from dessim.engine import EngineOptions
+    from dessim.workload import simulate_workload
+
+    topo = _load_topology_cached(cfg["topology"])
+    options = EngineOptions(**{**dict(cfg.get("engine") or {}), "record_links": False})
+    kwargs: dict[str, Any] = {"overrides": cfg.get("overrides") or None, "options": options}
+    result = simulate_workload(cfg["workload"], topo, **kwargs)
+    out = flatten(result.summary())
+    out.setdefault("gpus", topo.num_gpus)
+    return out
+
+
+WORKLOAD = Evaluator(
+    name="workload",
+    help="one training iteration of a workload on a topology (dessim.workload.simulate_workload)",
+    base_keys=("workload", "topology", "engine", "overrides", "gpus"),
+    base_sections={"engine": None, "overrides": None},
+    required=("workload", "topology"),
+    namespaces={"topology": _TOPOLOGY_NS,
+                "workload": Namespace("workload", ("overrides",), nested=True,
+                                      help="SECTION.KEY of the workload document"),
+                "memory": Namespace("memory", ("overrides", "memory"),
+                                    help="KEY of the workload's memory section"),
+                "engine": Namespace("engine", ("engine",), help="an EngineOptions field",
+                                    check=lambda key, values, base, where: _check_engine_key(key, where))},
+    evaluate=_evaluate_workload,
+    default_metric="iteration_s",
+    defaults={"engine": {}, "overrides": {}},
+)
+
+
+def _check_engine_key(key: str, where: str) -> None:
+    valid = _engine_fields()
+    if key not in valid:
+        raise SpecError(f"{where}: unknown engine option {key!r}; valid keys: {', '.join(valid)}")
+
+
+#: Point kinds by name (the sweep spec's ``kind``).
+EVALUATORS: dict[str, Evaluator] = {e.name: e for e in (WORKLOAD, COLLECTIVE)}
+
+
+def get_evaluator(name: object, where: str = "kind") -> Evaluator:
+    if isinstance(name, str) and name in EVALUATORS:
+        return EVALUATORS[name]
+    raise SpecError(f"{where}: unknown sweep kind {name!r}; valid kinds: {', '.join(EVALUATORS)}")
+
+
+# ---------------------------------------------------------------- worker side
+def make_task(kind: str, base: Mapping[str, Any], point: Any) -> dict[str, Any]:
+    """Plain, picklable description of one point for any backend."""
+    evaluator = EVALUATORS[kind]
+    return {"kind": kind, "index": point.index, "key": point.key, "params": dict(point.params),
+            "config": evaluator.config(base, point.config_params)}
+
+
+def evaluate_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one point; never raises. Returns the journal record of the point.
+
+    ``status`` is ``ok``, ``failed`` (a DessimError: the configuration does not fit or is
+    invalid; ``reason`` is its message) or ``error`` (an unexpected exception, i.e. a bug;
+    ``reason`` ends with the innermost traceback line). ``eval_wall_s`` is host time, the only
+    field that differs between runs.
+    """
+    start = time.perf_counter()
+    record: dict[str, Any] = {"index": task["index"], "key": task["key"], "params": task["params"]}
+    try:
+        metrics = EVALUATORS[task["kind"]].evaluate(task["config"])
+        record.update(status=STATUS_OK, reason="", error_type="", metrics=metrics)
+    except DessimError as exc:
+        record.update(status=STATUS_FAILED, reason=str(exc), error_type=type(exc).__name__,
+                      metrics={})
+    except Exception as exc:  # noqa: BLE001 — a bug in a lower layer must not stop the sweep
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        record.update(status=STATUS_ERROR, error_type=type(exc).__name__, metrics={},
+                      reason=f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})")
+    record["eval_wall_s"] = time.perf_counter() - start
+    return record
