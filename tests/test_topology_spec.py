@@ -212,3 +212,11 @@ def test_installed_wheel_layout_is_preferred(tmp_path, monkeypatch):
     assert list(resources.shipped_topologies()) == ["tiny"]
     assert load_topology("tiny").num_gpus == 2
     assert resources.data_dir("nothing-here") is None and resources.data_files("nothing-here") == {}
+
+
+def test_inline_to_raw_gives_the_yaml_builder_mapping():
+    from dessim.topology.spec import inline_to_raw, is_inline_spec
+    kind, raw = inline_to_raw("dgx-a100:4,ideal,oversub=2")
+    assert kind.name == "dgx-a100" and raw == {"nodes": "4", "ideal": True, "oversub": "2"}
+    assert load_topology({"builder": {"kind": kind.name, **raw}}).num_gpus == 32
+    assert is_inline_spec("torus2d:4x4") and not is_inline_spec("my/file.yaml")

@@ -48,8 +48,9 @@ from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["KINDS", "Kind", "Param", "load_topology", "parse_inline", "topology_from_dict",
-           "load_yaml", "build_kind", "DEFAULT_BW", "DEFAULT_LAT"]
+__all__ = ["KINDS", "Kind", "Param", "load_topology", "parse_inline", "inline_to_raw",
+           "is_inline_spec", "find_kind", "topology_from_dict", "load_yaml", "build_kind",
+           "DEFAULT_BW", "DEFAULT_LAT"]
 
 #: Link figures of generic builders when neither the spec nor ``tech=`` gives them.
 DEFAULT_BW = "50GB/s"
@@ -418,8 +419,10 @@ def build_kind(kind: Kind | str, raw: Mapping[str, Any], where: str) -> Topology
 
 
 # ---------------------------------------------------------------- inline specs
-def parse_inline(spec: str) -> Topology:
-    """Build a topology from an inline spec such as ``"ring:8,bw=50GB/s,lat=500ns"``."""
+def inline_to_raw(spec: str) -> tuple[Kind, dict[str, Any]]:
+    """Split an inline spec into its :class:`Kind` and raw, unparsed values keyed by the
+    kind's keys — the same mapping a YAML ``builder:`` section holds (without ``kind``):
+    ``"dgx-a100:4,ideal"`` → (dgx-a100, ``{"nodes": "4", "ideal": True}``)."""
     head, _, rest = spec.strip().partition(":")
     kind = find_kind(head, f"topology spec {spec!r}")
     where = f"{kind.name} spec {spec!r}"
@@ -445,7 +448,19 @@ def parse_inline(spec: str) -> Topology:
         raw.update(keyed)
     except DessimError as exc:
         raise type(exc)(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
-    return build_kind(kind, raw, where)
+    return kind, raw
+
+
+def is_inline_spec(text: str) -> bool:
+    """Whether ``text`` starts with a known inline kind (``ring``, ``dgx-h100:...``)."""
+    head = text.partition(":")[0].strip().lower().replace("_", "-")
+    return head in _KIND_ALIASES
+
+
+def parse_inline(spec: str) -> Topology:
+    """Build a topology from an inline spec such as ``"ring:8,bw=50GB/s,lat=500ns"``."""
+    kind, raw = inline_to_raw(spec)
+    return build_kind(kind, raw, f"{kind.name} spec {spec!r}")
 
 
 # ---------------------------------------------------------------- YAML / dict
@@ -608,8 +623,7 @@ def load_topology(spec: Topology | str | os.PathLike[str] | Mapping[str, Any]) -
     shipped = find_data_file("topologies", text)
     if shipped is not None:
         return load_yaml(shipped)
-    head = text.partition(":")[0].strip().lower().replace("_", "-")
-    if head in _KIND_ALIASES and "/" not in head:
+    if is_inline_spec(text):
         return parse_inline(text)
     if text.endswith((".yaml", ".yml", ".json")) or os.sep in text:
         raise SpecError(f"topology file {text!r} does not exist")
