@@ -24,8 +24,10 @@ Architecture, bottom to top (a layer imports only from layers below it)::
 from __future__ import annotations
 
 from dessim.errors import DessimError
+from dessim.network import simulate_transfers
+from dessim.topology import load_topology
 from dessim.topology.graph import Link, Topology
 
 __version__ = "0.1.0"
 
-__all__ = ["DessimError", "Link", "Topology", "__version__"]
+__all__ = ["DessimError", "Link", "Topology", "load_topology", "simulate_transfers", "__version__"]
