@@ -140,3 +140,72 @@ def test_unknown_network_model_is_named():
 def test_analytical_network_gives_the_same_chain_time():
     res = simulate(pipeline_chain(4, 1e-3, MB), line(4), EngineOptions(network="analytical"))
     assert res.makespan_s == pytest.approx(4e-3 + 3 * (LAT + MB / BW))
+
+
+# ---------------------------------------------------------------- collectives in the engine
+AR_BYTES = 1e6
+# ring all-reduce of 1 MB over 2 ranks on one 1 GB/s link: 2(p-1) steps of alpha + n/(p B)
+AR_TIME = 2 * (2 - 1) * (LAT + AR_BYTES / 2 / BW)
+
+
+def grad_allreduce(overlap: bool) -> TaskGraph:
+    """Two ranks: backward in two halves; the gradient all-reduce after half 1 (overlap) or
+    after both halves (no overlap)."""
+    g = TaskGraph("overlap" if overlap else "no-overlap")
+    for r in (0, 1):
+        g.add(Task(f"r{r}.bwd1", r, "compute", duration=1e-3))
+        g.add(Task(f"r{r}.bwd2", r, "compute", duration=1e-3), [f"r{r}.bwd1"])
+        after = f"r{r}.bwd1" if overlap else f"r{r}.bwd2"
+        g.add(Task(f"r{r}.ar", r, "collective", op="allreduce", algo="ring", size=AR_BYTES,
+                   group=(0, 1), coll_id="grads", category="dp"), [after])
+    return g
+
+
+def test_compute_then_allreduce_without_overlap():
+    res = simulate(grad_allreduce(False), line(2))
+    assert res.makespan_s == pytest.approx(2e-3 + AR_TIME, rel=1e-12)
+    assert res.ranks[0].exposed_comm_s == pytest.approx(AR_TIME)
+    assert res.ranks[0].exposed_by_category == {"dp": pytest.approx(AR_TIME)}
+
+
+def test_compute_then_allreduce_with_overlap():
+    res = simulate(grad_allreduce(True), line(2))
+    # the all-reduce starts at 1 ms, beside the second half of the backward
+    assert res.makespan_s == pytest.approx(1e-3 + AR_TIME, rel=1e-12)
+    assert res.ranks[0].exposed_comm_s == pytest.approx(AR_TIME - 1e-3)
+    assert res.ranks[0].comm_s == pytest.approx(AR_TIME)
+
+
+def test_collective_waits_for_the_late_member():
+    g = TaskGraph()
+    for r, dur in ((0, 1e-3), (1, 3e-3)):
+        g.add(Task(f"c{r}", r, "compute", duration=dur))
+        g.add(Task(f"ar{r}", r, "collective", op="allreduce", algo="ring", size=AR_BYTES,
+                   group=(0, 1), coll_id="x"), [f"c{r}"])
+    res = simulate(g, line(2))
+    assert res.makespan_s == pytest.approx(3e-3 + AR_TIME)
+    assert res.ranks[0].wait_s == pytest.approx(2e-3)
+    assert res.ranks[1].wait_s == 0.0
+
+
+def test_concurrent_collectives_share_the_link():
+    # Two independent 2-rank all-reduces over the same single link run at half speed each:
+    # every step moves n/2 bytes per direction for each of the two, sharing B.
+    g = TaskGraph()
+    for cid in ("a", "b"):
+        for r in (0, 1):
+            g.add(Task(f"{cid}{r}", r, "collective", op="allreduce", algo="ring", size=AR_BYTES,
+                       group=(0, 1), coll_id=cid, stream=f"comm_{cid}"))
+    res = simulate(g, line(2))
+    assert res.makespan_s == pytest.approx(2 * (LAT + 2 * (AR_BYTES / 2) / BW), rel=1e-9)
+
+
+def test_forced_algorithm_and_bad_collective_are_reported():
+    from dessim.errors import CollectiveError
+
+    g = TaskGraph()
+    for r in (0, 1):
+        g.add(Task(f"x{r}", r, "collective", op="allreduce", size=AR_BYTES, group=(0, 1),
+                   coll_id="x"))
+    with pytest.raises(CollectiveError, match="collective 'x'"):
+        simulate(g, line(2), EngineOptions(algo="pairwise"))

@@ -31,7 +31,7 @@ import simpy
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import intersect, length, subtract, union
 from dessim.engine.result import RankTimes, SimulationResult
-from dessim.errors import TaskGraphError
+from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
@@ -112,6 +112,7 @@ class _Run:
         self.colls = {cid: [index[t.id] for t in members]
                       for cid, members in graph.collectives().items()}
         self.coll_state: dict[str, dict] = {}
+        self.schedules: dict[tuple, object] = {}
         # records
         self.start = [float("nan")] * len(self.tasks)
         self.active = [float("nan")] * len(self.tasks)
@@ -173,17 +174,37 @@ class _Run:
             base = self.compute_cost(t)
         return base * self.factors[t.rank] if t.kind == "compute" else base
 
+    def _schedule(self, t: Task):
+        """The transfer schedule of collective task ``t`` (cached: identical collectives on
+        the same group share one schedule; ``auto`` is decided once per such collective)."""
+        from dessim.collectives import build_schedule, choose, get_op  # lazy: keeps import light
+
+        algo = self.options.algo or t.algo
+        key = (t.op, t.size, t.group, algo)
+        sched = self.schedules.get(key)
+        if sched is None:
+            op = get_op(t.op)
+            chosen = algo
+            if algo == "auto":
+                chosen = choose(op, t.group, t.size, self.topology, chunks=self.options.chunks,
+                                channels=self.options.channels,
+                                reduction_bw=self.options.reduction_bw).algorithm
+            try:
+                sched = build_schedule(op, chosen, t.group, t.size, chunks=self.options.chunks,
+                                       channels=self.options.channels, topology=self.topology)
+            except DessimError as exc:
+                raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None
+            self.schedules[key] = sched
+        return sched
+
     def _arrive_collective(self, i: int) -> None:
-        from dessim.collectives import build_schedule, run_schedule  # lazy: keeps import light
+        from dessim.collectives import run_schedule
 
         t = self.tasks[i]
         state = self.coll_state.get(t.coll_id)
         if state is None:
-            algo = self.options.algo or t.algo
-            schedule = build_schedule(t.op, t.size, list(t.group), self.topology, algo=algo,
-                                      chunks=self.options.chunks, channels=self.options.channels)
             arrivals = {r: self.env.event() for r in t.group}
-            run = run_schedule(self.net, schedule, arrivals=arrivals,
+            run = run_schedule(self.net, self._schedule(t), arrivals=arrivals,
                                reduction_bw=self.options.reduction_bw,
                                key_base=(len(self.coll_state) + 1) << 20)
             members = self.colls[t.coll_id]
@@ -191,7 +212,7 @@ class _Run:
             self.coll_state[t.coll_id] = state
             for m in members:
                 rank = self.tasks[m].rank
-                run.rank_done[rank].callbacks.append(lambda _e, m=m: self.finish(m))
+                run.rank_events[rank].callbacks.append(lambda _e, m=m: self.finish(m))
         state["arrived"] += 1
         state["arrivals"][t.rank].succeed()
         if state["arrived"] == len(state["members"]):
