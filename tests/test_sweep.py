@@ -198,3 +198,18 @@ def test_layers_below_get_values_as_written_so_a_wrong_unit_is_caught():
     assert point.params == {"collective.size": 65536, "topology.bw": 50e9}
     assert point.inputs == {"collective.size": "64KiB", "topology.bw": "50000000000B/s"}
     assert parse_bandwidth(point.inputs["topology.bw"]) == 50e9
+
+
+def test_topology_paths_reach_into_a_dimension_of_a_multidim_network():
+    """Scale-out bandwidth of a two-level network: the second dimension's bw."""
+    data = collective_spec(**{"topology.dims.1.bw": ["25GB/s", "100GB/s"]})
+    data["base"]["topology"] = {"kind": "multidim", "dims": [
+        {"shape": "switch", "size": 4, "bw": "300GB/s"}, {"shape": "switch", "size": 2, "bw": "50GB/s"}]}
+    spec = parse_sweep(data)
+    cfgs = [EVALUATORS["collective"].config(spec.base, p.config_params) for p in spec.points()]
+    assert [c["topology"]["builder"]["dims"][1]["bw"] for c in cfgs] == ["25GB/s", "100GB/s"]
+    assert data["base"]["topology"]["dims"][1]["bw"] == "50GB/s"   # the base is not modified
+    assert [load_topology(c["topology"]).num_gpus for c in cfgs] == [8, 8]
+    data["axes"] = {"topology.dims.2.bw": ["1GB/s"]}
+    with pytest.raises(SpecError, match=r"'dims.2': '2' is not an index 0..1"):
+        parse_sweep(data)

@@ -54,31 +54,13 @@ STATUS_ERROR = "error"      #: a bug (any other exception): recorded, retried on
 
 
 # ---------------------------------------------------------------- topology composition
-def _inline_builder(text: str, where: str) -> dict[str, Any]:
-    """``"dgx-a100:nodes=4,ideal"`` → ``{"kind": "dgx-a100", "nodes": "4", "ideal": True}``.
+def _inline_builder(text: str) -> dict[str, Any]:
+    """``"dgx-a100:nodes=4,ideal"`` → ``{"kind": "dgx-a100", "nodes": "4", "ideal": True}``
+    (the topology layer's :func:`~dessim.topology.spec.inline_to_raw`; values stay raw)."""
+    from dessim.topology.spec import inline_to_raw
 
-    Uses the inline grammar of :mod:`dessim.topology.spec` (same items, flags and positional
-    forms as ``parse_inline``); values stay raw strings for the builder's own parsers.
-    """
-    from dessim.topology.spec import _split_items, find_kind
-
-    head, _, rest = text.strip().partition(":")
-    kind = find_kind(head, where)
-    positional, keyed, words = _split_items(rest, where)
-    raw: dict[str, Any] = {"kind": kind.name}
-    for word in words:
-        if word in kind.flags:
-            raw[word] = True
-        elif kind.words_are_positional:
-            positional.append(word)
-        else:
-            raise SpecError(f"{where}: unknown flag {word!r}; valid keys: {', '.join(kind.keys)}")
-    if positional:
-        if kind.positional is None:
-            raise SpecError(f"{where}: {kind.name} takes no positional value, got {positional}")
-        raw.update(kind.positional(positional, where))
-    raw.update(keyed)
-    return raw
+    kind, raw = inline_to_raw(text)
+    return {"kind": kind.name, **raw}
 
 
 def topology_document(spec: object, where: str) -> dict[str, Any]:
@@ -104,7 +86,7 @@ def topology_document(spec: object, where: str) -> dict[str, Any]:
     if head not in _KIND_ALIASES:
         from dessim.topology import load_topology
         load_topology(spec)  # raises the topology layer's own message for a bad spec
-    return {"builder": _inline_builder(spec, where)}
+    return {"builder": _inline_builder(spec)}
 
 
 def _builder_kind(doc: Mapping[str, Any], where: str):
@@ -118,16 +100,40 @@ def _builder_kind(doc: Mapping[str, Any], where: str):
     return find_kind(builder["kind"], where)
 
 
+def _walk(container: Any, parts: Sequence[str], where: str, prefix: str) -> None:
+    """Check that ``parts`` (mapping keys / list indices) lead somewhere inside ``container``."""
+    for i, part in enumerate(parts):
+        here = ".".join([prefix, *parts[: i + 1]])
+        if isinstance(container, list):
+            if not part.isdigit() or int(part) >= len(container):
+                raise SpecError(f"{where}: {here!r}: {part!r} is not an index 0..{len(container) - 1} "
+                                "of the base topology's list")
+            container = container[int(part)]
+        elif isinstance(container, Mapping):
+            if part not in container and i < len(parts) - 1:
+                raise SpecError(f"{where}: {here!r}: the base topology has no {part!r} here; "
+                                f"it has {', '.join(map(str, container))}")
+            container = container.get(part)
+        else:
+            raise SpecError(f"{where}: {here!r}: the base topology's value there is {container!r}, "
+                            "not a list or mapping (write dims as a list of mappings to sweep "
+                            "one dimension's keys)")
+
+
 def _check_topology_axis(key: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
     doc = topology_document(base.get("topology"), f"{where} (base.topology)")
     kind = _builder_kind(doc, where)
     params = {p.name: p for p in kind.params}
-    if key not in params or key == "name":
-        raise SpecError(f"{where}: {kind.name} has no key {key!r}; valid keys: "
+    head, *sub = key.split(".")
+    if head not in params or head == "name":
+        raise SpecError(f"{where}: {kind.name} has no key {head!r}; valid keys: "
                         f"{', '.join(k for k in kind.keys if k != 'name')}")
+    if sub:  # e.g. dims.1.bw: checked against the base here, parsed by the builder per point
+        _walk(doc["builder"].get(head), sub, where, head)
+        return
     for i, v in enumerate(values):
         try:
-            params[key].parse(v, f"{where}[{i}]")
+            params[head].parse(v, f"{where}[{i}]")
         except DessimError as exc:
             raise SpecError(str(exc) if str(exc).startswith(where) else f"{where}[{i}]: {exc}") from None
 
@@ -167,14 +173,21 @@ class Namespace:
     check: Callable[[str, Sequence[Any], Mapping[str, Any], str], None] | None = None
 
 
-def _set_path(doc: dict[str, Any], path: Sequence[str], value: Any) -> None:
+def _set_path(doc: Any, path: Sequence[str], value: Any) -> None:
+    """Set ``value`` at ``path`` (mapping keys; digits index lists), creating mappings."""
     for part in path[:-1]:
+        if isinstance(doc, list):
+            doc = doc[int(part)]
+            continue
         nxt = doc.get(part)
-        if not isinstance(nxt, dict):
+        if not isinstance(nxt, (dict, list)):
             nxt = {}
             doc[part] = nxt
         doc = nxt
-    doc[path[-1]] = value
+    if isinstance(doc, list):
+        doc[int(path[-1])] = value
+    else:
+        doc[path[-1]] = value
 
 
 def _has_path(doc: Mapping[str, Any], path: Sequence[str]) -> bool:
@@ -260,7 +273,7 @@ class Evaluator:
         if topo_params:
             doc = topology_document(cfg["topology"], "base.topology")
             for path, value in topo_params.items():
-                doc["builder"][path.partition(".")[2]] = value
+                _set_path(doc["builder"], path.split(".")[1:], value)
             cfg["topology"] = doc
         for path, value in params.items():
             if not path.startswith("topology."):
@@ -286,7 +299,9 @@ def _evaluate_collective(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_TOPOLOGY_NS = Namespace("topology", ("topology",), help="a key of the base topology's builder",
+_TOPOLOGY_NS = Namespace("topology", ("topology",), nested=True,
+                         help="a key of the base topology's builder; KEY.I.SUB reaches into "
+                              "lists/mappings (dims.1.bw: bandwidth of the second dimension)",
                          check=_check_topology_axis)
 
 COLLECTIVE = Evaluator(
