@@ -17,8 +17,15 @@ from dessim.errors import DessimError
 
 #: Sub-command modules, each defining ``command`` (a click command or group).
 COMMAND_MODULES: tuple[str, ...] = (
+    "dessim.cli.simulate_cmd",
+    "dessim.cli.workload_cmd",
     "dessim.cli.topology_cmd",
+    "dessim.cli.collective_cmd",
+    "dessim.cli.compare_cmd",
     "dessim.cli.run_cmd",
+    "dessim.cli.replay_cmd",
+    "dessim.cli.sweep_cmd",
+    "dessim.cli.explore_cmd",
 )
 
 

@@ -2,8 +2,12 @@
 
 :class:`Router` answers ``path(src, dst, key)``: a shortest path in hops from ``src`` to
 ``dst`` whose *intermediate* nodes all have ``transit=True`` (a node with ``transit=False``,
-e.g. a memory node or a DGX GPU, may only be an endpoint). When several shortest paths exist
-(equal-cost multi-path, ECMP), every hop picks one of the equal-cost next hops with a hash of
+e.g. a memory node or a DGX GPU, may only be an endpoint). Among the shortest paths only the
+*widest* ones are used — those whose bottleneck capacity (``bw * efficiency`` of the
+narrowest link) is the largest — so that two GPUs joined both through an NVSwitch and
+through a PCIe switch (two hops either way) talk over NVLink, as NCCL's peer-to-peer
+transport does. When several shortest paths of that width remain (equal-cost multi-path,
+ECMP), every hop picks one of the equal next hops with a hash of
 the flow identity — ``zlib.crc32`` of ``(key, src, dst, current node)`` — the way a switch
 hashes a packet's 5-tuple: different flows spread over the paths, the same flow (same
 endpoints and ``key``) always takes the same path, and the choice never depends on Python's
@@ -37,7 +41,7 @@ MAX_CACHED_PATHS: int = 200_000
 
 
 class Router:
-    """Hop-count shortest paths with deterministic per-flow ECMP on a :class:`Topology`."""
+    """Widest hop-count shortest paths with deterministic per-flow ECMP on a :class:`Topology`."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -45,6 +49,11 @@ class Router:
         #: Neighbours of every node, sorted by name (determinism independent of insertion).
         self._adj: dict[str, tuple[str, ...]] = {n: tuple(sorted(graph.adj[n])) for n in graph.nodes}
         self._transit: dict[str, bool] = {n: bool(d["transit"]) for n, d in graph.nodes(data=True)}
+        #: Per-direction payload capacity of every link, both orientations (bytes/s).
+        self._capacity: dict[tuple[str, str], float] = {}
+        for a, b, d in graph.edges(data=True):
+            c = float(d["bw"]) * float(d.get("efficiency", 1.0))
+            self._capacity[a, b] = self._capacity[b, a] = c
         self._maps: OrderedDict[str, Mapping[str, tuple[str, ...]]] = OrderedDict()
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
 
@@ -93,9 +102,10 @@ class Router:
         if cached is not None:
             self._maps.move_to_end(target)
             return cached
-        adj, transit = self._adj, self._transit
+        adj, transit, cap = self._adj, self._transit, self._capacity
         dist = {target: 0}
         nxt: dict[str, list[str]] = {target: []}
+        width: dict[str, float] = {target: float("inf")}
         frontier = [target]
         depth = 0
         while frontier:
@@ -114,6 +124,14 @@ class Router:
                         new.append(v)
                     elif d == depth:
                         nxt[v].append(u)
+            # keep only the next hops on a widest path (nodes of this depth are final now)
+            for v in new:
+                hops = nxt[v]
+                widths = [min(cap[v, u], width[u]) for u in hops]
+                best = max(widths)
+                width[v] = best
+                if len(hops) > 1:
+                    nxt[v] = [u for u, w in zip(hops, widths) if w >= best * (1 - 1e-9)]
             frontier = new
         result = {v: tuple(sorted(hops)) for v, hops in nxt.items()}
         self._maps[target] = result
