@@ -316,9 +316,12 @@ def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> st
         if "layout" in table.columns and "layout" not in shown:
             shown.append("layout")
         cols = ["index", *shown, metric, *(["cost"] if "cost" in table.columns else [])]
-        best = best_per_group(table, metric, group, minimize)
+        best = best_per_group(table, metric, group, minimize)[cols].head(top)
+        for axis in result.spec.axes:   # 1e11 -> 100GB/s for reading; the table keeps SI
+            if axis.family in FORMATTERS and axis.path in best:
+                best[axis.path] = [_label(v, axis.family) for v in best[axis.path]]
         lines.append(f"best {metric} " + (f"per {', '.join(group)}:" if group else "overall:"))
-        lines.append(best[cols].head(top).to_string(index=False))
+        lines.append(best.to_string(index=False))
         sp = spread(table, metric, (), minimize)
         if len(sp):
             row = sp.iloc[0]

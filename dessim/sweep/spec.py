@@ -358,10 +358,15 @@ def parse_sweep(data: object, source: str = "<sweep>", default_name: str = "swee
     for path, raw in raw_axes.items():
         where = f"{source}: axes.{path}"
         if path == AUTO_AXIS:
-            if raw != "auto" or not evaluator.supports_auto:
-                raise SpecError(f"{where}: the only value is 'auto' (every valid parallel layout), "
-                                f"and only for kinds {', '.join(k for k, e in EVALUATORS.items() if e.supports_auto)}; "
-                                f"got {raw!r} for kind {evaluator.name!r}")
+            if raw != "auto":
+                raise SpecError(f"{where}: the only value is 'auto' (every valid parallel layout); "
+                                f"got {raw!r}")
+            if not evaluator.supports_auto:
+                kinds = [k for k, e in EVALUATORS.items() if e.supports_auto]
+                raise SpecError(f"{where}: 'auto' is not available for kind {evaluator.name!r}" +
+                                (f"; kinds that enumerate layouts: {', '.join(kinds)}" if kinds else
+                                 " (this installation has no layout enumerator: "
+                                 "dessim.workload.enumerate_layouts)"))
             auto = True
             continue
         pairs = expand_axis_pairs(raw, where)
