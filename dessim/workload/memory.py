@@ -63,6 +63,7 @@ __all__ = [
     "paper_activation_bytes",
     "layer_activation_bytes",
     "params_on_gpu",
+    "layer_params_on_gpu",
     "estimate_memory",
     "fitting_alternatives",
     "check_fit",
@@ -205,6 +206,11 @@ def _layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout) -> tu
         expert = model.experts / layout.ep * mlp(model.moe_ffn_hidden)  # type: ignore[arg-type]
         return dense, expert
     return dense + mlp(model.ffn_hidden), 0.0
+
+
+def layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
+    """(dense, expert) parameters of one transformer layer held by one GPU (before ZeRO)."""
+    return _layer_params_on_gpu(model, layout)
 
 
 def params_on_gpu(model: TransformerConfig, layout: ParallelLayout, stage: int) -> tuple[float, float]:

@@ -1,0 +1,652 @@
+"""The workload generator: a model and its parallel layout become the task graph of ONE
+training iteration on every rank.
+
+Per rank, the graph holds (streams run their tasks in program order, see
+:mod:`dessim.taskgraph.model`):
+
+``compute``
+    Forward, recomputation and backward passes of the rank's pipeline stage in the order of
+    the pipeline schedule (:mod:`dessim.workload.schedules`), then the optimizer step.
+    ``granularity="layer"``: one task per layer, micro-batch and phase, split only where a
+    communication must happen in between (:mod:`dessim.workload.passes`); its ``duration``
+    is the sum of the device model's costs of its kernels (so a saved graph replays with the
+    same times), and it keeps the kernels' total ``flops`` and ``bytes`` and, in
+    ``attrs["model_flops"]``, the part that counts as model FLOPs (forward/backward matmul and
+    attention, not recomputation). ``granularity="kernel"``: one task per kernel, with its
+    ``kernel`` class and GEMM ``shape``.
+``tp`` / ``ep``
+    Tensor/sequence-parallel collectives and MoE all-to-alls inside the layers.
+``cp.send`` / ``cp.recv``
+    Ring-attention K/V exchanges with the next/previous rank of the CP group.
+``pp.send.fwd`` / ``pp.recv.fwd`` / ``pp.send.bwd`` / ``pp.recv.bwd``
+    Pipeline point-to-point transfers: activations to the next virtual stage, gradients to
+    the previous one (``b·s/cp·h`` elements, ``/tp`` with SP). One stream per direction and
+    role, each with a single peer, so that no send waits behind an unrelated receive (NCCL's
+    batched ``isend/irecv`` in Megatron's ``p2p_communication``); tags encode (direction,
+    receiving virtual stage, micro-batch).
+``dp`` / ``dp.ag``
+    Data-parallel gradient reduction and ZeRO parameter gathers (below).
+``mem.out`` / ``mem.in``
+    Offload memcpys to/from the nearest far-memory node (``host_mem`` for ``host``,
+    ``cxl_mem`` for ``cxl``; fewest hops from the GPU, then name order).
+
+Categories: compute tasks ``fwd``, ``bwd``, ``recompute``, ``optimizer``; communication
+``tp``, ``ep``, ``cp``, ``pp``, ``dp``, ``offload`` — the engine reports exposed
+communication per category.
+
+Data parallelism (gradients of dense weights over the ``dp·cp`` group, of expert weights
+over ``edp·cp``)
+    ZeRO 0 (DDP): the gradients of the last micro-batch's backward (per model chunk) are
+    all-reduced in buckets of ``bucket_size`` bytes, filled in backward order; a bucket is
+    reduced as soon as the layer that fills it is done (PyTorch DDP / Megatron
+    ``overlap_grad_reduce``), so the reduction overlaps the rest of the backward.
+    ``bucket_size=0``: one all-reduce per chunk after its backward. ZeRO 1: the same buckets
+    reduce-scattered, and after the optimizer step (which updates ``1/(dp·cp)`` of the
+    parameters) the updated 16-bit parameters all-gathered per bucket (Megatron's
+    distributed optimizer; the gather is not overlapped with the next iteration here). ZeRO 2:
+    as ZeRO 1, but sharded gradients cannot be accumulated locally, so the reduce-scatter
+    runs after *every* micro-batch's backward (DeepSpeed stage 2 with gradient accumulation;
+    an assumption). ZeRO 3 / FSDP: per-block gathers and reduce-scatters inside the passes
+    (:mod:`dessim.workload.passes`), no final gather.
+Optimizer step
+    Memory-bound (``kernel="optimizer"``): reads the gradient and the optimizer state (``K``
+    bytes per parameter: fp32 master weights, momentum, variance) and writes the state and
+    the 16-bit weights, for the parameters the rank updates. With ``offload_optimizer`` the
+    state of each block is loaded into HBM, updated and stored back, block by block (loads
+    run ahead on ``mem.in``, stores follow on ``mem.out``).
+Activation offload
+    See :mod:`dessim.workload.passes`.
+Free communication (``comm=False``)
+    Every communication task becomes a zero-duration ``delay`` on the same stream that waits
+    for what its peers' tasks would have waited for (collectives: all members' inputs; a
+    receive: the matching send's input): the same dependencies, no transfer time. For
+    studies, e.g. the pure pipeline bubble.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+from typing import Any, Sequence
+
+from dessim.catalog.devices import get_device
+from dessim.engine.device import DeviceModel
+from dessim.errors import WorkloadError
+from dessim.taskgraph.model import Task, TaskGraph
+from dessim.topology.graph import Topology
+from dessim.topology.routing import Router
+from dessim.workload.kernels import Kernel, embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.layout import ParallelLayout
+from dessim.workload.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
+                                    layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
+from dessim.workload.model import TransformerConfig
+from dessim.workload.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
+                                    layer_points, merge_steps)
+from dessim.workload.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
+
+__all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "OFFLOAD_NODE_KINDS",
+           "COMM_CATEGORIES"]
+
+#: Topology node kind of each offload target.
+OFFLOAD_NODE_KINDS: dict[str, str] = {"host": "host_mem", "cxl": "cxl_mem"}
+
+#: Communication categories of the generated tasks (exposed communication is reported by these).
+COMM_CATEGORIES: tuple[str, ...] = ("tp", "dp", "pp", "ep", "cp", "offload")
+
+#: Group kinds the passes and the DP reduction use (see ParallelLayout.groups).
+_GROUP_KINDS: tuple[str, ...] = ("tp", "cp", "ep", "dp_cp", "edp_cp")
+
+
+@dataclass(frozen=True)
+class GeneratorOptions:
+    """How to generate the task graph (beyond the layout and memory options).
+
+    ``bucket_size``: gradient bucket in bytes; None = the memory options' bucket size
+    (the workload's ``training.bucket_size``), 0 = no bucketing. ``comm=False``: communication
+    free (module docstring). ``embedding_head=False``: leave out the embedding and LM-head
+    kernels, their communication and their parameters, so that every pipeline stage does the
+    same work (pipeline-bubble studies). ``optimizer=False``: no optimizer step.
+    ``check_memory=False``: skip the memory fit check."""
+
+    granularity: str = "layer"
+    bucket_size: int | None = None
+    comm: bool = True
+    embedding_head: bool = True
+    optimizer: bool = True
+    check_memory: bool = True
+
+    def __post_init__(self) -> None:
+        if self.granularity not in GRANULARITIES:
+            raise WorkloadError(f"granularity={self.granularity!r} is unknown; valid: {', '.join(GRANULARITIES)}")
+        b = self.bucket_size
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or b < 0):
+            raise WorkloadError(f"bucket_size={b!r} must be a number of bytes >= 0 (0: no bucketing)")
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """Everything the generator needs, resolved and validated: the model, the layout checked
+    against the GPU count, memory options, the GPU model of every rank and the memory estimate
+    (checked against the smallest HBM of the ranks unless ``options.check_memory`` is off)."""
+
+    name: str
+    model: TransformerConfig
+    layout: ParallelLayout
+    memory: MemoryOptions
+    options: GeneratorOptions
+    devices: tuple[str, ...]          #: catalog GPU name per rank
+    estimate: MemoryEstimate
+    capacity_bytes: float
+
+    @property
+    def num_gpus(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def bucket_size(self) -> int:
+        b = self.options.bucket_size
+        return int(self.memory.bucket_size if b is None else b)
+
+    def peak_flops(self) -> float:
+        """Sum over ranks of the dense peak FLOP/s at the model's precision."""
+        prec = self.model.precision
+        return sum(get_device(d).peak_flops(prec) for d in self.devices)
+
+
+def _resolve_devices(topology: Topology, fallback: Sequence[str | None], where: str) -> tuple[str, ...]:
+    out = []
+    default = next((d for d in fallback if d), None)
+    for r in range(topology.num_gpus):
+        name = topology.device(r) or default
+        if name is None:
+            raise WorkloadError(f"{where}: rank {r} of topology {topology.name!r} has no GPU model and "
+                                "the workload names no device: give one (--device H100 or training.device)")
+        out.append(get_device(name).name)
+    return tuple(out)
+
+
+def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topology, *,
+              memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
+              device: str | None = None, workload_device: str | None = None,
+              name: str | None = None) -> WorkloadPlan:
+    """Validate ``layout`` against ``model`` and the topology's GPU count, resolve the GPU
+    model of each rank (topology, else ``device``, else ``workload_device``) and check the
+    memory fit (raising :class:`~dessim.errors.MemoryFitError` with suggestions)."""
+    options = options or GeneratorOptions()
+    memory = memory or MemoryOptions()
+    name = name or model.name
+    layout.validate(model, topology.num_gpus)
+    devices = _resolve_devices(topology, (device, workload_device), f"workload {name!r}")
+    estimate = estimate_memory(model, layout, memory)
+    capacity = min(get_device(d).hbm_capacity for d in set(devices))
+    if options.check_memory:
+        check_fit(estimate, capacity)
+    for target in (memory.offload_optimizer, memory.offload_activations):
+        if target != "none" and not topology.nodes_of_kind(OFFLOAD_NODE_KINDS[target]):
+            raise WorkloadError(f"workload {name!r}: offload to {target!r} needs a "
+                                f"{OFFLOAD_NODE_KINDS[target]} node, but topology {topology.name!r} has none")
+    return WorkloadPlan(name, model, layout, memory, options, devices, estimate, float(capacity))
+
+
+# ---------------------------------------------------------------------- templates
+@dataclass
+class _Template:
+    """A pass program with per-step task fields precomputed."""
+
+    steps: list[Step]
+    labels: list[str]
+    attrs: list[dict[str, Any]]
+    first_compute: int
+    last_compute: int
+    completes: dict[str, int]          #: block name -> step completing it
+    block_params: list[tuple[str, float, float]]  #: (block, dense, expert) in pass order
+
+
+def _kernel_label(kernels: Sequence[Kernel]) -> str:
+    if len(kernels) == 1:
+        return kernels[0].name
+    return f"{kernels[0].name}..{kernels[-1].name}"
+
+
+class _Generator:
+    def __init__(self, plan: WorkloadPlan, topology: Topology) -> None:
+        self.plan = plan
+        self.topo = topology
+        self.model = plan.model
+        self.lo = plan.layout
+        self.opts = plan.options
+        self.comm = plan.options.comm
+        lo = self.lo
+        self.m = lo.num_micro_batches
+        self.v = lo.virtual_stages
+        self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
+        for kind in _GROUP_KINDS:
+            table: dict[int, tuple[int, ...]] = {}
+            for g in lo.groups(kind):
+                for r in g:
+                    table[r] = g
+            self.groups[kind] = table
+        self.layer_ks = layer_kernels(self.model, lo)
+        self.layer_pts = tuple(layer_points(self.model, lo, self.layer_ks))
+        self.embed_ks = embedding_kernels(self.model, lo)
+        self.head_ks = head_kernels(self.model, lo)
+        self.layer_params = layer_params_on_gpu(self.model, lo)
+        self.act_bytes = (layer_activation_bytes(self.model, lo)
+                          if plan.memory.offload_activations != "none" else 0.0)
+        self.templates: dict[tuple[int, int, str], _Template] = {}
+        self.models: dict[str, DeviceModel] = {}
+        self.kernel_time: dict[tuple[str, Kernel], float] = {}
+        self.graph = TaskGraph(f"{plan.name} {lo.describe()}", meta={
+            "workload": plan.name, "layout": lo.describe(), "granularity": self.opts.granularity,
+            "comm": self.comm, "generator": "dessim.workload.generator"})
+        self.counter: dict[tuple[int, str], int] = {}
+        self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
+        self.free_p2p: dict[tuple[int, int, int, str], dict[str, tuple[str, list[str]]]] = {}
+        self.mem_tasks: dict[tuple[int, int, tuple], str] = {}
+        self.router: Router | None = None
+        self.mem_node_cache: dict[tuple[int, str], str] = {}
+        self.next_id: dict[int, int] = {}
+        self.last_stream: dict[tuple[int, str], str] = {}   #: last task of each (rank, stream)
+
+    # ------------------------------------------------------------------ helpers
+    def _count(self, rank: int, what: str) -> int:
+        key = (rank, what)
+        n = self.counter.get(key, 0)
+        self.counter[key] = n + 1
+        return n
+
+    def _tid(self, rank: int) -> str:
+        n = self.next_id.get(rank, 0)
+        self.next_id[rank] = n + 1
+        return f"r{rank}.{n}"
+
+    def _device_model(self, rank: int) -> DeviceModel:
+        name = self.plan.devices[rank]
+        dm = self.models.get(name)
+        if dm is None:
+            dm = DeviceModel.for_device(name, self.model.precision)
+            self.models[name] = dm
+        return dm
+
+    def _ktime(self, rank: int, k: Kernel) -> float:
+        name = self.plan.devices[rank]
+        key = (name, k)
+        t = self.kernel_time.get(key)
+        if t is None:
+            t = self._device_model(rank)(_kernel_task(k))
+            self.kernel_time[key] = t
+        return t
+
+    def _mem_node(self, rank: int, target: str) -> str:
+        key = (rank, target)
+        node = self.mem_node_cache.get(key)
+        if node is None:
+            if self.router is None:
+                self.router = Router(self.topo)
+            gpu = self.topo.node_of(rank)
+            cands = sorted(self.topo.nodes_of_kind(OFFLOAD_NODE_KINDS[target]))
+            node = min(cands, key=lambda n: (self.router.hops(gpu, n), n))  # type: ignore[union-attr]
+            self.mem_node_cache[key] = node
+        return node
+
+    # ------------------------------------------------------------------ blocks
+    def _blocks(self, stage: int, chunk: int) -> list[Block]:
+        lo, model = self.lo, self.model
+        layers = lo.stage_layers(model.layers, stage)[chunk]
+        blocks = [Block(f"L{i}", self.layer_ks, self.layer_pts, self.layer_params, self.act_bytes)
+                  for i in layers]
+        if not self.opts.embedding_head:
+            return blocks
+        first = stage == 0 and chunk == 0
+        last = stage == lo.pp - 1 and chunk == self.v - 1
+        if first or last:
+            n_layers = sum(len(r) for r in lo.stage_layers(model.layers, stage))
+            extra = params_on_gpu(model, lo, stage)[0] - n_layers * self.layer_params[0]
+            head = 0.0
+            if last:
+                head = model.norm_params() + (ceil(model.vocab / lo.tp) * model.hidden
+                                              if not model.tied_embeddings or lo.pp > 1 else 0)
+            if first:
+                blocks.insert(0, Block("embed", self.embed_ks,
+                                       tuple(embedding_points(model, lo, self.embed_ks)),
+                                       (extra - head, 0.0)))
+            if last:
+                blocks.append(Block("head", self.head_ks, tuple(head_points(model, lo, self.head_ks)),
+                                    (head, 0.0)))
+        return blocks
+
+    def _template(self, stage: int, chunk: int, phase: str) -> _Template:
+        key = (stage, chunk, phase)
+        t = self.templates.get(key)
+        if t is not None:
+            return t
+        blocks = self._blocks(stage, chunk)
+        zero3 = self.lo.zero_stage >= 3
+        builder = PassBuilder(self.model, self.lo, zero3_param_bytes=self.model.precision_spec.param_bytes,
+                              offload_activations=self.act_bytes > 0)
+        steps = builder.forward(blocks, zero3) if phase == "F" else builder.backward(blocks, zero3)
+        if self.opts.granularity == "layer":
+            steps = merge_steps(steps)
+        labels, attrs = [], []
+        completes: dict[str, int] = {}
+        for i, s in enumerate(steps):
+            if s.is_compute:
+                labels.append(f"{s.category} {s.block} {_kernel_label(s.kernels)}")
+                mf = sum(k.flops for k in s.kernels if k.is_model_flops)
+                attrs.append({"model_flops": mf, "block": s.block})
+                for b in s.completes:
+                    completes[b] = i
+            else:
+                labels.append(f"{s.category} {s.block} {s.name}")
+                attrs.append({})
+        computes = [i for i, s in enumerate(steps) if s.is_compute]
+        order = blocks if phase == "F" else list(reversed(blocks))
+        t = _Template(steps, labels, attrs, computes[0], computes[-1], completes,
+                      [(b.name, b.params[0], b.params[1]) for b in order])
+        self.templates[key] = t
+        return t
+
+    # ------------------------------------------------------------------ task emission
+    def _add(self, task: Task, deps: Sequence[str]) -> str:
+        self.graph.add(task, deps)
+        self.last_stream[(task.rank, task.stream)] = task.id
+        return task.id
+
+    def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,
+                    group: tuple[int, ...], deps: list[str], gkind: str) -> list[str]:
+        """A collective task (or its free stand-in); returns the ids later steps depend on."""
+        if len(group) == 1:
+            return deps
+        n = self._count(rank, f"coll.{gkind}")
+        coll_id = f"{gkind}{group[0]}.{n}"
+        tid = self._tid(rank)
+        if self.comm:
+            self._add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
+                           op=op, size=float(size), group=group, coll_id=coll_id), deps)
+        else:
+            self._add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
+                           duration=0.0, attrs={"op": op, "size": float(size)}), deps)
+            self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
+        return [tid]
+
+    def _p2p(self, rank: int, kind: str, peer: int, tag: int, size: float, name: str, category: str,
+             stream: str, deps: list[str]) -> str:
+        tid = self._tid(rank)
+        if self.comm:
+            self._add(Task(tid, rank, kind, stream=stream, name=name, category=category, peer=peer,
+                           tag=tag, size=float(size)), deps)
+        else:
+            self._add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
+                           duration=0.0, attrs={"peer": peer, "size": float(size)}), deps)
+            src, dst = (rank, peer) if kind == "send" else (peer, rank)
+            self.free_p2p.setdefault((src, dst, tag, stream.split(".")[0]), {})[kind] = (tid, list(deps))
+        return tid
+
+    def _memcpy(self, rank: int, size: float, direction: str, target: str, name: str, stream: str,
+                deps: list[str]) -> str:
+        tid = self._tid(rank)
+        if self.comm:
+            self._add(Task(tid, rank, "memcpy", stream=stream, name=name, category="offload",
+                           size=float(size), mem_node=self._mem_node(rank, target), direction=direction), deps)
+        else:
+            self._add(Task(tid, rank, "delay", stream=stream, name=name, category="offload",
+                           duration=0.0, attrs={"size": float(size)}), deps)
+        return tid
+
+    def _compute(self, rank: int, step: Step, label: str, attrs: dict[str, Any], deps: list[str]) -> str:
+        tid = self._tid(rank)
+        ks = step.kernels
+        duration = sum(self._ktime(rank, k) for k in ks)
+        flops = sum(k.flops for k in ks)
+        nbytes = sum(k.bytes for k in ks)
+        if len(ks) == 1:
+            k = ks[0]
+            kernel, shape = k.kind, (k.shape or ())
+        else:
+            kernel, shape = "layer", ()
+        self._add(Task(tid, rank, "compute", stream="compute", name=label, category=step.category,
+                       duration=duration, flops=flops, bytes=nbytes, kernel=kernel, shape=shape,
+                       attrs=attrs), deps)
+        return tid
+
+    def _emit_pass(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
+                   input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
+        t = self._template(stage, chunk, phase)
+        ids: list[list[str]] = []
+        cp_group = self.groups["cp"][rank]
+        for i, s in enumerate(t.steps):
+            deps = [d for j in s.deps for d in ids[j]]
+            if s.kind == "compute":
+                if i == t.first_compute:
+                    deps += input_deps
+                ids.append([self._compute(rank, s, f"{t.labels[i]} mb{mb}", t.attrs[i], deps)])
+            elif s.kind == "collective":
+                group = self.groups[s.group][rank]
+                ids.append(self._collective(rank, f"{t.labels[i]} mb{mb}", s.category, s.stream, s.op,
+                                            s.size, group, deps, s.group))
+            elif s.kind in ("send", "recv"):
+                pos = cp_group.index(rank)
+                step = 1 if s.peer == "next" else -1
+                peer = cp_group[(pos + step) % len(cp_group)]
+                tag = self._count(rank, s.stream)
+                ids.append([self._p2p(rank, s.kind, peer, tag, s.size, f"{t.labels[i]} mb{mb}", "cp",
+                                      s.stream, deps)])
+            elif s.kind == "memcpy":
+                if s.after_key:
+                    deps.append(self.mem_tasks[(rank, mb, s.after_key)])
+                tid = self._memcpy(rank, s.size, s.direction, self.plan.memory.offload_activations,
+                                   f"{t.labels[i]} mb{mb}", s.stream, deps)
+                if s.key:
+                    self.mem_tasks[(rank, mb, s.key)] = tid
+                ids.append([tid])
+            else:  # pragma: no cover - PassBuilder makes only these kinds
+                raise AssertionError(s.kind)
+        return t, ids
+
+    # ------------------------------------------------------------------ pipeline transfers
+    def _pp_size(self) -> float:
+        lo, model = self.lo, self.model
+        tokens = lo.micro_batch * model.seq_len // lo.cp
+        if lo.sequence_parallel:
+            tokens //= lo.tp
+        return float(tokens * model.hidden * model.precision_spec.activation_bytes)
+
+    def _pp_rank(self, rank: int, stage: int) -> int:
+        c = self.lo.coords(rank)
+        return self.lo.rank_of(tp=c.tp, cp=c.cp, dp=c.dp, pp=stage)
+
+    def _pp_tag(self, direction: int, recv_vstage: int, mb: int) -> int:
+        return (direction * self.lo.pp * self.v + recv_vstage) * self.m + mb
+
+    # ------------------------------------------------------------------ per rank
+    def emit_rank(self, rank: int) -> None:
+        lo = self.lo
+        p, v = lo.pp, self.v
+        stage = lo.stage_of(rank)
+        program = stage_program(lo.schedule, stage, p, self.m, v)
+        last_b = {}
+        for n, op in enumerate(program):
+            if op.phase == "B":
+                last_b[op.chunk] = n
+        size = self._pp_size()
+        buckets: list[tuple[str, float]] = []      # (group kind, gradient bytes) of the final buckets
+        last_compute = ""
+        for n, op in enumerate(program):
+            mb, chunk = op.mb, op.chunk
+            inputs: list[str] = []
+            if op.phase == "F":
+                src = prev_virtual(stage, chunk, p)
+                if src is not None:
+                    tag = self._pp_tag(0, virtual_stage(stage, chunk, p), mb)
+                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), tag, size,
+                                            f"pp recv act v{virtual_stage(stage, chunk, p)} mb{mb}", "pp",
+                                            "pp.recv.fwd", []))
+            else:
+                src = next_virtual(stage, chunk, p, v)
+                if src is not None:
+                    tag = self._pp_tag(1, virtual_stage(stage, chunk, p), mb)
+                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), tag, size,
+                                            f"pp recv grad v{virtual_stage(stage, chunk, p)} mb{mb}", "pp",
+                                            "pp.recv.bwd", []))
+            t, ids = self._emit_pass(rank, stage, chunk, op.phase, mb, inputs)
+            out = ids[t.last_compute]
+            last_compute = out[-1]
+            if op.phase == "F":
+                dst = next_virtual(stage, chunk, p, v)
+                if dst is not None:
+                    vs = virtual_stage(dst[0], dst[1], p)
+                    self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(0, vs, mb), size,
+                              f"pp send act v{vs} mb{mb}", "pp", "pp.send.fwd", out)
+            else:
+                dst = prev_virtual(stage, chunk, p)
+                if dst is not None:
+                    vs = virtual_stage(dst[0], dst[1], p)
+                    self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(1, vs, mb), size,
+                              f"pp send grad v{vs} mb{mb}", "pp", "pp.send.bwd", out)
+                final = last_b[chunk] == n
+                if lo.zero_stage == 2 or (lo.zero_stage < 2 and final):
+                    made = self._reduce_gradients(rank, t, ids, mb)
+                    if final:
+                        buckets += made
+        self._optimizer(rank, stage, last_compute, buckets)
+
+    def _reduce_gradients(self, rank: int, t: _Template, ids: list[list[str]], mb: int) -> list[tuple[str, float]]:
+        """Bucketed gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2) of one backward."""
+        lo = self.lo
+        op = "allreduce" if lo.zero_stage == 0 else "reducescatter"
+        grad = self.model.precision_spec.grad_bytes
+        limit = self.plan.bucket_size
+        made: list[tuple[str, float]] = []
+        pending = {"dp_cp": 0.0, "edp_cp": 0.0}
+        last_dep: list[str] = []
+        for block, dense, expert in t.block_params:
+            dep = ids[t.completes[block]]
+            last_dep = dep
+            for gkind, params in (("dp_cp", dense), ("edp_cp", expert)):
+                pending[gkind] += params * grad
+                if limit and pending[gkind] >= limit:
+                    made.append(self._bucket(rank, gkind, op, pending[gkind], dep, mb))
+                    pending[gkind] = 0.0
+        for gkind in ("dp_cp", "edp_cp"):
+            if pending[gkind] > 0:
+                made.append(self._bucket(rank, gkind, op, pending[gkind], last_dep, mb))
+        return [b for b in made if b[1] > 0]
+
+    def _bucket(self, rank: int, gkind: str, op: str, nbytes: float, deps: list[str], mb: int) -> tuple[str, float]:
+        group = self.groups[gkind][rank]
+        if len(group) == 1:
+            return (gkind, 0.0)
+        n = self._count(rank, f"bucket.{gkind}")
+        self._collective(rank, f"dp {op} bucket{n} ({gkind}) mb{mb}", "dp", "dp", op, nbytes, group,
+                         list(deps), gkind)
+        return (gkind, nbytes)
+
+    def _optimizer(self, rank: int, stage: int, last_compute: str, buckets: list[tuple[str, float]]) -> None:
+        if not self.opts.optimizer:
+            return
+        lo, model = self.lo, self.model
+        prec = model.precision_spec
+        shard = {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp * lo.cp} if lo.zero_stage >= 1 else {
+            "dp_cp": 1, "edp_cp": 1}
+        deps = [last_compute] if last_compute else []
+        # every DP reduction of this rank must be done (FIFO streams: the last of each suffices)
+        for stream in ("dp", "dp.ag"):
+            last = self._last_on_stream(rank, stream)
+            if last:
+                deps.append(last)
+        blocks = [b for c in range(self.v) for b in self._blocks(stage, c)]
+        updates = [(b.name, b.params[0] / shard["dp_cp"] + b.params[1] / shard["edp_cp"]) for b in blocks]
+        target = self.plan.memory.offload_optimizer
+        if target == "none":
+            total = sum(u for _, u in updates)
+            k = Kernel("optimizer.step", "optimizer", "optimizer", 0.0, total * (prec.grad_bytes + prec.optimizer_bytes),
+                       total * (prec.optimizer_bytes + prec.param_bytes))
+            step = Step("compute", k.name, "optimizer", "compute", block="optimizer", kernels=[k])
+            opt = self._compute(rank, step, "optimizer step", {"model_flops": 0.0}, deps)
+            done = [opt]
+        else:
+            done = []
+            for name, params in updates:
+                state = params * prec.optimizer_bytes
+                load = self._memcpy(rank, state, "to_hbm", target, f"optimizer load {name}", "mem.in", deps)
+                k = Kernel(f"optimizer.{name}", "optimizer", "optimizer", 0.0,
+                           params * (prec.grad_bytes + prec.optimizer_bytes),
+                           params * (prec.optimizer_bytes + prec.param_bytes))
+                step = Step("compute", k.name, "optimizer", "compute", block=name, kernels=[k])
+                opt = self._compute(rank, step, f"optimizer step {name}", {"model_flops": 0.0}, deps + [load])
+                done.append(self._memcpy(rank, state, "from_hbm", target, f"optimizer store {name}",
+                                         "mem.out", [opt]))
+        if 1 <= lo.zero_stage <= 2:
+            ratio = prec.param_bytes / prec.grad_bytes
+            for n, (gkind, nbytes) in enumerate(buckets):
+                group = self.groups[gkind][rank]
+                self._collective(rank, f"dp allgather params bucket{n} ({gkind})", "dp", "dp", "allgather",
+                                 nbytes * ratio, group, [done[-1]] if target == "none" else list(done), gkind)
+
+    def _last_on_stream(self, rank: int, stream: str) -> str:
+        return self.last_stream.get((rank, stream), "")
+
+    # ------------------------------------------------------------------ free communication
+    def _link_free(self) -> None:
+        for members in self.free_colls.values():
+            inputs = sorted({d for _, deps in members for d in deps})
+            for tid, _ in members:
+                for d in inputs:
+                    if not self.graph.graph.has_edge(d, tid):
+                        self.graph.depend(d, tid)
+        for pair in self.free_p2p.values():
+            send, recv = pair.get("send"), pair.get("recv")
+            if send is None or recv is None:  # pragma: no cover - the generator pairs every transfer
+                raise AssertionError(f"unpaired free transfer {pair}")
+            self.graph.depend(send[0], recv[0])
+
+    def run(self) -> TaskGraph:
+        for rank in range(self.lo.world_size):
+            self.emit_rank(rank)
+        if not self.comm:
+            self._link_free()
+        return self.graph
+
+
+def _kernel_task(k: Kernel) -> Task:
+    """A throw-away compute task to cost one kernel with :class:`DeviceModel`."""
+    return Task("kernel", 0, "compute", flops=k.flops, bytes=k.bytes, kernel=k.kind, shape=k.shape or ())
+
+
+def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,
+                    layout: ParallelLayout | None = None, memory: MemoryOptions | None = None,
+                    options: GeneratorOptions | None = None, device: str | None = None) -> TaskGraph:
+    """The task graph of one training iteration of ``workload`` on ``topology``.
+
+    ``workload``: a :class:`WorkloadPlan` (from :func:`make_plan`), a
+    :class:`~dessim.workload.spec.WorkloadSpec` (its layout scaled to the topology's GPU count
+    unless ``layout`` is given; its memory options and device), or a
+    ``(TransformerConfig, ParallelLayout)`` pair. Raises
+    :class:`~dessim.errors.WorkloadError` for invalid layouts and
+    :class:`~dessim.errors.MemoryFitError` when the layout does not fit.
+    """
+    if not isinstance(workload, WorkloadPlan):
+        workload = plan_for(workload, topology, layout=layout, memory=memory, options=options, device=device)
+    return _Generator(workload, topology).run()
+
+
+def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None = None,
+             memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
+             device: str | None = None) -> WorkloadPlan:
+    """A :class:`WorkloadPlan` from a WorkloadSpec or a (model, layout) pair."""
+    from dessim.workload.spec import WorkloadSpec
+
+    if isinstance(workload, WorkloadSpec):
+        lay = layout or workload.layout(topology.num_gpus)
+        mem = memory or workload.memory_options()
+        return make_plan(workload.model, lay, topology, memory=mem, options=options, device=device,
+                         workload_device=workload.training.device, name=workload.name)
+    if isinstance(workload, tuple) and len(workload) == 2:
+        model, lay = workload
+        if not isinstance(model, TransformerConfig) or not isinstance(lay, ParallelLayout):
+            raise WorkloadError("build_taskgraph: expected (TransformerConfig, ParallelLayout), got "
+                                f"({type(model).__name__}, {type(lay).__name__})")
+        return make_plan(model, layout or lay, topology, memory=memory, options=options, device=device)
+    raise WorkloadError(f"build_taskgraph: expected a WorkloadSpec, a WorkloadPlan or a (model, layout) "
+                        f"pair, got {type(workload).__name__}")
+

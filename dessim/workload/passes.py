@@ -1,0 +1,458 @@
+"""Pass programs: what one rank does for one pass (forward or backward) of one micro-batch
+through one model chunk, as a rank-independent list of :class:`Step` templates.
+
+The task-graph generator (:mod:`dessim.workload.generator`) stamps these templates out for
+every rank and micro-batch. A step is a compute segment (one or more kernels of
+:mod:`dessim.workload.kernels`), a collective on a named rank group (``tp``, ``ep``,
+``dp_cp``, ``edp_cp``), a ring send/recv in the context-parallel group, or a memcpy to/from
+far memory. ``deps`` are indices of earlier steps of the same pass; each step also waits for
+the previous step of its stream (program order).
+
+Where communication goes (Megatron-LM, Shoeybi et al. 2019 and Korthikanti et al. 2022)
+    Tensor parallelism has two conjugate operators per sub-layer: ``f`` before a
+    column-parallel GEMM (QKV, MLP up/gate, LM head) — identity forward, all-reduce of the
+    input gradient backward — and ``g`` after a row-parallel GEMM (attention out-proj, MLP
+    down, vocabulary-parallel embedding) — all-reduce forward, identity backward. Every
+    layer thus has 2 all-reduces forward and 2 backward of ``T·h`` elements (``T`` tokens of
+    the rank, :class:`~dessim.workload.kernels.TokenShard`). With sequence parallelism ``f``
+    becomes an all-gather forward / reduce-scatter backward and ``g`` a reduce-scatter
+    forward / all-gather backward (same ``T·h`` element arrays, nccl-tests sizes = the whole
+    gathered/reduced array); the backward also re-gathers the sequence-sharded input of the
+    column-parallel GEMM for its weight gradient (Megatron's ``sequence_parallel`` path of
+    ``LinearWithGradAccumulationAndAsyncCommunication``), so SP has 4 collectives per layer
+    forward and 6 backward. Cross-entropy's small all-reduces (max and sum over the
+    vocabulary, ``T`` floats each) are not modelled.
+Overlap in backward
+    The all-reduce (or reduce-scatter) of an input gradient starts when the data-gradient
+    GEMM is done and runs alongside the weight-gradient GEMM(s) that follow it (Megatron's
+    asynchronous gradient all-reduce); the re-gather of SP inputs starts with the
+    data-gradient GEMM and only the weight gradient waits for it.
+Expert parallelism
+    All-to-all of the routed tokens (``top_k·T·h`` elements) after the permutation
+    (dispatch) and before the un-permutation (combine), and the same two backward.
+Context parallelism (ring attention, Liu et al. 2023; Megatron-core ``cp_comm_type=p2p``)
+    The attention core is split into ``cp`` blocks; while block ``j`` computes, the K/V
+    block needed by block ``j+1`` is received from the previous CP rank and forwarded to
+    the next: ``cp - 1`` exchanges of ``2·T·kv_dim/tp`` elements per attention forward (and
+    recomputation); the backward passes K/V and their gradients, twice the bytes.
+Recomputation
+    ``full``: the layer's forward (with its TP communication, as Megatron re-runs it) right
+    before the layer's backward; ``selective``: the attention core right before its backward.
+ZeRO-3 / FSDP
+    The parameters of each block (layer, embedding, head) are all-gathered before its
+    forward and again before its backward (``reshard_after_forward``), prefetched one block
+    ahead (the gather of block ``i+1`` starts when block ``i`` starts computing); its gradients
+    are reduce-scattered right after its backward, every micro-batch.
+Activation offload
+    After a layer's forward its stored activations are copied to far memory; they come back
+    one layer ahead of the layer's backward (two layers' worth stay in HBM, as
+    :mod:`dessim.workload.memory` assumes).
+
+Merging (``granularity="layer"``): consecutive compute steps of one block and phase become
+one task when nothing depends on the first and the second waits for nothing else; a block's
+trailing segment (after its last communication) merges into the next block's first. Without
+any communication inside, a layer's pass is therefore exactly one compute task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from dessim.workload.kernels import ATTENTION, MATMUL, Kernel, KernelSet
+from dessim.workload.layout import ParallelLayout
+from dessim.workload.model import TransformerConfig
+
+__all__ = ["Step", "Block", "PassBuilder", "CommPoint", "CommSpec", "layer_points",
+           "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES"]
+
+#: Task granularities of the generator.
+GRANULARITIES: tuple[str, ...] = ("layer", "kernel")
+
+
+@dataclass(slots=True)
+class Step:
+    """One step template of a pass program (see the module docstring)."""
+
+    kind: str                       #: compute | collective | send | recv | memcpy
+    name: str
+    category: str                   #: fwd/bwd/recompute (compute); tp/ep/cp/dp/offload
+    stream: str
+    deps: list[int] = field(default_factory=list)
+    block: str = ""                 #: "embed", "L<i>", "head"
+    kernels: list[Kernel] = field(default_factory=list)
+    op: str = ""
+    size: float = 0.0
+    group: str = ""                 #: rank-group kind for collectives
+    peer: str = ""                  #: "next" | "prev" (CP ring)
+    ring: int = 0                   #: ring exchange index within its attention (1..cp-1)
+    direction: str = ""             #: memcpy direction
+    key: tuple = ()                 #: memcpy: identity of the offloaded data (cross-pass)
+    after_key: tuple = ()           #: memcpy: wait for the memcpy with this key (any pass)
+    completes: list[str] = field(default_factory=list)  #: blocks whose last kernel is here
+
+    @property
+    def is_compute(self) -> bool:
+        return self.kind == "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class CommSpec:
+    """One collective at a point: ``op`` of ``size`` bytes on group kind ``group``."""
+
+    category: str
+    op: str
+    size: float
+    group: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommPoint:
+    """A communication point *before* forward kernel ``before`` (``"<end>"``: after the
+    block's last kernel), between ``before`` and the kernel that precedes it.
+
+    ``fwd``/``bwd``: collectives at the point in forward and backward; ``regather``: SP's
+    backward re-gather of the input of the ``consumers`` (column-parallel GEMMs)."""
+
+    before: str
+    fwd: tuple[CommSpec, ...] = ()
+    bwd: tuple[CommSpec, ...] = ()
+    regather: tuple[CommSpec, ...] = ()
+    consumers: tuple[str, ...] = ()
+
+
+END = "<end>"
+
+
+def _tp_specs(kind: str, sp: bool, size: float, label: str) -> dict[str, tuple[CommSpec, ...]]:
+    """Megatron's f / g operators (module docstring) as forward/backward/re-gather comms."""
+    ar = (CommSpec("tp", "allreduce", size, "tp", f"{label}.ar"),)
+    ag = (CommSpec("tp", "allgather", size, "tp", f"{label}.ag"),)
+    rs = (CommSpec("tp", "reducescatter", size, "tp", f"{label}.rs"),)
+    if kind == "f":
+        if sp:
+            return {"fwd": ag, "bwd": rs,
+                    "regather": (CommSpec("tp", "allgather", size, "tp", f"{label}.ag_input"),)}
+        return {"fwd": (), "bwd": ar, "regather": ()}
+    return {"fwd": rs if sp else ar, "bwd": ag if sp else (), "regather": ()}
+
+
+def _consumers(kernels: Sequence[Kernel], start: str) -> tuple[str, ...]:
+    """The column-parallel GEMMs fed by an ``f`` point: the run of matmuls from ``start``."""
+    names = [k.name for k in kernels]
+    out = []
+    for k in kernels[names.index(start):]:
+        if k.kind != MATMUL:
+            break
+        out.append(k.name)
+    return tuple(out)
+
+
+def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: ParallelLayout,
+            tp_size: float, ep_size: float) -> list[CommPoint]:
+    """CommPoints from ``(before, operator, label)`` with operator f | g | a2a."""
+    sp = layout.sequence_parallel
+    names = {k.name for k in kernels} | {END}
+    raw = [r for r in raw if r[0] in names]
+    out = []
+    for before, oper, label in raw:
+        if oper == "a2a":
+            if layout.ep > 1:
+                spec = (CommSpec("ep", "alltoall", ep_size, "ep", label),)
+                out.append(CommPoint(before, spec, spec))
+            continue
+        if layout.tp == 1:
+            continue
+        specs = _tp_specs(oper, sp, tp_size, label)
+        consumers = _consumers(kernels, before) if specs["regather"] else ()
+        out.append(CommPoint(before, specs["fwd"], specs["bwd"], specs["regather"], consumers))
+    return out
+
+
+def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
+    e = model.precision_spec.activation_bytes
+    tokens = layout.micro_batch * model.seq_len // layout.cp
+    tp_size = tokens * model.hidden * e
+    ep_size = model.top_k * tokens * model.hidden * e
+    return float(tp_size), float(ep_size)
+
+
+def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
+    """Communication points of a transformer layer (module docstring)."""
+    tp_size, ep_size = _token_sizes(model, layout)
+    first_mlp = next(k.name for k in ks.forward if k.name.startswith(("mlp.gate", "mlp.up", "moe.router")))
+    first_expert = next((k.name for k in ks.forward if k.name.startswith("moe.expert")), "")
+    raw = [("attn.qkv", "f", "attn.f"), ("attn.residual", "g", "attn.g"),
+           (first_mlp, "f", "mlp.f"), ("mlp.residual", "g", "mlp.g")]
+    if model.is_moe:
+        raw += [(first_expert, "a2a", "moe.dispatch"), ("moe.unpermute", "a2a", "moe.combine")]
+    return _points(ks.forward, raw, layout, tp_size, ep_size)
+
+
+def embedding_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
+    """Vocabulary-parallel embedding: a ``g`` operator after the lookup."""
+    tp_size, ep_size = _token_sizes(model, layout)
+    return _points(ks.forward, [(END, "g", "embed.g")], layout, tp_size, ep_size)
+
+
+def head_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
+    """LM head: an ``f`` operator before the vocabulary-parallel logits GEMM."""
+    tp_size, ep_size = _token_sizes(model, layout)
+    return _points(ks.forward, [("head.logits", "f", "head.f")], layout, tp_size, ep_size)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One block of a chunk: its kernels, communication points and parameters.
+
+    ``params`` = (dense, expert) parameters the rank holds for the block (before ZeRO)."""
+
+    name: str
+    kernels: KernelSet
+    points: tuple[CommPoint, ...]
+    params: tuple[float, float]
+    activation_bytes: float = 0.0   #: stored activations per micro-batch (offload)
+
+
+def _first_bwd_name(k: Kernel) -> str:
+    return f"{k.name}.dgrad" if k.kind == MATMUL else f"{k.name}.bwd"
+
+
+class PassBuilder:
+    """Builds the step list of one pass (see :meth:`forward` and :meth:`backward`)."""
+
+    def __init__(self, model: TransformerConfig, layout: ParallelLayout, *,
+                 zero3_param_bytes: float = 0.0, offload_activations: bool = False) -> None:
+        self.model = model
+        self.layout = layout
+        self.steps: list[Step] = []
+        self.waits: list[int] = []          # deps for the next compute step
+        self.last_compute = -1
+        self.last_main = -1                 # last compute step that is not a weight gradient
+        self.zero3_param_bytes = zero3_param_bytes  # bytes per parameter of ZeRO-3 gathers
+        self.offload = offload_activations
+        e = model.precision_spec.activation_bytes
+        tokens = layout.micro_batch * model.seq_len // layout.cp
+        self.kv_block = 2.0 * tokens * model.kv_dim / layout.tp * e  # type: ignore[operator]
+
+    # -------------------------------------------------------------- primitives
+    def _add(self, step: Step) -> int:
+        self.steps.append(step)
+        return len(self.steps) - 1
+
+    def compute(self, kernel: Kernel, block: str, category: str, extra_deps: Sequence[int] = ()) -> int:
+        deps = sorted(set(self.waits) | set(extra_deps))
+        self.waits = []
+        i = self._add(Step("compute", kernel.name, category, "compute", deps, block, [kernel]))
+        self.last_compute = i
+        if not kernel.name.endswith(".wgrad"):
+            self.last_main = i
+        return i
+
+    def comm(self, spec: CommSpec, block: str, dep: int) -> int:
+        return self._add(Step("collective", spec.label, spec.category, spec.category,
+                              [dep] if dep >= 0 else [], block, op=spec.op, size=spec.size,
+                              group=spec.group))
+
+    def _dp_collective(self, op: str, size: float, group: str, label: str, block: str,
+                       deps: list[int], stream: str) -> int:
+        return self._add(Step("collective", label, "dp", stream, deps, block, op=op, size=size,
+                              group=group))
+
+    # -------------------------------------------------------------- ring attention
+    def _ring_attention(self, kernel: Kernel, block: str, category: str, factor: float) -> None:
+        cp = self.layout.cp
+        part = replace(kernel, flops=kernel.flops / cp, bytes_read=kernel.bytes_read / cp,
+                       bytes_written=kernel.bytes_written / cp)
+        size = self.kv_block * factor
+        produced = self.last_compute
+        recv_prev = -1
+        for j in range(cp):
+            if j + 1 < cp:
+                send_dep = produced if j == 0 else recv_prev
+                self._add(Step("send", f"{kernel.name}.kv{j + 1}", "cp", "cp.send",
+                               [send_dep] if send_dep >= 0 else [], block, size=size, peer="next",
+                               ring=j + 1))
+            deps = [recv_prev] if j > 0 else []
+            self.compute(replace(part, name=f"{kernel.name}[{j}]"), block, category, deps)
+            if j + 1 < cp:
+                recv_prev = self._add(Step("recv", f"{kernel.name}.kv{j + 1}", "cp", "cp.recv", [],
+                                           block, size=size, peer="prev", ring=j + 1))
+
+    def _kernel(self, kernel: Kernel, block: str, category: str) -> None:
+        if kernel.kind == ATTENTION and self.layout.cp > 1:
+            self._ring_attention(kernel, block, category, 2.0 if kernel.phase == "bwd" else 1.0)
+        else:
+            self.compute(kernel, block, category)
+
+    # -------------------------------------------------------------- ZeRO-3 and offload
+    def _gather(self, block: Block, prefetch_dep: int) -> list[int]:
+        """ZeRO-3 all-gathers of ``block``'s parameters; returns their step indices."""
+        out = []
+        dense, expert = block.params
+        for params, group in ((dense, "dp_cp"), (expert, "edp_cp")):
+            if params and self._group_size(group) > 1:
+                out.append(self._dp_collective("allgather", params * self.zero3_param_bytes, group,
+                                               f"{block.name}.zero3.ag", block.name,
+                                               [prefetch_dep] if prefetch_dep >= 0 else [], "dp.ag"))
+        return out
+
+    def _group_size(self, group: str) -> int:
+        lo = self.layout
+        return {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp * lo.cp}[group]
+
+    # -------------------------------------------------------------- passes
+    def forward_like(self, block: Block, kernels: Sequence[Kernel], category: str) -> None:
+        """Forward (or recomputation) kernels of ``block`` with their forward comms."""
+        points = {p.before: p for p in block.points}
+        started = False
+        for k in kernels:
+            p = points.get(k.name)
+            if p is not None and started:
+                for spec in p.fwd:
+                    self.waits.append(self.comm(spec, block.name, self.last_compute))
+            self._kernel(k, block.name, category)
+            started = True
+        p = points.get(END)
+        if p is not None and len(kernels) == len(block.kernels.forward):
+            for spec in p.fwd:
+                self.waits.append(self.comm(spec, block.name, self.last_compute))
+
+    def forward(self, blocks: Sequence[Block], zero3: bool) -> list[Step]:
+        """The forward pass through ``blocks`` (in order)."""
+        self._run(blocks, zero3, backward=False)
+        return self.steps
+
+    def backward(self, blocks: Sequence[Block], zero3: bool) -> list[Step]:
+        """The backward pass through ``blocks`` (given in forward order)."""
+        self._run(list(reversed(blocks)), zero3, backward=True)
+        return self.steps
+
+    def _run(self, blocks: Sequence[Block], zero3: bool, backward: bool) -> None:
+        completed_at: dict[str, int] = {}     # block name -> step that completes it
+        gathers: dict[int, list[int]] = {}
+        if zero3 and blocks:
+            gathers[0] = self._gather(blocks[0], -1)
+        for bi, block in enumerate(blocks):
+            before = self.last_compute
+            if zero3 and bi + 1 < len(blocks):
+                # prefetch: the next block's gather starts when this block starts computing
+                gathers[bi + 1] = self._gather(blocks[bi + 1], before)
+            self.waits += gathers.get(bi, [])
+            if backward:
+                if self.offload and block.activation_bytes:
+                    self._reload(blocks, bi, completed_at)
+                self._backward_block(block)
+                if zero3:
+                    self._reduce_scatter(block)
+            else:
+                self.forward_like(block, block.kernels.forward, "fwd")
+                if self.offload and block.activation_bytes:
+                    self._add(Step("memcpy", f"{block.name}.act.offload", "offload", "mem.out",
+                                   [self.last_compute], block.name, size=block.activation_bytes,
+                                   direction="from_hbm", key=("act", block.name)))
+            self.steps[self.last_compute].completes.append(block.name)
+            completed_at[block.name] = self.last_compute
+
+    def _reload(self, blocks: Sequence[Block], bi: int, completed_at: dict[str, int]) -> None:
+        """Bring block ``bi``'s activations back, one block ahead: issued when block ``bi-2``
+        of this pass is done, i.e. when block ``bi-1`` starts."""
+        block = blocks[bi]
+        issue = completed_at.get(blocks[bi - 2].name, -1) if bi >= 2 else -1
+        i = self._add(Step("memcpy", f"{block.name}.act.reload", "offload", "mem.in",
+                           [issue] if issue >= 0 else [], block.name, size=block.activation_bytes,
+                           direction="to_hbm", after_key=("act", block.name)))
+        self.waits.append(i)
+
+    def _reduce_scatter(self, block: Block) -> None:
+        dense, expert = block.params
+        grad = self.model.precision_spec.grad_bytes
+        for params, group in ((dense, "dp_cp"), (expert, "edp_cp")):
+            if params and self._group_size(group) > 1:
+                self._dp_collective("reducescatter", params * grad, group, f"{block.name}.zero3.rs",
+                                    block.name, [self.last_compute], "dp")
+
+    def _backward_block(self, block: Block) -> None:
+        ks = block.kernels
+        lo = self.layout
+        if lo.recompute == "full" and ks.recompute:
+            self.forward_like(block, ks.recompute, "recompute")
+        fwd_names = [k.name for k in ks.forward]
+        bwd_points: dict[str, CommPoint] = {}
+        early: dict[str, CommPoint] = {}
+        for p in block.points:
+            idx = len(fwd_names) if p.before == END else fwd_names.index(p.before)
+            if idx == 0:
+                continue
+            bwd_points[_first_bwd_name(ks.forward[idx - 1])] = p
+            if p.regather and p.consumers:
+                early[f"{p.consumers[-1]}.dgrad"] = p
+        selective = {k.name: k for k in ks.recompute} if lo.recompute == "selective" else {}
+        regather_wait: dict[str, list[int]] = {}
+        for k in ks.backward:
+            p = bwd_points.get(k.name)
+            if p is not None:
+                for spec in p.bwd:
+                    self.waits.append(self.comm(spec, block.name, self.last_main))
+            q = early.get(k.name)
+            if q is not None:
+                ids = [self.comm(spec, block.name, self.last_compute) for spec in q.regather]
+                for c in q.consumers:
+                    regather_wait[f"{c}.wgrad"] = ids
+            base = k.name[:-4] if k.name.endswith(".bwd") else ""
+            if base in selective:
+                self._kernel(selective[base], block.name, "recompute")
+            if k.name in regather_wait:
+                self.waits += regather_wait[k.name]
+            self._kernel(k, block.name, "bwd")
+
+
+def merge_steps(steps: list[Step]) -> list[Step]:
+    """Merge compute steps as described in the module docstring ("Merging"); returns a new
+    list with dependencies renumbered."""
+    dependents: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        for d in s.deps:
+            dependents[d] = dependents.get(d, 0) + 1
+    blocks_with_comm = {s.block for s in steps if not s.is_compute}
+    compute_idx = [i for i, s in enumerate(steps) if s.is_compute]
+    last_of_block: dict[str, int] = {}
+    for i in compute_idx:
+        last_of_block[steps[i].block] = i
+    target: dict[int, int] = {}          # old compute index -> old index it merges into
+    prev = -1
+    for i in compute_idx:
+        s = steps[i]
+        if prev >= 0:
+            p = steps[prev]
+            root = target.get(prev, prev)
+            same_block = p.block == s.block
+            tail = p.block in blocks_with_comm and last_of_block[p.block] == prev
+            if (p.category == s.category and not s.deps and not dependents.get(prev)
+                    and (same_block or tail)):
+                target[i] = root
+        prev = i
+    new_index: dict[int, int] = {}
+    out: list[Step] = []
+    for i, s in enumerate(steps):
+        if i in target:
+            host = out[new_index[target[i]]]
+            host.kernels = host.kernels + s.kernels
+            host.completes = host.completes + s.completes
+            host.name = host.name if host.block == s.block else f"{host.name}+{s.block}"
+            new_index[i] = new_index[target[i]]
+            continue
+        new_index[i] = len(out)
+        out.append(Step(s.kind, s.name, s.category, s.stream, list(s.deps), s.block, list(s.kernels),
+                        s.op, s.size, s.group, s.peer, s.ring, s.direction, s.key, s.after_key,
+                        list(s.completes)))
+    for s in out:
+        s.deps = sorted({new_index[d] for d in s.deps})
+    return out
+
+
+def describe_steps(steps: Sequence[Step], show: Callable[[Step], str] | None = None) -> str:
+    """Readable one-line-per-step listing (debugging and docs)."""
+    show = show or (lambda s: f"{s.kind:<10} {s.stream:<8} {s.name} deps={s.deps}")
+    return "\n".join(f"{i:3d} {show(s)}" for i, s in enumerate(steps))
