@@ -298,9 +298,11 @@ class _MemoryChooser:
         return sorted(n for k in MEMORY_KINDS for n in self.topology.nodes_of_kind(k))
 
     def __call__(self, rank: int, where: str) -> str:
+        if self.topology is None and self.choice and self.choice not in MEMORY_KINDS:
+            return self.choice  # a node name, checked by the engine against its topology
         if self.topology is None:
             raise TraceError(f"{where}: a memory node needs a topology to find the host or CXL "
-                             "memory it addresses")
+                             "memory it addresses (or mem_node=<node name>)")
         if rank not in self.cache:
             if self.choice and self.choice not in MEMORY_KINDS:
                 self.cache[rank] = self.choice
@@ -732,7 +734,7 @@ def _collective_groups(graph: TaskGraph, num_ranks: int) -> dict[tuple[int, ...]
     world = tuple(range(num_ranks))
     names: dict[tuple[int, ...], str] = {}
     for t in graph:
-        if t.kind == "collective":
+        if t.kind == "collective" and t.op != "sendrecv":  # sendrecv: a send/recv pair
             members = tuple(sorted(t.group))
             if members != world and members not in names:
                 names[members] = str(len(names) + 1)
