@@ -1,11 +1,11 @@
 """Sweep throughput: simulated configurations per minute for a 200-point sweep.
 
-Run: ``python benchmarks/bench_sweep.py [--workers 1 2] [--kind collective|workload]``.
+Run: ``python benchmarks/bench_sweep.py [--workers 1 2]``.
 
 The collective sweep is 200 all-reduce/all-gather simulations (flow network model) on a
 leaf-spine of 16 or 32 GPUs: 2 sizes of cluster × 2 ops × 5 algorithms × 10 message sizes
-(64KiB..32MiB). The workload sweep (when dessim.workload.simulate_workload exists) is 200
-training-iteration simulations of a small model. Each run starts from an empty journal;
+(64KiB..32MiB). (A workload-kind sweep is to be added once dessim.workload.simulate_workload
+exists.) Each run starts from an empty journal;
 throughput counts the wall time of ``run_sweep`` including the process pool's start-up.
 """
 
@@ -29,15 +29,7 @@ COLLECTIVE_200 = {
              "collective.size": {"from": "64KiB", "to": "32MiB", "factor": 2}},
 }
 
-#: Built when the workload layer exists: 200 iterations of a small GPT on 8-32 GPUs.
-WORKLOAD_200 = {
-    "name": "bench-workload-200",
-    "kind": "workload",
-    "base": {"workload": "gpt-small-bench", "topology": "dgx-a100:nodes=1"},
-    "axes": {},
-}
-
-SPECS = {"collective": COLLECTIVE_200, "workload": WORKLOAD_200}
+SPECS = {"collective": COLLECTIVE_200}
 
 
 def bench(spec: dict, workers: int) -> dict:
