@@ -1,0 +1,99 @@
+"""``dessim simulate [WORKLOAD] --topology SPEC``: one training iteration of a workload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dessim.cli.common import build_engine_options, engine_options, output_options, print_json, write_outputs
+from dessim.cli.workload_cmd import collect_overrides, layout_options
+from dessim.units import format_size, format_time
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['layout']['describe']}")
+    click.echo(f"  iteration           {format_time(s['iteration_s'])}")
+    click.echo(f"  throughput          {s['tokens_per_s']:,.0f} tokens/s, {s['samples_per_s']:.2f} samples/s")
+    click.echo(f"  model FLOP/s        {s['model_tflops_per_gpu']:.1f} TFLOP/s per GPU, MFU {100 * s['mfu']:.1f}%")
+    click.echo(f"  hardware FLOP/s     {s['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU, HFU {100 * s['hfu']:.1f}%")
+    click.echo(f"  pipeline bubble     {100 * s['bubble_fraction']:.1f}% of the pipeline window")
+    click.echo(f"  exposed comm        {format_time(s['exposed_comm_total_s'])} (mean per GPU)")
+    for cat, v in s["exposed_comm_s"].items():
+        if v:
+            click.echo(f"    {cat:<17} {format_time(v)}")
+    mem = s["memory_per_gpu_bytes"]
+    click.echo(f"  memory per GPU      {format_size(mem['total'])} of {format_size(s['memory_capacity_bytes'])} "
+               f"(stage {s['memory_stage']})")
+    for k, v in mem.items():
+        if k != "total" and v:
+            click.echo(f"    {k:<17} {format_size(v)}")
+    click.echo(f"  {s['tasks']} tasks ({s['granularity']} granularity"
+               f"{', communication free' if not s['comm'] else ''}), {s['events']} events, "
+               f"{s['wall_s']:.2f} s simulation wall time")
+
+
+@click.command("simulate")
+@click.argument("workload", required=False)
+@layout_options
+@click.option("--granularity", type=click.Choice(["layer", "kernel"]), default="layer", show_default=True,
+              help="One compute task per layer pass, or per kernel (small cases, validation).")
+@click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
+@click.option("--uniform-stages", is_flag=True,
+              help="Leave out the embedding and LM head so that pipeline stages are identical.")
+@click.option("--no-memory-check", is_flag=True, help="Simulate even if the layout does not fit in HBM.")
+@click.option("--save-graph", type=click.Path(dir_okay=False), default=None,
+              help="Write the generated task graph (dessim JSON format).")
+@engine_options
+@output_options
+def command(workload: str | None, granularity: str, no_comm: bool, uniform_stages: bool,
+            no_memory_check: bool, save_graph: str | None, topology: str | None, network: str,
+            algo: str | None, chunks: int, channels: int, device: str | None, slowdown: tuple[str, ...],
+            straggler_sigma: float, seed: int, timeline: str | None, gantt: str | None,
+            spans: str | None, as_json: bool, **kw: Any) -> None:
+    """Simulate one training iteration of WORKLOAD on a topology.
+
+    WORKLOAD is a preset name (dessim workload list) or a workload YAML file; the layout
+    flags override the file's. Without WORKLOAD: the gpt3-1.3b preset; without --topology:
+    dgx-h100:nodes=1. Data parallelism fills the topology (dp = GPUs / (tp·pp·cp)) unless
+    --dp is given.
+
+    Prints iteration time, tokens/s, model and hardware FLOP/s per GPU, MFU, the pipeline
+    bubble, exposed communication by kind and memory per GPU; --json prints them as one object.
+
+    Example: dessim simulate gpt3-13b --topology dgx-a100:nodes=4 --tp 4 --pp 2 --timeline t.json
+    """
+    from dessim.taskgraph import save_taskgraph
+    from dessim.workload import simulate_workload
+    from dessim.workload.api import DEFAULT_TOPOLOGY, DEFAULT_WORKLOAD
+
+    overrides = collect_overrides(kw)
+    overrides["granularity"] = granularity
+    overrides["comm"] = not no_comm
+    overrides["embedding_head"] = not uniform_stages
+    overrides["check_memory"] = not no_memory_check
+    if device:
+        overrides["device"] = device
+    options = build_engine_options(network, algo, chunks, channels, device, slowdown, straggler_sigma,
+                                   seed, record_links=bool(timeline or gantt))
+    result = simulate_workload(workload or DEFAULT_WORKLOAD, topology or DEFAULT_TOPOLOGY,
+                               overrides=overrides, options=options)
+    written = write_outputs(result.simulation, timeline, gantt, spans)
+    if save_graph:
+        written.append(f"graph: {save_taskgraph(result.taskgraph, save_graph)}")
+    summary = result.summary()
+    if as_json:
+        summary["files"] = written
+        print_json(summary)
+        return
+    _print_summary(summary)
+    for line in written:
+        click.echo(f"  wrote {line}")
+
+
+# The shared engine options require --topology; here it defaults to DEFAULT_TOPOLOGY.
+for _param in command.params:
+    if _param.name == "topology":
+        _param.required = False
+        _param.default = None
+        _param.help = (_param.help or "") + " Default: dgx-h100:nodes=1."

@@ -1,0 +1,193 @@
+"""``dessim workload show|list``: inspect workloads without simulating.
+
+Also defines :data:`layout_options` (``--tp --pp --dp ...``) and :func:`collect_overrides`,
+shared with ``dessim simulate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from dessim.cli.common import print_json
+from dessim.units import format_size, parse_size
+
+__all__ = ["command", "layout_options", "collect_overrides", "LAYOUT_OPTION_NAMES"]
+
+
+def _compose(*decorators: Callable) -> Callable:
+    def apply(f: Callable) -> Callable:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return apply
+
+
+_POS = click.IntRange(min=1)
+
+#: Parallel-layout and memory options shared by ``simulate`` and ``workload show``.
+layout_options = _compose(
+    click.option("--tp", type=_POS, default=None, help="Tensor-parallel size."),
+    click.option("--pp", type=_POS, default=None, help="Pipeline-parallel stages."),
+    click.option("--dp", type=_POS, default=None,
+                 help="Data-parallel size (default: GPUs / (tp·pp·cp))."),
+    click.option("--cp", type=_POS, default=None, help="Context-parallel size (ring attention)."),
+    click.option("--ep", type=_POS, default=None, help="Expert-parallel size (MoE; divides dp)."),
+    click.option("--sp/--no-sp", "sp", default=None, help="Sequence parallelism (with tp > 1)."),
+    click.option("--zero", type=click.Choice(["0", "1", "2", "3", "fsdp"]), default=None,
+                 help="ZeRO stage (fsdp = 3)."),
+    click.option("--micro-batch", type=_POS, default=None, help="Sequences per micro-batch."),
+    click.option("--global-batch", type=_POS, default=None, help="Sequences per iteration."),
+    click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
+                 help="Pipeline schedule."),
+    click.option("--interleave", "virtual_stages", type=_POS, default=None, metavar="V",
+                 help="Model chunks per stage (implies --schedule interleaved when > 1)."),
+    click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+                 help="Activation recomputation."),
+    click.option("--bucket-size", default=None, metavar="SIZE",
+                 help="Gradient bucket (25MiB, 0 = one all-reduce after the backward)."),
+    click.option("--offload-optimizer", type=click.Choice(["none", "host", "cxl"]), default=None,
+                 help="Keep optimizer states in host or CXL memory."),
+    click.option("--offload-activations", type=click.Choice(["none", "host", "cxl"]), default=None,
+                 help="Offload stored activations to host or CXL memory."),
+)
+
+#: Keyword names that :data:`layout_options` adds to a command.
+LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch",
+                       "schedule", "virtual_stages", "recompute", "bucket_size", "offload_optimizer",
+                       "offload_activations")
+
+
+def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
+    """simulate_workload overrides from the :data:`layout_options` values (pops them)."""
+    vals = {name: kw.pop(name, None) for name in LAYOUT_OPTION_NAMES}
+    out: dict[str, Any] = {}
+    for name in ("tp", "pp", "dp", "cp", "ep", "sp", "micro_batch", "global_batch", "schedule",
+                 "recompute"):
+        if vals[name] is not None:
+            out[name] = vals[name]
+    if vals["zero"] is not None:
+        out["zero_stage"] = vals["zero"] if vals["zero"] == "fsdp" else int(vals["zero"])
+    v = vals["virtual_stages"]
+    if v is not None:
+        out["virtual_stages"] = v
+        if v > 1 and "schedule" not in out:
+            out["schedule"] = "interleaved"
+    if vals["bucket_size"] is not None:
+        out["bucket_size"] = int(parse_size(vals["bucket_size"], "--bucket-size"))
+    for name in ("offload_optimizer", "offload_activations"):
+        if vals[name] is not None:
+            out[name] = vals[name]
+    return out
+
+
+@click.group("workload")
+def command() -> None:
+    """Inspect workloads (model presets and YAML files) without simulating."""
+
+
+@command.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(as_json: bool) -> None:
+    """List the shipped workload presets with their size and default layout."""
+    from dessim.workload import load_workload, shipped_workloads
+
+    rows = []
+    for name in shipped_workloads():
+        spec = load_workload(name)
+        lo = spec.layout()
+        rows.append({"name": name, "params": spec.model.num_params(), "layers": spec.model.layers,
+                     "hidden": spec.model.hidden, "seq_len": spec.model.seq_len, "gpus": lo.world_size,
+                     "layout": lo.describe(), "device": spec.training.device or "",
+                     "description": spec.description})
+    if as_json:
+        print_json({"workloads": rows})
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<14} {r['params'] / 1e9:8.2f}B  {r['gpus']:>5} GPUs  {r['layout']}")
+
+
+def _groups_text(layout) -> list[str]:
+    lines = []
+    for kind in ("tp", "cp", "dp", "pp", "ep"):
+        gs = layout.groups(kind)
+        if len(gs[0]) == 1:
+            continue
+        shown = " ".join(str(list(g)) if len(g) <= 8 else f"[{g[0]}, {g[1]}, ..., {g[-1]}]" for g in gs[:2])
+        more = f" ... ({len(gs)} groups of {len(gs[0])})" if len(gs) > 2 else ""
+        lines.append(f"    {kind:<3} {shown}{more}")
+    return lines
+
+
+@command.command("show")
+@click.argument("workload")
+@click.option("--topology", "-t", default=None, help="Topology spec: GPU count and GPU model.")
+@click.option("--gpus", type=_POS, default=None, help="GPU count (instead of --topology).")
+@click.option("--device", default=None, help="GPU model for the memory capacity and peak.")
+@layout_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str | None,
+             as_json: bool, **kw: Any) -> None:
+    """Show WORKLOAD's layout, rank groups, FLOPs per iteration and memory per GPU.
+
+    WORKLOAD is a preset name (dessim workload list) or a YAML file. Nothing is simulated;
+    the memory estimate is compared with the device's HBM (a shortfall is shown, not an error).
+
+    Example: dessim workload show gpt3-175b --gpus 1024 --pp 16
+    """
+    from dessim.catalog.devices import get_device
+    from dessim.errors import DessimError
+    from dessim.workload import (estimate_memory, hardware_flops_per_iteration, model_flops_per_iteration)
+    from dessim.workload.api import resolve_workload
+    from dessim.workload.memory import check_fit
+
+    overrides = collect_overrides(kw)
+    if topology is not None and gpus is not None:
+        raise click.UsageError("give --topology or --gpus, not both")
+    spec, _ = resolve_workload(workload)
+    topo = None
+    if topology is not None:
+        from dessim.topology import load_topology
+        topo = load_topology(topology)
+        gpus = topo.num_gpus
+    mem_kw = {k: overrides.pop(k) for k in ("bucket_size", "offload_optimizer", "offload_activations")
+              if k in overrides}
+    layout = spec.layout(gpus, **overrides)
+    model = spec.model
+    memory = spec.memory_options(**mem_kw)
+    est = estimate_memory(model, layout, memory)
+    dev_name = (topo.device(0) if topo is not None else None) or device or spec.training.device
+    dev = get_device(dev_name) if dev_name else None
+    fit = None
+    if dev is not None:
+        try:
+            check_fit(est, dev.hbm_capacity)
+            fit = "fits"
+        except DessimError as exc:
+            fit = str(exc)
+    f_model = model_flops_per_iteration(model, layout.global_batch)
+    f_hw = hardware_flops_per_iteration(model, layout.global_batch, layout.recompute)
+    out = {"workload": spec.name, "params": model.num_params(), "active_params": model.num_active_params(),
+           "gpus": layout.world_size, "layout": layout.describe(),
+           "groups": {k: [list(g) for g in layout.groups(k)[:4]] for k in ("tp", "cp", "dp", "pp", "ep")},
+           "group_counts": {k: len(layout.groups(k)) for k in ("tp", "cp", "dp", "pp", "ep")},
+           "model_flops": f_model, "hardware_flops": f_hw,
+           "memory_per_gpu_bytes": dict(est.breakdown()), "memory_stage": est.stage,
+           "device": dev.name if dev else None, "capacity_bytes": dev.hbm_capacity if dev else None,
+           "fit": fit}
+    if as_json:
+        print_json(out)
+        return
+    click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
+               + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
+    click.echo(f"  layout      {layout.describe()}")
+    click.echo("  groups")
+    for line in _groups_text(layout) or ["    (every group has one rank)"]:
+        click.echo(line)
+    click.echo(f"  FLOPs/iter  model {f_model:.4g}, hardware {f_hw:.4g} (recompute={layout.recompute})")
+    click.echo(f"  memory/GPU  (stage {est.stage}, the largest)")
+    for k, v in est.breakdown().items():
+        click.echo(f"    {k:<14} {format_size(v)}")
+    if dev is not None:
+        click.echo(f"  {dev.name} HBM {format_size(dev.hbm_capacity)}: {fit}")

@@ -1,0 +1,208 @@
+"""Simulate a workload on a topology; enumerate the layouts that fit.
+
+:func:`simulate_workload` is what ``dessim simulate`` and the sweep's ``workload`` points
+call: load the workload, apply overrides, plan (validate + memory fit), generate the task
+graph (:mod:`dessim.workload.generator`), replay it (:func:`dessim.engine.simulate`) and
+wrap the result (:class:`~dessim.workload.result.WorkloadResult`).
+
+Overrides (a mapping; every key is checked)
+    * sections shaped like the workload file — ``model``, ``parallelism``, ``training`` —
+      merged into the document before it is parsed again (so they get the file's validation
+      and unit parsing: ``{"training": {"micro_batch": 2, "bucket_size": "50MB"}}``);
+    * ``memory``: :class:`~dessim.workload.memory.MemoryOptions` fields (``bucket_size``,
+      ``offload_optimizer``, ``offload_activations``, ``overhead``);
+    * ``generator``: :class:`~dessim.workload.generator.GeneratorOptions` fields;
+    * flat keys: any :class:`~dessim.workload.layout.ParallelLayout` field (``tp``, ``dp``,
+      ``schedule``, ``virtual_stages``, ...), any GeneratorOptions or MemoryOptions field, and
+      ``device``.
+
+Data parallelism follows the topology: unless ``dp`` is given (flat or in
+``parallelism``), ``dp = GPUs / (tp·pp·cp)``; a given ``dp`` that does not match the GPU count
+is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import replace
+from itertools import product
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from dessim.engine import EngineOptions, simulate
+from dessim.errors import DessimError, SpecError, WorkloadError
+from dessim.topology.graph import Topology
+from dessim.workload.generator import GeneratorOptions, WorkloadPlan, build_taskgraph, make_plan
+from dessim.workload.layout import ParallelLayout
+from dessim.workload.memory import MemoryOptions, estimate_memory
+from dessim.workload.model import TransformerConfig
+from dessim.workload.result import WorkloadResult
+from dessim.workload.spec import WorkloadSpec, load_workload, parse_workload
+
+__all__ = ["simulate_workload", "plan_workload", "enumerate_layouts", "resolve_workload",
+           "workload_document", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
+
+#: What ``dessim simulate`` runs without arguments (small enough for a few seconds).
+DEFAULT_WORKLOAD = "gpt3-1.3b"
+DEFAULT_TOPOLOGY = "dgx-h100:nodes=1"
+
+_LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelLayout))
+_GEN_FIELDS = tuple(f.name for f in dataclasses.fields(GeneratorOptions))
+_MEM_FIELDS = tuple(f.name for f in dataclasses.fields(MemoryOptions))
+_SECTIONS = ("model", "parallelism", "training")
+
+
+def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
+    """The workload file document equivalent to ``spec`` (SI units)."""
+    model = {f.name: getattr(spec.model, f.name) for f in dataclasses.fields(TransformerConfig)
+             if f.name not in ("name", "description")}
+    par = dataclasses.asdict(spec.parallelism)
+    par["order"] = list(par["order"])
+    tr = dataclasses.asdict(spec.training)
+    tr = {k: v for k, v in tr.items() if v is not None}
+    tr["offload"] = {"optimizer": tr.pop("offload_optimizer"), "activations": tr.pop("offload_activations")}
+    tr.pop("seq_len", None)  # already in the model
+    return {"name": spec.name, "description": spec.description, "source": spec.source,
+            "model": model, "parallelism": par, "training": tr}
+
+
+def _merge(doc: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(doc.get(k), dict):
+            _merge(doc[k], v)
+        else:
+            doc[k] = copy.deepcopy(v)
+
+
+def resolve_workload(workload: str | Path | WorkloadSpec,
+                     overrides: Mapping[str, Any] | None = None) -> tuple[WorkloadSpec, dict[str, Any]]:
+    """Load ``workload`` and apply the section overrides; return the spec and the remaining
+    (flat / memory / generator) overrides, checked."""
+    spec = workload if isinstance(workload, WorkloadSpec) else load_workload(workload)
+    overrides = dict(overrides or {})
+    valid = set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS) | set(_MEM_FIELDS)
+    for key in overrides:
+        if key not in valid:
+            raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
+                                f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
+                                f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
+                                f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)})")
+    sections = {k: overrides.pop(k) for k in _SECTIONS if k in overrides}
+    if sections:
+        doc = workload_document(spec)
+        for name, values in sections.items():
+            if not isinstance(values, Mapping):
+                raise WorkloadError(f"workload {spec.name!r}: override {name!r} must be a mapping of keys "
+                                    f"to values, got {values!r}")
+        _merge(doc, sections)
+        origin = f"{spec.path or spec.name} (with overrides)"
+        spec = dataclasses.replace(parse_workload(doc, origin=origin, default_name=spec.name), path=spec.path)
+        overrides["_explicit_dp"] = "dp" in sections.get("parallelism", {})
+    return spec, overrides
+
+
+def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
+                  overrides: Mapping[str, Any] | None = None,
+                  engine: EngineOptions | None = None) -> tuple[WorkloadPlan, Topology]:
+    """Resolve, validate and memory-check ``workload`` on ``topology`` (no simulation)."""
+    from dessim.topology import load_topology
+
+    topo = load_topology(topology)
+    spec, rest = resolve_workload(workload, overrides)
+    explicit_dp = rest.pop("_explicit_dp", False)
+    mem_kw = dict(rest.pop("memory", None) or {})
+    gen_kw = dict(rest.pop("generator", None) or {})
+    device = rest.pop("device", None) or (engine.device if engine else None)
+    layout_kw = {k: rest.pop(k) for k in list(rest) if k in _LAYOUT_FIELDS}
+    for k in list(rest):
+        (gen_kw if k in _GEN_FIELDS else mem_kw)[k] = rest.pop(k)
+    if "bucket_size" in gen_kw and "bucket_size" not in mem_kw and gen_kw["bucket_size"] is not None:
+        mem_kw["bucket_size"] = int(gen_kw["bucket_size"])   # the memory estimate's buckets too
+    if explicit_dp and "dp" not in layout_kw:
+        layout_kw["dp"] = spec.parallelism.dp
+    for name, kw in (("memory", mem_kw), ("generator", gen_kw)):
+        fields = _MEM_FIELDS if name == "memory" else _GEN_FIELDS
+        bad = [k for k in kw if k not in fields]
+        if bad:
+            raise WorkloadError(f"workload {spec.name!r}: unknown {name} option {bad[0]!r}; valid: {', '.join(fields)}")
+    try:
+        layout = spec.layout(topo.num_gpus, **layout_kw)
+        memory = spec.memory_options(**mem_kw)
+        options = GeneratorOptions(**gen_kw)
+    except TypeError as exc:  # pragma: no cover - keys are checked above
+        raise WorkloadError(f"workload {spec.name!r}: {exc}") from None
+    plan = make_plan(spec.model, layout, topo, memory=memory, options=options, device=device,
+                     workload_device=spec.training.device, name=spec.name)
+    return plan, topo
+
+
+def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
+                      overrides: Mapping[str, Any] | None = None,
+                      options: EngineOptions | None = None) -> WorkloadResult:
+    """Simulate one training iteration of ``workload`` (preset name, YAML path or spec) on
+    ``topology`` (a Topology or any spec :func:`~dessim.topology.load_topology` takes).
+
+    Raises a :class:`~dessim.errors.DessimError` for any bad input: unknown preset or key,
+    invalid layout (:class:`~dessim.errors.WorkloadError` naming the numbers), a layout that
+    does not fit (:class:`~dessim.errors.MemoryFitError` with the shortfall and suggestions).
+    """
+    plan, topo = plan_workload(workload, topology, overrides=overrides, engine=options)
+    graph = build_taskgraph(plan, topo)
+    sim = simulate(graph, topo, options or EngineOptions(record_links=False))
+    return WorkloadResult(plan, graph, sim)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: float, *,
+                      base: ParallelLayout | None = None, memory: MemoryOptions | None = None,
+                      max_tp: int | None = 8, cps: Iterable[int] = (1,),
+                      micro_batches: Iterable[int] | None = None) -> list[ParallelLayout]:
+    """Every valid layout of ``model`` on ``num_gpus`` GPUs whose memory estimate fits in
+    ``capacity_bytes`` per GPU.
+
+    Varies ``tp`` (divisors of the GPU count up to ``max_tp``, default 8: one NVLink domain of
+    a DGX node), ``pp``, ``cp`` (``cps``), ``ep`` (MoE: divisors of experts and dp) and the
+    micro-batch (``micro_batches``, default the base's); ``dp = num_gpus / (tp·pp·cp)``. Other
+    fields (global batch, ZeRO stage, schedule, recompute, SP, order) come from ``base``
+    (default ``ParallelLayout()``); SP is on whenever ``tp > 1`` if the base has it, and an
+    interleaved base schedule falls back to 1f1b where it cannot apply (pp = 1 or m % pp).
+    Sorted by (tp, pp, cp, ep, micro_batch). Invalid combinations are skipped silently;
+    an empty list means nothing fits.
+    """
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
+        raise WorkloadError(f"enumerate_layouts: num_gpus={num_gpus!r} must be a whole number >= 1")
+    base = base or ParallelLayout()
+    memory = memory or MemoryOptions()
+    mbs = sorted(set(micro_batches)) if micro_batches is not None else [base.micro_batch]
+    out: list[ParallelLayout] = []
+    for tp, pp, cp, mb in product(_divisors(num_gpus), _divisors(num_gpus), sorted(set(cps)), mbs):
+        if (max_tp and tp > max_tp) or num_gpus % (tp * pp * cp):
+            continue
+        dp = num_gpus // (tp * pp * cp)
+        eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.is_moe else [1]
+        for ep in eps:
+            kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=mb, sp=base.sp and tp > 1)
+            layout = _try_layout(base, kw)
+            if layout is None:
+                continue
+            try:
+                layout.validate(model, num_gpus)
+                if estimate_memory(model, layout, memory).total > capacity_bytes:
+                    continue
+            except DessimError:
+                continue
+            out.append(layout)
+    return out
+
+
+def _try_layout(base: ParallelLayout, kw: dict[str, Any]) -> ParallelLayout | None:
+    for extra in ({}, {"schedule": "1f1b", "virtual_stages": 1}):
+        try:
+            return replace(base, **kw, **extra)
+        except (WorkloadError, SpecError):
+            continue
+    return None

@@ -1,0 +1,145 @@
+"""The outcome of simulating one training iteration: :class:`WorkloadResult`.
+
+Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
+
+* ``iteration_s`` — the simulated makespan of the iteration's task graph.
+* ``tokens_per_s = global_batch · seq_len / iteration_s``; ``samples_per_s = global_batch / iteration_s``.
+* ``model_tflops_per_gpu = F_model / (iteration_s · gpus) / 1e12`` with ``F_model`` the
+  model FLOPs of Megatron-LM's formula (72·B·s·l·h²·(1 + s/6h + V/12lh) for GPT models,
+  generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.flops.model_flops_per_iteration`,
+  reference README §4); ``hardware_tflops_per_gpu`` the same with recomputation
+  (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the 96·B·s·l·h²·(...) form
+  under full recomputation).
+* ``mfu = F_model / (iteration_s · Σ_ranks dense peak)`` (the peak at the model's precision,
+  :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs.
+* ``bubble_fraction`` — see :func:`bubble_fraction`.
+* ``exposed_comm_s`` — per category (tp, dp, pp, ep, cp, offload): communication time not
+  overlapped by any compute of the rank, mean over ranks (the engine's accounting,
+  :mod:`dessim.engine.result`).
+* ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
+  (:meth:`~dessim.workload.memory.MemoryEstimate.breakdown`), with ``total``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dessim.engine.intervals import length, union
+from dessim.engine.result import SimulationResult
+from dessim.taskgraph.model import TaskGraph
+from dessim.workload.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from dessim.workload.generator import COMM_CATEGORIES, WorkloadPlan
+
+__all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM"]
+
+#: Compute categories that are pipeline-stage work.
+PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "recompute")
+#: Communication inside a stage's passes (counted as work, not bubble, while active).
+STAGE_COMM: tuple[str, ...] = ("tp", "ep", "cp")
+
+
+def bubble_fraction(sim: SimulationResult) -> float:
+    """Pipeline bubble measured on the simulated timeline.
+
+    Let ``W`` be the pipeline window: from the earliest start to the latest end of any
+    forward/backward/recomputation compute task over all ranks (the optimizer step and the
+    gradient reduction after the last backward are outside it). A rank is *working* while it
+    runs such a compute task or while one of its intra-stage collectives/transfers (TP, EP,
+    CP) is moving data. The bubble fraction is the mean over ranks of the time in ``W`` when
+    the rank is not working, divided by ``|W|``; it includes waiting for pipeline neighbours
+    and exposed pipeline transfers. With free communication and identical stages it is
+    ``(p-1)/(m+p-1)`` for GPipe and 1F1B and ``(p-1)/(v·m+p-1)`` for interleaved 1F1B
+    (reference README §4); 0 without pipelining when nothing else idles the GPU.
+    """
+    per_rank: dict[int, list[tuple[float, float]]] = {}
+    lo, hi = float("inf"), float("-inf")
+    for rec in sim.span_records:
+        rank, _stream, _tid, _name, kind, category, start, active, end = rec[:9]
+        if kind == "compute" and category in PIPELINE_WORK:
+            per_rank.setdefault(rank, []).append((start, end))
+            lo, hi = min(lo, start), max(hi, end)
+        elif category in STAGE_COMM and kind != "delay" and end > active:
+            per_rank.setdefault(rank, []).append((active, end))
+    window = hi - lo
+    if not per_rank or window <= 0:
+        return 0.0
+    ranks = len(sim.ranks) or len(per_rank)
+    busy = 0.0
+    for spans in per_rank.values():
+        clipped = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
+        busy += length(union(clipped))
+    return max(0.0, 1.0 - busy / (ranks * window))
+
+
+@dataclass
+class WorkloadResult:
+    """One simulated training iteration: the plan, the task graph and the engine result."""
+
+    plan: WorkloadPlan
+    taskgraph: TaskGraph
+    simulation: SimulationResult
+
+    @property
+    def iteration_s(self) -> float:
+        return self.simulation.makespan_s
+
+    def groups_summary(self, shown: int = 2) -> dict[str, dict[str, Any]]:
+        """Rank groups per kind: how many, their size, and the first ``shown`` groups."""
+        out = {}
+        for kind in ("tp", "cp", "dp", "pp", "ep"):
+            gs = self.plan.layout.groups(kind)
+            out[kind] = {"count": len(gs), "size": len(gs[0]), "first": [list(g) for g in gs[:shown]]}
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready headline figures (module docstring)."""
+        plan, lo, model = self.plan, self.plan.layout, self.plan.model
+        it = self.iteration_s
+        gpus = plan.num_gpus
+        gb = lo.global_batch
+        f_model = model_flops_per_iteration(model, gb)
+        f_hw = hardware_flops_per_iteration(model, gb, lo.recompute)
+        peak = plan.peak_flops()
+        sim = self.simulation
+        exposed = {c: 0.0 for c in COMM_CATEGORIES}
+        n = len(sim.ranks) or 1
+        for r in sim.ranks:
+            for cat, v in r.exposed_by_category.items():
+                exposed[cat] = exposed.get(cat, 0.0) + v / n
+        rate = (lambda x: x / it) if it > 0 else (lambda x: 0.0)
+        return {
+            "workload": plan.name,
+            "gpus": gpus,
+            "device": ",".join(sorted(set(plan.devices))),
+            "iteration_s": it,
+            "tokens_per_s": rate(gb * model.seq_len),
+            "samples_per_s": rate(gb),
+            "model_flops": f_model,
+            "hardware_flops": f_hw,
+            "model_tflops_per_gpu": rate(f_model) / gpus / 1e12,
+            "hardware_tflops_per_gpu": rate(f_hw) / gpus / 1e12,
+            "mfu": rate(f_model) / peak if peak else 0.0,
+            "hfu": rate(f_hw) / peak if peak else 0.0,
+            "bubble_fraction": bubble_fraction(sim),
+            "exposed_comm_s": exposed,
+            "exposed_comm_total_s": sum(exposed.values()),
+            "compute_s": sum(r.compute_s for r in sim.ranks) / n,
+            "memory_per_gpu_bytes": dict(plan.estimate.breakdown()),
+            "memory_capacity_bytes": plan.capacity_bytes,
+            "memory_stage": plan.estimate.stage,
+            "layout": {
+                "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "ep": lo.ep,
+                "sp": lo.sequence_parallel, "zero_stage": lo.zero_stage, "schedule": lo.schedule,
+                "virtual_stages": lo.virtual_stages, "micro_batch": lo.micro_batch,
+                "global_batch": gb, "num_micro_batches": lo.num_micro_batches,
+                "recompute": lo.recompute, "order": "-".join(lo.order), "describe": lo.describe(),
+            },
+            "groups": self.groups_summary(),
+            "granularity": plan.options.granularity,
+            "comm": plan.options.comm,
+            "bucket_size": plan.bucket_size,
+            "tasks": len(self.taskgraph),
+            "events": sim.events,
+            "wall_s": sim.wall_s,
+        }
