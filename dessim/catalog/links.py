@@ -32,7 +32,7 @@ LINK_TYPES: tuple[str, ...] = ("nvlink", "pcie", "cxl", "ib", "ethernet", "infin
                                "ddr", "storage", "custom")
 
 GB = 1e9
-NS = 1e-9
+GIGA = 1e9  # seconds = nanoseconds / GIGA (division keeps 500ns exactly 5e-7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,91 +74,91 @@ def _t(name: str, type_: str, bw: float, lat: float, eff: float, bw_src: str, la
 
 _LIST = [
     # ---- NVLink: per-GPU aggregate to the NVSwitch fabric (reference README §1.2)
-    _t("nvlink2", "nvlink", 150 * GB, 250 * NS, 1.0,
+    _t("nvlink2", "nvlink", 150 * GB, 250 / GIGA, 1.0,
        "[C2] 6 links x 25 GB/s uni = 150 GB/s (reference README §1.2)", _U_NVLINK_LAT, _NO_EFF,
        "NVLink 2 (V100), per-GPU aggregate"),
-    _t("nvlink3", "nvlink", 300 * GB, 250 * NS, 230 / 300,
+    _t("nvlink3", "nvlink", 300 * GB, 250 / GIGA, 230 / 300,
        "[C2] 12 links x 25 GB/s uni = 300 GB/s (reference README §1.2)", _U_NVLINK_LAT,
        "[C] 8x A100 ring all-reduce busbw ≈ 230 GB/s of 300 raw: 230/300 = 0.767 "
        "(nccl-tests#149, reference README §1.2/§3)",
        "NVLink 3 (A100), per-GPU aggregate"),
-    _t("nvlink4", "nvlink", 450 * GB, 250 * NS, 370 / 450,
+    _t("nvlink4", "nvlink", 450 * GB, 250 / GIGA, 370 / 450,
        "[C] 18 links x 25 GB/s uni = 450 GB/s (nccl-tests#212, reference README §1.2)",
        _U_NVLINK_LAT,
        "[C] 8x H100 Ring all-reduce busbw ≈ 370 GB/s of 450 raw: 370/450 = 0.822 "
        "(nccl-tests#212, reference README §1.2/§3; NVLS reaches 480 via in-switch reduction)",
        "NVLink 4 (H100/H200), per-GPU aggregate"),
-    _t("nvlink5", "nvlink", 900 * GB, 250 * NS, 1.0,
+    _t("nvlink5", "nvlink", 900 * GB, 250 / GIGA, 1.0,
        "[C] 18 links x 50 GB/s uni = 900 GB/s (DGX SuperPOD GB200 RA, reference README §1.2)",
        _U_NVLINK_LAT, "NCCL-effective NVLink5 is [U] in reference README §1.2; 1.0 (ideal)",
        "NVLink 5 (B200/GB200), per-GPU aggregate"),
     # ---- AMD Infinity Fabric: one link per peer (MI300X OAM platforms are fully connected)
-    _t("if_mi300x", "infinity_fabric", 64 * GB, 250 * NS, 1.0,
+    _t("if_mi300x", "infinity_fabric", 64 * GB, 250 / GIGA, 1.0,
        "[C2] 128 GB/s bidir per link = 64 GB/s uni; 7 links per GPU (reference README §1.1)",
        "[U] default 250 ns, like NVLink", _NO_EFF,
        "Infinity Fabric link between two MI300X (one per peer)"),
     # ---- PCIe x16 (reference README §1.3, Wikipedia values via hpc-notes)
-    _t("pcie3", "pcie", 15.75 * GB, 500 * NS, 1.0,
+    _t("pcie3", "pcie", 15.75 * GB, 500 / GIGA, 1.0,
        "[C2] 8 GT/s, 128b/130b: 15.75 GB/s per direction x16 (reference README §1.3)",
        _U_PCIE_LAT, _NO_EFF, "PCIe 3.0 x16"),
-    _t("pcie4", "pcie", 31.5 * GB, 500 * NS, 1.0,
+    _t("pcie4", "pcie", 31.5 * GB, 500 / GIGA, 1.0,
        "[C2] 16 GT/s: 31.5 GB/s per direction x16 (reference README §1.3)",
        _U_PCIE_LAT, _NO_EFF, "PCIe 4.0 x16"),
-    _t("pcie5", "pcie", 63 * GB, 500 * NS, 1.0,
+    _t("pcie5", "pcie", 63 * GB, 500 / GIGA, 1.0,
        "[C2] 32 GT/s: 63 GB/s per direction x16 (reference README §1.3)",
        _U_PCIE_LAT, _NO_EFF, "PCIe 5.0 x16"),
-    _t("pcie6", "pcie", 121 * GB, 500 * NS, 1.0,
+    _t("pcie6", "pcie", 121 * GB, 500 / GIGA, 1.0,
        "[C2] 64 GT/s PAM4 FLIT: ~121-128 GB/s per direction x16; the lower 121 is used "
        "(reference README §1.3)", _U_PCIE_LAT, _NO_EFF, "PCIe 6.0 x16"),
     # ---- CXL x16 (reference README §1.3)
-    _t("cxl2", "cxl", 63 * GB, 200 * NS, 1.0,
+    _t("cxl2", "cxl", 63 * GB, 200 / GIGA, 1.0,
        "[C2] CXL 1.1/2.0 on the PCIe 5.0 PHY: 63 GB/s per direction x16 (reference README §1.3)",
        "[U] default 200 ns: a CXL.mem load is 2-5x local DRAM (~100 ns), ~250 ns end to end "
        "(reference README §1.3, [C2]/[C2-weak])", _NO_EFF, "CXL 2.0 x16"),
-    _t("cxl3", "cxl", 121 * GB, 200 * NS, 1.0,
+    _t("cxl3", "cxl", 121 * GB, 200 / GIGA, 1.0,
        "[C2] CXL 3.x on the PCIe 6.0 PHY: ~121-128 GB/s per direction x16; 121 used "
        "(reference README §1.3)",
        "[U] default 200 ns (see cxl2)", _NO_EFF, "CXL 3.x x16"),
     # ---- InfiniBand, one port (reference README §1.4)
-    _t("ib_hdr", "ib", 25 * GB, 500 * NS, 24 / 25,
+    _t("ib_hdr", "ib", 25 * GB, 500 / GIGA, 24 / 25,
        "[C] HDR 200 Gb/s = 4 x 50G = 25 GB/s per direction (reference README §1.4)", _U_NET_LAT,
        "[C] NCCL achieves ~24 GB/s per HDR NIC: 24/25 = 0.96 (nccl-tests#160, "
        "reference README §1.4)", "InfiniBand HDR 200 Gb/s port"),
-    _t("ib_ndr", "ib", 50 * GB, 500 * NS, 47 / 50,
+    _t("ib_ndr", "ib", 50 * GB, 500 / GIGA, 47 / 50,
        "[C] NDR 400 Gb/s = 4 x 100G = 50 GB/s per direction (reference README §1.4)", _U_NET_LAT,
        "[C] NCCL ring achieves 46-48 GB/s per NDR NIC; midpoint 47/50 = 0.94 (nccl-tests#290, "
        "reference README §1.4/§3)", "InfiniBand NDR 400 Gb/s port"),
-    _t("ib_xdr", "ib", 100 * GB, 500 * NS, 1.0,
+    _t("ib_xdr", "ib", 100 * GB, 500 / GIGA, 1.0,
        "[C2] XDR 800 Gb/s = 4 x 200G = 100 GB/s per direction (reference README §1.4)",
        _U_NET_LAT, "NCCL-achieved XDR is [U] in reference README §1.4; 1.0 (ideal)",
        "InfiniBand XDR 800 Gb/s port"),
     # ---- Ethernet (RoCE), one port: arithmetic from the line rate [D]
-    _t("eth100", "ethernet", 12.5 * GB, 1000 * NS, 1.0,
+    _t("eth100", "ethernet", 12.5 * GB, 1000 / GIGA, 1.0,
        "[D] 100 Gb/s / 8 = 12.5 GB/s (reference README §1.4)", _U_ETH_LAT,
        "RoCE ≈ IB when tuned is [U] (reference README §1.4); 1.0 (ideal)", "100 GbE port"),
-    _t("eth200", "ethernet", 25 * GB, 1000 * NS, 1.0,
+    _t("eth200", "ethernet", 25 * GB, 1000 / GIGA, 1.0,
        "[D] 200 Gb/s / 8 = 25 GB/s (reference README §1.4)", _U_ETH_LAT,
        "RoCE efficiency [U]; 1.0 (ideal)", "200 GbE port"),
-    _t("eth400", "ethernet", 50 * GB, 1000 * NS, 1.0,
+    _t("eth400", "ethernet", 50 * GB, 1000 / GIGA, 1.0,
        "[D] 400 Gb/s / 8 = 50 GB/s (reference README §1.4)", _U_ETH_LAT,
        "RoCE efficiency [U]; 1.0 (ideal)", "400 GbE port"),
-    _t("eth800", "ethernet", 100 * GB, 1000 * NS, 1.0,
+    _t("eth800", "ethernet", 100 * GB, 1000 / GIGA, 1.0,
        "[D] 800 Gb/s / 8 = 100 GB/s (reference README §1.4)", _U_ETH_LAT,
        "RoCE efficiency [U]; 1.0 (ideal)", "800 GbE port"),
     # ---- Host memory: one socket's DDR channels aggregated into one link CPU -- memory
-    _t("ddr4", "ddr", 204.8 * GB, 100 * NS, 1.0,
+    _t("ddr4", "ddr", 204.8 * GB, 100 / GIGA, 1.0,
        "[D]/[U] 8 channels x DDR4-3200 x 8 B = 204.8 GB/s per socket (AMD EPYC 7742 of DGX "
        "A100; channel count from vendor datasheet, not in the reference store). A memory "
        "channel is half duplex: the figure is shared by reads and writes (duplex=False)",
        "[U] default 100 ns: local DDR load 'sub-100 ns' (reference README §1.3)", _NO_EFF,
        "DDR4-3200, 8 channels, one socket", duplex=False),
-    _t("ddr5", "ddr", 307.2 * GB, 100 * NS, 1.0,
+    _t("ddr5", "ddr", 307.2 * GB, 100 / GIGA, 1.0,
        "[D]/[U] 8 channels x DDR5-4800 x 8 B = 307.2 GB/s per socket (Xeon 8480C of DGX H100, "
        "reference README §1.5; channel count from vendor datasheet). Half duplex (duplex=False)",
        "[U] default 100 ns: local DDR load 'sub-100 ns' (reference README §1.3)", _NO_EFF,
        "DDR5-4800, 8 channels, one socket", duplex=False),
     # ---- CPU socket to socket (UPI / xGMI), aggregated
-    _t("socket", "custom", 64 * GB, 100 * NS, 1.0,
+    _t("socket", "custom", 64 * GB, 100 / GIGA, 1.0,
        "[U] CPU-CPU socket interconnect (Intel UPI / AMD xGMI), aggregated over its links; "
        "default 64 GB/s per direction (e.g. 2-4 UPI links at 16 GT/s), not in the reference",
        "[U] default 100 ns", _NO_EFF, "CPU socket-to-socket link (UPI/xGMI)"),

@@ -29,7 +29,7 @@ through a spine. dims ``(8, nodes)``, rank = 8 * node + local GPU index.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -38,7 +38,7 @@ from dessim.catalog.devices import GPUSpec, get_device
 from dessim.catalog.links import LinkTech, get_link_tech
 from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
-from dessim.units import parse_count, parse_size
+from dessim.units import parse_bandwidth, parse_count, parse_size
 
 __all__ = ["dgx_a100", "dgx_h100", "pcie_server", "cxl_node", "PRESETS", "DGX_GPUS",
            "SU_SIZE"]
@@ -129,7 +129,8 @@ DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "d
 
 
 def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,
-         gpu: object, su_size: object, name: str | None) -> Topology:
+         gpu: object, su_size: object, name: str | None, nic: object = None,
+         nic_bw: object = None) -> Topology:
     where = design.system
     nodes = parse_count(nodes, f"{where} nodes", minimum=1)
     su_size = parse_count(su_size, f"{where} su_size", minimum=1)
@@ -143,7 +144,15 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
         raise TopologyError(f"{where}: oversub {oversub!r} is not a number") from None
     if not (oversub > 0 and math.isfinite(oversub)):
         raise TopologyError(f"{where}: oversub {oversub!r} must be a finite number > 0")
-    nic, pcie, ddr = (get_link_tech(t) for t in (design.nic, design.pcie, design.ddr))
+    nic_tech = get_link_tech(design.nic if nic is None else str(nic), f"{where} nic")
+    if nic_tech.type not in ("ib", "ethernet"):
+        raise TopologyError(f"{where}: nic {nic_tech.name!r} is a {nic_tech.type} link, not a "
+                            "scale-out (ib or ethernet) technology")
+    if nic_bw is not None:  # same technology (latency, efficiency), another port speed
+        nic_tech = replace(nic_tech, name=f"{nic_tech.name}@{nic_bw}",
+                           bw=parse_bandwidth(nic_bw, f"{where} nic_bw"))
+    nic = nic_tech
+    pcie, ddr = (get_link_tech(t) for t in (design.pcie, design.ddr))
     g = nx.Graph()
     for k in range(nodes):
         p = f"n{k}."
@@ -184,20 +193,23 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
 
 def dgx_a100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
-             name: str | None = None) -> Topology:
+             name: str | None = None, nic: str | None = None,
+             nic_bw: float | str | None = None) -> Topology:
     """DGX A100 node(s): 8 x A100 (``gpu``: A100-80GB default or A100-40GB), NVLink3 via one
     logical NVSwitch (6 chips aggregated), PCIe Gen4 switches, 8 x IB HDR NICs, DDR4 host
     memory; ``nodes > 1`` adds the rail-optimised fabric (see module docstring)."""
-    return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name)
+    return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw)
 
 
 def dgx_h100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
-             name: str | None = None) -> Topology:
+             name: str | None = None, nic: str | None = None,
+             nic_bw: float | str | None = None) -> Topology:
     """DGX H100 node(s): 8 x H100 (or ``gpu="H200"``), NVLink4 via one logical NVSwitch (4
     chips aggregated), PCIe Gen5 switches, 8 x IB NDR NICs, DDR5 host memory (2 TB);
-    ``nodes > 1`` adds the rail-optimised fabric (see module docstring)."""
-    return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name)
+    ``nodes > 1`` adds the rail-optimised fabric (see module docstring); ``nic`` and ``nic_bw``
+    as for :func:`dgx_a100`."""
+    return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw)
 
 
 def _host_techs(dev: GPUSpec, gen: object | None, where: str) -> tuple[LinkTech, LinkTech]:

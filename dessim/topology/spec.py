@@ -260,9 +260,13 @@ def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
          Param("oversub", _p_float, 1.0, "leaf uplink oversubscription (1 = non-blocking)"),
          Param("spines", _p_count(1), None, "spine switches (default leaves/2)"),
          Param("gpu", _p_device, None, f"GPU model ({gpus})"),
-         Param("su_size", _p_count(1), presets.SU_SIZE, "nodes per scalable unit"), _NAME),
+         Param("su_size", _p_count(1), presets.SU_SIZE, "nodes per scalable unit"),
+         Param("nic", _p_str, None, "scale-out link technology (catalog key, e.g. ib_ndr, eth400)"),
+         Param("nic_bw", _P_BW, None, "scale-out port bandwidth per direction (e.g. 400Gb/s)"),
+         _NAME),
         lambda v: fn(v["nodes"], ideal=v["ideal"], oversub=v["oversub"], spines=v["spines"],
-                     gpu=v["gpu"], su_size=v["su_size"], name=v["name"]),
+                     gpu=v["gpu"], su_size=v["su_size"], name=v["name"], nic=v["nic"],
+                     nic_bw=v["nic_bw"]),
         _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",))
 
 
