@@ -145,17 +145,15 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     overrides = collect_overrides(kw)
     if topology is not None and gpus is not None:
         raise click.UsageError("give --topology or --gpus, not both")
-    spec, _ = resolve_workload(workload)
     topo = None
     if topology is not None:
         from dessim.topology import load_topology
         topo = load_topology(topology)
         gpus = topo.num_gpus
-    mem_kw = {k: overrides.pop(k) for k in ("bucket_size", "offload_optimizer", "offload_activations")
-              if k in overrides}
-    layout = spec.layout(gpus, **overrides)
+    spec, rest, explicit_dp = resolve_workload(workload, overrides, gpus)
+    layout = spec.layout(gpus, **({"dp": spec.parallelism.dp} if explicit_dp else {}))
     model = spec.model
-    memory = spec.memory_options(**mem_kw)
+    memory = spec.memory_options(**rest)
     est = estimate_memory(model, layout, memory)
     dev_name = (topo.device(0) if topo is not None else None) or device or spec.training.device
     dev = get_device(dev_name) if dev_name else None

@@ -57,6 +57,11 @@ def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
     """The workload file document equivalent to ``spec`` (SI units)."""
     model = {f.name: getattr(spec.model, f.name) for f in dataclasses.fields(TransformerConfig)
              if f.name not in ("name", "description")}
+    # defaults derived from other fields stay derived (an override of heads keeps MHA)
+    if model["kv_heads"] == model["heads"]:
+        del model["kv_heads"]
+    if model["moe_ffn_hidden"] == model["ffn_hidden"]:
+        del model["moe_ffn_hidden"]
     par = dataclasses.asdict(spec.parallelism)
     par["order"] = list(par["order"])
     tr = dataclasses.asdict(spec.training)
@@ -75,31 +80,57 @@ def _merge(doc: dict[str, Any], extra: Mapping[str, Any]) -> None:
             doc[k] = copy.deepcopy(v)
 
 
-def resolve_workload(workload: str | Path | WorkloadSpec,
-                     overrides: Mapping[str, Any] | None = None) -> tuple[WorkloadSpec, dict[str, Any]]:
-    """Load ``workload`` and apply the section overrides; return the spec and the remaining
-    (flat / memory / generator) overrides, checked."""
+#: Flat override keys that live in the workload document, by section.
+_DOC_KEYS: dict[str, str] = {
+    "tp": "parallelism", "pp": "parallelism", "dp": "parallelism", "cp": "parallelism",
+    "ep": "parallelism", "sp": "parallelism", "order": "parallelism",
+    "micro_batch": "training", "global_batch": "training", "schedule": "training",
+    "virtual_stages": "training", "recompute": "training", "zero_stage": "training",
+    "bucket_size": "training",
+}
+_OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "offload_activations": "activations"}
+
+
+def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str, Any] | None = None,
+                     num_gpus: int | None = None) -> tuple[WorkloadSpec, dict[str, Any], bool]:
+    """Load ``workload`` and apply the overrides that belong to its document (sections and
+    flat layout/batch/offload keys); with ``num_gpus``, set ``dp`` to fill them unless it is
+    given. Returns the spec, the remaining overrides (``memory``, ``generator``, ``device``
+    and their flat fields) and whether ``dp`` was given explicitly."""
     spec = workload if isinstance(workload, WorkloadSpec) else load_workload(workload)
     overrides = dict(overrides or {})
-    valid = set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS) | set(_MEM_FIELDS)
+    valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
+             | set(_MEM_FIELDS))
     for key in overrides:
         if key not in valid:
             raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
                                 f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
                                 f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
                                 f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)})")
-    sections = {k: overrides.pop(k) for k in _SECTIONS if k in overrides}
-    if sections:
-        doc = workload_document(spec)
-        for name, values in sections.items():
+    doc = workload_document(spec)
+    sections: dict[str, Any] = {}
+    for name in _SECTIONS:
+        if name in overrides:
+            values = overrides.pop(name)
             if not isinstance(values, Mapping):
                 raise WorkloadError(f"workload {spec.name!r}: override {name!r} must be a mapping of keys "
                                     f"to values, got {values!r}")
-        _merge(doc, sections)
-        origin = f"{spec.path or spec.name} (with overrides)"
-        spec = dataclasses.replace(parse_workload(doc, origin=origin, default_name=spec.name), path=spec.path)
-        overrides["_explicit_dp"] = "dp" in sections.get("parallelism", {})
-    return spec, overrides
+            sections[name] = values
+    for key in list(overrides):
+        if key in _DOC_KEYS:
+            sections.setdefault(_DOC_KEYS[key], {})[key] = overrides.pop(key)
+        elif key in _OFFLOAD_KEYS:
+            sections.setdefault("training", {}).setdefault("offload", {})[_OFFLOAD_KEYS[key]] = overrides.pop(key)
+    _merge(doc, sections)
+    explicit_dp = "dp" in sections.get("parallelism", {})
+    if num_gpus is not None and not explicit_dp:
+        par = doc["parallelism"]
+        model_par = par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1)
+        if isinstance(model_par, int) and model_par > 0 and num_gpus % model_par == 0:
+            par["dp"] = num_gpus // model_par
+    origin = str(spec.path or spec.name) + (" (with overrides)" if sections else "")
+    new = parse_workload(doc, origin=origin, default_name=spec.name)
+    return dataclasses.replace(new, path=spec.path), overrides, explicit_dp
 
 
 def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
@@ -109,29 +140,20 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
     from dessim.topology import load_topology
 
     topo = load_topology(topology)
-    spec, rest = resolve_workload(workload, overrides)
-    explicit_dp = rest.pop("_explicit_dp", False)
+    spec, rest, explicit_dp = resolve_workload(workload, overrides, topo.num_gpus)
     mem_kw = dict(rest.pop("memory", None) or {})
     gen_kw = dict(rest.pop("generator", None) or {})
     device = rest.pop("device", None) or (engine.device if engine else None)
-    layout_kw = {k: rest.pop(k) for k in list(rest) if k in _LAYOUT_FIELDS}
     for k in list(rest):
         (gen_kw if k in _GEN_FIELDS else mem_kw)[k] = rest.pop(k)
-    if "bucket_size" in gen_kw and "bucket_size" not in mem_kw and gen_kw["bucket_size"] is not None:
-        mem_kw["bucket_size"] = int(gen_kw["bucket_size"])   # the memory estimate's buckets too
-    if explicit_dp and "dp" not in layout_kw:
-        layout_kw["dp"] = spec.parallelism.dp
-    for name, kw in (("memory", mem_kw), ("generator", gen_kw)):
-        fields = _MEM_FIELDS if name == "memory" else _GEN_FIELDS
+    for name, kw, fields in (("memory", mem_kw, _MEM_FIELDS), ("generator", gen_kw, _GEN_FIELDS)):
         bad = [k for k in kw if k not in fields]
         if bad:
-            raise WorkloadError(f"workload {spec.name!r}: unknown {name} option {bad[0]!r}; valid: {', '.join(fields)}")
-    try:
-        layout = spec.layout(topo.num_gpus, **layout_kw)
-        memory = spec.memory_options(**mem_kw)
-        options = GeneratorOptions(**gen_kw)
-    except TypeError as exc:  # pragma: no cover - keys are checked above
-        raise WorkloadError(f"workload {spec.name!r}: {exc}") from None
+            raise WorkloadError(f"workload {spec.name!r}: unknown {name} option {bad[0]!r}; "
+                                f"valid: {', '.join(fields)}")
+    layout = spec.layout(topo.num_gpus, **({"dp": spec.parallelism.dp} if explicit_dp else {}))
+    memory = spec.memory_options(**mem_kw)
+    options = GeneratorOptions(**gen_kw)
     plan = make_plan(spec.model, layout, topo, memory=memory, options=options, device=device,
                      workload_device=spec.training.device, name=spec.name)
     return plan, topo
