@@ -1,0 +1,49 @@
+"""The package is layered: a module imports only from its own layer or the layers below.
+
+Order, bottom to top (README "Architecture"): errors, units, resources, catalog, topology,
+network, collectives, taskgraph, engine, {workload, trace}, outputs, sweep, cli.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import dessim
+
+LAYERS = ["errors", "units", "resources", "catalog", "topology", "network", "collectives",
+          "taskgraph", "engine", "workload|trace", "outputs", "sweep", "cli"]
+RANK = {name: i for i, group in enumerate(LAYERS) for name in group.split("|")}
+ROOT = Path(dessim.__file__).parent
+
+
+def imported_layers(path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "dessim" and len(parts) > 1:
+                yield node.lineno, parts[1]
+
+
+def test_every_module_belongs_to_a_layer():
+    tops = {p.relative_to(ROOT).parts[0].removesuffix(".py") for p in ROOT.rglob("*.py")}
+    assert tops - {"__init__", "_data"} <= set(RANK), tops - set(RANK)
+
+
+def test_no_module_imports_an_upper_layer():
+    violations = []
+    for path in ROOT.rglob("*.py"):
+        top = path.relative_to(ROOT).parts[0].removesuffix(".py")
+        if top == "__init__":
+            continue  # the package root re-exports the public API of every layer
+        for line, layer in imported_layers(path):
+            if layer in RANK and RANK[layer] > RANK[top]:
+                violations.append(f"{path.relative_to(ROOT)}:{line} ({top}) imports {layer}")
+    assert not violations, "\n".join(violations)
