@@ -69,6 +69,8 @@ class Network(abc.ABC):
         self.flows_finished = 0
         self.solves = 0
         self._routes: dict[tuple[str, str, int], Route] = {}
+        #: Routes of pairs whose path no ECMP key can change (see Router.key_independent).
+        self._fixed_routes: dict[tuple[str, str], Route] = {}
 
     @property
     def events(self) -> int:
@@ -97,6 +99,9 @@ class Network(abc.ABC):
 
     def route(self, src: str, dst: str, key: int = 0) -> Route:
         """The :class:`Route` a transfer from ``src`` to ``dst`` (node names) takes."""
+        found = self._fixed_routes.get((src, dst))
+        if found is not None:
+            return found
         memo = (src, dst, key)
         found = self._routes.get(memo)
         if found is not None:
@@ -105,6 +110,7 @@ class Network(abc.ABC):
             path = self.router.path(src, dst, key)
         except TopologyError as exc:
             raise NetworkError(f"transfer {src!r} -> {dst!r}: {exc}") from None
+        fixed = self.router.key_independent(src, dst)
         chmap = self.channels
         dirs = chmap.path_directions(path)
         chans = tuple(chmap.channel_of_direction[i] for i in dirs)
@@ -113,9 +119,13 @@ class Network(abc.ABC):
             latency += chmap.direction_latency[i]
         bottleneck = min((chmap.capacity[c] for c in chans), default=math.inf)
         found = Route(path, dirs, chans, latency, bottleneck)
-        if len(self._routes) >= _MAX_CACHED_ROUTES:
-            self._routes.clear()
-        self._routes[memo] = found
+        cache = self._fixed_routes if fixed else self._routes
+        if len(cache) >= _MAX_CACHED_ROUTES:
+            cache.clear()
+        if fixed:
+            self._fixed_routes[src, dst] = found
+        else:
+            self._routes[memo] = found
         return found
 
     @abc.abstractmethod

@@ -15,6 +15,11 @@ per-process string hashing (``hash()``) or on set order. Pass a different ``key`
 (e.g. a collective step, a channel or a queue-pair number) to spread flows between the same
 endpoints.
 
+Most pairs have a single widest shortest path (every GPU pair on one switch, every pair inside
+a DGX island, ...): there the key cannot change the answer, so the path is memoised per
+``(src, dst)`` and :meth:`Router.key_independent` says so — callers (the network's route
+cache, flow bundles) then skip per-key work entirely. The answer is the same either way.
+
 Cost: one breadth-first search per *destination anchor*, cached — no all-pairs enumeration up
 front. A destination with a single link (a GPU or host under a leaf switch) reuses the map of
 its only neighbour, so a leaf-spine of thousands of GPUs needs one map per leaf switch.
@@ -56,6 +61,8 @@ class Router:
             self._capacity[a, b] = self._capacity[b, a] = c
         self._maps: OrderedDict[str, Mapping[str, tuple[str, ...]]] = OrderedDict()
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
+        #: Paths that no ECMP choice can change, by (src, dst): the key is irrelevant there.
+        self._unique: dict[tuple[str, str], tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ public
     def path(self, src: str, dst: str, key: int = 0) -> tuple[str, ...]:
@@ -64,6 +71,9 @@ class Router:
         Raises :class:`~dessim.errors.TopologyError` for an unknown node or when no path
         through transit nodes exists, naming both ends.
         """
+        found = self._unique.get((src, dst))
+        if found is not None:
+            return found
         memo_key = (src, dst, key)
         found = self._paths.get(memo_key)
         if found is not None:
@@ -73,12 +83,24 @@ class Router:
                 self.topology.resolve(node)  # raises a TopologyError with suggestions
         if src == dst:
             result: tuple[str, ...] = (src,)
+            unique = True
         else:
-            result = self._walk(src, dst, key)
-        if len(self._paths) >= MAX_CACHED_PATHS:
-            self._paths.clear()
-        self._paths[memo_key] = result
+            result, unique = self._walk(src, dst, key)
+        memo = self._unique if unique else self._paths
+        if len(memo) >= MAX_CACHED_PATHS:
+            memo.clear()
+        if unique:
+            self._unique[src, dst] = result
+        else:
+            self._paths[memo_key] = result
         return result
+
+    def key_independent(self, src: str, dst: str) -> bool:
+        """True when ``path(src, dst, key)`` is the same for every ``key`` (one widest
+        shortest path: no hop has an ECMP choice)."""
+        if (src, dst) not in self._unique:
+            self.path(src, dst)
+        return (src, dst) in self._unique
 
     def hops(self, src: str, dst: str) -> int:
         """Number of links on a shortest path (the same for every ECMP choice)."""
@@ -139,10 +161,11 @@ class Router:
             self._maps.popitem(last=False)
         return result
 
-    def _walk(self, src: str, dst: str, key: int) -> tuple[str, ...]:
+    def _walk(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
+        """The path for ``key``, and whether no hop had a choice (key-independent)."""
         target, via_anchor = self._anchor(dst)
         if via_anchor and src == target:
-            return (src, dst)
+            return (src, dst), True
         hops = self._next_hops(target)
         if src not in hops:
             raise TopologyError(f"{self.topology.name}: no route from {src!r} to {dst!r} "
@@ -150,13 +173,15 @@ class Router:
         salt = f"{key}|{src}|{dst}|".encode()
         path = [src]
         cur = src
+        unique = True
         while cur != target:
             choices = hops[cur]
             if len(choices) == 1:
                 cur = choices[0]
             else:
+                unique = False
                 cur = choices[zlib.crc32(salt + cur.encode()) % len(choices)]
             path.append(cur)
         if via_anchor:
             path.append(dst)
-        return tuple(path)
+        return tuple(path), unique
