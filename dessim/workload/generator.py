@@ -75,6 +75,7 @@ from dessim.errors import WorkloadError
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
+from dessim.workload.gradsync import fill_buckets, nearest_node
 from dessim.workload.kernels import Kernel, embedding_kernels, head_kernels, layer_kernels
 from dessim.workload.layout import ParallelLayout
 from dessim.workload.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
@@ -85,7 +86,7 @@ from dessim.workload.passes import (GRANULARITIES, Block, PassBuilder, Step, emb
 from dessim.workload.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
 
 __all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "OFFLOAD_NODE_KINDS",
-           "COMM_CATEGORIES"]
+           "COMM_CATEGORIES", "resolve_devices"]
 
 #: Topology node kind of each offload target.
 OFFLOAD_NODE_KINDS: dict[str, str] = {"host": "host_mem", "cxl": "cxl_mem"}
@@ -163,6 +164,10 @@ def _resolve_devices(topology: Topology, fallback: Sequence[str | None], where: 
                                 "the workload names no device: give one (--device H100 or training.device)")
         out.append(get_device(name).name)
     return tuple(out)
+
+
+#: Public for the other generators (DLRM, CNN): GPU model of every rank.
+resolve_devices = _resolve_devices
 
 
 def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topology, *,
@@ -283,9 +288,7 @@ class _Generator:
         if node is None:
             if self.router is None:
                 self.router = Router(self.topo)
-            gpu = self.topo.node_of(rank)
-            cands = sorted(self.topo.nodes_of_kind(OFFLOAD_NODE_KINDS[target]))
-            node = min(cands, key=lambda n: (self.router.hops(gpu, n), n))  # type: ignore[union-attr]
+            node = nearest_node(self.router, self.topo, self.topo.node_of(rank), OFFLOAD_NODE_KINDS[target])
             self.mem_node_cache[key] = node
         return node
 
@@ -516,20 +519,10 @@ class _Generator:
         op = "allreduce" if lo.zero_stage == 0 else "reducescatter"
         grad = self.model.precision_spec.grad_bytes
         limit = self.plan.bucket_size
-        made: list[tuple[str, float]] = []
-        pending = {"dp_cp": 0.0, "edp_cp": 0.0}
-        last_dep: list[str] = []
-        for block, dense, expert in t.block_params:
-            dep = ids[t.completes[block]]
-            last_dep = dep
-            for gkind, params in (("dp_cp", dense), ("edp_cp", expert)):
-                pending[gkind] += params * grad
-                if limit and pending[gkind] >= limit:
-                    made.append(self._bucket(rank, gkind, op, pending[gkind], dep, mb))
-                    pending[gkind] = 0.0
-        for gkind in ("dp_cp", "edp_cp"):
-            if pending[gkind] > 0:
-                made.append(self._bucket(rank, gkind, op, pending[gkind], last_dep, mb))
+        ready = ((block, {"dp_cp": dense * grad, "edp_cp": expert * grad})
+                 for block, dense, expert in t.block_params)
+        made = [self._bucket(rank, b.group, op, b.nbytes, ids[t.completes[b.after]], mb)
+                for b in fill_buckets(ready, limit, ("dp_cp", "edp_cp"))]
         return [b for b in made if b[1] > 0]
 
     def _bucket(self, rank: int, gkind: str, op: str, nbytes: float, deps: list[str], mb: int) -> tuple[str, float]:

@@ -47,7 +47,7 @@ from math import ceil
 from typing import Iterable
 
 from dessim.workload.layout import ParallelLayout
-from dessim.workload.model import TransformerConfig
+from dessim.workload.model import Precision, TransformerConfig
 
 __all__ = [
     "MATMUL",
@@ -63,6 +63,7 @@ __all__ = [
     "embedding_kernels",
     "head_kernels",
     "sum_flops",
+    "KernelBuilder",
 ]
 
 MATMUL = "matmul"
@@ -151,8 +152,8 @@ class TokenShard:
 class _Builder:
     """Makes kernels with the byte sizes of one model's precision."""
 
-    def __init__(self, model: TransformerConfig):
-        p = model.precision_spec
+    def __init__(self, model: TransformerConfig | Precision):
+        p = model if isinstance(model, Precision) else model.precision_spec
         self.operand = p.element_bytes
         self.act = p.activation_bytes
         self.grad = p.grad_bytes
@@ -180,6 +181,12 @@ class _Builder:
         if fwd.kind == ATTENTION:
             read += fwd.bytes_written              # attention also re-reads O
         return (Kernel(f"{fwd.name}.bwd", fwd.kind, "bwd", 2 * fwd.flops, read, fwd.bytes_read),)
+
+
+#: Public name of the kernel constructor, for the other model families (DLRM MLPs, ViT heads)
+#: that build their GEMMs and backward kernels with the same conventions; takes a
+#: TransformerConfig or a :class:`~dessim.workload.model.Precision`.
+KernelBuilder = _Builder
 
 
 def _assemble(b: _Builder, forward: list[Kernel], recompute: Iterable[Kernel] = ()) -> KernelSet:

@@ -216,7 +216,10 @@ _TRAINING_SCHEMA: Mapping[str, Converter] = {
 }
 _OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": _str, "activations": _str}
 
-_TOP_KEYS = ("name", "description", "source", "model", "parallelism", "training")
+_TOP_KEYS = ("name", "description", "source", "kind", "model", "parallelism", "training")
+#: Value of the optional ``kind:`` key of a transformer file; other kinds (``dlrm``, ``cnn``)
+#: are parsed by :mod:`dessim.workload.kinds`.
+TRANSFORMER_KIND = "transformer"
 
 
 def _section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -239,6 +242,11 @@ def _section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]
     return out
 
 
+#: Public for the other workload kinds (:mod:`dessim.workload.kinds`): the same key checking
+#: and unit conversion for their sections.
+check_section = _section
+
+
 def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload") -> WorkloadSpec:
     """A :class:`WorkloadSpec` from already-parsed YAML/JSON data; ``origin`` names the file
     in error messages."""
@@ -247,6 +255,9 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
     for key in data:
         if key not in _TOP_KEYS:
             raise SpecError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(_TOP_KEYS)}")
+    if data.get("kind", TRANSFORMER_KIND) != TRANSFORMER_KIND:
+        raise SpecError(f"{origin}: kind {data['kind']!r} is not a transformer workload; load it with "
+                        "dessim.workload.kinds.load_any_workload (simulate_workload accepts every kind)")
     name = _str(data.get("name", default_name), f"{origin}: name")
     if "model" not in data:
         raise SpecError(f"{origin}: missing the 'model' section")
@@ -277,9 +288,22 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
     return spec
 
 
-def shipped_workloads() -> dict[str, Path]:
-    """Preset workload files (``workloads/*.yaml``) by name."""
-    return data_files("workloads")
+def shipped_workloads(kind: str | None = TRANSFORMER_KIND) -> dict[str, Path]:
+    """Preset workload files (``workloads/*.yaml``) by name: those of ``kind`` (a file's
+    ``kind:`` key, default ``transformer``), or every file with ``kind=None``."""
+    files = data_files("workloads")
+    if kind is None:
+        return files
+    return {name: p for name, p in files.items() if file_kind(p) == kind}
+
+
+def file_kind(path: Path) -> str | None:
+    """The ``kind:`` of a workload file (``transformer`` when absent); None if unreadable."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return data.get("kind", TRANSFORMER_KIND) if isinstance(data, dict) else None
 
 
 def load_workload(path_or_name: str | Path) -> WorkloadSpec:
