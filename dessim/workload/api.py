@@ -14,7 +14,11 @@ Overrides (a mapping; every key is checked)
     * ``generator``: :class:`~dessim.workload.generator.GeneratorOptions` fields;
     * flat keys: any :class:`~dessim.workload.layout.ParallelLayout` field (``tp``, ``dp``,
       ``schedule``, ``virtual_stages``, ...), any GeneratorOptions or MemoryOptions field, and
-      ``device``.
+      ``device``;
+    * ``hbm_capacity`` (flat or in ``memory``): HBM bytes per GPU (a number or a size such as
+      ``"40GB"``) that replace the catalog capacity of the topology's GPUs for the memory fit
+      and ``memory_capacity_bytes``; everything else about the device is unchanged (a
+      memory-capacity study, e.g. an A100 with 40 instead of 80 GB).
 
 Data parallelism follows the topology: unless ``dp`` is given (flat or in
 ``parallelism``), ``dp = GPUs / (tp·pp·cp)``; a given ``dp`` that does not match the GPU count
@@ -33,9 +37,10 @@ from typing import Any, Iterable, Mapping
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology.graph import Topology
+from dessim.units import parse_size
 from dessim.workload.generator import GeneratorOptions, WorkloadPlan, build_taskgraph, make_plan
 from dessim.workload.layout import ParallelLayout
-from dessim.workload.memory import MemoryOptions, estimate_memory
+from dessim.workload.memory import MemoryOptions, check_fit, estimate_memory
 from dessim.workload.model import TransformerConfig
 from dessim.workload.result import WorkloadResult
 from dessim.workload.spec import WorkloadSpec, load_workload, parse_workload
@@ -51,6 +56,8 @@ _LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelLayout))
 _GEN_FIELDS = tuple(f.name for f in dataclasses.fields(GeneratorOptions))
 _MEM_FIELDS = tuple(f.name for f in dataclasses.fields(MemoryOptions))
 _SECTIONS = ("model", "parallelism", "training")
+#: Override of the hardware rather than the job: HBM bytes per GPU (see module docstring).
+_HBM_KEY = "hbm_capacity"
 
 
 def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
@@ -100,13 +107,14 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
     spec = workload if isinstance(workload, WorkloadSpec) else load_workload(workload)
     overrides = dict(overrides or {})
     valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
-             | set(_MEM_FIELDS))
+             | set(_MEM_FIELDS) | {_HBM_KEY})
     for key in overrides:
         if key not in valid:
             raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
                                 f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
                                 f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
-                                f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)})")
+                                f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)}), "
+                                f"or {_HBM_KEY}")
     doc = workload_document(spec)
     sections: dict[str, Any] = {}
     for name in _SECTIONS:
@@ -146,6 +154,7 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
     device = rest.pop("device", None) or (engine.device if engine else None)
     for k in list(rest):
         (gen_kw if k in _GEN_FIELDS else mem_kw)[k] = rest.pop(k)
+    hbm = mem_kw.pop(_HBM_KEY, None)
     for name, kw, fields in (("memory", mem_kw, _MEM_FIELDS), ("generator", gen_kw, _GEN_FIELDS)):
         bad = [k for k in kw if k not in fields]
         if bad:
@@ -154,8 +163,15 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
     layout = spec.layout(topo.num_gpus, **({"dp": spec.parallelism.dp} if explicit_dp else {}))
     memory = spec.memory_options(**mem_kw)
     options = GeneratorOptions(**gen_kw)
-    plan = make_plan(spec.model, layout, topo, memory=memory, options=options, device=device,
+    capacity = None if hbm is None else parse_size(hbm, f"workload {spec.name!r}: override {_HBM_KEY}",
+                                                   allow_zero=False)
+    plan = make_plan(spec.model, layout, topo, memory=memory, device=device,
+                     options=options if capacity is None else replace(options, check_memory=False),
                      workload_device=spec.training.device, name=spec.name)
+    if capacity is not None:
+        if options.check_memory:
+            check_fit(plan.estimate, capacity)
+        plan = replace(plan, options=options, capacity_bytes=float(capacity))
     return plan, topo
 
 
