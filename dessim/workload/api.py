@@ -181,10 +181,19 @@ def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | 
     """Simulate one training iteration of ``workload`` (preset name, YAML path or spec) on
     ``topology`` (a Topology or any spec :func:`~dessim.topology.load_topology` takes).
 
+    Files of another ``kind:`` (``dlrm``, ``cnn``) are simulated by
+    :mod:`dessim.workload.kinds` and return a :class:`~dessim.workload.dpresult.DPResult`
+    (the same ``summary()`` keys where they apply).
+
     Raises a :class:`~dessim.errors.DessimError` for any bad input: unknown preset or key,
     invalid layout (:class:`~dessim.errors.WorkloadError` naming the numbers), a layout that
     does not fit (:class:`~dessim.errors.MemoryFitError` with the shortfall and suggestions).
     """
+    if not isinstance(workload, WorkloadSpec):      # other kinds (dlrm, cnn): dessim.workload.kinds
+        from dessim.workload.kinds import simulate_other_kind
+        other = simulate_other_kind(workload, topology, overrides=overrides, options=options)
+        if other is not None:
+            return other
     plan, topo = plan_workload(workload, topology, overrides=overrides, engine=options)
     graph = build_taskgraph(plan, topo)
     sim = simulate(graph, topo, options or EngineOptions(record_links=False))

@@ -1,0 +1,127 @@
+"""Vision workloads (``kind: cnn``): ResNet-50 or a ViT trained data-parallel over every GPU.
+
+File schema (the shared sections are in :mod:`dessim.workload.dpspec`)::
+
+    kind: cnn
+    model:
+      arch: resnet50            # *required*: resnet50 | vit-b16 | vit-l16 (cnn_models.ARCHS)
+      image_size: 224
+      classes: 1000
+      precision: bf16           # bf16 | fp16 | fp8 | fp32 (dessim.workload.model.PRECISIONS)
+
+One iteration on every rank (:mod:`dessim.workload.dpgraph`): the input reads
+(:mod:`dessim.workload.io`), for each micro-batch the forward and backward of every layer
+(:mod:`dessim.workload.cnn_models`), the last backward's gradients all-reduced in DDP buckets
+(optionally compressed, :mod:`dessim.workload.compression`) overlapping the backward, then
+the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from dessim.errors import MemoryFitError, SpecError
+from dessim.catalog.devices import get_device
+from dessim.topology.graph import Topology
+from dessim.units import format_size, parse_count
+from dessim.workload.cnn_models import ARCHS, total_params
+from dessim.workload.compression import GradSync
+from dessim.workload.dpgraph import emit_backward, emit_forward, emit_optimizer, memory_breakdown
+from dessim.workload.dpresult import DPResult, Generated
+from dessim.workload.dpspec import CommonSpec, apply_overrides, parse_common
+from dessim.workload.emitter import TaskEmitter
+from dessim.workload.generator import resolve_devices
+from dessim.workload.model import PRECISIONS
+
+__all__ = ["CNNSpec", "parse_cnn", "generate_cnn"]
+
+_MODEL_KEYS = ("arch", "image_size", "classes", "precision")
+
+
+@dataclass(frozen=True)
+class CNNSpec:
+    """A parsed ``kind: cnn`` file."""
+
+    common: CommonSpec
+    arch: str
+    image_size: int = 224
+    classes: int = 1000
+    precision: str = "bf16"
+
+    @property
+    def name(self) -> str:
+        return self.common.name
+
+
+def parse_cnn(data: Any, origin: str, default_name: str) -> CNNSpec:
+    """A :class:`CNNSpec` from a parsed YAML document; errors name ``origin``."""
+    common = parse_common(data, origin, default_name, ("model",))
+    model = data.get("model")
+    if not isinstance(model, dict):
+        raise SpecError(f"{origin}: missing the 'model' section (keys {', '.join(_MODEL_KEYS)})")
+    for key in model:
+        if key not in _MODEL_KEYS:
+            raise SpecError(f"{origin}: model: unknown key {key!r}; valid keys: {', '.join(_MODEL_KEYS)}")
+    arch = model.get("arch")
+    if arch not in ARCHS:
+        raise SpecError(f"{origin}: model.arch {arch!r} is unknown; valid: {', '.join(ARCHS)}")
+    precision = model.get("precision", "bf16")
+    if precision not in PRECISIONS:
+        raise SpecError(f"{origin}: model.precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
+    try:
+        image = parse_count(model.get("image_size", 224), f"{origin}: model.image_size", minimum=1)
+        classes = parse_count(model.get("classes", 1000), f"{origin}: model.classes", minimum=1)
+    except Exception as exc:  # UnitError is a DessimError; re-raise as a spec error
+        raise SpecError(str(exc)) from None
+    return CNNSpec(common, arch, image, classes, precision)
+
+
+def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
+                 device: str | None = None) -> Generated:
+    """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
+    W = topology.num_gpus
+    doc, flags = apply_overrides(spec.common, overrides, ("model",), W)
+    spec = parse_cnn(doc, f"workload {spec.name!r}", spec.name)
+    c = spec.common
+    where = f"workload {spec.name!r}"
+    if c.input is not None:
+        topology = c.input.prepare(topology)
+    devices = resolve_devices(topology, (device, c.training.device), where)
+    precision = PRECISIONS[spec.precision]
+    mb, steps = c.training.per_gpu(W, where)
+    layers = ARCHS[spec.arch](mb, precision, spec.image_size, spec.classes)
+    params = total_params(layers)
+    memory = memory_breakdown(params, precision, layers, c.training.bucket_size)
+    capacity = min(get_device(d).hbm_capacity for d in set(devices))
+    if flags.check_memory and memory["total"] > capacity:
+        raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in "
+                             f"{format_size(capacity)} of HBM; lower training.micro_batch ({mb})")
+    em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
+                     meta={"workload": spec.name, "kind": "cnn", "generator": "dessim.workload.cnn"})
+    group = tuple(range(W))
+    sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
+    hit = c.input.effective_hit_ratio(topology) if c.input else 0.0
+    for rank in range(W):
+        reads = c.input.emit(em, rank, mb * steps, hit) if c.input else []
+        waits = [] if (c.input is None or c.input.prefetch) else reads
+        last = ""
+        for step in range(steps):
+            last = emit_forward(em, rank, layers, [last] + (waits if step == 0 else []), step)
+            final = step == steps - 1
+            last = emit_backward(em, rank, layers, [last], step, sync if final else None,
+                                 c.training.bucket_size)
+        emit_optimizer(em, rank, params, precision, [last])
+    tokens = (spec.image_size // 16) ** 2 + 1 if spec.arch.startswith("vit") else 0
+    details = {"arch": spec.arch, "params": params, "micro_batch": mb, "micro_batches": steps,
+               "compression": c.compression.method,
+               "input_hit_ratio": hit if c.input else None,
+               "input_bytes_per_gpu": mb * steps * c.input.sample_bytes if c.input else 0.0}
+    layout = {"dp": W, "micro_batch": mb, "global_batch": c.training.global_batch,
+              "num_micro_batches": steps, "describe": f"dp={W} micro_batch={mb} x{steps} ({spec.arch})"}
+
+    def finish(sim):
+        return DPResult("cnn", spec.name, em.graph, sim, devices, spec.precision, c.training.global_batch,
+                        layout, memory, tokens, c.training.bucket_size, details)
+
+    return Generated(spec.name, em.graph, topology, finish)

@@ -1,0 +1,357 @@
+"""Deep Learning Recommendation Models (``kind: dlrm``; Naumov et al. 2019, arXiv:1906.00091).
+
+File schema (shared sections in :mod:`dessim.workload.dpspec`)::
+
+    kind: dlrm
+    model:
+      dense_features: 13              # continuous inputs of the bottom MLP
+      bottom_mlp: [512, 256, 128]     # its widths; the last must equal embedding_dim
+      top_mlp: [1024, 1024, 512, 256, 1]
+      embedding_dim: 128              # default dim of every table
+      pooling: 1                      # default lookups per sample per table
+      tables: [39884406, 39043, ...]  # rows per table, or mappings {name, rows, dim, pooling, sharding}
+      precision: bf16                 # MLPs (dessim.workload.model.PRECISIONS)
+    embeddings:
+      sharding: table_wise            # table_wise | row_wise | column_wise (dlrm_model)
+      sharder: greedy                 # greedy (load balancing) | round_robin
+      column_shards: 2
+      element_bytes: 4                # bytes per embedding element (fp32 tables), also on the wire
+      hbm_budget: 40GB                # embedding bytes per GPU kept in HBM (default: HBM − dense memory)
+      spill: none                     # none | host | cxl: where the rest of the shards live
+
+One iteration on every rank (hybrid parallelism, the DLRM paper §4.2):
+
+1. input reads (:mod:`dessim.workload.io`);
+2. the embedding lookup of the rank's shards (one fused, memory-bound kernel — FBGEMM's
+   table-batched embedding): reads ``lookups·dim·e`` bytes, writes the pooled ``B·dim·e``
+   (``/W`` rows for row-wise shards; :mod:`dessim.workload.dlrm_model`). Spilled shards'
+   rows come from far memory first: a ``memcpy`` of their ``lookups·dim·e`` bytes from the
+   nearest ``host_mem``/``cxl_mem`` node (category ``offload``);
+3. the forward all-to-all (one send/recv pair per GPU pair with bytes, per-peer streams
+   ``a2a.send.<peer>``/``a2a.recv.<peer>``: NCCL's all-to-all is grouped send/recv) and the
+   row-wise reduce-scatter (stream ``a2a.rw``), category ``a2a``; meanwhile the bottom MLP
+   runs on the rank's ``b`` samples;
+4. the dot interaction of the ``T + 1`` vectors (bottom MLP output and one per table): a
+   batched GEMM, FLOPs ``2·b·(T+1)²·dim``, modelled as one GEMM of shape
+   ``(b·(T+1), T+1, dim)``; output ``dim + T(T+1)/2`` features per sample, the top MLP's
+   input (479 for MLPerf's DLRM, 367 for the Kaggle one — both match the reference code);
+5. top MLP forward and backward, interaction backward; then the backward all-to-all (the
+   transposed matrix) and row-wise all-gather start while the bottom MLP's backward runs;
+6. the embedding backward (SGD row updates in place, as MLPerf's DLRM reference: read the
+   received gradients, read and write the looked-up rows) and, for spilled shards, the
+   updated rows written back to far memory;
+7. the MLPs' gradients all-reduced over every GPU in DDP buckets during the backward
+   (:mod:`dessim.workload.dpgraph`, optional compression), then the dense optimizer step.
+
+HBM placement: a rank keeps its hottest shards (lookups per byte) in HBM up to
+``hbm_budget`` and spills the rest to ``spill`` memory; with ``spill: none`` shards that do
+not fit raise :class:`~dessim.errors.MemoryFitError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from dessim.catalog.devices import get_device
+from dessim.errors import DessimError, MemoryFitError, SpecError
+from dessim.topology.graph import Topology
+from dessim.units import format_size, parse_count, parse_size
+from dessim.workload.compression import GradSync
+from dessim.workload.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
+                                        rowwise_bytes, shard_tables)
+from dessim.workload.dpgraph import (Layer, emit_backward, emit_forward, emit_optimizer, memory_breakdown,
+                                     mlp_layers)
+from dessim.workload.dpresult import DPResult, Generated
+from dessim.workload.dpspec import CommonSpec, apply_overrides, parse_common
+from dessim.workload.emitter import TaskEmitter
+from dessim.workload.generator import OFFLOAD_NODE_KINDS, resolve_devices
+from dessim.workload.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
+from dessim.workload.model import PRECISIONS, Precision
+
+__all__ = ["DLRMSpec", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers", "SPILL_TARGETS"]
+
+#: Where shards that do not fit in HBM may live.
+SPILL_TARGETS: tuple[str, ...] = ("none", "host", "cxl")
+_MODEL_KEYS = ("dense_features", "bottom_mlp", "top_mlp", "embedding_dim", "pooling", "tables", "precision")
+_EMB_KEYS = ("sharding", "sharder", "column_shards", "element_bytes", "hbm_budget", "spill")
+_TABLE_KEYS = ("name", "rows", "dim", "pooling", "sharding")
+
+
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """The ``embeddings:`` section."""
+
+    sharding: str = "table_wise"
+    sharder: str = "greedy"
+    column_shards: int = 2
+    element_bytes: int = 4
+    hbm_budget: float | None = None
+    spill: str = "none"
+
+
+@dataclass(frozen=True)
+class DLRMSpec:
+    """A parsed ``kind: dlrm`` file."""
+
+    common: CommonSpec
+    dense_features: int
+    bottom_mlp: tuple[int, ...]
+    top_mlp: tuple[int, ...]
+    tables: tuple[EmbeddingTable, ...]
+    embeddings: EmbeddingOptions
+    precision: str = "bf16"
+
+    @property
+    def name(self) -> str:
+        return self.common.name
+
+    @property
+    def dim(self) -> int:
+        return self.bottom_mlp[-1]
+
+    def interaction_width(self) -> int:
+        """Top-MLP input: ``dim + F(F-1)/2`` with ``F = T + 1`` vectors."""
+        f = len(self.tables) + 1
+        return self.dim + f * (f - 1) // 2
+
+
+def _check_keys(data: Any, valid: tuple[str, ...], where: str) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping with keys {', '.join(valid)}, got {data!r}")
+    for key in data:
+        if key not in valid:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    return data
+
+
+def _widths(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{what}: expected a non-empty list of layer widths, got {value!r}")
+    return tuple(parse_count(v, f"{what}[{i}]", minimum=1) for i, v in enumerate(value))
+
+
+def _tables(value: Any, dim: int, pooling: float, where: str) -> tuple[EmbeddingTable, ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{where}: expected a non-empty list of row counts or table mappings")
+    out = []
+    for i, item in enumerate(value):
+        w = f"{where}[{i}]"
+        if isinstance(item, dict):
+            t = _check_keys(item, _TABLE_KEYS, w)
+            if "rows" not in t:
+                raise SpecError(f"{w}: missing rows")
+            sharding = t.get("sharding")
+            if sharding is not None and sharding not in SHARDINGS:
+                raise SpecError(f"{w}: sharding {sharding!r} is unknown; valid: {', '.join(SHARDINGS)}")
+            out.append(EmbeddingTable(str(t.get("name", f"t{i}")), parse_count(t["rows"], f"{w}.rows", minimum=1),
+                                      parse_count(t.get("dim", dim), f"{w}.dim", minimum=1),
+                                      float(t.get("pooling", pooling)), sharding))
+        else:
+            out.append(EmbeddingTable(f"t{i}", parse_count(item, w, minimum=1), dim, pooling))
+    for t in out:
+        if t.dim != dim:
+            raise SpecError(f"{where}: table {t.name!r} has dim {t.dim}, but the dot interaction needs every "
+                            f"vector at embedding_dim {dim}")
+        if not t.pooling > 0:
+            raise SpecError(f"{where}: table {t.name!r} has pooling {t.pooling!r}; it must be > 0")
+    return tuple(out)
+
+
+def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
+    """A :class:`DLRMSpec` from a parsed YAML document; errors name ``origin``."""
+    common = parse_common(data, origin, default_name, ("model", "embeddings"))
+    if "model" not in data:
+        raise SpecError(f"{origin}: missing the 'model' section (keys {', '.join(_MODEL_KEYS)})")
+    m = _check_keys(data["model"], _MODEL_KEYS, f"{origin}: model")
+    e = _check_keys(data.get("embeddings"), _EMB_KEYS, f"{origin}: embeddings")
+    try:
+        for key in ("bottom_mlp", "top_mlp", "tables"):
+            if key not in m:
+                raise SpecError(f"{origin}: model lacks {key}")
+        bottom = _widths(m["bottom_mlp"], f"{origin}: model.bottom_mlp")
+        dim = parse_count(m.get("embedding_dim", bottom[-1]), f"{origin}: model.embedding_dim", minimum=1)
+        if bottom[-1] != dim:
+            raise SpecError(f"{origin}: the bottom MLP ends at {bottom[-1]} but embedding_dim is {dim}; the dot "
+                            "interaction needs them equal")
+        precision = m.get("precision", "bf16")
+        if precision not in PRECISIONS:
+            raise SpecError(f"{origin}: model.precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
+        emb = EmbeddingOptions(
+            sharding=str(e.get("sharding", "table_wise")), sharder=str(e.get("sharder", "greedy")),
+            column_shards=parse_count(e.get("column_shards", 2), f"{origin}: embeddings.column_shards", minimum=1),
+            element_bytes=parse_count(e.get("element_bytes", 4), f"{origin}: embeddings.element_bytes", minimum=1),
+            hbm_budget=(float(parse_size(e["hbm_budget"], f"{origin}: embeddings.hbm_budget"))
+                        if e.get("hbm_budget") is not None else None),
+            spill=str(e.get("spill", "none")))
+        for value, valid, key in ((emb.sharding, SHARDINGS, "sharding"), (emb.sharder, SHARDERS, "sharder"),
+                                  (emb.spill, SPILL_TARGETS, "spill")):
+            if value not in valid:
+                raise SpecError(f"{origin}: embeddings.{key} {value!r} is unknown; valid: {', '.join(valid)}")
+        pooling = float(m.get("pooling", 1))
+        return DLRMSpec(common, parse_count(m.get("dense_features", 13), f"{origin}: model.dense_features",
+                                            minimum=1),
+                        bottom, _widths(m["top_mlp"], f"{origin}: model.top_mlp"),
+                        _tables(m["tables"], dim, pooling, f"{origin}: model.tables"), emb, precision)
+    except SpecError:
+        raise
+    except (DessimError, ValueError) as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+
+
+def dense_layers(spec: DLRMSpec, local_batch: int, precision: Precision) -> tuple[list[Layer], list[Layer]]:
+    """(bottom MLP + interaction, top MLP) layers for ``local_batch`` samples (module docstring)."""
+    bottom = mlp_layers("bot", (spec.dense_features,) + spec.bottom_mlp, local_batch, precision)
+    f, d, b = len(spec.tables) + 1, spec.dim, local_batch
+    act = precision.activation_bytes
+    inter = Kernel("interaction.dot", MATMUL, "fwd", 2.0 * b * f * f * d, b * f * d * act,
+                   b * spec.interaction_width() * act, (b * f, f, d))
+    kb = KernelBuilder(precision)
+    bwd = (Kernel("interaction.dot.bwd", MATMUL, "bwd", 2 * inter.flops,
+                  inter.bytes_written + inter.bytes_read, b * f * d * act, (b * f, d, f)),)
+    top = mlp_layers("top", (spec.interaction_width(),) + spec.top_mlp, local_batch, precision, final_relu=False)
+    loss = kb.elementwise("top.loss", b, b, 5.0 * b)
+    last = top[-1]
+    top[-1] = Layer(last.name, last.forward + (loss,), kb.backward(loss) + last.backward, last.params)
+    return bottom + [Layer("interaction", (inter,), bwd, 0.0)], top
+
+
+def _place_in_hbm(shards: list[Shard], budget: float, e: int, batch: int) -> tuple[list[Shard], list[Shard]]:
+    """Hottest shards (lookups per byte) first until ``budget`` bytes; the rest spill."""
+    order = sorted(shards, key=lambda s: (-lookups(s, batch) / s.bytes(e), s.table))
+    hbm, spilled, used = [], [], 0.0
+    for s in order:
+        if used + s.bytes(e) <= budget:
+            hbm.append(s)
+            used += s.bytes(e)
+        else:
+            spilled.append(s)
+    return hbm, spilled
+
+
+def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
+                  device: str | None = None) -> Generated:
+    """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
+    W = topology.num_gpus
+    doc, flags = apply_overrides(spec.common, overrides, ("model", "embeddings"), W)
+    spec = parse_dlrm(doc, f"workload {spec.name!r}", spec.name)
+    c, opt = spec.common, spec.embeddings
+    where = f"workload {spec.name!r}"
+    if c.input is not None:
+        topology = c.input.prepare(topology)
+    devices = resolve_devices(topology, (device, c.training.device), where)
+    precision = PRECISIONS[spec.precision]
+    b, _ = c.training.per_gpu(W, where)
+    B, e = c.training.global_batch, opt.element_bytes
+    bottom, top = dense_layers(spec, b, precision)
+    layers = bottom + top
+    params = sum(l.params for l in layers)
+    dense_mem = memory_breakdown(params, precision, layers, c.training.bucket_size)
+    capacity = min(get_device(d).hbm_capacity for d in set(devices))
+    budget = opt.hbm_budget if opt.hbm_budget is not None else max(0.0, capacity - dense_mem["total"])
+    shards = shard_tables(spec.tables, W, opt.sharding, opt.sharder, opt.column_shards, e)
+    per_rank: dict[int, list[Shard]] = {r: [] for r in range(W)}
+    for s in shards:
+        per_rank[s.rank].append(s)
+    placement = {r: _place_in_hbm(per_rank[r], budget, e, B) for r in range(W)}
+    worst = max(sum(s.bytes(e) for s in placement[r][0]) for r in range(W))
+    spilled_max = max(sum(s.bytes(e) for s in placement[r][1]) for r in range(W))
+    if spilled_max and opt.spill == "none" and flags.check_memory:
+        raise MemoryFitError(f"{where}: a GPU's embedding shards need {format_size(worst + spilled_max)} but only "
+                             f"{format_size(budget)} of HBM are left for them; spill them (embeddings.spill: host "
+                             "or cxl), use more GPUs or another sharding")
+    memory = memory_breakdown(params, precision, layers, c.training.bucket_size, {"embeddings": worst})
+    if flags.check_memory and memory["total"] > capacity:
+        raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in {format_size(capacity)}")
+    matrix = alltoall_matrix(shards, W, b, e)
+    rw_size = rowwise_bytes(shards, B, e)
+    group = tuple(range(W))
+    sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
+    em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
+                     meta={"workload": spec.name, "kind": "dlrm", "generator": "dessim.workload.dlrm"})
+    hit = c.input.effective_hit_ratio(topology) if c.input else 0.0
+    target = OFFLOAD_NODE_KINDS.get(opt.spill)
+
+    def emb_kernels(ss: list[Shard], name: str) -> tuple[Kernel, Kernel]:
+        rows = sum(lookups(s, B) * s.dim for s in ss)
+        outs = sum(B * s.dim for s in ss)
+        return (Kernel(f"{name}.lookup", ELEMENTWISE, "fwd", rows, rows * e, outs * e),
+                Kernel(f"{name}.update", ELEMENTWISE, "bwd", 2 * rows, outs * e + rows * e, rows * e))
+
+    for rank in range(W):
+        hbm, spilled = placement[rank]
+        reads = c.input.emit(em, rank, b, hit) if c.input else []
+        waits = [] if (c.input is None or c.input.prefetch) else reads
+        fetch = []
+        spill_bytes = sum(lookups(s, B) * s.dim * e for s in spilled)
+        if spill_bytes:
+            node = em.nearest(rank, OFFLOAD_NODE_KINDS[opt.spill], f"{where}: embeddings.spill")
+            fetch = [em.memcpy(rank, spill_bytes, node, "to_hbm", "embedding rows from far memory",
+                               "offload", "mem.in", waits)]
+        fwd_k, bwd_k = emb_kernels(hbm + spilled, "emb")
+        lookup = em.compute(rank, [fwd_k], "fwd embeddings", "fwd", waits + fetch) if hbm + spilled else ""
+        arrived = _exchange(em, rank, matrix, rw_size, [lookup] if lookup else waits, backward=False)
+        last = emit_forward(em, rank, layers, waits, 0, extra_deps={"interaction": arrived})
+        grads: list[str] = []
+
+        def start_backward_a2a(tid: str, rank: int = rank, out: list[str] = grads) -> None:
+            out += _exchange(em, rank, matrix, rw_size, [tid], backward=True)
+
+        last = emit_backward(em, rank, layers, [last], 0, sync, c.training.bucket_size,
+                             after={"interaction": start_backward_a2a})
+        if hbm + spilled:
+            last = em.compute(rank, [bwd_k], "bwd embeddings", "bwd", [last] + grads)
+            if spill_bytes:
+                em.memcpy(rank, spill_bytes, em.nearest(rank, OFFLOAD_NODE_KINDS[opt.spill], where), "from_hbm",
+                          "updated embedding rows to far memory", "offload", "mem.out", [last])
+        emit_optimizer(em, rank, params, precision, [last])
+
+    a2a_sent = [sum(row) for row in matrix]
+    details = {
+        "tables": len(spec.tables), "embedding_bytes": sum(t.bytes(e) for t in spec.tables),
+        "dense_params": params, "sharding": opt.sharding, "sharder": opt.sharder,
+        "shards_per_gpu": [len(per_rank[r]) for r in range(W)],
+        "embedding_bytes_per_gpu": [sum(s.bytes(e) for s in per_rank[r]) for r in range(W)],
+        "spilled_bytes_per_gpu": [sum(s.bytes(e) for s in placement[r][1]) for r in range(W)],
+        "spill": opt.spill if target else "none", "hbm_budget": budget,
+        "alltoall_sent_bytes_per_gpu": a2a_sent, "rowwise_reducescatter_bytes": rw_size,
+        "interaction_width": spec.interaction_width(), "local_batch": b,
+        "compression": c.compression.method, "input_hit_ratio": hit if c.input else None,
+    }
+    layout = {"dp": W, "micro_batch": b, "global_batch": B, "num_micro_batches": 1,
+              "describe": f"dp={W} (MLPs), {opt.sharding} embeddings ({opt.sharder}), batch {b}/GPU"}
+
+    def finish(sim):
+        return DPResult("dlrm", spec.name, em.graph, sim, devices, spec.precision, B, layout, memory, 0,
+                        c.training.bucket_size, details)
+
+    return Generated(spec.name, em.graph, topology, finish)
+
+
+def _exchange(em: TaskEmitter, rank: int, matrix: list[list[float]], rw_size: float, deps: list[str],
+              backward: bool) -> list[str]:
+    """The rank's part of the embedding all-to-all (forward, or the transposed backward) and
+    the row-wise reduce-scatter (all-gather backward); returns what the consumer waits for."""
+    W = len(matrix)
+    tag = 1 if backward else 0
+    phase = "bwd" if backward else "fwd"
+    done: list[str] = []
+    for peer in range(W):
+        if peer == rank:
+            continue
+        out = matrix[peer][rank] if backward else matrix[rank][peer]
+        inn = matrix[rank][peer] if backward else matrix[peer][rank]
+        if out:
+            em.p2p(rank, "send", peer, tag, out, f"a2a {phase} to {peer}", "a2a", f"a2a.send.{peer}", deps)
+        if inn:
+            done.append(em.p2p(rank, "recv", peer, tag, inn, f"a2a {phase} from {peer}", "a2a",
+                               f"a2a.recv.{peer}"))
+    if rw_size:
+        op = "allgather" if backward else "reducescatter"
+        tid = em.collective(rank, op, rw_size, tuple(range(W)), f"rw.{phase}", f"row-wise {op}", "a2a",
+                            "a2a.rw", deps)
+        if tid:
+            done.append(tid)
+    return done

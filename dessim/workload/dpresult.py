@@ -1,0 +1,108 @@
+"""The outcome of simulating one iteration of a DLRM or CNN/ViT workload.
+
+:meth:`DPResult.summary` has the keys of the transformer's
+:meth:`~dessim.workload.result.WorkloadResult.summary` that apply (so ``dessim simulate`` and
+sweeps read both alike) plus ``kind`` and ``details`` (kind-specific figures):
+
+* ``iteration_s``, ``samples_per_s = global_batch / iteration_s``; ``tokens_per_s`` =
+  samples/s × tokens per sample (ViT: patches + class token; 0 where tokens do not apply);
+* ``model_flops`` (forward + backward GEMM/attention FLOPs of the iteration, as counted by the
+  kernel lists), ``model_tflops_per_gpu``, ``mfu`` against the dense peak at the precision;
+  ``hardware_flops`` adds every other kernel's FLOPs (compression, element-wise);
+* ``exposed_comm_s`` by category (``dp``, ``a2a``, ``offload``, ``io``) and
+  ``compute_s``: the engine's per-rank accounting, mean over ranks;
+* ``gpu_busy_fraction`` = compute time / iteration time (mean over ranks): an I/O-bound or
+  communication-bound job shows idle GPUs here and in the timeline;
+* ``memory_per_gpu_bytes`` by category with ``total`` (largest rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dessim.catalog.devices import get_device
+from dessim.engine.result import SimulationResult
+from dessim.taskgraph.model import TaskGraph
+
+__all__ = ["DPResult", "Generated"]
+
+
+@dataclass
+class DPResult:
+    """One simulated iteration of a non-transformer workload."""
+
+    kind: str
+    name: str
+    taskgraph: TaskGraph
+    simulation: SimulationResult
+    devices: tuple[str, ...]
+    precision: str
+    global_batch: int
+    layout: dict[str, Any]
+    memory: dict[str, float]
+    tokens_per_sample: int = 0
+    bucket_size: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def iteration_s(self) -> float:
+        return self.simulation.makespan_s
+
+    def summary(self) -> dict[str, Any]:
+        sim, it = self.simulation, self.iteration_s
+        n = len(sim.ranks) or 1
+        gpus = len(self.devices)
+        f_model = sum(float(t.attrs.get("model_flops", 0.0)) for t in self.taskgraph if t.kind == "compute")
+        f_hw = sum(t.flops for t in self.taskgraph if t.kind == "compute")
+        peak = sum(get_device(d).peak_flops(self.precision) for d in self.devices)
+        exposed: dict[str, float] = {}
+        for r in sim.ranks:
+            for cat, v in r.exposed_by_category.items():
+                exposed[cat] = exposed.get(cat, 0.0) + v / n
+        compute = sum(r.compute_s for r in sim.ranks) / n
+        rate = (lambda x: x / it) if it > 0 else (lambda x: 0.0)
+        return {
+            "workload": self.name,
+            "kind": self.kind,
+            "gpus": gpus,
+            "device": ",".join(sorted(set(self.devices))),
+            "iteration_s": it,
+            "tokens_per_s": rate(self.global_batch * self.tokens_per_sample),
+            "samples_per_s": rate(self.global_batch),
+            "model_flops": f_model,
+            "hardware_flops": f_hw,
+            "model_tflops_per_gpu": rate(f_model) / gpus / 1e12,
+            "hardware_tflops_per_gpu": rate(f_hw) / gpus / 1e12,
+            "mfu": rate(f_model) / peak if peak else 0.0,
+            "hfu": rate(f_hw) / peak if peak else 0.0,
+            "bubble_fraction": 0.0,
+            "exposed_comm_s": dict(sorted(exposed.items())),
+            "exposed_comm_total_s": sum(exposed.values()),
+            "compute_s": compute,
+            "gpu_busy_fraction": compute / it if it > 0 else 0.0,
+            "memory_per_gpu_bytes": dict(self.memory),
+            "memory_capacity_bytes": min(get_device(d).hbm_capacity for d in set(self.devices)),
+            "memory_stage": 0,
+            "layout": dict(self.layout),
+            "granularity": "layer",
+            "comm": True,
+            "bucket_size": self.bucket_size,
+            "details": self.details,
+            "tasks": len(self.taskgraph),
+            "events": sim.events,
+            "wall_s": sim.wall_s,
+        }
+
+
+@dataclass
+class Generated:
+    """A generated task graph waiting for its simulation: ``finish(sim)`` wraps the engine's
+    result into the kind's result object (:class:`DPResult` or the transformer's
+    :class:`~dessim.workload.result.WorkloadResult`). ``topology`` is the one the graph was
+    generated for (with any storage tier the workload attached)."""
+
+    name: str
+    graph: TaskGraph
+    topology: Any
+    finish: Any            #: Callable[[SimulationResult], result]

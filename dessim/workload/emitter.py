@@ -1,0 +1,135 @@
+"""Task emission for the generators of non-transformer workloads (DLRM, CNNs, ViT).
+
+:class:`TaskEmitter` wraps a :class:`~dessim.taskgraph.model.TaskGraph` with the
+conventions of :mod:`dessim.workload.generator`, so that every generator's graphs look alike:
+
+* task ids ``r<rank>.<n>`` in emission order per rank;
+* compute tasks carry ``flops``, ``bytes``, the kernel class and GEMM ``shape`` **and** a
+  ``duration`` from the device model (:class:`~dessim.engine.device.DeviceModel` of the
+  rank's GPU at the workload's precision), so a saved graph replays with the same times;
+  ``attrs["model_flops"]`` holds the part that counts as model FLOPs;
+* collectives get ``coll_id = <prefix><first member>.<n>`` where ``n`` counts that prefix's
+  collectives on the rank — every member emits its collectives of one prefix in the same
+  order, so the ids agree; a one-rank group emits nothing;
+* the last task of each (rank, stream) is remembered (streams are FIFO, so waiting for it
+  waits for everything before it);
+* memory/storage nodes are found with :func:`~dessim.workload.gradsync.nearest_node`.
+
+Units: seconds, bytes, FLOPs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from dessim.engine.device import DeviceModel
+from dessim.taskgraph.model import Task, TaskGraph
+from dessim.topology.graph import Topology
+from dessim.topology.routing import Router
+from dessim.workload.gradsync import nearest_node
+from dessim.workload.kernels import Kernel
+
+__all__ = ["TaskEmitter"]
+
+
+class TaskEmitter:
+    """Builds one task graph; see the module docstring for the conventions."""
+
+    def __init__(self, name: str, topology: Topology, devices: Sequence[str], precision: str,
+                 meta: dict[str, Any] | None = None) -> None:
+        self.topology = topology
+        self.devices = tuple(devices)
+        self.precision = precision
+        self.graph = TaskGraph(name, meta=meta)
+        self._models: dict[str, DeviceModel] = {}
+        self._ktime: dict[tuple[str, Kernel], float] = {}
+        self._next: dict[int, int] = {}
+        self._counts: dict[tuple[int, str], int] = {}
+        self._last: dict[tuple[int, str], str] = {}
+        self._router: Router | None = None
+        self._nearest: dict[tuple[int, str], str] = {}
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _tid(self, rank: int) -> str:
+        n = self._next.get(rank, 0)
+        self._next[rank] = n + 1
+        return f"r{rank}.{n}"
+
+    def count(self, rank: int, what: str) -> int:
+        """How many times ``what`` was counted on ``rank`` before (then counts one more)."""
+        key = (rank, what)
+        n = self._counts.get(key, 0)
+        self._counts[key] = n + 1
+        return n
+
+    def add(self, task: Task, deps: Sequence[str] = ()) -> str:
+        self.graph.add(task, [d for d in dict.fromkeys(deps) if d])
+        self._last[(task.rank, task.stream)] = task.id
+        return task.id
+
+    def last(self, rank: int, stream: str) -> str:
+        """Id of the last task emitted on (rank, stream), or ``""``."""
+        return self._last.get((rank, stream), "")
+
+    def kernel_time(self, rank: int, kernel: Kernel) -> float:
+        """Seconds the rank's GPU takes for ``kernel`` (device model, cached)."""
+        name = self.devices[rank]
+        key = (name, kernel)
+        t = self._ktime.get(key)
+        if t is None:
+            model = self._models.get(name)
+            if model is None:
+                model = self._models[name] = DeviceModel.for_device(name, self.precision)
+            t = model(Task("kernel", 0, "compute", flops=kernel.flops, bytes=kernel.bytes,
+                           kernel=kernel.kind, shape=kernel.shape or ()))
+            self._ktime[key] = t
+        return t
+
+    def nearest(self, rank: int, kind: str, what: str) -> str:
+        """The ``kind`` node nearest to the rank's GPU (see :mod:`dessim.workload.gradsync`)."""
+        key = (rank, kind)
+        node = self._nearest.get(key)
+        if node is None:
+            if self._router is None:
+                self._router = Router(self.topology)
+            node = nearest_node(self._router, self.topology, self.topology.node_of(rank), kind, what)
+            self._nearest[key] = node
+        return node
+
+    # ------------------------------------------------------------------ tasks
+    def compute(self, rank: int, kernels: Sequence[Kernel], label: str, category: str,
+                deps: Sequence[str] = (), stream: str = "compute") -> str:
+        """One compute task running ``kernels`` back to back."""
+        duration = sum(self.kernel_time(rank, k) for k in kernels)
+        if len(kernels) == 1:
+            kind, shape = kernels[0].kind, kernels[0].shape or ()
+        else:
+            kind, shape = "layer", ()
+        mf = sum(k.flops for k in kernels if k.is_model_flops)
+        return self.add(Task(self._tid(rank), rank, "compute", stream=stream, name=label,
+                             category=category, duration=duration, flops=sum(k.flops for k in kernels),
+                             bytes=sum(k.bytes for k in kernels), kernel=kind, shape=shape,
+                             attrs={"model_flops": mf}), deps)
+
+    def collective(self, rank: int, op: str, size: float, group: Sequence[int], prefix: str,
+                   label: str, category: str, stream: str, deps: Sequence[str] = ()) -> str | None:
+        """One rank's part of a collective; ``None`` for a one-rank group (nothing to do)."""
+        group = tuple(group)
+        if len(group) < 2:
+            return None
+        n = self.count(rank, f"coll.{prefix}")
+        return self.add(Task(self._tid(rank), rank, "collective", stream=stream, name=label,
+                             category=category, op=op, size=float(size), group=group,
+                             coll_id=f"{prefix}{group[0]}.{n}"), deps)
+
+    def p2p(self, rank: int, kind: str, peer: int, tag: int, size: float, label: str,
+            category: str, stream: str, deps: Sequence[str] = ()) -> str:
+        """A send (``kind="send"``) to or a receive from ``peer``."""
+        return self.add(Task(self._tid(rank), rank, kind, stream=stream, name=label, category=category,
+                             peer=peer, tag=tag, size=float(size)), deps)
+
+    def memcpy(self, rank: int, size: float, node: str, direction: str, label: str, category: str,
+               stream: str, deps: Sequence[str] = ()) -> str:
+        """Move ``size`` bytes between the rank's HBM and ``node`` (``to_hbm``/``from_hbm``)."""
+        return self.add(Task(self._tid(rank), rank, "memcpy", stream=stream, name=label,
+                             category=category, size=float(size), mem_node=node, direction=direction), deps)

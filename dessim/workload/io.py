@@ -1,0 +1,154 @@
+"""Input pipeline: every iteration each GPU reads its samples from storage or from a cache in
+host memory (YAML section ``input:``).
+
+Per rank and iteration: ``local_batch · sample_bytes`` bytes, of which a fraction ``h``
+(the cache hit ratio) comes from the nearest ``host_mem`` node and ``1 − h`` from the nearest
+``storage`` node (:mod:`dessim.topology.storage`), as ``memcpy`` tasks (category ``io``,
+streams ``io`` and ``io.cache``) over the topology's links — so concurrent readers share the
+file system's bandwidth max-min fairly. Decoding and augmentation on the CPU are not
+modelled (an assumption: enough loader workers).
+
+Hit ratio ``h``
+    ``cache: none`` → 0; ``cache: host`` with ``hit_ratio`` → that; with
+    ``cached_after_first_epoch: true`` → 0 in epoch 0 and, from ``epoch: 1`` on, the
+    fraction of the data set the cache holds: ``min(1, cache_bytes / dataset_bytes)``
+    (``cache_bytes`` default: the capacity of every ``host_mem`` node; 1 without
+    ``dataset_bytes``). This is the page cache / DALI-style in-memory cache of DLIO's and
+    MLPerf HPC's data-staging studies.
+Prefetching (``prefetch: true``, the default — PyTorch's DataLoader keeps batches in flight)
+    The reads of the *next* iteration run during this one and the iteration ends when both
+    are done: iteration time = max(read time, compute time) in steady state, and an I/O-bound
+    job shows its GPUs idle at the end of the iteration. ``prefetch: false``: the forward
+    waits for this iteration's reads (read time + compute time).
+``storage:`` (optional mapping: ``kind``, ``bw``, ``lat``, ``attach``, ``client_bw``,
+``name``) attaches a storage tier with :func:`~dessim.topology.storage.attach_storage` when
+the topology has no ``storage`` node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from dessim.errors import DessimError, SpecError
+from dessim.topology.graph import Topology
+from dessim.topology.storage import attach_storage
+from dessim.units import parse_count, parse_size
+from dessim.workload.emitter import TaskEmitter
+
+__all__ = ["InputPipeline", "parse_input", "CACHES"]
+
+#: Cache locations.
+CACHES: tuple[str, ...] = ("none", "host")
+
+_KEYS = ("sample_bytes", "cache", "hit_ratio", "cached_after_first_epoch", "epoch", "dataset_bytes",
+         "cache_bytes", "prefetch", "storage")
+
+
+@dataclass(frozen=True)
+class InputPipeline:
+    """Sample reads of one iteration (module docstring). Bytes, fractions."""
+
+    sample_bytes: float
+    cache: str = "none"
+    hit_ratio: float = 0.0
+    cached_after_first_epoch: bool = False
+    epoch: int = 0
+    dataset_bytes: float | None = None
+    cache_bytes: float | None = None
+    prefetch: bool = True
+    storage: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cache not in CACHES:
+            raise SpecError(f"input: cache {self.cache!r} is unknown; valid: {', '.join(CACHES)}")
+        if not 0 <= self.hit_ratio <= 1:
+            raise SpecError(f"input: hit_ratio {self.hit_ratio!r} must be in [0, 1]")
+        if self.cache == "none" and (self.hit_ratio or self.cached_after_first_epoch):
+            raise SpecError("input: hit_ratio / cached_after_first_epoch need cache: host")
+
+    def effective_hit_ratio(self, topology: Topology) -> float:
+        """``h`` of the module docstring on ``topology``."""
+        if self.cache == "none":
+            return 0.0
+        if not self.cached_after_first_epoch:
+            return self.hit_ratio
+        if self.epoch == 0:
+            return 0.0
+        if not self.dataset_bytes:
+            return 1.0
+        cache = self.cache_bytes
+        if cache is None:
+            cache = sum(float(topology.graph.nodes[n].get("capacity", 0.0))
+                        for n in topology.nodes_of_kind("host_mem"))
+        return min(1.0, cache / self.dataset_bytes)
+
+    def prepare(self, topology: Topology) -> Topology:
+        """The topology with the ``storage:`` tier attached if it has no storage node."""
+        if topology.nodes_of_kind("storage") or not self.storage:
+            return topology
+        kw = dict(self.storage)
+        try:
+            return attach_storage(topology, **kw)
+        except TypeError:
+            raise SpecError(f"input.storage: unknown key in {sorted(kw)}; valid: kind, bw, lat, attach, "
+                            "client_bw, name") from None
+
+    def emit(self, em: TaskEmitter, rank: int, samples: int, hit: float) -> list[str]:
+        """The rank's read tasks for ``samples`` samples; returns their ids."""
+        total = samples * self.sample_bytes
+        out = []
+        if hit < 1 and total:
+            node = em.nearest(rank, "storage", "an input pipeline reading from storage")
+            out.append(em.memcpy(rank, total * (1 - hit), node, "to_hbm", f"read {samples} samples",
+                                 "io", "io"))
+        if hit > 0 and total:
+            node = em.nearest(rank, "host_mem", "an input pipeline with a host-memory cache")
+            out.append(em.memcpy(rank, total * hit, node, "to_hbm", f"cached {samples} samples",
+                                 "io", "io.cache"))
+        return out
+
+
+def _bool(v: Any, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise SpecError(f"{what}: expected true or false, got {v!r}")
+    return v
+
+
+def parse_input(data: Any, where: str) -> InputPipeline | None:
+    """An :class:`InputPipeline` from a YAML ``input:`` mapping; None when absent."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where}: expected a mapping with keys {', '.join(_KEYS)}, got {data!r}")
+    for key in data:
+        if key not in _KEYS:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(_KEYS)}")
+    if "sample_bytes" not in data:
+        raise SpecError(f"{where}: missing sample_bytes (bytes read per sample, e.g. 110KB)")
+    try:
+        kw: dict[str, Any] = {"sample_bytes": float(parse_size(data["sample_bytes"], f"{where}.sample_bytes"))}
+        if "cache" in data:
+            kw["cache"] = str(data["cache"])
+        if "hit_ratio" in data:
+            kw["hit_ratio"] = float(data["hit_ratio"])
+        if "cached_after_first_epoch" in data:
+            kw["cached_after_first_epoch"] = _bool(data["cached_after_first_epoch"],
+                                                   f"{where}.cached_after_first_epoch")
+        if "epoch" in data:
+            kw["epoch"] = parse_count(data["epoch"], f"{where}.epoch", minimum=0)
+        for key in ("dataset_bytes", "cache_bytes"):
+            if key in data:
+                kw[key] = float(parse_size(data[key], f"{where}.{key}"))
+        if "prefetch" in data:
+            kw["prefetch"] = _bool(data["prefetch"], f"{where}.prefetch")
+        if "storage" in data:
+            if not isinstance(data["storage"], Mapping):
+                raise SpecError(f"{where}.storage: expected a mapping (kind, bw, lat, attach, client_bw, name)")
+            kw["storage"] = dict(data["storage"])
+        return InputPipeline(**kw)
+    except SpecError as exc:
+        msg = str(exc)
+        raise SpecError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    except (DessimError, ValueError) as exc:
+        raise SpecError(f"{where}: {exc}") from None

@@ -1,0 +1,167 @@
+"""Workload kinds: one registry so that every entry point takes every kind of workload file.
+
+A workload file's optional ``kind:`` key picks its parser and generator
+(:data:`WORKLOAD_KINDS`): ``transformer`` (the default; :mod:`dessim.workload.spec` and
+:mod:`dessim.workload.generator`), ``dlrm`` (:mod:`dessim.workload.dlrm`) and ``cnn``
+(:mod:`dessim.workload.cnn`, ResNet-50 and ViTs).
+
+* :func:`load_any_workload` — a spec of the right class from a file path or preset name;
+* :func:`generate_workload` — the task graph of one iteration on a topology, not yet
+  simulated (:class:`~dessim.workload.dpresult.Generated`: what the multi-job cluster
+  simulation merges);
+* :func:`simulate_any` — generate, simulate, wrap the result;
+* :func:`simulate_other_kind` — what :func:`dessim.workload.simulate_workload` calls first:
+  the result for a non-transformer workload, ``None`` for a transformer one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from dessim.engine import EngineOptions, simulate
+from dessim.errors import SpecError
+from dessim.resources import find_data_file
+from dessim.topology import load_topology
+from dessim.topology.graph import Topology
+from dessim.workload.cnn import CNNSpec, generate_cnn, parse_cnn
+from dessim.workload.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
+from dessim.workload.dpresult import Generated
+from dessim.workload.spec import TRANSFORMER_KIND, WorkloadSpec, load_workload, shipped_workloads
+
+__all__ = ["WorkloadKind", "WORKLOAD_KINDS", "load_any_workload", "generate_workload", "simulate_any",
+           "simulate_other_kind", "workload_kind", "shipped_any"]
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """A kind of workload file: how to parse it and how to generate its task graph."""
+
+    name: str
+    help: str
+    spec_type: type
+    parse: Callable[[Any, str, str], Any]                       #: (document, origin, default name)
+    generate: Callable[..., Generated]                          #: (spec, topology, overrides, device)
+
+
+def _generate_transformer(spec: WorkloadSpec, topology: Topology, overrides: Mapping[str, Any] | None,
+                          options: EngineOptions | None) -> Generated:
+    from dessim.workload.api import plan_workload
+    from dessim.workload.generator import build_taskgraph
+    from dessim.workload.result import WorkloadResult
+
+    plan, topo = plan_workload(spec, topology, overrides=overrides, engine=options)
+    graph = build_taskgraph(plan, topo)
+    return Generated(spec.name, graph, topo, lambda sim: WorkloadResult(plan, graph, sim))
+
+
+def _generate_dp(fn: Callable[..., Generated]) -> Callable[..., Generated]:
+    def gen(spec: Any, topology: Topology, overrides: Mapping[str, Any] | None,
+            options: EngineOptions | None) -> Generated:
+        overrides = dict(overrides or {})
+        device = overrides.pop("device", None) or (options.device if options else None)
+        return fn(spec, topology, overrides, device=device)
+    return gen
+
+
+def _parse_transformer(data: Any, origin: str, default_name: str) -> WorkloadSpec:
+    from dessim.workload.spec import parse_workload
+    return parse_workload(data, origin, default_name)
+
+
+#: Workload kinds by the value of a file's ``kind:`` key.
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.name: k for k in (
+    WorkloadKind(TRANSFORMER_KIND, "dense or MoE transformer with TP/PP/DP/CP/EP (default)", WorkloadSpec,
+                 _parse_transformer, _generate_transformer),
+    WorkloadKind("dlrm", "recommendation model: sharded embeddings + data-parallel MLPs", DLRMSpec,
+                 parse_dlrm, _generate_dp(generate_dlrm)),
+    WorkloadKind("cnn", "ResNet-50 / ViT, data parallel", CNNSpec, parse_cnn, _generate_dp(generate_cnn)),
+)}
+
+
+def workload_kind(data: Any, origin: str) -> WorkloadKind:
+    """The :class:`WorkloadKind` of a parsed document (``kind:``, default transformer)."""
+    name = data.get("kind", TRANSFORMER_KIND) if isinstance(data, dict) else TRANSFORMER_KIND
+    kind = WORKLOAD_KINDS.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise SpecError(f"{origin}: kind {name!r} is unknown; valid kinds: {', '.join(WORKLOAD_KINDS)}")
+    return kind
+
+
+def _find(path_or_name: str | Path) -> Path | None:
+    text = str(path_or_name)
+    path = Path(text)
+    if path.is_file():
+        return path
+    return find_data_file("workloads", text)
+
+
+def _read(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: invalid YAML: {exc}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+
+
+def load_any_workload(path_or_name: str | Path) -> Any:
+    """The spec (WorkloadSpec, DLRMSpec or CNNSpec) of a workload file or preset name."""
+    path = _find(path_or_name)
+    if path is None:
+        return load_workload(path_or_name)      # raises the transformer loader's clear error
+    data = _read(path)
+    kind = workload_kind(data, str(path))
+    if kind.name == TRANSFORMER_KIND:
+        return load_workload(path)
+    return kind.parse(data, str(path), path.stem)
+
+
+def _kind_of_spec(spec: Any) -> WorkloadKind:
+    for kind in WORKLOAD_KINDS.values():
+        if isinstance(spec, kind.spec_type):
+            return kind
+    raise SpecError(f"expected a workload name, file or spec, got {type(spec).__name__}")
+
+
+def generate_workload(workload: Any, topology: Topology | str, *, overrides: Mapping[str, Any] | None = None,
+                      options: EngineOptions | None = None) -> Generated:
+    """The not-yet-simulated task graph of one iteration of any kind of workload."""
+    spec = workload if not isinstance(workload, (str, Path)) else load_any_workload(workload)
+    topo = load_topology(topology)
+    return _kind_of_spec(spec).generate(spec, topo, overrides, options)
+
+
+def simulate_any(workload: Any, topology: Topology | str, *, overrides: Mapping[str, Any] | None = None,
+                 options: EngineOptions | None = None) -> Any:
+    """Generate and simulate one iteration; the kind's result object (``.summary()``)."""
+    gen = generate_workload(workload, topology, overrides=overrides, options=options)
+    sim = simulate(gen.graph, gen.topology, options or EngineOptions(record_links=False))
+    return gen.finish(sim)
+
+
+def simulate_other_kind(workload: Any, topology: Topology | str, *, overrides: Mapping[str, Any] | None = None,
+                        options: EngineOptions | None = None) -> Any | None:
+    """:func:`simulate_any` for a non-transformer workload; ``None`` for a transformer one
+    (or a name no file answers to: the transformer loader then reports it)."""
+    if isinstance(workload, (str, Path)):
+        path = _find(workload)
+        if path is None:
+            return None
+        data = _read(path)
+        if workload_kind(data, str(path)).name == TRANSFORMER_KIND:
+            return None
+        spec = workload_kind(data, str(path)).parse(data, str(path), path.stem)
+    elif isinstance(workload, WorkloadSpec):
+        return None
+    else:
+        spec = workload
+    return simulate_any(spec, topology, overrides=overrides, options=options)
+
+
+def shipped_any() -> dict[str, dict[str, Path]]:
+    """Shipped presets by kind: ``{"transformer": {...}, "dlrm": {...}, "cnn": {...}}``."""
+    return {k: shipped_workloads(k) for k in WORKLOAD_KINDS}
