@@ -25,7 +25,7 @@ def _algo_help() -> str:
 @click.option("--size", required=True, help="Bytes in nccl-tests semantics: per-rank buffer "
               "(allreduce, broadcast, reduce, alltoall, sendrecv) or the whole array "
               "(allgather, reducescatter). E.g. 1MiB, 1GB.")
-@click.option("--topology", "topology", required=True, help=TOPOLOGY_HELP)
+@click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP)
 @click.option("--ranks", default=None, help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all).")
 @click.option("--root", type=int, default=None, help="Root rank of broadcast/reduce "
               "(default: first rank of the group).")

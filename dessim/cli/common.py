@@ -27,11 +27,20 @@ def _compose(*decorators: Callable) -> Callable:
     return apply
 
 
-#: Engine options: network model, collective algorithm override, stragglers, device.
-engine_options = _compose(
-    click.option("--topology", "-t", "topology", required=True,
-                 help="Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset "
-                      "(dgx-h100:nodes=4), shipped name or YAML file."),
+_TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (dgx-h100:nodes=4), "
+                  "shipped name or YAML file.")
+
+
+def engine_options(topology_default: str | None = None) -> Callable:
+    """Decorator adding ``--topology`` (required unless ``topology_default`` is given) and
+    the engine options: network model, collective algorithm override, stragglers, device."""
+    topology = click.option(
+        "--topology", "-t", "topology", required=topology_default is None, default=topology_default,
+        help=_TOPOLOGY_HELP + (f" Default: {topology_default}." if topology_default else ""))
+    return _compose(topology, _engine_only)
+
+
+_engine_only = _compose(
     click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
                  show_default=True,
                  help="flow: max-min fair link sharing; analytical: no sharing (latency + n/bw)."),

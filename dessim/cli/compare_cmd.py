@@ -34,7 +34,7 @@ def plot_busbw(df, path: str, title: str) -> None:
 @click.argument("op")
 @click.option("--algos", required=True, help="Comma-separated algorithms (auto allowed).")
 @click.option("--sizes", required=True, help="Comma-separated sizes, e.g. 1KiB,1MiB,64MiB.")
-@click.option("--topology", "topology", required=True, help=TOPOLOGY_HELP)
+@click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP)
 @click.option("--ranks", default=None, help="Group: '0-7', '0,2,4,6' (default: all).")
 @click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Pieces per channel (pipelining).")

@@ -52,13 +52,7 @@ def cli() -> None:
 
 def _register() -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # sub-command not written yet
-                continue
-            raise
-        cli.add_command(module.command)
+        cli.add_command(importlib.import_module(name).command)
 
 
 _register()

@@ -10,7 +10,7 @@ from dessim.cli.common import (build_engine_options, engine_options, output_opti
 
 @click.command("replay")
 @click.argument("trace_prefix")
-@engine_options
+@engine_options()
 @click.option("--rank-map", default=None, metavar="MAP",
               help="Place trace ranks on topology GPUs: 0:3,1:2,... or a JSON/YAML file "
                    "(mapping or list). Unlisted ranks keep their number. Needed when the "

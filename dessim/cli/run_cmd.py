@@ -10,7 +10,7 @@ from dessim.cli.common import (build_engine_options, engine_options, output_opti
 
 @click.command("run")
 @click.argument("graph", type=click.Path(exists=True, dir_okay=False))
-@engine_options
+@engine_options()
 @output_options
 def command(graph: str, topology: str, network: str, algo: str | None, chunks: int,
             channels: int, device: str | None, slowdown: tuple[str, ...],

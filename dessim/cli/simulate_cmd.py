@@ -9,6 +9,7 @@ import click
 from dessim.cli.common import build_engine_options, engine_options, output_options, print_json, write_outputs
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
+from dessim.workload.api import DEFAULT_TOPOLOGY
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -44,10 +45,14 @@ def _print_summary(s: dict[str, Any]) -> None:
 @click.option("--no-memory-check", is_flag=True, help="Simulate even if the layout does not fit in HBM.")
 @click.option("--save-graph", type=click.Path(dir_okay=False), default=None,
               help="Write the generated task graph (dessim JSON format).")
-@engine_options
+@click.option("--export-chakra", default=None, metavar="DIR/PREFIX",
+              help="Write the generated task graph as Chakra ET files DIR/PREFIX.<rank>.et "
+                   "(one per GPU of the topology).")
+@engine_options(topology_default=DEFAULT_TOPOLOGY)
 @output_options
 def command(workload: str | None, granularity: str, no_comm: bool, uniform_stages: bool,
-            no_memory_check: bool, save_graph: str | None, topology: str | None, network: str,
+            no_memory_check: bool, save_graph: str | None, export_chakra: str | None,
+            topology: str, network: str,
             algo: str | None, chunks: int, channels: int, device: str | None, slowdown: tuple[str, ...],
             straggler_sigma: float, seed: int, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool, **kw: Any) -> None:
@@ -65,7 +70,7 @@ def command(workload: str | None, granularity: str, no_comm: bool, uniform_stage
     """
     from dessim.taskgraph import save_taskgraph
     from dessim.workload import simulate_workload
-    from dessim.workload.api import DEFAULT_TOPOLOGY, DEFAULT_WORKLOAD
+    from dessim.workload.api import DEFAULT_WORKLOAD
 
     overrides = collect_overrides(kw)
     overrides["granularity"] = granularity
@@ -76,11 +81,16 @@ def command(workload: str | None, granularity: str, no_comm: bool, uniform_stage
         overrides["device"] = device
     options = build_engine_options(network, algo, chunks, channels, device, slowdown, straggler_sigma,
                                    seed, record_links=bool(timeline or gantt))
-    result = simulate_workload(workload or DEFAULT_WORKLOAD, topology or DEFAULT_TOPOLOGY,
-                               overrides=overrides, options=options)
+    result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
+                               options=options)
     written = write_outputs(result.simulation, timeline, gantt, spans)
     if save_graph:
         written.append(f"graph: {save_taskgraph(result.taskgraph, save_graph)}")
+    if export_chakra:
+        from dessim.trace import export_chakra as write_et
+
+        files = write_et(result.taskgraph, export_chakra, num_ranks=len(result.simulation.ranks))
+        written.append(f"chakra: {len(files)} rank files {export_chakra}.<rank>.et")
     summary = result.summary()
     if as_json:
         summary["files"] = written
@@ -89,11 +99,3 @@ def command(workload: str | None, granularity: str, no_comm: bool, uniform_stage
     _print_summary(summary)
     for line in written:
         click.echo(f"  wrote {line}")
-
-
-# The shared engine options require --topology; here it defaults to DEFAULT_TOPOLOGY.
-for _param in command.params:
-    if _param.name == "topology":
-        _param.required = False
-        _param.default = None
-        _param.help = (_param.help or "") + " Default: dgx-h100:nodes=1."

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import simpy
 
@@ -22,7 +22,7 @@ from dessim.network.channels import ChannelMap
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
 
-__all__ = ["Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network", "register_network"]
+__all__ = ["BundleTemplate", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network", "register_network"]
 
 #: One change point of a channel's utilisation: (time s, (a, b), used fraction of capacity).
 UtilisationPoint = tuple[float, tuple[str, str], float]
@@ -42,6 +42,22 @@ class Route:
     bottleneck: float              #: smallest channel capacity on the path (bytes/s)
 
 
+@dataclass(frozen=True, eq=False)
+class BundleTemplate:
+    """Routes of transfers that a model may carry as ONE flow bundle (see
+    :meth:`Network.bundle_template`): pairwise channel-disjoint, key-independent routes with
+    equal latency and equal bottleneck capacity."""
+
+    routes: tuple[Route, ...]      #: one per member, in member order
+    channels: Any                  #: numpy int array: every member's channels (all distinct)
+    directions: Any                #: numpy int array: every member's directions
+    latency: float                 #: s, the same for every member
+    bottleneck: float              #: bytes/s, the same for every member
+
+    def __len__(self) -> int:
+        return len(self.routes)
+
+
 class Network(abc.ABC):
     """A network model driven by a simpy environment.
 
@@ -49,14 +65,16 @@ class Network(abc.ABC):
     empty messages included), ``solves`` counts rate re-computations, and ``events`` is their
     sum — the model's work, independent of how many simpy events it used internally.
     With ``record=True`` the model appends :data:`UtilisationPoint` change points to
-    ``utilisation``.
+    ``utilisation``. ``bundles`` allows the exact flow-bundle shortcut where a model has one
+    (:meth:`bundle_template`); ``False`` switches it off.
     """
 
     #: Registry name of the model.
     name: ClassVar[str] = ""
 
     def __init__(self, env: simpy.Environment, topology: Topology, *,
-                 router: Router | None = None, record: bool = False) -> None:
+                 router: Router | None = None, record: bool = False,
+                 bundles: bool = True) -> None:
         if not isinstance(topology, Topology):
             raise NetworkError(f"a network needs a dessim Topology, got {type(topology).__name__}")
         self.env = env
@@ -64,6 +82,7 @@ class Network(abc.ABC):
         self.router = router if router is not None else Router(topology)
         self.channels = ChannelMap(topology)
         self.record = bool(record)
+        self.bundles = bool(bundles)
         self.utilisation: list[UtilisationPoint] = []
         self.flows_started = 0
         self.flows_finished = 0
@@ -127,6 +146,20 @@ class Network(abc.ABC):
         else:
             self._routes[memo] = found
         return found
+
+    def bundle_template(self, sources: Sequence[str | int],
+                        destinations: Sequence[str | int]) -> BundleTemplate | None:
+        """A :class:`BundleTemplate` for transfers ``sources[i] -> destinations[i]`` if this
+        model can carry them as one exact bundle, else None (always None here: models without
+        bundles simply start the transfers one by one)."""
+        return None
+
+    def start_bundle(self, template: BundleTemplate, nbytes: float,
+                     on_done: Callable[[Sequence[int]], None]) -> None:
+        """Start ``nbytes`` on every member route of ``template`` now; ``on_done(members)``
+        is called (from a simpy callback) with the member indices that finish, at their
+        finish time: all at once while the bundle holds, one by one after it splits."""
+        raise NotImplementedError(f"{type(self).__name__} has no flow bundles")
 
     @abc.abstractmethod
     def link_bytes(self) -> dict[tuple[str, str], float]:

@@ -21,16 +21,34 @@ Mechanics (simulation-notes §1d idiom 4, "one network-wide wake-up"):
   channels whose flow set changed.
 * Flows due at the same instant (within a relative :data:`REL_EPS` of the time, so float noise
   never leaves a remnant of a few bytes) finish together, in flow-id (= start) order.
+
+Flow bundles (exact shortcut, ``bundles=True`` by default; see docs/performance.md):
+
+* :meth:`FlowNetwork.bundle_template` accepts transfers whose routes are key-independent,
+  pairwise channel-disjoint, of equal latency and equal bottleneck — e.g. the p sends of one
+  ring step on a switch. :meth:`FlowNetwork.start_bundle` carries them as ONE entity: one heap
+  entry, one join, one finish, no rate solve. While no other flow uses any of its channels
+  (tracked per channel with numpy views: ``_occ`` counts individual flows, ``_owner`` names
+  the bundle), every member's max-min rate is its own bottleneck, so the bundle's rate and
+  finish time are computed with the very float operations a per-flow run would use.
+* The moment another flow or bundle needs one of its channels — when it joins, or when the
+  bundle itself joins onto a busy channel — the bundle splits into its members: ordinary
+  flows with the bundle's progress, rate and ETA, whose ids were reserved at the start so
+  they keep start order. From there the ordinary solver takes over: results are identical
+  to the unbundled run (tests/test_scale_equivalence.py).
+* Not used with ``record=True`` (utilisation change points are per channel).
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import simpy
 
-from dessim.network.base import Network, Route, register_network
+from dessim.network.base import BundleTemplate, Network, Route, register_network
 from dessim.network.maxmin import solve_maxmin
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
@@ -68,6 +86,27 @@ class _Flow:
         self.event = event
 
 
+class _Bundle:
+    """Members of a :class:`BundleTemplate` travelling as one flow (same bytes, same rate)."""
+
+    __slots__ = ("fid", "template", "nbytes", "remaining", "rate", "last", "version", "eta",
+                 "join_at", "event", "on_done")
+
+    def __init__(self, fid: int, template: BundleTemplate, nbytes: float, join_at: float,
+                 event: simpy.Event, on_done: Callable[[Sequence[int]], None]):
+        self.fid = fid            # members are fid + 1 .. fid + len(template)
+        self.template = template
+        self.nbytes = nbytes
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.last = join_at
+        self.version = 0
+        self.eta = join_at
+        self.join_at = join_at
+        self.event = event
+        self.on_done = on_done
+
+
 class _WakeUp(simpy.Event):
     """A Timeout-like event with a chosen priority; its value is the network's arm token."""
 
@@ -92,8 +131,8 @@ class FlowNetwork(Network):
     name = "flow"
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
-                 record: bool = False, solver: Solver = solve_maxmin) -> None:
-        super().__init__(env, topology, router=router, record=record)
+                 record: bool = False, solver: Solver = solve_maxmin, bundles: bool = True) -> None:
+        super().__init__(env, topology, router=router, record=record, bundles=bundles)
         self._solver = solver
         n_chan = len(self.channels)
         self._users: list[dict[int, _Flow]] = [{} for _ in range(n_chan)]
@@ -106,11 +145,21 @@ class FlowNetwork(Network):
         self._armed_at: float | None = None
         self._done_bytes = [0.0] * len(self.channels.directions)
         self._last_util = [0.0] * n_chan
+        # flow bundles: pending (latency phase) and active ones by id; per channel the number
+        # of individual flows on it and the bundle owning it (-1: none), with numpy views
+        self._bpending: dict[int, _Bundle] = {}
+        self._bundles: dict[int, _Bundle] = {}
+        self._occ = array("l", [0]) * n_chan
+        self._owner = array("l", [-1]) * n_chan
+        self._occ_np = np.frombuffer(self._occ, dtype=np.int_ if self._occ.itemsize == 8 else np.int32)
+        self._owner_np = np.frombuffer(self._owner, dtype=self._occ_np.dtype)
+        self._bundle_bytes = np.zeros(len(self.channels.directions))
+        self._templates: dict[tuple, BundleTemplate | None] = {}
 
     @property
     def active_flows(self) -> int:
-        """Flows currently sharing bandwidth (latency phase excluded)."""
-        return len(self._active)
+        """Flows currently sharing bandwidth (latency phase excluded; bundle members count)."""
+        return len(self._active) + sum(len(b.template) for b in self._bundles.values())
 
     # ------------------------------------------------------------------ Network API
     def _start(self, route: Route, nbytes: float) -> simpy.Event:
@@ -124,12 +173,65 @@ class FlowNetwork(Network):
         self._arm(join_at)
         return flow.event
 
+    def bundle_template(self, sources: Sequence[str | int],
+                        destinations: Sequence[str | int]) -> BundleTemplate | None:
+        """A template if the transfers ``sources[i] -> destinations[i]`` can travel as one
+        exact bundle: routes independent of the ECMP key, no channel used twice (within or
+        across members), all latencies equal and all bottlenecks equal. None otherwise, and
+        always None when bundles are off or utilisation is recorded. Cached per pair list."""
+        if not self.bundles or self.record:
+            return None
+        memo = (tuple(sources), tuple(destinations))
+        if memo in self._templates:
+            return self._templates[memo]
+        template = self._make_template(*memo)
+        self._templates[memo] = template
+        return template
+
+    def _make_template(self, sources: tuple, destinations: tuple) -> BundleTemplate | None:
+        if not sources or len(sources) != len(destinations):
+            return None
+        routes = []
+        for s, d in zip(sources, destinations):
+            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
+            if s == d or not self.router.key_independent(s, d):
+                return None
+            routes.append(self.route(s, d))
+        first = routes[0]
+        if any(r.latency != first.latency or r.bottleneck != first.bottleneck for r in routes):
+            return None
+        chans = np.fromiter((c for r in routes for c in r.channels), dtype=self._occ_np.dtype)
+        if len(np.unique(chans)) != len(chans):
+            return None
+        dirs = np.fromiter((d for r in routes for d in r.directions), dtype=np.int64)
+        return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck)
+
+    def start_bundle(self, template: BundleTemplate, nbytes: float,
+                     on_done: Callable[[Sequence[int]], None]) -> None:
+        """Start ``nbytes`` on every member of ``template`` now (see the module docstring)."""
+        n = self._size(nbytes, "bundle", f"{len(template)} members")
+        now = self.env.now
+        fid = self._next_fid
+        self._next_fid += len(template) + 1       # reserve the members' ids: start order
+        self.flows_started += len(template)
+        join_at = now + template.latency
+        event = self.env.event()
+        members = range(len(template))
+        event.callbacks.append(lambda _e: on_done(members))
+        self._bpending[fid] = _Bundle(fid, template, float(n), join_at, event, on_done)
+        heapq.heappush(self._heap, (join_at, _JOIN, fid, 0))
+        self._arm(join_at)
+
     def link_bytes(self) -> dict[tuple[str, str], float]:
-        carried = list(self._done_bytes)
+        carried = [a + b for a, b in zip(self._done_bytes, self._bundle_bytes.tolist())]
         now = self.env.now
         for f in self._active.values():
             sent = f.nbytes - max(f.remaining - f.rate * (now - f.last), 0.0)
             for d in f.route.directions:
+                carried[d] += sent
+        for b in self._bundles.values():
+            sent = b.nbytes - max(b.remaining - b.rate * (now - b.last), 0.0)
+            for d in b.template.directions.tolist():
                 carried[d] += sent
         return self._bytes_by_direction(carried)
 
@@ -150,7 +252,8 @@ class FlowNetwork(Network):
         finished = self._pop_due(now)
         if finished:
             finished.sort(key=lambda f: f.fid)
-            self.flows_finished += len(finished)
+            self.flows_finished += sum(len(f.template) if type(f) is _Bundle else 1
+                                       for f in finished)
             for f in finished:
                 f.event.succeed(now)
             # Solve after the waiters have run, so the transfers they start now join the batch.
@@ -162,41 +265,107 @@ class FlowNetwork(Network):
         if nxt is not None:
             self._arm(nxt)
 
-    def _pop_due(self, now: float) -> list[_Flow]:
-        heap, users, dirty = self._heap, self._users, self._dirty
+    def _pop_due(self, now: float) -> list:
+        heap, users, dirty, occ, owner = self._heap, self._users, self._dirty, self._occ, self._owner
         limit = now + REL_EPS * now
-        finished: list[_Flow] = []
+        finished: list = []
         while heap and heap[0][0] <= limit:
             _, kind, fid, version = heapq.heappop(heap)
             if kind == _JOIN:
-                f = self._pending.pop(fid)
+                f = self._pending.pop(fid, None)
+                if f is None:
+                    self._join_bundle(self._bpending.pop(fid), now, finished)
+                    continue
                 if f.nbytes == 0:
                     finished.append(f)
                     continue
-                f.last = now
-                self._active[fid] = f
-                for c in f.route.channels:
-                    users[c][fid] = f
-                    dirty.add(c)
+                self._join_flow(f, now)
             else:
                 f = self._active.get(fid)
-                if f is None or f.version != version:
+                if f is None:
+                    b = self._bundles.get(fid)
+                    if b is not None and b.version == version:
+                        del self._bundles[fid]
+                        self._owner_np[b.template.channels] = -1
+                        self._bundle_bytes[b.template.directions] += b.nbytes
+                        finished.append(b)
+                    continue
+                if f.version != version:
                     continue  # stale ETA
                 del self._active[fid]
                 for c in f.route.channels:
                     del users[c][fid]
+                    occ[c] -= 1
                     dirty.add(c)
                 for d in f.route.directions:
                     self._done_bytes[d] += f.nbytes
                 finished.append(f)
         return finished
 
+    def _join_flow(self, f: _Flow, now: float) -> None:
+        """Flow ``f`` starts sharing bandwidth now (splitting any bundle in its way)."""
+        users, dirty, occ, owner = self._users, self._dirty, self._occ, self._owner
+        f.last = now
+        fid = f.fid
+        self._active[fid] = f
+        for c in f.route.channels:
+            if owner[c] >= 0:
+                self._split(self._bundles[owner[c]])
+            users[c][fid] = f
+            occ[c] += 1
+            dirty.add(c)
+
+    def _join_bundle(self, b: _Bundle, now: float, finished: list) -> None:
+        """Bundle ``b`` ends its latency phase: it runs alone on its channels (rate = the
+        bottleneck, exactly what a solve would give each member), or splits into flows."""
+        if b.nbytes == 0:
+            finished.append(b)
+            return
+        chans = b.template.channels
+        if not self._occ_np[chans].any() and not (self._owner_np[chans] >= 0).any():
+            self._owner_np[chans] = b.fid
+            b.last = now
+            b.rate = b.template.bottleneck
+            b.version += 1
+            b.eta = now + b.nbytes / b.rate
+            self._bundles[b.fid] = b
+            heapq.heappush(self._heap, (b.eta, _FINISH, b.fid, b.version))
+            return
+        for k, route in enumerate(b.template.routes):
+            self._join_flow(self._member(b, k, route), now)
+
+    def _member(self, b: _Bundle, k: int, route: Route) -> _Flow:
+        """Member ``k`` of ``b`` as an ordinary flow (id reserved at the bundle's start)."""
+        event = self.env.event()
+        on_done, one = b.on_done, (k,)
+        event.callbacks.append(lambda _e: on_done(one))
+        f = _Flow(b.fid + 1 + k, route, b.nbytes, b.join_at, event)
+        f.remaining, f.rate, f.last, f.eta = b.remaining, b.rate, b.last, b.eta
+        return f
+
+    def _split(self, b: _Bundle) -> None:
+        """Another flow needs a channel of active bundle ``b``: its members become ordinary
+        flows with the bundle's progress, rate and ETA (the re-solve then sees them)."""
+        del self._bundles[b.fid]
+        self._owner_np[b.template.channels] = -1
+        users, occ, heap = self._users, self._occ, self._heap
+        for k, route in enumerate(b.template.routes):
+            f = self._member(b, k, route)
+            fid = f.fid
+            self._active[fid] = f
+            for c in route.channels:
+                users[c][fid] = f
+                occ[c] += 1
+            heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
+
     def _next_time(self) -> float | None:
-        heap, active = self._heap, self._active
+        heap, active, bundles = self._heap, self._active, self._bundles
         while heap:
             _, kind, fid, version = heap[0]
             if kind == _FINISH:
                 f = active.get(fid)
+                if f is None:
+                    f = bundles.get(fid)
                 if f is None or f.version != version:
                     heapq.heappop(heap)
                     continue
@@ -245,7 +414,8 @@ class FlowNetwork(Network):
                     heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
         if self.record:
             self._record_utilisation(now, chans)
-        if len(heap) > 4 * (len(self._active) + len(self._pending)) + 1024:
+        if len(heap) > 4 * (len(self._active) + len(self._pending) + len(self._bundles)
+                            + len(self._bpending)) + 1024:
             self._compact_heap()
 
     def _record_utilisation(self, now: float, chans: set[int]) -> None:
@@ -260,9 +430,12 @@ class FlowNetwork(Network):
     def _compact_heap(self) -> None:
         entries = [(f.join_at, _JOIN, fid, 0) for fid, f in self._pending.items()]
         entries += [(f.eta, _FINISH, fid, f.version) for fid, f in self._active.items() if f.rate]
+        entries += [(b.join_at, _JOIN, fid, 0) for fid, b in self._bpending.items()]
+        entries += [(b.eta, _FINISH, fid, b.version) for fid, b in self._bundles.items()]
         heapq.heapify(entries)
         self._heap = entries
 
     def __repr__(self) -> str:
         return (f"FlowNetwork({self.topology.name!r}, active={len(self._active)}, "
-                f"pending={len(self._pending)}, solves={self.solves})")
+                f"pending={len(self._pending)}, bundles={len(self._bundles)}, "
+                f"solves={self.solves})")

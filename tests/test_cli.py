@@ -1,0 +1,49 @@
+"""The ``dessim`` command as a user meets it: every sub-command has help, errors are one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dessim.cli.main import cli
+
+COMMANDS = ["simulate", "workload", "topology", "collective", "compare", "run", "replay", "sweep",
+            "explore"]
+
+
+def test_every_command_is_registered_with_help():
+    runner = CliRunner()
+    top = runner.invoke(cli, ["--help"])
+    assert top.exit_code == 0
+    for name in COMMANDS:
+        assert name in top.output
+        res = runner.invoke(cli, [name, "--help"])
+        assert res.exit_code == 0 and "Usage:" in res.output, name
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "/nonexistent.json", "-t", "ring:4"], "does not exist"),
+    (["collective", "allreduce", "--algo", "ring", "--size", "-1", "-t", "ring:4"], "negative"),
+    (["topology", "show", "rung:8"], "unknown topology spec 'rung:8'"),
+    (["simulate", "gpt3-1.3b", "--tp", "3"], "tp"),
+])
+def test_bad_input_gives_one_error_line_and_exit_2(args, message):
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_simulate_export_chakra_then_replay_gives_the_same_makespan(tmp_path):
+    runner = CliRunner()
+    prefix = tmp_path / "gpt"
+    sim = runner.invoke(cli, ["simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--json",
+                              "--export-chakra", str(prefix)])
+    assert sim.exit_code == 0, sim.output
+    summary = json.loads(sim.output)
+    assert len(list(tmp_path.glob("gpt.*.et"))) == 8
+    rep = runner.invoke(cli, ["replay", str(prefix), "-t", "dgx-h100:nodes=1", "--json"])
+    assert rep.exit_code == 0, rep.output
+    assert json.loads(rep.output)["makespan_s"] == pytest.approx(summary["iteration_s"], rel=1e-12)
