@@ -15,11 +15,12 @@ from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
 from dessim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["engine_options", "output_options", "build_engine_options", "write_outputs",
+__all__ = ["compose", "engine_options", "output_options", "build_engine_options", "write_outputs",
            "print_json", "print_run_summary", "parse_slowdown"]
 
 
-def _compose(*decorators: Callable) -> Callable:
+def compose(*decorators: Callable) -> Callable:
+    """One decorator applying ``decorators`` in the order written (like stacking them)."""
     def apply(f: Callable) -> Callable:
         for d in reversed(decorators):
             f = d(f)
@@ -37,10 +38,10 @@ def engine_options(topology_default: str | None = None) -> Callable:
     topology = click.option(
         "--topology", "-t", "topology", required=topology_default is None, default=topology_default,
         help=_TOPOLOGY_HELP + (f" Default: {topology_default}." if topology_default else ""))
-    return _compose(topology, _engine_only)
+    return compose(topology, _engine_only)
 
 
-_engine_only = _compose(
+_engine_only = compose(
     click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
                  show_default=True,
                  help="flow: max-min fair link sharing; analytical: no sharing (latency + n/bw)."),
@@ -61,7 +62,7 @@ _engine_only = _compose(
 )
 
 #: Output options: timeline, Gantt, spans, JSON.
-output_options = _compose(
+output_options = compose(
     click.option("--timeline", type=click.Path(dir_okay=False), default=None,
                  help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev)."),
     click.option("--gantt", type=click.Path(dir_okay=False), default=None,

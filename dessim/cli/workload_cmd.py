@@ -6,28 +6,20 @@ shared with ``dessim simulate``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import click
 
-from dessim.cli.common import print_json
+from dessim.cli.common import compose, print_json
 from dessim.units import format_size, parse_size
 
 __all__ = ["command", "layout_options", "collect_overrides", "LAYOUT_OPTION_NAMES"]
 
 
-def _compose(*decorators: Callable) -> Callable:
-    def apply(f: Callable) -> Callable:
-        for d in reversed(decorators):
-            f = d(f)
-        return f
-    return apply
-
-
 _POS = click.IntRange(min=1)
 
 #: Parallel-layout and memory options shared by ``simulate`` and ``workload show``.
-layout_options = _compose(
+layout_options = compose(
     click.option("--tp", type=_POS, default=None, help="Tensor-parallel size."),
     click.option("--pp", type=_POS, default=None, help="Pipeline-parallel stages."),
     click.option("--dp", type=_POS, default=None,
