@@ -16,6 +16,15 @@ network's transfer events (no simpy process per transfer):
 
 A rank's part ends with the last transfer it sends or receives (for a receive, including its
 reduction). The run's ``done`` event succeeds when every transfer is complete.
+
+A :class:`~dessim.collectives.schedule.CompactSchedule` is replayed step by step with the same
+semantics (:func:`_run_plan`): when a whole step completes at one instant, the next step's
+members all become ready at that instant, so the step is started as ONE network bundle
+(``bundles=True``, the default; exact, see :mod:`dessim.network.flow`) or as its members one
+by one. As soon as a step completes piecemeal (a bundle split by other traffic, ranks arriving
+at different times), the dependent members are tracked one by one from the step pattern's
+dependencies — no per-transfer rows are ever materialised. ``bundles=False`` starts every
+member as its own transfer: same results (tests/test_scale_equivalence.py).
 """
 
 from __future__ import annotations
@@ -23,27 +32,43 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
+import numpy as np
 import simpy
 
-from dessim.collectives.schedule import Schedule
+from dessim.collectives.schedule import CompactSchedule, Schedule, StepPattern
 from dessim.errors import CollectiveError
+from dessim.network.flow import WAKE_PRIORITY
 
 __all__ = ["ScheduleRun", "run_schedule"]
 
 
 @dataclass
 class ScheduleRun:
-    """Timing of one replayed schedule (seconds of simulated time)."""
+    """Timing of one replayed schedule (seconds of simulated time).
+
+    ``transfer_start`` / ``transfer_finish`` (per transfer, NaN until it happens) are arrays;
+    for a compact schedule they are assembled from per-step records when first read.
+    """
 
     schedule: Schedule
     start_time: float                  #: env.now when run_schedule was called
     done: simpy.Event                  #: succeeds (value: finish time) when all is complete
-    transfer_start: array = field(repr=False)   #: per transfer; NaN until started
-    transfer_finish: array = field(repr=False)  #: per transfer (last byte arrived); NaN until
+    _start: array | Callable[[], array] = field(repr=False)
+    _finish: array | Callable[[], array] = field(repr=False)
     rank_events: dict[int, simpy.Event] = field(repr=False, default_factory=dict)
     rank_finish: dict[int, float] = field(default_factory=dict)  #: filled as ranks finish
     finish_time: float = math.nan      #: set when ``done`` succeeds
+    bundles_started: int = 0           #: steps started as one network bundle (compact only)
+
+    @property
+    def transfer_start(self) -> array:
+        return self._start if isinstance(self._start, array) else self._start()
+
+    @property
+    def transfer_finish(self) -> array:
+        return self._finish if isinstance(self._finish, array) else self._finish()
 
     @property
     def duration(self) -> float:
@@ -52,15 +77,20 @@ class ScheduleRun:
 
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,
-                 reduction_bw: float | None = None, key_base: int = 0) -> ScheduleRun:
+                 reduction_bw: float | None = None, key_base: int = 0,
+                 bundles: bool = True) -> ScheduleRun:
     """Start ``schedule`` on ``network`` (a :class:`~dessim.network.base.Network`) now.
 
     Returns at once with a :class:`ScheduleRun`; run the environment to make progress.
+    ``bundles``: start whole steps of a compact schedule as network bundles where the network
+    allows it (exact; ``False`` switches the shortcut off).
     """
     if reduction_bw is not None and not (isinstance(reduction_bw, (int, float))
                                          and reduction_bw > 0 and math.isfinite(reduction_bw)):
         raise CollectiveError(f"reduction bandwidth {reduction_bw!r} must be a finite number "
                               "> 0 bytes/second (or None for free reductions)")
+    if isinstance(schedule, CompactSchedule):
+        return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles).run
     env: simpy.Environment = network.env
     n = len(schedule)
     src, dst, nbytes, red = schedule.src, schedule.dst, schedule.nbytes, schedule.reduce_bytes
@@ -169,3 +199,263 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
             start(i)
     check_done()
     return run
+
+
+class _PlanRun:
+    """Replay of a :class:`CompactSchedule` step by step (see the module docstring)."""
+
+    def __init__(self, network, schedule: CompactSchedule, arrivals: dict[int, simpy.Event] | None,
+                 reduction_bw: float | None, key_base: int, bundles: bool) -> None:
+        self.net = network
+        self.env: simpy.Environment = network.env
+        self.plan = plan = schedule.plan
+        self.reduction_bw = reduction_bw
+        self.key_base = key_base
+        self.bundles = bundles
+        env = self.env
+        nsteps = len(plan)
+        self.sizes = [len(plan.patterns[k]) for k in plan.pattern]
+        self.succ: list[list[int]] = [[] for _ in range(nsteps)]
+        for s, q in enumerate(plan.prev):
+            if q >= 0:
+                self.succ[q].append(s)
+        self.left_in_step = list(self.sizes)
+        nan = math.nan
+        self.step_start = [nan] * nsteps
+        self.step_finish = [nan] * nsteps
+        self.member_start: dict[int, array] = {}     # steps not started as a whole
+        self.member_finish: dict[int, array] = {}    # steps not finished as a whole
+        self.waiting: dict[int, list[int]] = {}      # steps tracked member by member
+        self.templates: dict[int, object] = {}
+        self.batch: dict[int, list[int]] = {}         # members ready at this instant
+        self.flush_armed = False
+        self.rdeps: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        # per-rank transfer counts, by position in the group
+        group = schedule.group
+        self.group = group
+        self.pos = {r: k for k, r in enumerate(group)}
+        pos_arr = np.full(max(group) + 1, -1, dtype=np.int64)
+        pos_arr[list(group)] = np.arange(len(group))
+        self.src_pos = [pos_arr[p.src] for p in plan.patterns]
+        self.dst_pos = [pos_arr[p.dst] for p in plan.patterns]
+        left = np.zeros(len(group), dtype=np.int64)
+        uses = np.bincount(np.asarray(plan.pattern, dtype=np.int64), minlength=len(plan.patterns))
+        for k, times in enumerate(uses.tolist()):
+            if times:
+                left += times * (np.bincount(self.src_pos[k], minlength=len(group))
+                                 + np.bincount(self.dst_pos[k], minlength=len(group)))
+        self.left = left
+        self.pattern_ranks = [frozenset(p.src.tolist()) | frozenset(p.dst.tolist())
+                              for p in plan.patterns]
+        self.released = 0
+        self.ranks_left = len(group)
+        self.run = ScheduleRun(schedule, env.now, env.event(), self._transfer_times(True),
+                               self._transfer_times(False))
+        for r in group:
+            self.run.rank_events[r] = env.event()
+        self.absent: set[int] = set()
+        if arrivals:
+            self.absent = {r for r, ev in arrivals.items()
+                           if r in self.pos and not (ev.triggered and ev.processed)}
+        self.touching: dict[int, list[tuple[int, int]]] = {r: [] for r in self.absent}
+        for r in sorted(self.absent):
+            arrivals[r].callbacks.append(lambda _e, r=r: self._arrived(r))
+        for r in group:
+            if left[self.pos[r]] == 0 and r not in self.absent:
+                self._rank_finished(r)
+        for s in range(nsteps):
+            if plan.prev[s] < 0:
+                self._start_step(s)
+        self._check_done()
+
+    # ------------------------------------------------------------ records
+    def _transfer_times(self, starts: bool) -> Callable[[], array]:
+        def build() -> array:
+            whole = self.step_start if starts else self.step_finish
+            parts = self.member_start if starts else self.member_finish
+            out = np.empty(self.plan.transfers)
+            for s, (a, b) in enumerate(zip(self.plan.offset, self.plan.offset[1:])):
+                out[a:b] = parts[s] if s in parts else whole[s]
+            col = array("d")
+            col.frombytes(out.tobytes())
+            return col
+        return build
+
+    # ------------------------------------------------------------ starting
+    def _start_step(self, s: int) -> None:
+        """Every member of step ``s`` is ready now, apart from ranks that have not arrived."""
+        pid = self.plan.pattern[s]
+        if self.absent and not self.absent.isdisjoint(self.pattern_ranks[pid]):
+            w = self._track(s)
+            for i, count in enumerate(w):
+                if count == 0:
+                    self._ready(s, i)
+            return
+        self._start_whole(s)
+
+    def _start_whole(self, s: int) -> None:
+        """Start all members of step ``s`` now: one bundle if the network can carry them so."""
+        self.step_start[s] = self.env.now
+        template = self._template(self.plan.pattern[s]) if self.bundles else None
+        if template is not None:
+            self.run.bundles_started += 1
+            self.net.start_bundle(template, self.plan.nbytes[s],
+                                  lambda members, s=s: self._transfer_done(s, members))
+            return
+        for i in range(self.sizes[s]):
+            self._start_member(s, i)
+
+    def _ready(self, s: int, i: int) -> None:
+        """Member ``i`` of step ``s`` became ready now (member-by-member tracking). Starts are
+        collected until the end of the instant (a wake-up after every ordinary event of this
+        time, :data:`~dessim.network.flow.WAKE_PRIORITY`): if by then the whole step is ready
+        — e.g. ranks that arrived one by one at the same time — it starts as a whole (a
+        bundle) again. Every start still happens at this instant, so no time changes."""
+        batch = self.batch.get(s)
+        if batch is None:
+            batch = self.batch[s] = []
+        batch.append(i)
+        if not self.flush_armed:
+            self.flush_armed = True
+            ev = simpy.Event(self.env)
+            ev._ok, ev._value = True, None
+            ev.callbacks.append(self._flush)
+            self.env.schedule(ev, WAKE_PRIORITY, 0)
+
+    def _flush(self, _event: simpy.Event) -> None:
+        self.flush_armed = False
+        batch, self.batch = self.batch, {}
+        for s, members in batch.items():
+            if len(members) == self.sizes[s] and s not in self.member_start:
+                self._start_whole(s)
+                continue
+            if s not in self.member_start:
+                self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
+            for i in members:
+                self._start_member(s, i)
+
+    def _template(self, pid: int):
+        if pid not in self.templates:
+            pat = self.plan.patterns[pid]
+            self.templates[pid] = self.net.bundle_template(pat.src.tolist(), pat.dst.tolist())
+        return self.templates[pid]
+
+    def _track(self, s: int) -> list[int]:
+        """Per-member readiness counters of step ``s`` (dependencies + absent endpoints)."""
+        w = self.waiting.get(s)
+        if w is not None:
+            return w
+        pat = self.plan.patterns[self.plan.pattern[s]]
+        w = pat.dep_count.tolist() if self.plan.prev[s] >= 0 else [0] * len(pat)
+        if self.absent:
+            for i, (a, b) in enumerate(zip(pat.src.tolist(), pat.dst.tolist())):
+                for r in (a, b):
+                    if r in self.absent:
+                        w[i] += 1
+                        self.touching[r].append((s, i))
+        self.waiting[s] = w
+        return w
+
+    def _start_member(self, s: int, i: int) -> None:
+        now = self.env.now
+        starts = self.member_start.get(s)
+        if starts is None:
+            self.step_start[s] = now  # started whole, member by member
+        else:
+            starts[i] = now
+        pat = self.plan.patterns[self.plan.pattern[s]]
+        ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s],
+                               key=self.key_base + self.plan.offset[s] + i)
+        one = (i,)
+        ev.callbacks.append(lambda _e: self._transfer_done(s, one))
+
+    # ------------------------------------------------------------ completion
+    def _transfer_done(self, s: int, members: Sequence[int]) -> None:
+        now = self.env.now
+        m = self.sizes[s]
+        whole = len(members) == m and s not in self.member_finish
+        if whole:
+            self.step_finish[s] = now
+        else:
+            fin = self.member_finish.get(s)
+            if fin is None:
+                fin = self.member_finish[s] = array("d", [math.nan]) * m
+            for i in members:
+                fin[i] = now
+        self._account(self.src_pos[self.plan.pattern[s]], members, whole)
+        red = self.plan.reduce_bytes[s]
+        if self.reduction_bw and red > 0:
+            self.env.timeout(red / self.reduction_bw).callbacks.append(
+                lambda _e: self._release(s, members, whole))
+        else:
+            self._release(s, members, whole)
+
+    def _release(self, s: int, members: Sequence[int], whole: bool) -> None:
+        """Members of step ``s`` (and their reductions) are complete: wake dependents."""
+        self.released += len(members)
+        self.left_in_step[s] -= len(members)
+        for s2 in self.succ[s]:
+            if whole and s2 not in self.waiting:
+                self._start_step(s2)
+                continue
+            w = self._track(s2)
+            rstart, rindex = self._reverse(s2, s)
+            for j in members:
+                for k in range(rstart[j], rstart[j + 1]):
+                    i = rindex[k]
+                    w[i] -= 1
+                    if w[i] == 0:
+                        self._ready(s2, i)
+        self._account(self.dst_pos[self.plan.pattern[s]], members, whole)
+        self._check_done()
+
+    def _reverse(self, s2: int, s: int) -> tuple[list[int], list[int]]:
+        """For member j of step s (the previous step of s2): dependents in s2, as CSR."""
+        key = (self.plan.pattern[s2], self.sizes[s])
+        found = self.rdeps.get(key)
+        if found is None:
+            pat: StepPattern = self.plan.patterns[key[0]]
+            owner = np.repeat(np.arange(len(pat)), pat.dep_count)
+            order = np.argsort(pat.dep_index, kind="stable")
+            counts = np.bincount(pat.dep_index, minlength=self.sizes[s])
+            start = np.concatenate([[0], np.cumsum(counts)])
+            found = self.rdeps[key] = (start.tolist(), owner[order].tolist())
+        return found
+
+    def _account(self, positions: np.ndarray, members: Sequence[int], whole: bool) -> None:
+        """One transfer fewer for the ranks at ``positions[members]``; finish those at 0."""
+        left = self.left
+        if whole:
+            np.subtract.at(left, positions, 1)
+            done = np.unique(positions[left[positions] == 0]).tolist()
+        else:
+            done = []
+            for i in members:
+                k = int(positions[i])
+                left[k] -= 1
+                if left[k] == 0:
+                    done.append(k)
+        for k in done:
+            self._rank_finished(self.group[k])
+
+    def _rank_finished(self, r: int) -> None:
+        self.run.rank_finish[r] = self.env.now
+        self.run.rank_events[r].succeed(self.env.now)
+        self.ranks_left -= 1
+        self._check_done()
+
+    def _check_done(self) -> None:
+        run = self.run
+        if self.released == self.plan.transfers and self.ranks_left == 0 and not run.done.triggered:
+            run.finish_time = self.env.now
+            run.done.succeed(self.env.now)
+
+    def _arrived(self, r: int) -> None:
+        self.absent.discard(r)
+        if self.left[self.pos[r]] == 0:
+            self._rank_finished(r)
+        for s, i in self.touching.pop(r):
+            w = self.waiting[s]
+            w[i] -= 1
+            if w[i] == 0:
+                self._ready(s, i)

@@ -17,6 +17,11 @@ Schedules are built with :class:`ScheduleBuilder` and :class:`Lane`:
 * A :class:`Lane` is one independent stream of an algorithm (one channel × one chunk). It
   remembers, per rank, which transfers the rank's next send must wait for (its own last send
   and everything it received since), so algorithms only describe *steps*.
+
+Algorithms made of uniform steps (ring) can instead describe themselves as a :class:`StepPlan`
+held by a :class:`CompactSchedule`: O(steps) to build and store, same transfers and
+dependencies (materialised on demand, tested equal to the builder's), and the executor can
+replay each step as one network bundle.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
+import numpy as np
+
 from dessim.collectives.ops import Op
 from dessim.errors import CollectiveError
 
-__all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane"]
+__all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane", "StepPattern", "StepPlan",
+           "StepPlanBuilder", "CompactSchedule"]
 
 #: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
 _REL_TOL = 1e-9
@@ -247,3 +255,157 @@ class Lane:
                 base = list(self.pending.get(r, ()))
             self.pending[r] = base + recv.get(r, [])
         return out
+
+
+# ---------------------------------------------------------------------------------- compact
+@dataclass(frozen=True, eq=False)
+class StepPattern:
+    """The concurrent sends of one step of a compact schedule: member ``i`` sends
+    ``src[i] -> dst[i]`` once its dependencies — members ``dep_index[dep_start[i]:dep_start[i+1]]``
+    of the step's *previous step* (sorted ascending) — are complete."""
+
+    src: np.ndarray          #: global ranks (int64)
+    dst: np.ndarray          #: global ranks (int64)
+    dep_start: np.ndarray    #: CSR offsets, length len(src) + 1
+    dep_index: np.ndarray    #: member indices in the previous step
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @property
+    def dep_count(self) -> np.ndarray:
+        return np.diff(self.dep_start)
+
+
+@dataclass(frozen=True, eq=False)
+class StepPlan:
+    """A schedule as a chain of uniform steps instead of per-transfer rows.
+
+    Step ``s`` consists of the members of ``patterns[pattern[s]]``, each moving ``nbytes[s]``
+    bytes (reducing ``reduce_bytes[s]``) on ``channel[s]``; its members' dependencies refer to
+    step ``prev[s]`` (-1: none). Transfers are numbered step by step: member ``i`` of step
+    ``s`` is transfer ``offset[s] + i``. A ring all-reduce over p ranks is 2(p-1) steps of one
+    pattern: O(p) memory instead of O(p²) rows, which is what lets the executor replay a
+    whole step as one network bundle (docs/performance.md).
+    """
+
+    patterns: tuple[StepPattern, ...]
+    pattern: tuple[int, ...]
+    prev: tuple[int, ...]
+    nbytes: tuple[float, ...]
+    reduce_bytes: tuple[float, ...]
+    channel: tuple[int, ...]
+    offset: tuple[int, ...]          #: length steps + 1
+
+    def __post_init__(self) -> None:
+        for s, q in enumerate(self.prev):
+            if not -1 <= q < s:
+                raise CollectiveError(f"step {s} depends on step {q}, which is not earlier")
+            counts = self.patterns[self.pattern[s]].dep_count
+            if q >= 0 and len(counts) and counts.min() < 1:
+                # the executor starts a step when its previous step completes; a member
+                # without dependencies there would really start at time 0
+                raise CollectiveError(f"step {s}: every member needs a dependency in step {q}")
+
+    def __len__(self) -> int:
+        return len(self.pattern)
+
+    @property
+    def transfers(self) -> int:
+        return self.offset[-1]
+
+
+class StepPlanBuilder:
+    """Appends steps to a :class:`StepPlan` (patterns are shared, not copied)."""
+
+    def __init__(self) -> None:
+        self.patterns: list[StepPattern] = []
+        self._pattern_ids: dict[int, int] = {}
+        self.rows: list[tuple[int, int, float, float, int]] = []
+        self.offset = [0]
+
+    def add(self, pattern: StepPattern, prev: int, nbytes: float, reduce_bytes: float,
+            channel: int) -> int:
+        pid = self._pattern_ids.get(id(pattern))
+        if pid is None:
+            pid = self._pattern_ids[id(pattern)] = len(self.patterns)
+            self.patterns.append(pattern)
+        self.rows.append((pid, prev, float(nbytes), float(reduce_bytes), channel))
+        self.offset.append(self.offset[-1] + len(pattern))
+        return len(self.rows) - 1
+
+    def build(self) -> StepPlan:
+        cols = list(zip(*self.rows)) if self.rows else [(), (), (), (), ()]
+        return StepPlan(tuple(self.patterns), *(tuple(c) for c in cols), tuple(self.offset))
+
+
+_COLUMNS = ("src", "dst", "nbytes", "reduce_bytes", "channel", "dep_start", "dep_index")
+
+
+class CompactSchedule(Schedule):
+    """A :class:`Schedule` stored as a :class:`StepPlan`; the per-transfer columns (``src``,
+    ``dst``, ..., ``dep_index``) are materialised on first access, identical to what
+    :class:`ScheduleBuilder` would have produced for the same algorithm."""
+
+    def __init__(self, op: Op, algorithm: str, group: tuple[int, ...], size: float,
+                 root: int | None, plan: StepPlan, params: dict | None = None) -> None:
+        self.op, self.algorithm, self.group, self.size, self.root = op, algorithm, group, size, root
+        self.params = dict(params or {})
+        self.plan = plan
+        self._columns: dict[str, array] | None = None
+
+    def __len__(self) -> int:
+        return self.plan.transfers
+
+    def __repr__(self) -> str:
+        return (f"CompactSchedule({self.algorithm} {self.op.name}, ranks={len(self.group)}, "
+                f"size={self.size:g}, steps={len(self.plan)}, transfers={len(self)})")
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def materialize(self) -> dict[str, array]:
+        """The per-transfer columns (built once, then cached)."""
+        if self._columns is None:
+            self._columns = _materialize(self.plan)
+        return self._columns
+
+
+def _column(name: str) -> property:
+    return property(lambda self: self.materialize()[name],
+                    doc=f"per-transfer ``{name}`` column (materialised on demand)")
+
+
+for _name in _COLUMNS:
+    setattr(CompactSchedule, _name, _column(_name))
+del _name
+
+
+def _materialize(plan: StepPlan) -> dict[str, array]:
+    i64 = np.int64
+    parts: dict[str, list] = {k: [] for k in _COLUMNS}
+    dep_total = 0
+    for s in range(len(plan)):
+        pat = plan.patterns[plan.pattern[s]]
+        m = len(pat)
+        parts["src"].append(pat.src)
+        parts["dst"].append(pat.dst)
+        parts["nbytes"].append(np.full(m, plan.nbytes[s]))
+        parts["reduce_bytes"].append(np.full(m, plan.reduce_bytes[s]))
+        parts["channel"].append(np.full(m, plan.channel[s], dtype=i64))
+        q = plan.prev[s]
+        if q < 0:
+            parts["dep_start"].append(np.full(m, dep_total, dtype=i64))
+        else:
+            parts["dep_start"].append(dep_total + pat.dep_start[1:].astype(i64))
+            parts["dep_index"].append(plan.offset[q] + pat.dep_index.astype(i64))
+            dep_total += len(pat.dep_index)
+    out: dict[str, array] = {}
+    for name, code in zip(_COLUMNS, "lldddll"):
+        arr = np.concatenate(parts[name]) if parts[name] else np.zeros(0)
+        if name == "dep_start":
+            arr = np.concatenate([np.zeros(1, dtype=i64), arr]) if parts[name] else np.zeros(1)
+        col = array(code)
+        col.frombytes(np.ascontiguousarray(arr, dtype=np.float64 if code == "d" else i64).tobytes())
+        out[name] = col
+    return out

@@ -56,6 +56,9 @@ class EngineOptions:
     record_links: bool = True             #: keep link-utilisation change points (timelines)
     device: str | None = None             #: GPU model for ranks whose topology node names none
     precision: str = "bf16"               #: precision of FLOP-costed compute tasks
+    #: Exact speed shortcuts (docs/performance.md); switching them off changes no result.
+    compact_schedules: bool = True        #: ring collectives stored as uniform steps
+    bundles: bool = True                  #: a collective step runs as one network flow bundle
 
 
 def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
@@ -86,7 +89,8 @@ class _Run:
         self.options = options
         self.compute_cost = compute_cost or RankDevices(topology, options.device, options.precision)
         self.env = simpy.Environment()
-        self.net = make_network(options.network, self.env, topology, record=options.record_links)
+        self.net = make_network(options.network, self.env, topology, record=options.record_links,
+                                bundles=options.bundles)
         self.factors = straggler_factors(topology.num_gpus, options)
         self.tasks: list[Task] = list(graph)
         index = {t.id: i for i, t in enumerate(self.tasks)}
@@ -191,7 +195,8 @@ class _Run:
                                 reduction_bw=self.options.reduction_bw).algorithm
             try:
                 sched = build_schedule(op, chosen, t.group, t.size, chunks=self.options.chunks,
-                                       channels=self.options.channels, topology=self.topology)
+                                       channels=self.options.channels, topology=self.topology,
+                                       compact=self.options.compact_schedules)
             except DessimError as exc:
                 raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None
             self.schedules[key] = sched
@@ -206,7 +211,8 @@ class _Run:
             arrivals = {r: self.env.event() for r in t.group}
             run = run_schedule(self.net, self._schedule(t), arrivals=arrivals,
                                reduction_bw=self.options.reduction_bw,
-                               key_base=(len(self.coll_state) + 1) << 20)
+                               key_base=(len(self.coll_state) + 1) << 20,
+                               bundles=self.options.bundles)
             members = self.colls[t.coll_id]
             state = {"arrivals": arrivals, "run": run, "arrived": 0, "members": members}
             self.coll_state[t.coll_id] = state

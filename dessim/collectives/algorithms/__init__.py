@@ -12,7 +12,7 @@ from dessim.collectives.algorithms.base import (ALGORITHMS, Algorithm, algorithm
 from dessim.collectives.algorithms import ring, tree, dbtree, rd, hd  # noqa: F401,E402,I001
 from dessim.collectives.algorithms import direct, pairwise, hierarchical  # noqa: F401,E402,I001
 from dessim.collectives.ops import Op, get_op
-from dessim.collectives.schedule import Lane, Schedule, ScheduleBuilder
+from dessim.collectives.schedule import CompactSchedule, Lane, Schedule, ScheduleBuilder
 from dessim.errors import CollectiveError
 from dessim.topology.graph import Topology
 
@@ -35,7 +35,8 @@ def check_supported(op: Op, alg: Algorithm, group: tuple[int, ...],
 
 def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] | list[int],
                    size: float, *, chunks: int = 1, channels: int = 1, root: int | None = None,
-                   topology: Topology | None = None, **options) -> Schedule:
+                   topology: Topology | None = None, compact: bool = True,
+                   **options) -> Schedule:
     """The transfers of ``op`` over ``group`` (global ranks) with ``size`` bytes.
 
     ``channels`` C splits the data over C independent lanes (ring: alternate directions);
@@ -43,6 +44,11 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
     same connections, which pipelines trees and chains. Each lane carries ``size / (C·K)``.
     ``root`` (broadcast, reduce; default ``group[0]``) is a global rank. ``options`` are
     algorithm options (hierarchical: ``inner``).
+
+    ``compact`` (default): an algorithm with a ``plan`` method (ring all-reduce, reduce-scatter,
+    all-gather) returns a :class:`~dessim.collectives.schedule.CompactSchedule` — the same
+    transfers and dependencies stored as uniform steps, O(steps) to build instead of
+    O(transfers). ``compact=False`` always builds the per-transfer rows.
     """
     op = get_op(op)
     alg = get_algorithm(algo)
@@ -63,8 +69,13 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
             raise CollectiveError(f"{op.name}: root rank {root} is not in the group")
     else:
         root = None
-    schedule = Schedule(op, alg.name, group, float(size), root,
-                        params={"chunks": chunks, "channels": channels, **options})
+    params = {"chunks": chunks, "channels": channels, **options}
+    plan_of = getattr(alg, "plan", None)
+    if compact and plan_of is not None and not options:
+        plan = plan_of(op, group, float(size), chunks, channels)
+        if plan is not None:
+            return CompactSchedule(op, alg.name, group, float(size), root, plan, params)
+    schedule = Schedule(op, alg.name, group, float(size), root, params=params)
     builder = ScheduleBuilder(schedule)
     lane_size = float(size) / (chunks * channels)
     for c in range(channels):
