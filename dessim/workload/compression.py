@@ -9,7 +9,8 @@ Methods (:data:`METHODS`; YAML section ``compression:``)
 ``cast`` (``dtype: fp16 | bf16 | fp8``) — low-precision communication
     Cast the bucket to ``dtype`` (``d`` bytes per element: :data:`WIRE_BYTES`), all-reduce
     ``E·d`` bytes, cast back. Compress kernel: read ``E·g``, write ``E·d``; decompress: read
-    ``E·d``, write ``E·g`` (memory-bound elementwise kernels). Like PyTorch DDP's
+    ``E·d``, write ``E·g`` (memory-bound elementwise kernels; a cast to a format as wide
+    as the gradients, e.g. bf16 → fp16, is folded into neighbouring kernels: no task). Like PyTorch DDP's
     ``fp16_compress_hook`` / ``bf16_compress_hook``. FP8 reductions need per-tensor scaling;
     its amax pass (one more read of ``E·g``) is counted.
 ``topk`` (``density: ρ``) — top-k sparsification with error feedback

@@ -86,6 +86,9 @@ def workload_kind(data: Any, origin: str) -> WorkloadKind:
     """The :class:`WorkloadKind` of a parsed document (``kind:``, default transformer)."""
     name = data.get("kind", TRANSFORMER_KIND) if isinstance(data, dict) else TRANSFORMER_KIND
     kind = WORKLOAD_KINDS.get(name) if isinstance(name, str) else None
+    if name == "cluster":
+        raise SpecError(f"{origin}: a cluster spec (several jobs), not a workload: run it with "
+                        "'dessim cluster' (dessim.workload.multijob.simulate_cluster)")
     if kind is None:
         raise SpecError(f"{origin}: kind {name!r} is unknown; valid kinds: {', '.join(WORKLOAD_KINDS)}")
     return kind

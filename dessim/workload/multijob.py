@@ -1,0 +1,315 @@
+"""Several training jobs on one cluster: disjoint GPU sets, one shared network.
+
+Cluster spec (YAML; :func:`load_cluster`)::
+
+    kind: cluster                        # optional; keeps the file out of workload lists
+    name: two-jobs
+    topology: "leafspine:hosts=16,leaves=2,oversub=4,spines=1,bw=25GB/s"   # any topology spec
+    storage: {kind: pfs, bw: 20GB/s}     # optional: attach a storage tier (dessim.topology.storage)
+    engine: {algo: ring}                 # optional: EngineOptions fields (network, algo, chunks, ...)
+    jobs:
+      - name: a                          # default: job<i>
+        workload: resnet50               # any kind: preset name or workload file
+        gpus: [0, 8, 1, 9]               # global ranks in job-rank order; or "0-3,8-11"; or a count
+        overrides: {training: {global_batch: 256}}
+      - name: b
+        workload: vit-b16
+        gpus: 4                          # a count: the lowest free ranks, in order
+
+How (:func:`simulate_cluster`)
+    Each job's task graph is generated on a *view* of the cluster in which only its GPUs are
+    GPUs (ranks 0..n−1 in the order given) and every other GPU becomes a switch with the same
+    ``transit`` flag — so routes, link figures and memory/storage nodes are those of the
+    cluster. The graphs are then merged into one: task ids and collective ids are prefixed
+    with ``<job>/``, ranks, peers and groups mapped to global ranks. One simulation runs them
+    all; every job starts at t = 0 and a job's iteration time is the end of its last task.
+    Each job is also simulated alone on the same topology (its remapped graph only); the
+    slowdown from interference is ``shared / alone``. Under the flow model, jobs slow each
+    other down only where their flows share links (max-min fair shares).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from dessim.engine import EngineOptions, simulate
+from dessim.engine.result import SimulationResult
+from dessim.errors import DessimError, SpecError
+from dessim.taskgraph.model import TaskGraph
+from dessim.topology import load_topology
+from dessim.topology.graph import Topology
+from dessim.topology.storage import attach_storage
+from dessim.workload.kinds import generate_workload
+
+__all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
+           "job_view", "merge_graphs", "simulate_cluster", "parse_gpus"]
+
+_TOP = ("kind", "name", "description", "topology", "storage", "engine", "jobs")
+#: The ``kind:`` of a cluster file (keeps it out of the workload preset lists).
+CLUSTER_KIND = "cluster"
+_JOB = ("name", "workload", "gpus", "overrides")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job: a workload, its GPUs (global ranks, job-rank order; or a count) and overrides."""
+
+    name: str
+    workload: Any
+    gpus: tuple[int, ...] | int
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster with its jobs (module docstring)."""
+
+    name: str
+    topology: Any
+    jobs: tuple[JobSpec, ...]
+    engine: Mapping[str, Any] = field(default_factory=dict)
+    storage: Mapping[str, Any] | None = None
+    description: str = ""
+
+
+def parse_gpus(value: Any, where: str) -> tuple[int, ...] | int:
+    """``[0, 8, 1]``, ``"0-3,8-11"`` or a count ``4`` (module docstring)."""
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: expected a list of ranks, a range string or a count, got {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise SpecError(f"{where}: a GPU count must be >= 1, got {value}")
+        return value
+    items: list[int] = []
+    if isinstance(value, str):
+        for part in value.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            try:
+                a, b = int(lo), int(hi) if sep else int(lo)
+            except ValueError:
+                raise SpecError(f"{where}: cannot read {part.strip()!r} of {value!r} as a rank or range a-b") from None
+            if b < a:
+                raise SpecError(f"{where}: range {part.strip()!r} runs backwards")
+            items += range(a, b + 1)
+    elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        items = list(value)
+    else:
+        raise SpecError(f"{where}: expected a list of ranks, a range string or a count, got {value!r}")
+    if not items or len(set(items)) != len(items) or min(items) < 0:
+        raise SpecError(f"{where}: GPU ranks {value!r} must be distinct integers >= 0")
+    return tuple(items)
+
+
+def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
+    """A :class:`ClusterSpec` from a parsed YAML document."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a cluster file is a mapping with keys {', '.join(_TOP)}")
+    for key in data:
+        if key not in _TOP:
+            raise SpecError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(_TOP)}")
+    if data.get("kind", CLUSTER_KIND) != CLUSTER_KIND:
+        raise SpecError(f"{origin}: kind {data['kind']!r}: a cluster file has kind: {CLUSTER_KIND} (or none)")
+    if "topology" not in data:
+        raise SpecError(f"{origin}: missing 'topology' (any topology spec, e.g. dgx-h100:nodes=2)")
+    jobs_raw = data.get("jobs")
+    if not isinstance(jobs_raw, list) or not jobs_raw:
+        raise SpecError(f"{origin}: 'jobs' must be a non-empty list of mappings with keys {', '.join(_JOB)}")
+    jobs = []
+    for i, item in enumerate(jobs_raw):
+        where = f"{origin}: jobs[{i}]"
+        if not isinstance(item, dict):
+            raise SpecError(f"{where}: expected a mapping with keys {', '.join(_JOB)}")
+        for key in item:
+            if key not in _JOB:
+                raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(_JOB)}")
+        for key in ("workload", "gpus"):
+            if key not in item:
+                raise SpecError(f"{where}: missing {key!r}")
+        overrides = item.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise SpecError(f"{where}: overrides must be a mapping")
+        workload = item["workload"]
+        if isinstance(workload, str) and not Path(workload).is_absolute() and origin.endswith((".yaml", ".yml")):
+            local = Path(origin).parent / workload
+            workload = str(local) if local.is_file() else workload
+        jobs.append(JobSpec(str(item.get("name", f"job{i}")), workload,
+                            parse_gpus(item["gpus"], f"{where}.gpus"), overrides))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise SpecError(f"{origin}: job names must be distinct, got {names}")
+    for key in ("engine", "storage"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise SpecError(f"{origin}: {key} must be a mapping")
+    return ClusterSpec(str(data.get("name", Path(origin).stem)), data["topology"], tuple(jobs),
+                       dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")))
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    """Load a cluster spec file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"cannot read cluster file {str(p)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: invalid YAML: {exc}") from None
+    return parse_cluster(data, str(p))
+
+
+def assign_gpus(jobs: Sequence[JobSpec], num_gpus: int, where: str) -> list[tuple[int, ...]]:
+    """Global ranks of every job: explicit lists checked, counts filled with the lowest free ranks."""
+    used: dict[int, str] = {}
+    out: list[tuple[int, ...] | None] = []
+    for job in jobs:
+        if isinstance(job.gpus, tuple):
+            for r in job.gpus:
+                if r >= num_gpus:
+                    raise SpecError(f"{where}: job {job.name!r} names GPU {r}, but the cluster has ranks "
+                                    f"0..{num_gpus - 1}")
+                if r in used:
+                    raise SpecError(f"{where}: GPU {r} is given to both {used[r]!r} and {job.name!r}")
+                used[r] = job.name
+            out.append(job.gpus)
+        else:
+            out.append(None)
+    for i, job in enumerate(jobs):
+        if out[i] is None:
+            free = [r for r in range(num_gpus) if r not in used][: job.gpus]  # type: ignore[misc]
+            if len(free) < job.gpus:  # type: ignore[operator]
+                raise SpecError(f"{where}: job {job.name!r} needs {job.gpus} GPUs but only {len(free)} are free")
+            for r in free:
+                used[r] = job.name
+            out[i] = tuple(free)
+    return [g for g in out if g is not None]
+
+
+def job_view(topology: Topology, gpus: Sequence[int], name: str) -> Topology:
+    """The cluster as one job sees it (module docstring): its GPUs ranked 0..n−1 in order,
+    every other GPU turned into a switch with the same ``transit`` flag."""
+    graph = topology.graph.copy()
+    local = {topology.node_of(r): i for i, r in enumerate(gpus)}
+    for node in topology.gpus:
+        data = graph.nodes[node]
+        if node in local:
+            data["rank"] = local[node]
+        else:
+            transit = data["transit"]
+            data.clear()
+            data.update(kind="switch", transit=transit)
+    return Topology(graph, name=f"{topology.name}[{name}]", meta=dict(topology.meta, job=name))
+
+
+def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]]) -> TaskGraph:
+    """One graph of every ``(job, graph, global ranks)`` (module docstring for the renaming)."""
+    merged = TaskGraph(name, meta={"jobs": [p[0] for p in parts], "generator": "dessim.workload.multijob"})
+    for job, graph, ranks in parts:
+        to_global = list(ranks)
+        for t in graph:
+            merged.add(dataclasses.replace(
+                t, id=f"{job}/{t.id}", rank=to_global[t.rank],
+                peer=to_global[t.peer] if t.peer >= 0 else -1,
+                group=tuple(to_global[g] for g in t.group),
+                coll_id=f"{job}/{t.coll_id}" if t.coll_id else "",
+                attrs=dict(t.attrs, job=job)))
+        for a, b in graph.graph.edges:
+            merged.depend(f"{job}/{a}", f"{job}/{b}")
+    return merged
+
+
+@dataclass
+class JobResult:
+    """One job's iteration alone and shared, seconds."""
+
+    name: str
+    workload: str
+    gpus: tuple[int, ...]
+    alone_s: float
+    shared_s: float
+    exposed_comm_alone_s: dict[str, float]
+    exposed_comm_shared_s: dict[str, float]
+
+    @property
+    def slowdown(self) -> float:
+        return self.shared_s / self.alone_s if self.alone_s > 0 else 1.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "workload": self.workload, "gpus": list(self.gpus), "alone_s": self.alone_s,
+                "shared_s": self.shared_s, "slowdown": self.slowdown,
+                "exposed_comm_alone_s": self.exposed_comm_alone_s,
+                "exposed_comm_shared_s": self.exposed_comm_shared_s}
+
+
+@dataclass
+class ClusterResult:
+    """Every job's figures and the shared simulation (timelines: ``simulation``)."""
+
+    name: str
+    topology: Topology
+    jobs: list[JobResult]
+    simulation: SimulationResult
+    taskgraph: TaskGraph
+
+    def summary(self) -> dict[str, Any]:
+        return {"cluster": self.name, "topology": self.topology.name, "gpus": self.topology.num_gpus,
+                "makespan_s": self.simulation.makespan_s, "jobs": [j.summary() for j in self.jobs],
+                "tasks": len(self.taskgraph), "events": self.simulation.events, "wall_s": self.simulation.wall_s}
+
+
+def _job_figures(sim: SimulationResult, ranks: Sequence[int]) -> tuple[float, dict[str, float]]:
+    end = max(sim.ranks[r].end_s for r in ranks)
+    exposed: dict[str, float] = {}
+    for r in ranks:
+        for cat, v in sim.ranks[r].exposed_by_category.items():
+            exposed[cat] = exposed.get(cat, 0.0) + v / len(ranks)
+    return end, dict(sorted(exposed.items()))
+
+
+def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | str | None = None,
+                     options: EngineOptions | None = None, alone: bool = True) -> ClusterResult:
+    """Simulate every job of ``cluster`` together (and each alone unless ``alone=False``);
+    ``topology`` and ``options`` replace the file's."""
+    spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+    where = f"cluster {spec.name!r}"
+    topo = load_topology(topology if topology is not None else spec.topology)
+    if spec.storage:
+        try:
+            topo = attach_storage(topo, **dict(spec.storage))
+        except TypeError:
+            raise SpecError(f"{where}: storage: unknown key in {sorted(spec.storage)}; valid: kind, bw, lat, "
+                            "attach, client_bw, name") from None
+    if options is None:
+        try:
+            options = EngineOptions(**{"record_links": False, **dict(spec.engine)})
+        except TypeError as exc:
+            raise SpecError(f"{where}: engine: {exc}") from None
+    gpu_sets = assign_gpus(spec.jobs, topo.num_gpus, where)
+    parts = []
+    for job, gpus in zip(spec.jobs, gpu_sets):
+        view = job_view(topo, gpus, job.name)
+        try:
+            gen = generate_workload(job.workload, view, overrides=job.overrides, options=options)
+        except DessimError as exc:
+            raise type(exc)(f"{where}: job {job.name!r}: {exc}") from None
+        if gen.topology is not view:
+            raise SpecError(f"{where}: job {job.name!r} attaches its own storage tier; give it to the cluster "
+                            "instead (cluster key 'storage:' or storage nodes in the topology)")
+        parts.append((job.name, gen.graph, gpus))
+    merged = merge_graphs(spec.name, parts)
+    shared = simulate(merged, topo, options)
+    results = []
+    for (name, graph, gpus), job in zip(parts, spec.jobs):
+        end_shared, exp_shared = _job_figures(shared, gpus)
+        if alone:
+            solo = simulate(merge_graphs(name, [(name, graph, gpus)]), topo, options)
+            end_alone, exp_alone = _job_figures(solo, gpus)
+        else:
+            end_alone, exp_alone = float("nan"), {}
+        results.append(JobResult(name, str(job.workload if isinstance(job.workload, (str, Path))
+                                           else getattr(job.workload, "name", "?")),
+                                 tuple(gpus), end_alone, end_shared, exp_alone, exp_shared))
+    return ClusterResult(spec.name, topo, results, shared, merged)

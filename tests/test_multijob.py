@@ -1,0 +1,96 @@
+"""Several jobs on one cluster: merged graphs, and interference on shared oversubscribed links
+equal to what max-min fair sharing predicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dessim.cli import cluster_cmd
+from dessim.errors import SpecError
+from dessim.topology import load_topology
+from dessim.workload.multijob import job_view, parse_cluster, parse_gpus, simulate_cluster
+
+BW = 25e9                      # GPU link bandwidth, bytes/s
+GRADS = 2 * 25_557_032         # ResNet-50 bf16 gradients, one all-reduce (bucket_size 0)
+N = 8                          # GPUs per job
+# 16 hosts on 2 leaves (8 each), oversubscription 4, one spine: the leaf's uplink carries
+# 8 * BW / 4 = 2 BW per direction.
+TOPO = "leafspine:hosts=16,leaves=2,oversub=4,spines=1,bw=25GB/s,lat=0,device=H100"
+
+
+def two_jobs(**extra):
+    job = {"workload": "resnet50", "overrides": {"training": {"global_batch": 8, "bucket_size": 0}}}
+    return parse_cluster({"topology": TOPO, "engine": {"algo": "ring"}, "jobs": [
+        {**job, "name": "a", "gpus": [0, 8, 1, 9, 2, 10, 3, 11]},
+        {**job, "name": "b", "gpus": "4,12,5,13,6,14,7,15"}], **extra}, "<test>")
+
+
+def ring_allreduce_s(share):
+    """2(N-1) ring steps of GRADS/N bytes at ``share`` bytes/s (no latency)."""
+    return 2 * (N - 1) * (GRADS / N) / share
+
+
+def test_allreduces_crossing_one_oversubscribed_uplink_slow_down_as_max_min_predicts():
+    # Each job alternates leaves, so all 8 ring hops cross the spine: 4 flows per direction.
+    # Alone: 4 flows share the 2 BW uplink -> BW/2 each (< BW of the GPU links).
+    # Together: 8 flows -> BW/4 each. Compute is identical and unshared.
+    res = simulate_cluster(two_jobs())
+    alone, shared = ring_allreduce_s(2 * BW / 4), ring_allreduce_s(2 * BW / 8)
+    for job in res.jobs:
+        assert job.exposed_comm_alone_s["dp"] == pytest.approx(alone, rel=1e-9)
+        assert job.exposed_comm_shared_s["dp"] == pytest.approx(shared, rel=1e-9)
+        assert job.shared_s - job.alone_s == pytest.approx(shared - alone, rel=1e-9)
+        compute = job.alone_s - alone
+        assert job.slowdown == pytest.approx((compute + shared) / (compute + alone), rel=1e-9)
+    assert res.jobs[0].slowdown > 1.3
+
+
+def test_jobs_on_separate_leaves_do_not_interfere():
+    job = {"workload": "resnet50", "overrides": {"training": {"global_batch": 8, "bucket_size": 0}}}
+    spec = parse_cluster({"topology": TOPO, "engine": {"algo": "ring"}, "jobs": [
+        {**job, "name": "left", "gpus": "0-7"}, {**job, "name": "right", "gpus": 8}]}, "<test>")
+    res = simulate_cluster(spec)
+    assert [j.gpus for j in res.jobs] == [tuple(range(8)), tuple(range(8, 16))]
+    for j in res.jobs:
+        assert j.shared_s == pytest.approx(j.alone_s, rel=1e-12)
+        assert j.exposed_comm_alone_s["dp"] == pytest.approx(ring_allreduce_s(BW), rel=1e-9)
+
+
+def test_merged_graph_maps_ranks_and_prefixes_ids():
+    res = simulate_cluster(two_jobs(), alone=False)
+    colls = [t for t in res.taskgraph if t.kind == "collective"]
+    groups = {t.coll_id: t.group for t in colls}
+    assert groups == {"a/dp0.0": (0, 8, 1, 9, 2, 10, 3, 11), "b/dp0.0": (4, 12, 5, 13, 6, 14, 7, 15)}
+    assert all(t.id.startswith(("a/", "b/")) for t in res.taskgraph)
+    assert {t.rank for t in res.taskgraph if t.id.startswith("b/")} == {4, 5, 6, 7, 12, 13, 14, 15}
+
+
+def test_job_view_keeps_the_network_and_renumbers_the_gpus():
+    topo = load_topology(TOPO)
+    view = job_view(topo, [8, 0], "x")
+    assert view.num_gpus == 2 and view.gpus == ("gpu8", "gpu0")
+    assert view.graph.number_of_edges() == topo.graph.number_of_edges()
+    assert view.kind("gpu3") == "switch"
+
+
+def test_bad_cluster_specs():
+    with pytest.raises(SpecError, match="given to both"):
+        simulate_cluster(parse_cluster({"topology": TOPO, "jobs": [
+            {"workload": "resnet50", "gpus": "0-3"}, {"workload": "resnet50", "gpus": [3, 4]}]}, "c.yaml"))
+    with pytest.raises(SpecError, match="only 0 are free"):
+        simulate_cluster(parse_cluster({"topology": TOPO, "jobs": [
+            {"workload": "resnet50", "gpus": 16}, {"workload": "resnet50", "gpus": 1}]}, "c.yaml"))
+    with pytest.raises(SpecError, match="unknown key 'ranks'"):
+        parse_cluster({"topology": TOPO, "jobs": [{"workload": "resnet50", "ranks": 2}]}, "c.yaml")
+    with pytest.raises(SpecError, match="runs backwards"):
+        parse_gpus("5-2", "gpus")
+
+
+def test_cluster_command_prints_slowdowns(tmp_path):
+    res = CliRunner().invoke(cluster_cmd.command, ["workloads/cluster-two-jobs.yaml", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [j["name"] for j in out["jobs"]] == ["a", "b"] and out["jobs"][0]["slowdown"] > 1.3
