@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dessim.cli.replay_cmd",
     "dessim.cli.sweep_cmd",
     "dessim.cli.explore_cmd",
+    "dessim.cli.cluster_cmd",
 )
 
 

@@ -15,10 +15,12 @@ from dessim.workload.api import DEFAULT_TOPOLOGY
 def _print_summary(s: dict[str, Any]) -> None:
     click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['layout']['describe']}")
     click.echo(f"  iteration           {format_time(s['iteration_s'])}")
-    click.echo(f"  throughput          {s['tokens_per_s']:,.0f} tokens/s, {s['samples_per_s']:.2f} samples/s")
+    tokens = f"{s['tokens_per_s']:,.0f} tokens/s, " if s["tokens_per_s"] else ""
+    click.echo(f"  throughput          {tokens}{s['samples_per_s']:,.2f} samples/s")
     click.echo(f"  model FLOP/s        {s['model_tflops_per_gpu']:.1f} TFLOP/s per GPU, MFU {100 * s['mfu']:.1f}%")
     click.echo(f"  hardware FLOP/s     {s['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU, HFU {100 * s['hfu']:.1f}%")
-    click.echo(f"  pipeline bubble     {100 * s['bubble_fraction']:.1f}% of the pipeline window")
+    if s["bubble_fraction"] or s["layout"].get("pp", 1) > 1:
+        click.echo(f"  pipeline bubble     {100 * s['bubble_fraction']:.1f}% of the pipeline window")
     click.echo(f"  exposed comm        {format_time(s['exposed_comm_total_s'])} (mean per GPU)")
     for cat, v in s["exposed_comm_s"].items():
         if v:

@@ -82,10 +82,13 @@ def command() -> None:
 @command.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(as_json: bool) -> None:
-    """List the shipped workload presets with their size and default layout."""
+    """List the shipped workload presets: transformers with their size and default layout,
+    then the other kinds (dlrm, cnn) by name."""
     from dessim.workload import load_workload, shipped_workloads
+    from dessim.workload.kinds import shipped_any
 
     rows = []
+    others = {kind: sorted(files) for kind, files in shipped_any().items() if kind != "transformer"}
     for name in shipped_workloads():
         spec = load_workload(name)
         lo = spec.layout()
@@ -94,10 +97,12 @@ def list_cmd(as_json: bool) -> None:
                      "layout": lo.describe(), "device": spec.training.device or "",
                      "description": spec.description})
     if as_json:
-        print_json({"workloads": rows})
+        print_json({"workloads": rows, "other_kinds": others})
         return
     for r in rows:
         click.echo(f"{r['name']:<14} {r['params'] / 1e9:8.2f}B  {r['gpus']:>5} GPUs  {r['layout']}")
+    for kind, names in others.items():
+        click.echo(f"{kind + ':':<14} {', '.join(names)}")
 
 
 def _groups_text(layout) -> list[str]:
