@@ -31,9 +31,9 @@ import time
 WORKLOADS = {
     # name: (preset, topology, overrides)
     "gpt3": ("gpt3-175b", "dgx-a100:nodes=128",
-             {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b"}),
+             {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b", "virtual_stages": 1}),
     "llama3": ("llama3-405b", "dgx-h100:nodes=1024",
-               {"tp": 8, "pp": 16, "dp": 64, "schedule": "1f1b"}),
+               {"tp": 8, "pp": 16, "dp": 64, "schedule": "1f1b", "virtual_stages": 1}),
 }
 
 
