@@ -6,27 +6,74 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.sweep_cmd import backend_options, report
+from dessim.cli.sweep_cmd import backend_options
 from dessim.sweep.runner import BACKENDS, run_sweep
 from dessim.sweep.spec import parse_sweep
 
+#: Columns of the ranked table, when the results have them.
+RANKED_COLUMNS: tuple[str, ...] = ("layout", "offload", "iteration_s", "tokens_per_s", "mfu",
+                                   "bubble_fraction", "exposed_comm_total_s",
+                                   "memory_per_gpu_bytes.total")
 
-def explore_spec(workload: str, topology: str, gpus: int | None = None,
-                 network: str = "flow") -> dict:
-    """The sweep ``dessim explore`` runs: every valid layout (``parallelism: auto``)."""
+
+def explore_spec(workload: str, topology: str, network: str = "flow",
+                 memory: dict | None = None, overrides: dict | None = None) -> dict:
+    """The sweep ``dessim explore`` runs: every valid layout (``parallelism: auto``) of
+    ``workload`` on all GPUs of ``topology``."""
     base: dict = {"workload": workload, "topology": topology, "engine": {"network": network}}
-    if gpus is not None:
-        base["gpus"] = gpus
+    if memory:
+        base["memory"] = dict(memory)
+    if overrides:
+        base["overrides"] = dict(overrides)
     return {"name": f"explore-{Path(workload).stem}", "kind": "workload", "base": base,
             "axes": {"parallelism": "auto"}}
+
+
+def ranked_text(result, top: int) -> str:
+    """The layouts that ran, fastest first, then those that do not fit with their reason."""
+    from dessim.sweep.analysis import shorten, spread
+
+    ok, failed, metric = result.ok(), result.failed(), result.metric
+    lines = [f"{len(ok)} layouts fit, {len(failed)} do not (of {result.points} valid layouts "
+             f"on {_gpus(result)} GPUs); fastest first:"]
+    if len(ok):
+        cols = [c for c in dict.fromkeys(("layout", "offload", metric, *RANKED_COLUMNS)) if c in ok]
+        ranked = ok.sort_values([metric, "index"], kind="mergesort")[cols].head(top)
+        if "memory_per_gpu_bytes.total" in ranked:
+            ranked = ranked.assign(**{"memory_per_gpu_bytes.total":
+                                      ranked["memory_per_gpu_bytes.total"] / 1e9}).rename(
+                columns={"memory_per_gpu_bytes.total": "hbm_GB"})
+        lines.append(ranked.to_string(index=False))
+        sp = spread(result.table, metric)
+        if len(sp):
+            row = sp.iloc[0]
+            lines.append(f"spread: worst/best {metric} = {row['ratio']:.3g}x")
+    if len(failed):
+        lines.append("do not fit or invalid:")
+        for _, row in failed.iterrows():
+            label = row["layout"] if "layout" in failed and isinstance(row["layout"], str) else "-"
+            lines.append(f"  {label}: {row['error_type']}: {shorten(row['reason'], 200)}")
+    return "\n".join(lines)
+
+
+def _gpus(result) -> str:
+    col = result.table.get("gpus")
+    return str(int(col.dropna().iloc[0])) if col is not None and col.notna().any() else "all"
 
 
 @click.command("explore")
 @click.argument("workload")
 @click.option("--topology", "-t", required=True,
-              help="Cluster: inline spec (dgx-h100:nodes=4), shipped name or YAML file.")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
-              help="GPUs to use [default: all GPUs of the topology].")
+              help="Cluster: inline spec (dgx-h100:nodes=4), shipped name or YAML file; every "
+                   "GPU of it is used.")
+@click.option("--hbm", default=None, help="HBM capacity per GPU instead of the catalog's (40GB).")
+@click.option("--expansion", default=None,
+              help="Memory expansion per GPU (256GB): layouts may offload optimizer state and "
+                   "activations to it (see docs/sweeps.md).")
+@click.option("--expansion-bw", default=None,
+              help="Bandwidth per direction of each GPU's expansion link [default: CXL 2.0 x16].")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None,
+              help="Global batch (sequences) instead of the workload's.")
 @click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
               show_default=True, help="Network model of every simulation.")
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
@@ -34,29 +81,30 @@ def explore_spec(workload: str, topology: str, gpus: int | None = None,
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="local", show_default=True)
 @click.option("--address", default=None, help="Dask/Ray cluster address (see dessim sweep).")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
-              help="Also write the ranked table (.parquet/.csv) with a resumable journal.")
+              help="Also write the table (.parquet/.csv) with a resumable journal.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Layouts to print.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def command(workload: str, topology: str, gpus: int | None, network: str, workers: int,
+def command(workload: str, topology: str, hbm: str | None, expansion: str | None,
+            expansion_bw: str | None, global_batch: int | None, network: str, workers: int,
             backend: str, address: str | None, out: str | None, top: int, progress: bool) -> None:
-    """Rank every parallel layout of WORKLOAD (file or preset) that fits on a cluster.
+    """Rank every parallel layout of WORKLOAD (file or preset) on a cluster.
 
-    Enumerates the valid (tp, pp, dp, ...) layouts for the GPU count that fit in memory,
-    simulates one iteration of each and prints them fastest first.
+    Enumerates the (tp, pp, dp, cp, ep) layouts that are valid for the model on all GPUs of
+    the topology, simulates one iteration of each that fits in memory and prints them
+    fastest first; layouts that do not fit are listed with the reason.
 
     \b
-    Example:
-      dessim explore gpt3-13b --topology dgx-a100:nodes=4 --workers 2
+    Examples:
+      dessim explore gpt3-1.3b --topology dgx-a100:nodes=2 --workers 2
+      dessim explore gpt3-13b -t dgx-a100:nodes=2 --hbm 40GB --expansion 256GB --global-batch 16
     """
-    spec = parse_sweep(explore_spec(workload, topology, gpus, network), "dessim explore")
+    memory = {k: v for k, v in (("hbm_capacity", hbm), ("expansion_capacity", expansion),
+                                ("expansion_bw", expansion_bw)) if v is not None}
+    overrides = {"training": {"global_batch": global_batch}} if global_batch else None
+    spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides), "dessim explore")
     result = run_sweep(spec, out=out, workers=workers, backend=backend,
                        backend_options=backend_options(address), progress=progress)
-    ok = result.ok()
-    metric = result.metric
-    click.echo(f"{len(ok)} layouts fit, {len(result.failed())} do not; fastest first:")
-    if len(ok):
-        cols = [c for c in ("layout", metric, "tokens_per_s", "mfu", "bubble_fraction") if c in ok]
-        ranked = ok.sort_values([metric, "index"], kind="mergesort")[cols].head(top)
-        click.echo(ranked.to_string(index=False))
-    report(result, ("layout",) if "layout" in result.table else (), 1, None)
+    click.echo(ranked_text(result, top))
+    for path in result.written:
+        click.echo(f"results: {path}")

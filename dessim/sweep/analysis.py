@@ -28,7 +28,8 @@ from dessim.errors import SpecError, SweepError
 from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["COST_KEYS", "check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
-           "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe"]
+           "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe",
+           "shorten"]
 
 COST_KEYS: tuple[str, ...] = ("price", "per", "times")
 
@@ -298,6 +299,12 @@ def write_plots(result, directory: str | Path) -> list[Path]:
     return written
 
 
+def shorten(text: str, limit: int = 240) -> str:
+    """``text`` cut to ``limit`` characters (with an ellipsis) for one-line reports."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> str:
     """Plain-text report: counts, failures by reason, best per group, spread."""
     table, metric, minimize = result.table, result.metric, result.spec.analysis.minimize
@@ -308,9 +315,11 @@ def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> st
              f"({result.evaluated} evaluated now, {result.reused} from the journal)"]
     failed = table[table["status"] != "ok"]
     if len(failed):
-        lines.append("failures:")
+        by_type = failed["error_type"].value_counts()
+        lines.append("failures: " + ", ".join(f"{n} {t}" for t, n in by_type.items()) +
+                     "; commonest reasons:")
         for reason, count in failed["reason"].value_counts().head(5).items():
-            lines.append(f"  {count} x {reason}")
+            lines.append(f"  {count} x {shorten(reason)}")
     if n_ok:
         shown = [*group, *(c for c in result.spec.axis_paths if c not in group)]
         if "layout" in table.columns and "layout" not in shown:

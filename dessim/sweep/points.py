@@ -16,10 +16,13 @@ selects from.
 ``workload``
     A training iteration of ``base.workload`` (file or preset) on a topology with
     ``dessim.workload.simulate_workload``. ``workload.A.B`` axes override key ``B`` of section
-    ``A`` of the workload document and ``memory.K`` axes key ``K`` of its ``memory`` section
-    (both passed as ``overrides=``); ``engine.F`` axes set :class:`EngineOptions` field ``F``.
-    Metrics: the workload result's ``summary()``, nested mappings flattened with dots
-    (``exposed_comm_s.dp``, ``memory_per_gpu_bytes.weights``).
+    ``A`` of the workload document (``overrides=``); ``memory.K`` axes set key ``K`` of the
+    point's memory section (:mod:`dessim.sweep.memory`: HBM capacity, memory expansion,
+    offload options); ``engine.F`` axes set :class:`EngineOptions` field ``F``.
+    ``parallelism: auto`` expands every point into its valid layouts
+    (:mod:`dessim.sweep.layouts`). Metrics: the workload result's ``summary()``, nested
+    mappings flattened with dots (``exposed_comm_s.dp``, ``memory_per_gpu_bytes.weights``),
+    without host time (``wall_s``) and the rank lists of the groups.
 
 Every namespace ``topology.K`` sets key ``K`` of the base topology's builder (any key that
 ``dessim topology list`` shows for that builder); the topology is rebuilt per point, cached
@@ -44,6 +47,9 @@ import yaml
 
 from dessim.errors import DessimError, SpecError
 from dessim.resources import find_data_file
+from dessim.sweep.layouts import expand_layouts
+from dessim.sweep.memory import (EXPANSION_ONLY_KEYS, MEMORY_KEYS, MemorySetup, check_expansion_fit,
+                                 check_memory_values, memory_setup, unused_expansion, with_expansion)
 
 __all__ = ["Namespace", "Evaluator", "EVALUATORS", "get_evaluator", "make_task", "evaluate_task",
            "topology_document", "flatten", "STATUS_OK", "STATUS_FAILED", "STATUS_ERROR"]
@@ -142,13 +148,15 @@ _TOPOLOGY_CACHE: dict[str, Any] = {}
 _TOPOLOGY_CACHE_SIZE = 64  # topologies are small; a sweep has few distinct ones per worker
 
 
-def _load_topology_cached(spec: object):
+def _load_topology_cached(spec: object, setup: MemorySetup | None = None):
+    """The topology of ``spec`` (with ``setup``'s memory expansion), cached per process."""
     from dessim.topology import load_topology
 
-    key = json.dumps(spec, sort_keys=True, default=repr)
+    extra = setup.topology_key() if setup is not None else None
+    key = json.dumps([spec, extra], sort_keys=True, default=repr)
     topo = _TOPOLOGY_CACHE.get(key)
     if topo is None:
-        topo = load_topology(spec)
+        topo = load_topology(spec) if extra is None else with_expansion(_load_topology_cached(spec), setup)
         if len(_TOPOLOGY_CACHE) >= _TOPOLOGY_CACHE_SIZE:
             _TOPOLOGY_CACHE.pop(next(iter(_TOPOLOGY_CACHE)))
         _TOPOLOGY_CACHE[key] = topo
@@ -212,6 +220,9 @@ class Evaluator:
     default_metric: str
     expand: Callable[[Any, list[Any]], list[Any]] | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: The configuration without settings that cannot change the result (None: as is); points
+    #: with equal canonical configurations are simulated once (dessim.sweep.runner).
+    canonical: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
     @property
     def supports_auto(self) -> bool:
@@ -343,35 +354,61 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: Summary entries that are not results of the configuration: host time, rank lists.
+_DROPPED_SUMMARY_KEYS: tuple[str, ...] = ("wall_s", "groups")
+
+
 def _evaluate_workload(cfg: Mapping[str, Any]) -> dict[str, Any]:
     from dessim.engine import EngineOptions
-    from dessim.workload import simulate_workload
+    from dessim.workload import plan_workload, simulate_workload
 
-    topo = _load_topology_cached(cfg["topology"])
+    cfg = _canonical_workload(cfg)
+    setup = memory_setup(cfg.get("memory"))
+    topo = _load_topology_cached(cfg["topology"], setup)
     options = EngineOptions(**{**dict(cfg.get("engine") or {}), "record_links": False})
-    kwargs: dict[str, Any] = {"overrides": cfg.get("overrides") or None, "options": options}
-    result = simulate_workload(cfg["workload"], topo, **kwargs)
-    out = flatten(result.summary())
+    overrides = setup.overrides(cfg.get("overrides")) or None
+    if setup.has_expansion:  # its capacity is checked before anything is simulated
+        check_expansion_fit(plan_workload(cfg["workload"], topo, overrides=overrides, engine=options)[0],
+                            setup)
+    result = simulate_workload(cfg["workload"], topo, overrides=overrides, options=options)
+    summary = {k: v for k, v in result.summary().items() if k not in _DROPPED_SUMMARY_KEYS}
+    out = flatten(summary)
     out.setdefault("gpus", topo.num_gpus)
     return out
+
+
+def _canonical_workload(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Without the memory expansion when the point says it offloads nothing to it."""
+    mem = cfg.get("memory") or {}
+    if unused_expansion(mem):
+        return {**cfg, "memory": {k: v for k, v in mem.items() if k not in EXPANSION_ONLY_KEYS}}
+    return cfg
+
+
+def _expand_workload(spec: Any, points: list[Any]) -> list[Any]:
+    return expand_layouts(spec, points, WORKLOAD.config, _load_topology_cached)
 
 
 WORKLOAD = Evaluator(
     name="workload",
     help="one training iteration of a workload on a topology (dessim.workload.simulate_workload)",
-    base_keys=("workload", "topology", "engine", "overrides", "gpus"),
-    base_sections={"engine": None, "overrides": None},
+    base_keys=("workload", "topology", "engine", "overrides", "memory"),
+    base_sections={"engine": None, "overrides": None, "memory": MEMORY_KEYS},
     required=("workload", "topology"),
     namespaces={"topology": _TOPOLOGY_NS,
                 "workload": Namespace("workload", ("overrides",), nested=True,
                                       help="SECTION.KEY of the workload document"),
-                "memory": Namespace("memory", ("overrides", "memory"),
-                                    help="KEY of the workload's memory section"),
+                "memory": Namespace("memory", ("memory",), MEMORY_KEYS,
+                                    help="HBM capacity, memory expansion, offload options",
+                                    check=lambda key, values, base, where: check_memory_values(
+                                        key, list(values), where)),
                 "engine": Namespace("engine", ("engine",), help="an EngineOptions field",
                                     check=lambda key, values, base, where: _check_engine_key(key, where))},
     evaluate=_evaluate_workload,
     default_metric="iteration_s",
-    defaults={"engine": {}, "overrides": {}},
+    expand=_expand_workload,
+    canonical=_canonical_workload,
+    defaults={"engine": {}, "overrides": {}, "memory": {}},
 )
 
 

@@ -305,6 +305,31 @@ def sweep_points(spec: SweepSpec) -> list[Point]:
     return points
 
 
+def same_configuration(tasks: Sequence[Mapping[str, Any]], evaluator) -> dict[str, list[Mapping[str, Any]]]:
+    """Tasks grouped by identical configuration once the evaluator's ``canonical`` hook has
+    dropped the settings that cannot matter (e.g. a memory expansion nothing is offloaded
+    to): the first task's key → the other tasks of its group. Only first tasks are run."""
+    firsts: dict[str, str] = {}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for task in tasks:
+        config = evaluator.canonical(task["config"]) if evaluator.canonical else task["config"]
+        ident = json.dumps(config, sort_keys=True, default=repr)
+        first = firsts.setdefault(ident, task["key"])
+        if first == task["key"]:
+            groups[first] = []
+        else:
+            groups[first].append(task)
+    return groups
+
+
+def _with_copies(record: dict[str, Any], others: Sequence[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The evaluated record, then one per task of the same configuration (no host time)."""
+    yield record
+    for task in others:
+        yield {**record, "index": task["index"], "key": task["key"], "params": task["params"],
+               "eval_wall_s": 0.0}
+
+
 def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Path | None = None,
               workers: int = 1, backend: str = "local",
               backend_options: Mapping[str, Any] | None = None, progress: bool = False,
@@ -336,6 +361,8 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
     if max_points is not None:
         todo = todo[:max(0, max_points)]
     tasks = [make_task(spec.kind, spec.base, p) for p in todo]
+    copies = same_configuration(tasks, EVALUATORS[spec.kind])
+    tasks = [t for t in tasks if t["key"] in copies]
     reused = len(points) - len([p for p in points if p.key not in records])
 
     from tqdm import tqdm
@@ -346,13 +373,14 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
     evaluated = 0
     try:
         if tasks:
-            for rec in chosen.run(tasks, workers, dict(backend_options or {})):
-                records[rec["key"]] = rec
-                evaluated += 1
-                if journal is not None:
-                    journal.append(rec)
-                failures += rec["status"] != STATUS_OK
-                bar.update(1)
+            for evaluated_rec in chosen.run(tasks, workers, dict(backend_options or {})):
+                for rec in _with_copies(evaluated_rec, copies[evaluated_rec["key"]]):
+                    records[rec["key"]] = rec
+                    evaluated += 1
+                    if journal is not None:
+                        journal.append(rec)
+                    failures += rec["status"] != STATUS_OK
+                    bar.update(1)
                 if failures:
                     bar.set_postfix(failed=failures, refresh=False)
     finally:

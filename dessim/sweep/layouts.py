@@ -1,0 +1,175 @@
+"""``parallelism: auto``: every valid parallel layout of a workload point, as sweep points.
+
+For each point of the axes (its topology, workload overrides and memory section applied):
+
+1. the GPU count is the topology's; the HBM capacity per GPU is ``memory.hbm_capacity`` or
+   the smallest catalog figure of the topology's GPUs (as the workload layer does);
+2. :func:`dessim.workload.enumerate_layouts` lists the layouts that are *valid* for the model
+   and GPU count (divisibility of heads, layers, batch, ...; capacity unbounded) — layouts
+   that violate divisibility never become points;
+3. each valid layout becomes one point per **offload policy** it needs: without memory
+   expansion the workload's own memory options; with it (``memory.expansion_capacity > 0``)
+   the fewest parts (optimizer state, activations) moved to the expansion memory that make
+   the layout fit HBM and the expansion capacity — ``none`` when it fits as is. A layout
+   that needs more offload than a fitting alternative is not simulated: for a fixed layout,
+   offloading only adds transfers (same compute, same collectives), so it cannot be faster.
+   When no policy fits, the layout still becomes one point — with the fewest parts that fit
+   HBM (the expansion capacity is what fails), else with the most offload — whose evaluation
+   fails with a :class:`~dessim.errors.MemoryFitError` recorded as the reason (by how much it
+   does not fit; for HBM, which changes would fit).
+
+Columns added to the table: ``layout`` (``tp2-pp4-dp2``, plus ``cpN``/``epN`` when > 1),
+``workload.parallelism.tp|pp|dp|cp|ep`` and ``offload`` (``none``, ``optimizer``,
+``activations``, ``optimizer+activations``). Points are numbered in the order of the axes,
+then of :func:`~dessim.workload.enumerate_layouts` (tp, pp, cp, ep), then of the policies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import combinations
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping
+
+from dessim.errors import DessimError, SpecError
+from dessim.sweep.memory import EXPANSION_TARGET, MemorySetup, memory_setup, offloaded_per_gpu
+from dessim.sweep.spec import Point, point_key
+
+__all__ = ["LAYOUT_KEYS", "OFFLOAD_PARTS", "Policy", "layout_label", "policies_for", "expand_layouts"]
+
+#: Layout fields that ``parallelism: auto`` sets (and that axes must therefore not set).
+LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep")
+#: What can be offloaded: policy part → MemoryOptions field.
+OFFLOAD_PARTS: dict[str, str] = {"optimizer": "offload_optimizer", "activations": "offload_activations"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """An offload policy: the parts moved to the expansion memory, and the memory options."""
+
+    parts: frozenset[str]
+    options: Any   #: dessim.workload.memory.MemoryOptions
+
+    @property
+    def label(self) -> str:
+        return "+".join(p for p in OFFLOAD_PARTS if p in self.parts) or "none"
+
+
+def layout_label(layout) -> str:
+    """Short name of a layout for tables and plot legends: ``tp2-pp4-dp2`` (+ ``-cpN``, ``-epN``)."""
+    extra = "".join(f"-{k}{getattr(layout, k)}" for k in ("cp", "ep") if getattr(layout, k) > 1)
+    return f"tp{layout.tp}-pp{layout.pp}-dp{layout.dp}{extra}"
+
+
+def policies_for(options, setup: MemorySetup) -> list[Policy]:
+    """Offload policies to try, fewest parts first: the workload's own options alone without
+    expansion; with it, every subset of the parts the options do not offload already."""
+    if not setup.has_expansion:
+        return [Policy(frozenset(), options)]
+    free = [p for p, f in OFFLOAD_PARTS.items() if getattr(options, f) == "none"]
+    subsets = [frozenset(c) for n in range(len(free) + 1) for c in combinations(free, n)]
+    return [Policy(s, replace(options, **{OFFLOAD_PARTS[p]: EXPANSION_TARGET for p in s}))
+            for s in subsets]
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """What the enumeration depends on (so equal problems are enumerated once)."""
+
+    model: Any
+    num_gpus: int
+    hbm: float
+    base: Any
+    options: Any
+    setup: MemorySetup
+
+
+def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup], Any],
+             where: str) -> _Problem:
+    from dessim.catalog.devices import get_device
+    from dessim.workload.api import resolve_workload
+    from dessim.workload.generator import resolve_devices
+    from dessim.workload.layout import ParallelLayout
+
+    setup = memory_setup(cfg.get("memory"), f"{where}: memory")
+    topo = load_topology(cfg["topology"], setup)
+    overrides = setup.overrides(cfg.get("overrides"))
+    overrides.pop("hbm_capacity", None)
+    spec, rest, _ = resolve_workload(cfg["workload"], overrides, topo.num_gpus)
+    options = spec.memory_options(**dict(rest.get("memory") or {}))
+    device = rest.get("device") or (cfg.get("engine") or {}).get("device")
+    hbm = setup.hbm_capacity
+    if hbm is None:
+        devices = resolve_devices(topo, (device, spec.training.device), f"workload {spec.name!r}")
+        hbm = min(get_device(d).hbm_capacity for d in set(devices))
+    par, tr = spec.parallelism, spec.training
+    base = ParallelLayout(pp=par.pp, sp=par.sp, order=par.order, zero_stage=tr.zero_stage,
+                          schedule=tr.schedule, virtual_stages=tr.virtual_stages,
+                          micro_batch=tr.micro_batch, global_batch=tr.global_batch,
+                          recompute=tr.recompute)
+    return _Problem(spec.model, topo.num_gpus, float(hbm), base, options, setup)
+
+
+def _choices(problem: _Problem) -> list[tuple[Any, Policy]]:
+    """(layout, policy) pairs of one problem (module doc, step 2-3)."""
+    from dessim.workload import enumerate_layouts
+
+    m, n, base = problem.model, problem.num_gpus, problem.base
+    valid = enumerate_layouts(m, n, math.inf, base=base, memory=problem.options)
+    policies = policies_for(problem.options, problem.setup)
+    fits = {p.parts: set(enumerate_layouts(m, n, problem.hbm, base=base, memory=p.options))
+            for p in policies}
+    out = []
+    for layout in valid:
+        in_hbm = [p for p in policies if layout in fits[p.parts]]
+        ok = [p for p in in_hbm
+              if not p.parts or offloaded_per_gpu(m, layout, p.options) <= problem.setup.expansion_capacity]
+        # nothing fits: the first policy that fits HBM (its expansion capacity is what fails),
+        # else the most offload — the recorded reason then names the binding constraint
+        chosen = _minimal(ok) or _minimal(in_hbm)[:1] or policies[-1:]
+        out.extend((layout, p) for p in chosen)
+    return out
+
+
+def _minimal(policies: list[Policy]) -> list[Policy]:
+    """The policies no other of the list offloads a subset of."""
+    return [p for p in policies if not any(q.parts < p.parts for q in policies)]
+
+
+def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any], Mapping[str, Any]], dict],
+                   load_topology: Callable[[Any, MemorySetup], Any]) -> list[Point]:
+    """The points of a ``parallelism: auto`` sweep (module doc). ``config(base, params)`` is
+    the evaluator's point configuration, ``load_topology(spec, setup)`` the (cached) topology
+    of a point with its memory expansion."""
+    for path in spec.axis_paths:
+        head, _, key = path.partition(".")
+        if head == "workload" and key.startswith("parallelism.") and key.split(".")[1] in LAYOUT_KEYS:
+            raise SpecError(f"{spec.source}: axes.{path}: parallelism: auto chooses "
+                            f"{', '.join(LAYOUT_KEYS)}; remove this axis or 'parallelism: auto'")
+    cache: dict[str, list[tuple[Any, Policy]] | DessimError] = {}
+    out: list[Point] = []
+    for point in points:
+        cfg = config(spec.base, point.config_params)
+        key = json.dumps({k: cfg.get(k) for k in ("workload", "topology", "overrides", "memory", "engine")},
+                         sort_keys=True, default=repr)
+        if key not in cache:
+            try:
+                cache[key] = _choices(_problem(cfg, load_topology, spec.source))
+            except DessimError as exc:   # the point itself is invalid: evaluate it as is, so
+                cache[key] = exc         # that it is recorded as failed with this reason
+        choices = cache[key]
+        if isinstance(choices, DessimError):
+            out.append(Point(len(out), dict(point.params), point.key, dict(point.config_params)))
+            continue
+        for layout, policy in choices:
+            params = {**point.params, "layout": layout_label(layout),
+                      **{f"workload.parallelism.{k}": getattr(layout, k) for k in LAYOUT_KEYS},
+                      "offload": policy.label}
+            inputs = {**point.config_params,
+                      **{f"workload.parallelism.{k}": getattr(layout, k) for k in (*LAYOUT_KEYS, "sp")},
+                      **{f"workload.training.{k}": getattr(layout, k)
+                         for k in ("micro_batch", "schedule", "virtual_stages")},
+                      **{f"memory.{f}": getattr(policy.options, f) for f in OFFLOAD_PARTS.values()}}
+            out.append(Point(len(out), params, point_key(spec.kind, spec.base, params), inputs))
+    return out
