@@ -106,3 +106,21 @@ def test_span_tables_csv_and_parquet(tmp_path):
                                      "start_s", "active_s"]
     assert len(csv) == len(pq) == len(res.span_records)
     assert (pq["end_s"] >= pq["active_s"]).all() and (pq["active_s"] >= pq["start_s"]).all()
+
+
+def test_collective_timeline_passes_the_schema_check(tmp_path):
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    path = tmp_path / "coll.json"
+    res = CliRunner().invoke(cli, ["collective", "allreduce", "--algo", "ring", "--size", "8MiB",
+                                   "-t", "ring:4,bw=10GB/s,lat=1us", "--channels", "2",
+                                   "--timeline", str(path)])
+    assert res.exit_code == 0, res.output
+    trace = json.loads(path.read_text())
+    check_chrome_trace(trace)
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 2 * 2 * (4 - 1) * 4     # channels x 2(p-1) steps x p senders
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(
+        2 * 3 * (1.0 + 8 * 2**20 / 2 / 4 / 10e9 * 1e6), rel=1e-9)  # us: 2(p-1)(a + n/(C p B))

@@ -41,10 +41,12 @@ def _algo_help() -> str:
               "e.g. 'ring' or 'ring,tree' (default ring).")
 @click.option("--links", "show_links", type=click.IntRange(min=0), default=5, show_default=True,
               help="Print the N busiest links (JSON: all with --links > 0).")
+@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+              help="Write every transfer as a span to a Chrome/Perfetto trace JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(op: str, algo: str, size: str, topology: str, ranks: str | None, root: int | None,
             chunks: int, channels: int, network: str, reduction_bw: str | None,
-            inner: str | None, show_links: int, as_json: bool) -> None:
+            inner: str | None, show_links: int, timeline: str | None, as_json: bool) -> None:
     """Simulate collective OP (allreduce, reducescatter, allgather, broadcast, reduce,
     alltoall, sendrecv) on an idle network and print time, algbw and busbw
     (nccl-tests definitions, GB/s = 1e9 B/s)."""
@@ -54,8 +56,15 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     res = run_collective(op, size, topology, algo=algo, ranks=ranks, chunks=chunks,
                          channels=channels, network=network, reduction_bw=reduction_bw,
                          root=root, **options)
+    if timeline:
+        from dessim.outputs import write_chrome_trace
+        from dessim.outputs.collective_trace import collective_result_as_run
+
+        write_chrome_trace(collective_result_as_run(res), timeline)
     if as_json:
         out = res.to_dict(links=show_links > 0)
+        if timeline:
+            out["timeline"] = timeline
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
     if res.auto:
@@ -72,3 +81,5 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     for row in res.link_util[:show_links]:
         click.echo(f"  {row['link']:<40} {format_size(row['bytes']):>10}  "
                    f"{row['utilisation']:.3f}  ({format_bandwidth(row['bytes'] / res.time_s)})")
+    if timeline:
+        click.echo(f"wrote timeline: {timeline}")
