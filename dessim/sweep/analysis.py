@@ -29,12 +29,24 @@ from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["COST_KEYS", "check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
            "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe",
-           "shorten"]
+           "shorten", "configuration_spread"]
 
 COST_KEYS: tuple[str, ...] = ("price", "per", "times")
 
+def format_size_label(nbytes: float) -> str:
+    """Bytes as a sweep file likely wrote them: decimal units for round decimal numbers
+    (``4e10`` → ``40GB``, as capacities are marketed), binary ones otherwise (``65536`` →
+    ``64KiB``, as message sizes are written)."""
+    if float(nbytes).is_integer() and int(nbytes) % 1000:
+        return format_size(nbytes)
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.4g}{unit}"
+    return f"{nbytes:.4g}B"
+
+
 #: Tick-label formatters by unit family of an axis (dessim.units formatters).
-FORMATTERS = {"size": format_size, "bandwidth": format_bandwidth, "time": format_time,
+FORMATTERS = {"size": format_size_label, "bandwidth": format_bandwidth, "time": format_time,
               "flops": lambda x: f"{x / 1e12:.4g}TFLOP/s"}
 
 
@@ -143,6 +155,13 @@ def spread(table: pd.DataFrame, metric: str, group_by: Sequence[str] = (),
     return pd.DataFrame(rows, columns=[*group_by, "points", "best", "worst", "ratio"])
 
 
+def configuration_spread(table: pd.DataFrame, metric: str, axes: Sequence[str],
+                         minimize: bool = True) -> pd.DataFrame:
+    """Spread between configurations: the best row of each combination of ``axes`` (e.g.
+    the fastest layout of each cluster), then :func:`spread` over those rows."""
+    return spread(best_per_group(table, metric, axes, minimize), metric, (), minimize)
+
+
 def pareto_front(table: pd.DataFrame, metric: str, cost: str = "cost",
                  minimize: bool = True) -> pd.DataFrame:
     """Rows not dominated in (cost, metric): no other row is cheaper-or-equal *and* better-or-
@@ -203,8 +222,11 @@ def plot_heatmap(table: pd.DataFrame, x: str, y: str, metric: str, path: str | P
     return _save(fig, plt, path)
 
 
-def _group_label(row: pd.Series, group_by: Sequence[str]) -> str:
-    return ", ".join(f"{g.rpartition('.')[2]}={row[g]}" for g in group_by) or "all"
+def _group_label(row: pd.Series, group_by: Sequence[str],
+                 families: Mapping[str, str | None] | None = None) -> str:
+    families = families or {}
+    return ", ".join(f"{g.rpartition('.')[2]}={_label(row[g], families.get(g))}"
+                     for g in group_by) or "all"
 
 
 def plot_vs(table: pd.DataFrame, axis: str, metric: str, path: str | Path, *,
@@ -219,14 +241,18 @@ def plot_vs(table: pd.DataFrame, axis: str, metric: str, path: str | Path, *,
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in order)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = ok.groupby(list(group_by), sort=False, dropna=False) if group_by else [((), ok)]
+    groups = list(ok.groupby(list(group_by), sort=False, dropna=False)) if group_by else [((), ok)]
+    if len(groups) > 10:   # the default cycle repeats after 10 colours
+        cmap = plt.get_cmap("tab20")
+        ax.set_prop_cycle(color=[cmap(i % 20) for i in range(len(groups))])
     for _key, part in groups:
         best = part.groupby(axis, sort=False)[metric].agg("min" if minimize else "max")
         best = best.reindex([v for v in order if v in best.index])
         xs = list(best.index) if numeric else [order.index(v) for v in best.index]
-        ax.plot(xs, best.to_numpy(), marker="o", label=_group_label(part.iloc[0], group_by))
+        ax.plot(xs, best.to_numpy(), marker="o", label=_group_label(part.iloc[0], group_by, families))
     if numeric and len(order) > 2 and min(order) > 0 and max(order) / min(order) >= 8:
         ax.set_xscale("log")
+        ax.minorticks_off()   # only the axis values are labelled
     ax.set_xticks(order if numeric else range(len(order)), [_label(v, families.get(axis)) for v in order])
     ax.set_xlabel(axis)
     ax.set_ylabel(metric)
@@ -274,8 +300,8 @@ def write_plots(result, directory: str | Path) -> list[Path]:
     """The plots the spec asks for (or sensible defaults) into ``directory``.
 
     Heatmap: ``analysis.heatmap`` or the first two axes with more than one value; metric vs
-    one axis: ``analysis.vs`` or the first such axis, one line per group; Pareto front when
-    the spec has ``cost:``.
+    one axis: ``analysis.vs`` or the first such axis, one line per parallel layout (with
+    ``parallelism: auto``) or per group; Pareto front when the spec has ``cost:``.
     """
     spec, table, metric = result.spec, result.table, result.metric
     minimize = spec.analysis.minimize
@@ -291,7 +317,8 @@ def write_plots(result, directory: str | Path) -> list[Path]:
                                     minimize=minimize, families=families))
     vs = spec.analysis.vs or (varying[0] if varying else None)
     if vs:
-        group = [g for g in default_group_by(result) if g != vs]
+        by_layout = ("layout",) if "layout" in table.columns else default_group_by(result)
+        group = [g for g in by_layout if g != vs]
         written.append(plot_vs(table, vs, metric, out / f"{metric}_vs_{vs}.png", group_by=group,
                                minimize=minimize, families=families))
     if spec.cost and "cost" in table.columns:
@@ -336,4 +363,12 @@ def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> st
             row = sp.iloc[0]
             lines.append(f"spread: best {row['best']:.6g}, worst {row['worst']:.6g}, "
                          f"worst/best = {row['ratio']:.3g}x over {int(row['points'])} points")
+        axes = [a for a in result.spec.axis_paths if a in table.columns]
+        if "layout" in table.columns and axes:
+            sp = configuration_spread(table, metric, axes, minimize)
+            if len(sp):
+                row = sp.iloc[0]
+                lines.append(f"spread between configurations (best layout of each of "
+                             f"{int(row['points'])}): best {row['best']:.6g}, worst "
+                             f"{row['worst']:.6g}, worst/best = {row['ratio']:.3g}x")
     return "\n".join(lines)
