@@ -1,12 +1,19 @@
 """Sweep throughput: simulated configurations per minute for a 200-point sweep.
 
-Run: ``python benchmarks/bench_sweep.py [--workers 1 2]``.
+Run: ``python benchmarks/bench_sweep.py [--kind collective|workload] [--workers 1 2]``.
 
-The collective sweep is 200 all-reduce/all-gather simulations (flow network model) on a
-leaf-spine of 16 or 32 GPUs: 2 sizes of cluster × 2 ops × 5 algorithms × 10 message sizes
-(64KiB..32MiB). (A workload-kind sweep is to be added once dessim.workload.simulate_workload
-exists.) Each run starts from an empty journal;
-throughput counts the wall time of ``run_sweep`` including the process pool's start-up.
+``collective``
+    200 all-reduce/all-gather simulations (flow network model) on a leaf-spine of 16 or 32
+    GPUs: 2 sizes of cluster × 2 ops × 5 algorithms × 10 message sizes (64KiB..32MiB).
+``workload``
+    The first 200 points of a ``parallelism: auto`` sweep of a small transformer
+    (``SMALL_MODEL``: 4 layers, hidden 256, 512-token sequences) on 1 or 2 DGX A100 nodes
+    (8 / 16 GPUs): NIC bandwidth (4 values) × global batch (8, 16) × network model (flow,
+    analytical) × every valid layout (9 on 8 GPUs, 11 on 16). Each point is a full training
+    iteration (task-graph generation + simulation).
+
+Each run starts from an empty journal; throughput counts the wall time of ``run_sweep``
+including the expansion of the layouts and the process pool's start-up.
 """
 
 from __future__ import annotations
@@ -29,17 +36,42 @@ COLLECTIVE_200 = {
              "collective.size": {"from": "64KiB", "to": "32MiB", "factor": 2}},
 }
 
-SPECS = {"collective": COLLECTIVE_200}
+#: A small GPT-style model (fits every layout of 8-16 A100s; a point simulates in ~0.05-0.5 s).
+SMALL_MODEL = """\
+name: bench-small
+model: {layers: 4, hidden: 256, heads: 8, ffn_hidden: 1024, vocab: 4096, seq_len: 512}
+parallelism: {tp: 1, pp: 1}
+training: {global_batch: 16, micro_batch: 1, zero_stage: 1, recompute: selective}
+"""
+
+WORKLOAD_200 = {
+    "name": "bench-workload-200",
+    "kind": "workload",
+    "base": {"workload": "MODEL", "topology": "dgx-a100:nodes=1"},
+    "axes": {"topology.nodes": [1, 2],
+             "topology.nic_bw": ["100Gb/s", "200Gb/s", "400Gb/s", "800Gb/s"],
+             "workload.training.global_batch": [8, 16],
+             "engine.network": ["flow", "analytical"],
+             "parallelism": "auto"},
+}
+
+SPECS = {"collective": COLLECTIVE_200, "workload": WORKLOAD_200}
+POINTS = 200
 
 
 def bench(spec: dict, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
+        if spec["kind"] == "workload":
+            model = Path(tmp) / "small.yaml"
+            model.write_text(SMALL_MODEL)
+            spec = {**spec, "base": {**spec["base"], "workload": str(model)}}
         start = time.perf_counter()
-        result = run_sweep(spec, out=Path(tmp) / "r.parquet", workers=workers)
+        result = run_sweep(spec, out=Path(tmp) / "r.parquet", workers=workers, max_points=POINTS)
         wall = time.perf_counter() - start
+    done = len(result.table)
     ok = int((result.table["status"] == "ok").sum())
-    return {"points": result.points, "ok": ok, "workers": workers, "wall_s": wall,
-            "per_minute": 60.0 * result.points / wall,
+    return {"points": done, "ok": ok, "workers": workers, "wall_s": wall,
+            "per_minute": 60.0 * done / wall,
             "mean_point_s": float(result.table["eval_wall_s"].mean())}
 
 

@@ -83,6 +83,16 @@ def test_auto_enumerates_every_valid_layout_and_no_invalid_one(auto, tiny):
                                        plain["workload.parallelism.dp"])])
 
 
+def test_auto_does_not_depend_on_the_layout_written_in_the_workload_file(tiny):
+    # the file says tp=1, pp=1 (dp=8 on 8 GPUs), which a batch of 4 does not allow; other
+    # layouts do
+    t = run_sweep(sweep(tiny, {"workload.training.global_batch": [4], "parallelism": "auto"},
+                       engine={"network": "analytical"})).table
+    got = set(zip(t["workload.parallelism.tp"], t["workload.parallelism.pp"], t["workload.parallelism.dp"]))
+    assert got == valid_layouts(load_workload(tiny).model, GPUS, 4)
+    assert set(t["status"]) == {"ok"}
+
+
 def test_layouts_that_do_not_fit_are_recorded_with_the_reason(auto, tiny):
     spec = load_workload(tiny)
     plain = by_expansion(auto.table, 0, 10e9)

@@ -88,7 +88,6 @@ class _Problem:
 def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup], Any],
              where: str) -> _Problem:
     from dessim.catalog.devices import get_device
-    from dessim.workload.api import resolve_workload
     from dessim.workload.generator import resolve_devices
     from dessim.workload.layout import ParallelLayout
 
@@ -96,7 +95,7 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
     topo = load_topology(cfg["topology"], setup)
     overrides = setup.overrides(cfg.get("overrides"))
     overrides.pop("hbm_capacity", None)
-    spec, rest, _ = resolve_workload(cfg["workload"], overrides, topo.num_gpus)
+    spec, rest = _resolve(cfg["workload"], overrides, topo.num_gpus)
     options = spec.memory_options(**dict(rest.get("memory") or {}))
     device = rest.get("device") or (cfg.get("engine") or {}).get("device")
     hbm = setup.hbm_capacity
@@ -109,6 +108,25 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
                           micro_batch=tr.micro_batch, global_batch=tr.global_batch,
                           recompute=tr.recompute)
     return _Problem(spec.model, topo.num_gpus, float(hbm), base, options, setup)
+
+
+#: Layout of one GPU: resolving the workload with it checks the model and batch without
+#: tying them to the workload file's own layout (which the enumeration replaces).
+_NEUTRAL = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 1}
+
+
+def _resolve(workload: Any, overrides: Mapping[str, Any], num_gpus: int):
+    """(spec, remaining overrides) of the point's workload: first on one GPU (so that a
+    file layout that does not suit this GPU count is no obstacle), else as the point says
+    (an interleaved schedule needs its pp; the error then is the point's own)."""
+    from dessim.workload.api import resolve_workload
+
+    neutral = {**overrides, "parallelism": {**dict(overrides.get("parallelism") or {}), **_NEUTRAL}}
+    try:
+        spec, rest, _ = resolve_workload(workload, neutral)
+    except DessimError:
+        spec, rest, _ = resolve_workload(workload, overrides, num_gpus)
+    return spec, rest
 
 
 def _choices(problem: _Problem) -> list[tuple[Any, Policy]]:
