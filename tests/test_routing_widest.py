@@ -28,3 +28,19 @@ def test_ecmp_still_spreads_over_equally_wide_paths():
     router = Router(Topology(g))
     middles = {router.path("a", "b", key)[1] for key in range(64)}
     assert middles == {"s1", "s2"}
+
+
+def test_nearest_skips_memory_nodes_it_cannot_reach():
+    # Two GPUs on a switch that do not forward traffic, each with its own CXL memory:
+    # from gpu0 only its own expander is reachable (gpu1 is not a transit node).
+    g = nx.Graph()
+    g.add_node("sw", kind="switch")
+    for i in (0, 1):
+        g.add_node(f"gpu{i}", kind="gpu", transit=False)
+        g.add_node(f"cxl{i}", kind="cxl_mem")
+        g.add_edge(f"gpu{i}", "sw", type="custom", bw=1.0, lat=0.0)
+        g.add_edge(f"gpu{i}", f"cxl{i}", type="cxl", bw=1.0, lat=0.0)
+    router = Router(Topology(g))
+    assert router.nearest("gpu0", ["cxl_mem"]) == "cxl0"
+    assert router.nearest("gpu1", ["cxl_mem"]) == "cxl1"
+    assert router.nearest("gpu0", ["host_mem"]) is None

@@ -102,6 +102,23 @@ class Router:
             self.path(src, dst)
         return (src, dst) in self._unique
 
+    def nearest(self, src: str, kinds: tuple[str, ...] | list[str]) -> str | None:
+        """The node of one of ``kinds`` nearest to ``src``: fewest hops, then lowest sum of
+        link latencies along the routed path, then name. Nodes that cannot be reached through
+        transit nodes are skipped; ``None`` if no node of those kinds is reachable."""
+        graph = self.topology.graph
+        best: tuple[int, float, str] | None = None
+        for node in sorted(n for k in kinds for n in self.topology.nodes_of_kind(k)):
+            try:
+                path = self.path(src, node)
+            except TopologyError:
+                continue
+            lat = sum(graph.edges[a, b]["lat"] for a, b in zip(path, path[1:]))
+            key = (len(path), lat, node)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[2]
+
     def hops(self, src: str, dst: str) -> int:
         """Number of links on a shortest path (the same for every ECMP choice)."""
         return len(self.path(src, dst)) - 1

@@ -258,26 +258,17 @@ def parse_rank_map(value: RankMapLike, num_trace_ranks: int, num_gpus: int | Non
 
 
 def nearest_memory_node(topology: Topology, rank: int, kinds: Sequence[str] = MEMORY_KINDS) -> str:
-    """The memory node of ``kinds`` nearest to GPU ``rank``: fewest hops, then lowest
-    sum of link latencies along the routed path, then name. TraceError if there is none."""
+    """The memory node of ``kinds`` nearest to GPU ``rank`` (see
+    :meth:`~dessim.topology.routing.Router.nearest`). TraceError if none is reachable."""
     from dessim.topology.routing import Router
 
-    candidates = sorted(n for k in kinds for n in topology.nodes_of_kind(k))
-    if not candidates:
+    found = Router(topology).nearest(topology.node_of(rank), tuple(kinds))
+    if found is None:
         raise TraceError(
-            f"topology {topology.name!r} has no memory node of kind {' or '.join(kinds)}: "
-            "MEM_LOAD/MEM_STORE nodes need one (e.g. --topology cxl:gpu=h100,expanders=4 or "
-            "pcie:8), or name one with mem_node=")
-    router = Router(topology)
-    gpu = topology.node_of(rank)
-    best = None
-    for mem in candidates:
-        path = router.path(gpu, mem)
-        lat = sum(topology.graph.edges[a, b]["lat"] for a, b in zip(path, path[1:]))
-        key = (len(path), lat, mem)
-        if best is None or key < best:
-            best = key
-    return best[2]
+            f"topology {topology.name!r} has no memory node of kind {' or '.join(kinds)} "
+            f"reachable from rank {rank}: MEM_LOAD/MEM_STORE nodes need one (e.g. --topology "
+            "cxl:gpu=h100,expanders=4 or pcie:8), or name one with mem_node=")
+    return found
 
 
 class _MemoryChooser:

@@ -67,10 +67,12 @@ def fill_buckets(blocks: Iterable[tuple[str, Mapping[str, float]]], limit: float
 
 
 def nearest_node(router: Router, topology: Topology, gpu: str, kind: str, what: str = "") -> str:
-    """The node of ``kind`` nearest to node ``gpu`` (fewest hops, then name); a
-    :class:`~dessim.errors.WorkloadError` naming ``what`` needs it if there is none."""
-    cands = sorted(topology.nodes_of_kind(kind))
-    if not cands:
+    """The node of ``kind`` nearest to node ``gpu`` (:meth:`Router.nearest`: fewest hops,
+    then latency, then name); a :class:`~dessim.errors.WorkloadError` naming ``what`` needs
+    it if the topology has none reachable from ``gpu``."""
+    found = router.nearest(gpu, (kind,))
+    if found is None:
         need = f"{what} needs" if what else "needs"
-        raise WorkloadError(f"{need} a {kind} node, but topology {topology.name!r} has none")
-    return min(cands, key=lambda n: (router.hops(gpu, n), n))
+        raise WorkloadError(f"{need} a {kind} node reachable from {gpu!r}, but topology "
+                            f"{topology.name!r} has none")
+    return found
