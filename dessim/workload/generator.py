@@ -71,10 +71,11 @@ from typing import Any, Sequence
 
 from dessim.catalog.devices import get_device
 from dessim.engine.device import DeviceModel
-from dessim.errors import WorkloadError
+from dessim.errors import MemoryFitError, WorkloadError
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
+from dessim.units import format_size
 from dessim.workload.gradsync import fill_buckets, nearest_node
 from dessim.workload.kernels import Kernel, embedding_kernels, head_kernels, layer_kernels
 from dessim.workload.layout import ParallelLayout
@@ -190,7 +191,42 @@ def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topolo
         if target != "none" and not topology.nodes_of_kind(OFFLOAD_NODE_KINDS[target]):
             raise WorkloadError(f"workload {name!r}: offload to {target!r} needs a "
                                 f"{OFFLOAD_NODE_KINDS[target]} node, but topology {topology.name!r} has none")
+    if options.check_memory:
+        _check_far_memory(model, layout, memory, topology, name)
     return WorkloadPlan(name, model, layout, memory, options, devices, estimate, float(capacity))
+
+
+def _check_far_memory(model: TransformerConfig, layout: ParallelLayout, memory: MemoryOptions,
+                      topology: Topology, name: str) -> None:
+    """Offloaded bytes must fit in the memory nodes they go to (a node's ``capacity``).
+
+    Every GPU offloads to its nearest node of the target kind (as the generator's transfers
+    do); the bytes of all GPUs sharing a node add up. Nodes without a ``capacity`` attribute
+    are taken as unbounded."""
+    if memory.offload_optimizer == "none" and memory.offload_activations == "none":
+        return
+    router = Router(topology)
+    per_stage: dict[int, MemoryEstimate] = {}
+    used: dict[str, float] = {}
+    sharers: dict[str, int] = {}
+    for rank in range(topology.num_gpus):
+        stage = layout.stage_of(rank)
+        if stage not in per_stage:
+            per_stage[stage] = estimate_memory(model, layout, memory, stage)
+        for target, nbytes in per_stage[stage].offloaded.items():
+            if not nbytes:
+                continue
+            node = nearest_node(router, topology, topology.node_of(rank), OFFLOAD_NODE_KINDS[target])
+            used[node] = used.get(node, 0.0) + nbytes
+            sharers[node] = sharers.get(node, 0) + 1
+    for node, nbytes in sorted(used.items()):
+        cap = topology.graph.nodes[node].get("capacity")
+        if cap is not None and nbytes > cap:
+            raise MemoryFitError(
+                f"workload {name!r}: offloading puts {format_size(nbytes)} from {sharers[node]} "
+                f"GPUs on {node!r}, which holds {format_size(cap)} ({format_size(nbytes - cap)} "
+                "too much); offload less (e.g. only the optimizer states), add memory, or use "
+                "more GPUs")
 
 
 # ---------------------------------------------------------------------- templates
