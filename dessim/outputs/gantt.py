@@ -28,14 +28,25 @@ def _scale(makespan: float) -> tuple[float, str]:
 
 
 def _rows(result: SimulationResult, max_spans: int):
+    """Spans to draw, row labels and row index; with more than ``max_spans`` spans only the
+    first ranks whose spans fit are drawn (at least one), and the note says so."""
     df = result.spans()
+    note = ""
     if len(df) > max_spans:
-        raise DessimError(f"the run has {len(df)} tasks; a Gantt chart is limited to {max_spans} "
-                          "(use the Chrome trace for large runs, or raise max_spans)")
+        counts = df.groupby("rank", sort=True).size()
+        keep, total = [], 0
+        for rank, n in counts.items():
+            if keep and total + n > max_spans:
+                break
+            keep.append(rank)
+            total += n
+        note = (f" (ranks {keep[0]}-{keep[-1]} of {counts.index.size}: {len(df)} tasks exceed "
+                f"{max_spans}; the Chrome trace has them all)")
+        df = df[df["rank"].isin(keep)]
     labels = sorted({(int(r), str(s)) for r, s in zip(df["rank"], df["stream"])},
                     key=lambda rs: (rs[0], rs[1] != "compute", rs[1]))
     row = {lab: i for i, lab in enumerate(labels)}
-    return df, labels, row
+    return df, labels, row, note
 
 
 def _write_png(result: SimulationResult, path: Path, max_spans: int) -> None:
@@ -45,7 +56,7 @@ def _write_png(result: SimulationResult, path: Path, max_spans: int) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise DessimError("PNG Gantt charts need matplotlib: pip install 'dessim[plot]'") from None
-    df, labels, row = _rows(result, max_spans)
+    df, labels, row, note = _rows(result, max_spans)
     k, unit = _scale(result.makespan_s)
     fig, ax = plt.subplots(figsize=(12, 0.35 * len(labels) + 1.5))
     for kind, part in df.groupby("kind", sort=True):
@@ -65,8 +76,8 @@ def _write_png(result: SimulationResult, path: Path, max_spans: int) -> None:
     ax.set_yticks(range(len(labels)), [f"rank {r} {s}" for r, s in labels], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
-    ax.set_title(f"{result.meta.get('graph', '')} on {result.meta.get('topology', '')}: "
-                 f"makespan {result.makespan_s * k:.4g} {unit}")
+    ax.set_title(f"{result.meta.get('graph', '')} on {result.meta.get('topology', '')}\n"
+                 f"makespan {result.makespan_s * k:.4g} {unit}{note}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
@@ -77,7 +88,7 @@ def _write_html(result: SimulationResult, path: Path, max_spans: int) -> None:
         import plotly.graph_objects as go
     except ImportError:
         raise DessimError("HTML Gantt charts need plotly: pip install 'dessim[html]'") from None
-    df, labels, row = _rows(result, max_spans)
+    df, labels, row, note = _rows(result, max_spans)
     k, unit = _scale(result.makespan_s)
     fig = go.Figure()
     names = [f"rank {r} {s}" for r, s in labels]
@@ -92,14 +103,17 @@ def _write_html(result: SimulationResult, path: Path, max_spans: int) -> None:
             x=((part["end_s"] - part["start_s"]) * k).tolist(),
             y=[names[row[(int(r), str(s))]] for r, s in zip(part["rank"], part["stream"])],
             marker_color=KIND_COLORS.get(kind, "#999999"), hovertext=text, hoverinfo="text"))
-    fig.update_layout(barmode="overlay", title=f"makespan {result.makespan_s * k:.4g} {unit}",
+    fig.update_layout(barmode="overlay", title=f"makespan {result.makespan_s * k:.4g} {unit}{note}",
                       xaxis_title=f"time ({unit})", height=max(300, 28 * len(labels) + 150))
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=names)
     fig.write_html(path, include_plotlyjs=True, full_html=True)
 
 
 def write_gantt(result: SimulationResult, path: str | Path, *, max_spans: int = 20000) -> Path:
-    """Write a Gantt chart; ``.png`` (matplotlib) or ``.html`` (plotly, self-contained)."""
+    """Write a Gantt chart; ``.png`` (matplotlib) or ``.html`` (plotly, self-contained).
+
+    Runs with more than ``max_spans`` tasks are drawn for their first ranks only (whole
+    ranks, as many as fit); the title says which."""
     path = Path(path)
     if path.suffix == ".png":
         _write_png(result, path, max_spans)
