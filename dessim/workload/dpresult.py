@@ -24,6 +24,7 @@ from typing import Any
 from dessim.catalog.devices import get_device
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
+from dessim.workload.result import rate_figures
 
 __all__ = ["DPResult", "Generated"]
 
@@ -61,21 +62,12 @@ class DPResult:
             for cat, v in r.exposed_by_category.items():
                 exposed[cat] = exposed.get(cat, 0.0) + v / n
         compute = sum(r.compute_s for r in sim.ranks) / n
-        rate = (lambda x: x / it) if it > 0 else (lambda x: 0.0)
         return {
             "workload": self.name,
             "kind": self.kind,
             "gpus": gpus,
             "device": ",".join(sorted(set(self.devices))),
-            "iteration_s": it,
-            "tokens_per_s": rate(self.global_batch * self.tokens_per_sample),
-            "samples_per_s": rate(self.global_batch),
-            "model_flops": f_model,
-            "hardware_flops": f_hw,
-            "model_tflops_per_gpu": rate(f_model) / gpus / 1e12,
-            "hardware_tflops_per_gpu": rate(f_hw) / gpus / 1e12,
-            "mfu": rate(f_model) / peak if peak else 0.0,
-            "hfu": rate(f_hw) / peak if peak else 0.0,
+            **rate_figures(it, self.global_batch, self.tokens_per_sample, f_model, f_hw, gpus, peak),
             "bubble_fraction": 0.0,
             "exposed_comm_s": dict(sorted(exposed.items())),
             "exposed_comm_total_s": sum(exposed.values()),

@@ -72,6 +72,31 @@ def bubble_fraction(sim: SimulationResult) -> float:
     return max(0.0, 1.0 - busy / (ranks * window))
 
 
+def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
+                 model_flops: float, hardware_flops: float, gpus: int,
+                 peak_flops: float) -> dict[str, float]:
+    """Throughput and utilisation of one iteration, shared by every workload kind.
+
+    ``samples`` per iteration (the global batch), ``model_flops``/``hardware_flops`` per
+    iteration for the whole cluster, ``peak_flops`` the summed dense peak of all GPUs (FLOP/s).
+    MFU = model FLOP/s / peak; HFU counts recomputation too. Zero when the iteration is empty.
+    """
+    def rate(x: float) -> float:
+        return x / iteration_s if iteration_s > 0 else 0.0
+
+    return {
+        "iteration_s": iteration_s,
+        "tokens_per_s": rate(samples * tokens_per_sample),
+        "samples_per_s": rate(samples),
+        "model_flops": model_flops,
+        "hardware_flops": hardware_flops,
+        "model_tflops_per_gpu": rate(model_flops) / gpus / 1e12,
+        "hardware_tflops_per_gpu": rate(hardware_flops) / gpus / 1e12,
+        "mfu": rate(model_flops) / peak_flops if peak_flops else 0.0,
+        "hfu": rate(hardware_flops) / peak_flops if peak_flops else 0.0,
+    }
+
+
 @dataclass
 class WorkloadResult:
     """One simulated training iteration: the plan, the task graph and the engine result."""
@@ -107,20 +132,11 @@ class WorkloadResult:
         for r in sim.ranks:
             for cat, v in r.exposed_by_category.items():
                 exposed[cat] = exposed.get(cat, 0.0) + v / n
-        rate = (lambda x: x / it) if it > 0 else (lambda x: 0.0)
         return {
             "workload": plan.name,
             "gpus": gpus,
             "device": ",".join(sorted(set(plan.devices))),
-            "iteration_s": it,
-            "tokens_per_s": rate(gb * model.seq_len),
-            "samples_per_s": rate(gb),
-            "model_flops": f_model,
-            "hardware_flops": f_hw,
-            "model_tflops_per_gpu": rate(f_model) / gpus / 1e12,
-            "hardware_tflops_per_gpu": rate(f_hw) / gpus / 1e12,
-            "mfu": rate(f_model) / peak if peak else 0.0,
-            "hfu": rate(f_hw) / peak if peak else 0.0,
+            **rate_figures(it, gb, model.seq_len, f_model, f_hw, gpus, peak),
             "bubble_fraction": bubble_fraction(sim),
             "exposed_comm_s": exposed,
             "exposed_comm_total_s": sum(exposed.values()),
