@@ -27,7 +27,8 @@ def test_show_json(run):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["gpus"] == 16 and data["diameter"] == 8 and data["dims"] == [8, 2]
-    assert data["nodes"]["nic"] == 16 and data["links"]["ib"] == 16 + 8 * 4  # NIC links + 8 leaves x 4 spines
+    # NIC links + 8 leaves x 2 spines (2 nodes per leaf: two port-speed uplinks each)
+    assert data["nodes"]["nic"] == 16 and data["links"]["ib"] == 16 + 8 * 2
     assert data["bisection_bw_GBps"] == pytest.approx(8 * 47)
     assert data["bisection_bw"] == pytest.approx(8 * 47e9)
     assert data["injection_bw"]["min"] == pytest.approx(433e9)

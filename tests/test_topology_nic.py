@@ -33,3 +33,17 @@ def test_nic_picks_a_catalog_technology():
 def test_bad_nic_options(spec, message):
     with pytest.raises(DessimError, match=message):
         load_topology(spec)
+
+
+def test_small_clusters_get_port_speed_uplinks():
+    # 2 nodes: each rail leaf has 2 NIC ports below it, so 2 spines at NIC speed; a single
+    # cross-rail flow is limited by its NIC (50 GB/s x efficiency), not by a thin uplink.
+    t = load_topology("dgx-h100:nodes=2")
+    spines = sorted(n for n in t.graph.adj["leaf.su0.r0"] if n.startswith("spine"))
+    assert spines == ["spine0", "spine1"]
+    assert all(t.link("leaf.su0.r0", s).bw == get_link_tech("ib_ndr").bw for s in spines)
+    from dessim.network import simulate_transfers
+
+    res = simulate_transfers(t, [(7, 8, "1GB", 0.0)])   # n0.gpu7 -> n1.gpu0: rail 7 -> rail 0
+    nic = get_link_tech("ib_ndr")
+    assert 1e9 / (res.finish_times[0]) == pytest.approx(nic.bw * nic.efficiency, rel=1e-3)

@@ -20,7 +20,8 @@ Node layout of one DGX node ``n<k>`` (reference README §1.5)::
 Scale-out (``nodes > 1``): rail-optimised fat tree (DGX SuperPOD RA, reference README §1.5):
 NIC i of every node of scalable unit (SU) s (nodes 32s..32s+31) connects to rail leaf
 ``leaf.su<s>.r<i>``; every leaf links once (aggregated) to every spine ``spine<k>``. Default
-spine count = leaves / 2 (the SuperPOD's 16 spines per 32 leaves), at least 1; each leaf's
+spine count = min(leaves / 2, ceil(nodes per leaf / oversub)), at least 1: the SuperPOD's 16
+spines per 32 leaves, and no uplink slower than a NIC port on smaller clusters; each leaf's
 aggregate uplink = its aggregate downlink / ``oversub`` (1.0: non-blocking), split evenly over
 the spines. Same-rail traffic in an SU is one leaf hop; cross-rail or cross-SU traffic goes
 through a spine. dims ``(8, nodes)``, rank = 8 * node + local GPU index.
@@ -168,8 +169,13 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
     if nodes > 1:
         n_su = math.ceil(nodes / su_size)
         n_leaves = n_su * DGX_GPUS
+        per_leaf = min(nodes, su_size)  # nodes (NIC ports) under the fullest leaf
+        # Default: uplinks at port speed or wider. A leaf needs ceil(per_leaf / oversub) port-speed
+        # uplinks; the SuperPOD (32 leaves, 16 spines, 2 x 400G per leaf-spine pair) caps the
+        # spine count at leaves / 2. Fewer, thinner uplinks would cap a single cross-rail flow
+        # below its NIC speed on small clusters.
         n_spines = (parse_count(spines, f"{where} spines", minimum=1) if spines is not None
-                    else max(1, n_leaves // 2))
+                    else max(1, min(n_leaves // 2, math.ceil(per_leaf / oversub))))
         for s in range(n_spines):
             g.add_node(f"spine{s}", kind="switch")
         for su in range(n_su):

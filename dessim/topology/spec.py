@@ -258,7 +258,7 @@ def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
         (Param("nodes", _p_count(1), 1, "number of DGX nodes"),
          Param("ideal", _p_bool, False, "every link efficiency 1.0"),
          Param("oversub", _p_float, 1.0, "leaf uplink oversubscription (1 = non-blocking)"),
-         Param("spines", _p_count(1), None, "spine switches (default leaves/2)"),
+         Param("spines", _p_count(1), None, "spine switches (default min(leaves/2, nodes per leaf/oversub))"),
          Param("gpu", _p_device, None, f"GPU model ({gpus})"),
          Param("su_size", _p_count(1), presets.SU_SIZE, "nodes per scalable unit"),
          Param("nic", _p_str, None, "scale-out link technology (catalog key, e.g. ib_ndr, eth400)"),
