@@ -373,23 +373,26 @@ class FlowNetwork(Network):
         return None
 
     # ------------------------------------------------------------------ rate solve
-    def _component(self) -> tuple[dict[int, _Flow], set[int]]:
+    def _component(self) -> tuple[dict[int, _Flow], list[int]]:
         """Flows and channels coupled (through shared channels) with the dirty channels."""
         users = self._users
-        seen = set(self._dirty)
+        seen = bytearray(len(users))       # one mark per channel: cheaper than a set
         stack = list(self._dirty)
+        for c in stack:
+            seen[c] = 1
+        chans = list(stack)
         flows: dict[int, _Flow] = {}
         while stack:
-            c = stack.pop()
-            for fid, f in users[c].items():
+            for fid, f in users[stack.pop()].items():
                 if fid in flows:
                     continue
                 flows[fid] = f
                 for d in f.route.channels:
-                    if d not in seen:
-                        seen.add(d)
+                    if not seen[d]:
+                        seen[d] = 1
                         stack.append(d)
-        return flows, seen
+                        chans.append(d)
+        return flows, chans
 
     def _solve(self, now: float) -> None:
         self.solves += 1
@@ -402,23 +405,28 @@ class FlowNetwork(Network):
                 f.remaining -= f.rate * (now - f.last)
             f.last = now
         rates = self._solver({fid: flows[fid].route.channels for fid in order}, self.channels.capacity)
+        self._apply(now, [flows[fid] for fid in order], rates)
+        if self.record:
+            self._record_utilisation(now, chans)
+        if len(self._heap) > 4 * (len(self._active) + len(self._pending) + len(self._bundles)
+                                  + len(self._bpending)) + 1024:
+            self._compact_heap()
+
+    def _apply(self, now: float, flows: list[_Flow], rates: Mapping[int, float]) -> None:
+        """Give ``flows`` (progress already brought to ``now``) their new rates; a flow whose
+        rate changed gets a new version and ETA."""
         heap = self._heap
-        for fid in order:
-            f = flows[fid]
-            r = rates[fid]
+        push = heapq.heappush
+        for f in flows:
+            r = rates[f.fid]
             if r != f.rate:
                 f.rate = r
                 f.version += 1
                 if r > 0.0:  # capacities are > 0, so max-min rates are too
                     f.eta = now + max(f.remaining, 0.0) / r
-                    heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
-        if self.record:
-            self._record_utilisation(now, chans)
-        if len(heap) > 4 * (len(self._active) + len(self._pending) + len(self._bundles)
-                            + len(self._bpending)) + 1024:
-            self._compact_heap()
+                    push(heap, (f.eta, _FINISH, f.fid, f.version))
 
-    def _record_utilisation(self, now: float, chans: set[int]) -> None:
+    def _record_utilisation(self, now: float, chans: Sequence[int]) -> None:
         cap = self.channels.capacity
         for c in sorted(chans):
             used = sum(f.rate for f in self._users[c].values()) / cap[c]

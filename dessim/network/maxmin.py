@@ -48,12 +48,21 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
             else:
                 lst.append(f)
 
-    remaining = {c: float(capacity[c]) for c in users}
-    unfixed = {c: len(fs) for c, fs in users.items()}  # counts a flow once per crossing
-    heap = [(remaining[c] / unfixed[c], c) for c in users]
+    # One pass builds the residual capacities, the unfixed counts (a flow once per crossing)
+    # and the initial heap.
+    remaining: dict[int, float] = {}
+    unfixed: dict[int, int] = {}
+    heap: list[tuple[float, int]] = []
+    for c, fs in users.items():
+        cap = float(capacity[c])
+        n = len(fs)
+        remaining[c] = cap
+        unfixed[c] = n
+        heap.append((cap / n, c))
     heapq.heapify(heap)
 
-    while heap:
+    left = len(flow_channels) - len(rates)   # flows still to fix: stop as soon as none is
+    while left:
         share, c = heapq.heappop(heap)
         n = unfixed[c]
         if n == 0:
@@ -67,6 +76,7 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
             if f in rates:
                 continue
             rates[f] = share
+            left -= 1
             for d in flow_channels[f]:
                 unfixed[d] -= 1
                 remaining[d] -= share
