@@ -195,7 +195,7 @@ def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | 
         if other is not None:
             return other
     plan, topo = plan_workload(workload, topology, overrides=overrides, engine=options)
-    graph = build_taskgraph(plan, topo)
+    graph = build_taskgraph(plan, topo, engine=options)
     sim = simulate(graph, topo, options or EngineOptions(record_links=False))
     return WorkloadResult(plan, graph, sim)
 

@@ -84,6 +84,8 @@ from dessim.workload.memory import (MemoryEstimate, MemoryOptions, check_fit, es
 from dessim.workload.model import TransformerConfig
 from dessim.workload.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
                                     layer_points, merge_steps)
+from dessim.workload.stage_passes import PassTimeline, pass_timeline
+from dessim.workload.tp_islands import CollectiveTiming, TPIslands
 from dessim.workload.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
 
 __all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "OFFLOAD_NODE_KINDS",
@@ -108,7 +110,12 @@ class GeneratorOptions:
     free (module docstring). ``embedding_head=False``: leave out the embedding and LM-head
     kernels, their communication and their parameters, so that every pipeline stage does the
     same work (pipeline-bubble studies). ``optimizer=False``: no optimizer step.
-    ``check_memory=False``: skip the memory fit check."""
+    ``check_memory=False``: skip the memory fit check. ``tp_closed_form``: TP collectives of
+    isolated NVSwitch islands become ``delay`` tasks of their idle-network time
+    (:mod:`dessim.workload.tp_islands`); groups that share channels keep simulated
+    collectives. ``granularity="stage"`` implies it and merges each pass into one compute task
+    per DP-bucket segment (:mod:`dessim.workload.stage_passes`), falling back to ``layer``
+    when a TP group is not isolated or a pass holds other communication. Both off by default."""
 
     granularity: str = "layer"
     bucket_size: int | None = None
@@ -116,6 +123,7 @@ class GeneratorOptions:
     embedding_head: bool = True
     optimizer: bool = True
     check_memory: bool = True
+    tp_closed_form: bool = False
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -250,7 +258,7 @@ def _kernel_label(kernels: Sequence[Kernel]) -> str:
 
 
 class _Generator:
-    def __init__(self, plan: WorkloadPlan, topology: Topology) -> None:
+    def __init__(self, plan: WorkloadPlan, topology: Topology, engine: Any = None) -> None:
         self.plan = plan
         self.topo = topology
         self.model = plan.model
@@ -288,6 +296,124 @@ class _Generator:
         self.mem_node_cache: dict[tuple[int, str], str] = {}
         self.next_id: dict[int, int] = {}
         self.last_stream: dict[tuple[int, str], str] = {}   #: last task of each (rank, stream)
+        self.islands: TPIslands | None = None
+        self.stage_mode = False
+        self.fallback: list[str] = []
+        self.timelines: dict[tuple, PassTimeline | None] = {}
+        self.pass_inputs: dict[tuple, list[tuple[str, list[str]]]] = {}
+        self._setup_closed_form(engine)
+
+    # ------------------------------------------------------------------ closed-form TP
+    def _setup_closed_form(self, engine: Any) -> None:
+        """Decide which TP groups are timed in closed form and whether passes merge."""
+        opts, lo = self.opts, self.lo
+        want = opts.tp_closed_form or opts.granularity == "stage"
+        if not want or not self.comm or lo.tp == 1:
+            return
+        if engine is not None and (engine.slowdown or engine.straggler_sigma > 0):
+            self.fallback.append("per-rank compute slowdown: TP members would not stay in step")
+            self.graph.meta["closed_form_fallback"] = self.fallback[:8]
+            return
+        others = [g for kind in ("dp_cp", "edp_cp", "ep", "cp") for g in lo.groups(kind)]
+        node = self.topo.node_of
+        pairs = [(node(r), node(self._pp_rank(r, lo.stage_of(r) + 1))) for r in range(lo.world_size)
+                 if lo.stage_of(r) + 1 < lo.pp]
+        if lo.virtual_stages > 1:   # interleaved: the last stage also sends to the first
+            pairs += [(node(r), node(self._pp_rank(r, 0))) for r in range(lo.world_size)
+                      if lo.stage_of(r) == lo.pp - 1]
+        for target in (self.plan.memory.offload_optimizer, self.plan.memory.offload_activations):
+            if target != "none":
+                pairs += [(node(r), self._mem_node(r, target)) for r in range(lo.world_size)]
+        self.islands = TPIslands(self.topo, lo.groups("tp"), others, pairs,
+                                 CollectiveTiming.from_engine(engine))
+        for g, why in sorted(self.islands.fallbacks.items()):
+            self.fallback.append(f"TP group {list(g)}: {why}")
+        if opts.granularity == "stage":
+            self.stage_mode = self._stage_possible()
+        self.graph.meta["tp_closed_form_groups"] = len(self.islands.isolated_groups)
+        self.graph.meta["tp_simulated_groups"] = len(lo.groups("tp")) - len(self.islands.isolated_groups)
+        self.graph.meta["stage_merged"] = self.stage_mode
+        if self.fallback:
+            self.graph.meta["closed_form_fallback"] = self.fallback[:8]
+
+    def _tp_time(self, s: Step, group: tuple[int, ...]) -> float | None:
+        if s.group != "tp" or self.islands is None or not self.islands.isolated(group):
+            return None
+        return self.islands.time(s.op, s.size, group)
+
+    def _timeline(self, rank: int, stage: int, chunk: int, phase: str) -> PassTimeline | None:
+        group = self.groups["tp"][rank]
+        key = (stage, chunk, phase, self.plan.devices[rank], group)
+        if key not in self.timelines:
+            t = self._template(stage, chunk, phase)
+            cuts: set[int] = set()
+            if phase == "B" and self.lo.zero_stage < 3:
+                grad = self.model.precision_spec.grad_bytes
+                ready = ((b, {"dp_cp": d * grad, "edp_cp": e * grad}) for b, d, e in t.block_params)
+                cuts = {t.completes[b.after] for b in fill_buckets(ready, self.plan.bucket_size,
+                                                                     ("dp_cp", "edp_cp"))}
+            self.timelines[key] = pass_timeline(t.steps, cuts, lambda k: self._ktime(rank, k),
+                                                lambda s: self._tp_time(s, group))
+        return self.timelines[key]
+
+    def _stage_possible(self) -> bool:
+        """Stage merging is exact here: every TP group closed-form, homogeneous GPUs, passes
+        of compute + TP only, and no pass's TP tail can delay the next pass's first TP."""
+        lo = self.lo
+        if self.islands is None or len(self.islands.isolated_groups) != len(lo.groups("tp")):
+            self.fallback.append("stage granularity needs every TP group in closed form: using layer")
+            return False
+        if len(set(self.plan.devices)) != 1:
+            self.fallback.append("stage granularity needs one GPU model on every rank: using layer")
+            return False
+        firsts, tails = [], []
+        for g in lo.groups("tp"):
+            stage = lo.stage_of(g[0])
+            for chunk in range(self.v):
+                for phase in ("F", "B"):
+                    tl = self._timeline(g[0], stage, chunk, phase)
+                    if tl is None:
+                        self.fallback.append(f"stage {stage} chunk {chunk} {phase}: a pass holds "
+                                             "communication other than closed-form TP: using layer")
+                        return False
+                    firsts.append(tl.first_tp)
+                    tails.append(tl.tail)
+        if max(tails) > min(firsts):
+            self.fallback.append("a TP collective outlasts its pass by more than the next pass "
+                                 "computes before its first TP collective: using layer")
+            return False
+        return True
+
+    def _emit_merged(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
+                     input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
+        """A pass as its merged segments (:mod:`dessim.workload.stage_passes`); ``ids`` maps
+        every template step to the segment task that contains it."""
+        t = self._template(stage, chunk, phase)
+        tl = self._timeline(rank, stage, chunk, phase)
+        assert tl is not None
+        ids: list[list[str]] = [[] for _ in t.steps]
+        prev: list[str] = []
+        cat = "fwd" if phase == "F" else "bwd"
+        group = self.groups["tp"][rank]
+        for n, seg in enumerate(tl.segments):
+            tid = self._tid(rank)
+            label = f"{cat} stage{stage} c{chunk} mb{mb} seg{n} ({t.labels[seg.first]}..{t.labels[seg.last]})"
+            self._add(Task(tid, rank, "compute", stream="compute", name=label, category=cat,
+                           duration=seg.duration, flops=seg.flops, bytes=seg.bytes, kernel="layer",
+                           attrs={"model_flops": seg.model_flops, "tp_comm_s": seg.tp_comm_s,
+                                  "tp_exposed_s": seg.tp_exposed_s, "merged": True}),
+                      prev + (input_deps if n == 0 else []))
+            if n == 0 and input_deps:
+                # members start together (their first TP collective would sync them)
+                self.pass_inputs.setdefault((group, stage, chunk, phase, mb), []).append((tid, list(input_deps)))
+            for i in range(seg.first, seg.last + 1):
+                ids[i] = [tid]
+            prev = [tid]
+        if tl.tail > 0:
+            tid = self._tid(rank)
+            self._add(Task(tid, rank, "delay", stream="tp", name=f"tp tail stage{stage} c{chunk} mb{mb}",
+                           category="tp", duration=tl.tail, attrs={"closed_form": True}), prev)
+        return t, ids
 
     # ------------------------------------------------------------------ helpers
     def _count(self, rank: int, what: str) -> int:
@@ -364,7 +490,7 @@ class _Generator:
         builder = PassBuilder(self.model, self.lo, zero3_param_bytes=self.model.precision_spec.param_bytes,
                               offload_activations=self.act_bytes > 0)
         steps = builder.forward(blocks, zero3) if phase == "F" else builder.backward(blocks, zero3)
-        if self.opts.granularity == "layer":
+        if self.opts.granularity in ("layer", "stage"):
             steps = merge_steps(steps)
         labels, attrs = [], []
         completes: dict[str, int] = {}
@@ -399,7 +525,14 @@ class _Generator:
         n = self._count(rank, f"coll.{gkind}")
         coll_id = f"{gkind}{group[0]}.{n}"
         tid = self._tid(rank)
-        if self.comm:
+        closed = (self.islands.time(op, size, group)
+                  if gkind == "tp" and self.islands is not None and self.islands.isolated(group) else None)
+        if closed is not None:
+            # an isolated TP island: its idle-network time, starting when all members are ready
+            self._add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
+                           duration=closed, attrs={"op": op, "size": float(size), "closed_form": True}), deps)
+            self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
+        elif self.comm:
             self._add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
                            op=op, size=float(size), group=group, coll_id=coll_id), deps)
         else:
@@ -450,6 +583,8 @@ class _Generator:
 
     def _emit_pass(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                    input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
+        if self.stage_mode:
+            return self._emit_merged(rank, stage, chunk, phase, mb, input_deps)
         t = self._template(stage, chunk, phase)
         ids: list[list[str]] = []
         cp_group = self.groups["cp"][rank]
@@ -623,6 +758,12 @@ class _Generator:
                 for d in inputs:
                     if not self.graph.graph.has_edge(d, tid):
                         self.graph.depend(d, tid)
+        for members in self.pass_inputs.values():
+            inputs = sorted({d for _, deps in members for d in deps})
+            for tid, _ in members:
+                for d in inputs:
+                    if not self.graph.graph.has_edge(d, tid):
+                        self.graph.depend(d, tid)
         for pair in self.free_p2p.values():
             send, recv = pair.get("send"), pair.get("recv")
             if send is None or recv is None:  # pragma: no cover - the generator pairs every transfer
@@ -632,7 +773,7 @@ class _Generator:
     def run(self) -> TaskGraph:
         for rank in range(self.lo.world_size):
             self.emit_rank(rank)
-        if not self.comm:
+        if not self.comm or self.free_colls or self.pass_inputs:
             self._link_free()
         return self.graph
 
@@ -644,19 +785,21 @@ def _kernel_task(k: Kernel) -> Task:
 
 def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,
                     layout: ParallelLayout | None = None, memory: MemoryOptions | None = None,
-                    options: GeneratorOptions | None = None, device: str | None = None) -> TaskGraph:
+                    options: GeneratorOptions | None = None, device: str | None = None,
+                    engine: Any = None) -> TaskGraph:
     """The task graph of one training iteration of ``workload`` on ``topology``.
 
     ``workload``: a :class:`WorkloadPlan` (from :func:`make_plan`), a
     :class:`~dessim.workload.spec.WorkloadSpec` (its layout scaled to the topology's GPU count
     unless ``layout`` is given; its memory options and device), or a
-    ``(TransformerConfig, ParallelLayout)`` pair. Raises
+    ``(TransformerConfig, ParallelLayout)`` pair. ``engine``: the :class:`~dessim.engine.EngineOptions` the graph will be replayed
+    with (closed-form TP times use its network model, algorithm and chunking). Raises
     :class:`~dessim.errors.WorkloadError` for invalid layouts and
     :class:`~dessim.errors.MemoryFitError` when the layout does not fit.
     """
     if not isinstance(workload, WorkloadPlan):
         workload = plan_for(workload, topology, layout=layout, memory=memory, options=options, device=device)
-    return _Generator(workload, topology).run()
+    return _Generator(workload, topology, engine).run()
 
 
 def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None = None,

@@ -66,8 +66,9 @@ from dessim.workload.model import TransformerConfig
 __all__ = ["Step", "Block", "PassBuilder", "CommPoint", "CommSpec", "layer_points",
            "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES"]
 
-#: Task granularities of the generator.
-GRANULARITIES: tuple[str, ...] = ("layer", "kernel")
+#: Task granularities of the generator (``stage``: one task per pass and DP bucket, see
+#: :mod:`dessim.workload.tp_islands`; it falls back to ``layer`` where it would not be exact).
+GRANULARITIES: tuple[str, ...] = ("layer", "kernel", "stage")
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dessim.engine.intervals import length, union
+from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
 from dessim.workload.flops import hardware_flops_per_iteration, model_flops_per_iteration
@@ -59,7 +59,7 @@ def bubble_fraction(sim: SimulationResult) -> float:
         if kind == "compute" and category in PIPELINE_WORK:
             per_rank.setdefault(rank, []).append((start, end))
             lo, hi = min(lo, start), max(hi, end)
-        elif category in STAGE_COMM and kind != "delay" and end > active:
+        elif category in STAGE_COMM and end > active:   # incl. closed-form TP delays
             per_rank.setdefault(rank, []).append((active, end))
     window = hi - lo
     if not per_rank or window <= 0:
@@ -97,6 +97,26 @@ def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
     }
 
 
+def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph) -> float:
+    """Exposed TP communication timed in closed form (:mod:`dessim.workload.tp_islands`),
+    mean over ranks: ``delay`` tasks of category ``tp`` not overlapped by the rank's compute
+    tasks, plus ``attrs["tp_exposed_s"]`` of merged stage tasks. The engine counts delays as
+    compute, so these are invisible to its per-category accounting."""
+    delays: dict[int, list[tuple[float, float]]] = {}
+    compute: dict[int, list[tuple[float, float]]] = {}
+    inside = 0.0
+    for rec in sim.span_records:
+        rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
+        if kind == "delay" and category == "tp" and end > start:
+            delays.setdefault(rank, []).append((start, end))
+        elif kind == "compute":
+            compute.setdefault(rank, []).append((start, end))
+            if graph.meta.get("stage_merged"):
+                inside += float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
+    exposed = sum(length(subtract(union(iv), union(compute.get(r, [])))) for r, iv in delays.items())
+    return (exposed + inside) / (len(sim.ranks) or 1)
+
+
 @dataclass
 class WorkloadResult:
     """One simulated training iteration: the plan, the task graph and the engine result."""
@@ -132,6 +152,8 @@ class WorkloadResult:
         for r in sim.ranks:
             for cat, v in r.exposed_by_category.items():
                 exposed[cat] = exposed.get(cat, 0.0) + v / n
+        if self.taskgraph.meta.get("tp_closed_form_groups"):
+            exposed["tp"] += closed_form_tp_exposed(sim, self.taskgraph)
         return {
             "workload": plan.name,
             "gpus": gpus,
