@@ -66,7 +66,22 @@ WAKE_PRIORITY: int = 2
 
 _FINISH, _JOIN = 0, 1
 
-Solver = Callable[[Mapping[int, Sequence[int]], Sequence[float]], dict[int, float]]
+#: Relative tolerance of the incremental solve's max-min check (a channel is saturated when
+#: its load is >= capacity * (1 - SAT_TOL); a flow is the largest on a channel when no other
+#: one exceeds its rate * (1 + SAT_TOL)). It only has to absorb float rounding of sums of at
+#: most a few thousand rates (~1e-13 relative); a tighter value is always safe (a false
+#: violation only enlarges the affected set), a looser one could accept a rate that is wrong
+#: by up to SAT_TOL relative.
+SAT_TOL: float = 1e-12
+
+#: The incremental solve gives up and re-solves the whole component once the affected set
+#: holds more than this fraction of the active flows (or the minimum below): past that point
+#: a few restricted solves cost more than one full solve. Speed only; both paths are exact.
+INCREMENTAL_MAX_FRACTION: float = 0.5
+INCREMENTAL_MIN_LIMIT: int = 32
+
+Solver = Callable[[Mapping[int, Sequence[int]], Mapping[int, float] | Sequence[float]],
+                  dict[int, float]]
 
 
 class _Flow:
@@ -131,9 +146,14 @@ class FlowNetwork(Network):
     name = "flow"
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
-                 record: bool = False, solver: Solver = solve_maxmin, bundles: bool = True) -> None:
+                 record: bool = False, solver: Solver = solve_maxmin, bundles: bool = True,
+                 incremental: bool = True) -> None:
         super().__init__(env, topology, router=router, record=record, bundles=bundles)
         self._solver = solver
+        self.incremental = bool(incremental)
+        #: Solves done on an affected set only / that fell back to the whole component.
+        self.incremental_solves = 0
+        self.fallback_solves = 0
         n_chan = len(self.channels)
         self._users: list[dict[int, _Flow]] = [{} for _ in range(n_chan)]
         self._pending: dict[int, _Flow] = {}   # in their latency phase
@@ -396,6 +416,13 @@ class FlowNetwork(Network):
 
     def _solve(self, now: float) -> None:
         self.solves += 1
+        if self.incremental:
+            chans = self._solve_incremental(now)
+            if chans is not None:
+                self.incremental_solves += 1
+                self._after_solve(now, chans)
+                return
+            self.fallback_solves += 1
         flows, chans = self._component()
         self._dirty = set()
         order = sorted(flows)
@@ -406,11 +433,132 @@ class FlowNetwork(Network):
             f.last = now
         rates = self._solver({fid: flows[fid].route.channels for fid in order}, self.channels.capacity)
         self._apply(now, [flows[fid] for fid in order], rates)
+        self._after_solve(now, chans)
+
+    def _after_solve(self, now: float, chans: Sequence[int]) -> None:
         if self.record:
             self._record_utilisation(now, chans)
         if len(self._heap) > 4 * (len(self._active) + len(self._pending) + len(self._bundles)
                                   + len(self._bpending)) + 1024:
             self._compact_heap()
+
+    def _solve_incremental(self, now: float) -> list[int] | None:
+        """Re-rate only the flows whose max-min rate can change; None = fall back.
+
+        Start from the flows on the dirty channels (those that joined, and those that shared a
+        channel with a flow that left). Progressive filling runs on this affected set ``A``
+        with every other flow's rate fixed (each channel's capacity minus the outside flows'
+        rates). The result is the global max-min allocation iff every flow still has a
+        bottleneck — a saturated channel on its path where no flow gets more (Bertsekas &
+        Gallager, Data Networks §6.5.2). Only flows of ``A`` and outside flows sharing a
+        channel with ``A`` can lose theirs (nothing else changed), so those are checked:
+
+        * an outside flow without a bottleneck (its bottleneck channel was freed, or a flow of
+          ``A`` now gets more there) joins ``A``;
+        * a flow of ``A`` without one is held below an outside flow that gets more on a
+          saturated channel: those outside flows join ``A``.
+
+        Repeat until the check passes (the allocation is then the max-min one: the same rates
+        as a full solve up to float rounding), or ``A`` outgrows the limit, or no flow can be
+        added (float noise beyond :data:`SAT_TOL`): then the caller solves the whole component.
+        Returns the channels whose load may have changed (for utilisation records).
+        """
+        users, cap = self._users, self.channels.capacity
+        dirty = sorted(self._dirty)
+        limit = max(INCREMENTAL_MIN_LIMIT, int(INCREMENTAL_MAX_FRACTION * len(self._active)))
+        aff: dict[int, _Flow] = {}
+        for c in dirty:
+            aff.update(users[c])
+        lo, hi = 1.0 - SAT_TOL, 1.0 + SAT_TOL
+        fixed: dict[int, tuple[float, float]] = {}  # (load, top) of channels without A flows
+        while True:
+            if len(aff) > limit:
+                return None
+            order = sorted(aff)
+            # residual capacity of every channel of A: capacity minus the outside flows' rates
+            resid: dict[int, float] = {}
+            for fid in order:
+                for c in aff[fid].route.channels:
+                    if c not in resid:
+                        outside = 0.0
+                        for gid, g in users[c].items():
+                            if gid not in aff:
+                                outside += g.rate
+                        r = cap[c] - outside
+                        resid[c] = r if r > 0.0 else 0.0
+            rates = self._solver({fid: aff[fid].route.channels for fid in order}, resid)
+            # Per channel of A: load and largest rate with the new rates, largest old rate.
+            # A channel is "worse" for outside flows if it is no longer saturated or its
+            # largest rate grew (a dirty channel lost or gained flows): only outside flows
+            # on a worse channel can have lost their bottleneck.
+            stats: dict[int, tuple[float, float]] = {}
+            worse: list[int] = []
+            for c in resid:
+                load = top = old = 0.0
+                for gid, g in users[c].items():
+                    r0 = g.rate
+                    r = rates[gid] if gid in aff else r0
+                    load += r
+                    if r > top:
+                        top = r
+                    if r0 > old:
+                        old = r0
+                stats[c] = (load, top)
+                if load < cap[c] * lo or top > old * hi or c in self._dirty:
+                    worse.append(c)
+            grow: dict[int, _Flow] = {}
+            for fid in order:   # flows of A: held below an outside flow?
+                f = aff[fid]
+                r = rates[fid]
+                if not r > 0.0:
+                    return None
+                bound = r * hi
+                chans = f.route.channels
+                ok = False
+                for c in chans:
+                    load, top = stats[c]
+                    if load >= cap[c] * lo and top <= bound:
+                        ok = True
+                        break
+                if ok:
+                    continue
+                for c in chans:
+                    if stats[c][0] >= cap[c] * lo:
+                        for gid, g in users[c].items():
+                            if gid not in aff and g.rate > bound:
+                                grow[gid] = g
+            for c in worse:     # outside flows on a worse channel: still bottlenecked?
+                for gid, g in users[c].items():
+                    if gid in aff or gid in grow:
+                        continue
+                    bound = g.rate * hi
+                    for d in g.route.channels:
+                        st = stats.get(d)
+                        if st is None:
+                            st = fixed.get(d)
+                            if st is None:
+                                load = top = 0.0
+                                for h in users[d].values():
+                                    r = h.rate
+                                    load += r
+                                    if r > top:
+                                        top = r
+                                st = fixed[d] = (load, top)
+                        if st[0] >= cap[d] * lo and st[1] <= bound:
+                            break
+                    else:
+                        grow[gid] = g
+            if not grow:
+                break
+            aff.update(grow)
+        flows = [aff[fid] for fid in order]
+        for f in flows:
+            if f.rate:
+                f.remaining -= f.rate * (now - f.last)
+            f.last = now
+        self._dirty = set()
+        self._apply(now, flows, rates)
+        return sorted(set(resid).union(dirty))
 
     def _apply(self, now: float, flows: list[_Flow], rates: Mapping[int, float]) -> None:
         """Give ``flows`` (progress already brought to ``now``) their new rates; a flow whose
