@@ -44,3 +44,31 @@ def test_nearest_skips_memory_nodes_it_cannot_reach():
     assert router.nearest("gpu0", ["cxl_mem"]) == "cxl0"
     assert router.nearest("gpu1", ["cxl_mem"]) == "cxl1"
     assert router.nearest("gpu0", ["host_mem"]) is None
+
+
+def test_dgx_gpus_leave_the_node_through_their_own_nic():
+    topo = load_topology("dgx-h100:nodes=2")
+    router = Router(topo)
+    for key in range(16):
+        # GPU 0 and NIC 1 share a PCIe switch: without affinity, half the keys would use NIC 1
+        path = router.path("n0.gpu0", "n1.gpu0", key)
+        assert path == ("n0.gpu0", "n0.pcie0", "n0.nic0", "leaf.su0.r0", "n1.nic0",
+                        "n1.pcie0", "n1.gpu0")
+        cross = router.path("n0.gpu0", "n1.gpu1", key)        # cross-rail: own NICs at both ends
+        assert cross[2] == "n0.nic0" and cross[-3] == "n1.nic1"
+    assert router.key_independent("n0.gpu0", "n1.gpu0")
+    # traffic that stays in the node is untouched
+    assert router.path("n0.gpu0", "n0.gpu1") == ("n0.gpu0", "n0.nvsw", "n0.gpu1")
+
+
+def test_a_gpu_naming_a_missing_nic_is_an_error():
+    import pytest
+
+    from dessim.errors import TopologyError
+
+    g = nx.Graph()
+    g.add_node("g0", kind="gpu", nic="nic9")
+    g.add_node("g1", kind="gpu")
+    g.add_edge("g0", "g1", type="custom", bw=1.0, lat=0.0)
+    with pytest.raises(TopologyError, match="names 'nic9' as its NIC"):
+        Topology(g)

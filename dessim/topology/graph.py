@@ -8,6 +8,8 @@ Nodes
     this node. Defaults: switches, NICs and CPUs forward; memory and storage nodes never do;
     GPUs forward (direct topologies such as rings and tori need it) unless the builder or the
     YAML file says ``transit: false`` (the DGX presets do: GPUs there do not route IB traffic).
+    A GPU may name its own NIC with ``nic`` (a node of kind ``nic``): routing then sends the
+    GPU's traffic that leaves the host through that NIC (see :mod:`dessim.topology.routing`).
 
 Links
     An undirected edge ``a — b`` with ``type`` (a link type from :mod:`dessim.catalog.links`),
@@ -106,6 +108,11 @@ class Topology:
                 raise TopologyError(f"{self.name}: node {node!r} has kind {kind!r}; "
                                     f"valid kinds: {', '.join(NODE_KINDS)}")
             data.setdefault("transit", TRANSIT_DEFAULT[kind])
+        for node, data in self._graph.nodes(data=True):
+            nic = data.get("nic")
+            if nic is not None and (nic not in self._graph or self._graph.nodes[nic]["kind"] != "nic"):
+                raise TopologyError(f"{self.name}: node {node!r} names {nic!r} as its NIC, but "
+                                    "there is no node of kind nic with that name")
 
     def _assign_ranks(self) -> tuple[str, ...]:
         gpus = [n for n, d in self._graph.nodes(data=True) if d["kind"] == "gpu"]

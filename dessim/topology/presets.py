@@ -160,7 +160,8 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
         gpus = [f"{p}gpu{i}" for i in range(DGX_GPUS)]
         nics = [f"{p}nic{i}" for i in range(DGX_GPUS)]
         for i, name_ in enumerate(gpus):
-            g.add_node(name_, kind="gpu", rank=DGX_GPUS * k + i, device=dev.name, transit=False)
+            g.add_node(name_, kind="gpu", rank=DGX_GPUS * k + i, device=dev.name, transit=False,
+                       nic=nics[i])
         for name_ in nics:
             g.add_node(name_, kind="nic")
         _add_scaleup(g, p, gpus, dev, ideal)

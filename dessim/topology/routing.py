@@ -20,6 +20,10 @@ a DGX island, ...): there the key cannot change the answer, so the path is memoi
 ``(src, dst)`` and :meth:`Router.key_independent` says so — callers (the network's route
 cache, flow bundles) then skip per-key work entirely. The answer is the same either way.
 
+NIC affinity: a GPU node may name its own NIC (attribute ``nic``, set by the DGX presets: GPU i
+↔ NIC i). A path that leaves the host through a NIC then leaves (and enters) through that NIC,
+as NCCL pins each GPU to its nearest NIC, instead of hashing over both NICs of a PCIe switch.
+
 Cost: one breadth-first search per *destination anchor*, cached — no all-pairs enumeration up
 front. A destination with a single link (a GPU or host under a leaf switch) reuses the map of
 its only neighbour, so a leaf-spine of thousands of GPUs needs one map per leaf switch.
@@ -63,6 +67,10 @@ class Router:
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
         #: Paths that no ECMP choice can change, by (src, dst): the key is irrelevant there.
         self._unique: dict[tuple[str, str], tuple[str, ...]] = {}
+        #: GPU -> its own NIC (node attribute ``nic``): traffic that leaves the host does so there.
+        self._affinity: dict[str, str] = {n: d["nic"] for n, d in graph.nodes(data=True)
+                                          if d.get("nic")}
+        self._nics = frozenset(n for n, d in graph.nodes(data=True) if d["kind"] == "nic")
 
     # ------------------------------------------------------------------ public
     def path(self, src: str, dst: str, key: int = 0) -> tuple[str, ...]:
@@ -85,7 +93,7 @@ class Router:
             result: tuple[str, ...] = (src,)
             unique = True
         else:
-            result, unique = self._walk(src, dst, key)
+            result, unique = self._route(src, dst, key)
         memo = self._unique if unique else self._paths
         if len(memo) >= MAX_CACHED_PATHS:
             memo.clear()
@@ -177,6 +185,26 @@ class Router:
         if len(self._maps) > MAX_CACHED_MAPS:
             self._maps.popitem(last=False)
         return result
+
+    def _route(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
+        """:meth:`_walk`, then NIC affinity: a path that crosses a NIC and starts (ends) at a
+        GPU with a ``nic`` attribute leaves (enters) through that NIC, as NCCL pins each GPU
+        to its nearest NIC instead of hashing over the NICs of its PCIe switch."""
+        path, unique = self._walk(src, dst, key)
+        pins = [w for w in (self._affinity.get(src), self._affinity.get(dst)) if w is not None]
+        if not pins or not any(n in self._nics for n in path[1:-1]):
+            return path, unique
+        waypoints = [src]
+        for w in (*pins, dst):
+            if w != waypoints[-1]:
+                waypoints.append(w)
+        out: list[str] = [src]
+        unique = True
+        for u, v in zip(waypoints, waypoints[1:]):
+            seg, seg_unique = self._walk(u, v, key)
+            out.extend(seg[1:])
+            unique = unique and seg_unique
+        return tuple(out), unique
 
     def _walk(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""

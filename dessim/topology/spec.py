@@ -469,7 +469,7 @@ def parse_inline(spec: str) -> Topology:
 
 # ---------------------------------------------------------------- YAML / dict
 _TOP_KEYS = ("name", "description", "dims", "builder", "nodes", "links")
-_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity")
+_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic")
 _LINK_KEYS = ("a", "b", "bw", "lat", "type", "duplex", "efficiency", "tech")
 
 
@@ -504,6 +504,8 @@ def _node_attrs(item: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any
         attrs["transit"] = _p_bool(item["transit"], f"{where} ({name}) transit")
     if item.get("capacity") is not None:
         attrs["capacity"] = parse_size(item["capacity"], f"{where} ({name}) capacity")
+    if item.get("nic") is not None:
+        attrs["nic"] = _p_str(item["nic"], f"{where} ({name}) nic")
     return name, attrs
 
 
