@@ -487,24 +487,26 @@ class FlowNetwork(Network):
                         r = cap[c] - outside
                         resid[c] = r if r > 0.0 else 0.0
             rates = self._solver({fid: aff[fid].route.channels for fid in order}, resid)
-            # Per channel of A: load and largest rate with the new rates, largest old rate.
-            # A channel is "worse" for outside flows if it is no longer saturated or its
-            # largest rate grew (a dirty channel lost or gained flows): only outside flows
-            # on a worse channel can have lost their bottleneck.
+            # Per channel of A: load and largest rate with the new rates. A channel is "worse"
+            # if it was saturated (it could be an outside flow's bottleneck) and is not any
+            # more, or its largest rate grew: only outside flows on a worse channel can have
+            # lost their bottleneck. (Every flow on a dirty channel is in A.)
             stats: dict[int, tuple[float, float]] = {}
             worse: list[int] = []
             for c in resid:
-                load = top = old = 0.0
+                load = top = load0 = top0 = 0.0
                 for gid, g in users[c].items():
                     r0 = g.rate
                     r = rates[gid] if gid in aff else r0
                     load += r
+                    load0 += r0
                     if r > top:
                         top = r
-                    if r0 > old:
-                        old = r0
+                    if r0 > top0:
+                        top0 = r0
                 stats[c] = (load, top)
-                if load < cap[c] * lo or top > old * hi or c in self._dirty:
+                full = cap[c] * lo
+                if load0 >= full and (load < full or top > top0 * hi):
                     worse.append(c)
             grow: dict[int, _Flow] = {}
             for fid in order:   # flows of A: held below an outside flow?
