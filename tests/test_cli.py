@@ -47,3 +47,13 @@ def test_simulate_export_chakra_then_replay_gives_the_same_makespan(tmp_path):
     rep = runner.invoke(cli, ["replay", str(prefix), "-t", "dgx-h100:nodes=1", "--json"])
     assert rep.exit_code == 0, rep.output
     assert json.loads(rep.output)["makespan_s"] == pytest.approx(summary["iteration_s"], rel=1e-12)
+
+
+def test_simulate_stage_granularity_gives_the_layer_iteration_time():
+    runner = CliRunner()
+    args = ["simulate", "gpt3-1.3b", "-t", "dgx-a100:nodes=2", "--tp", "8", "--pp", "2",
+            "--global-batch", "8", "--json"]
+    layer = json.loads(runner.invoke(cli, args).output)
+    stage = json.loads(runner.invoke(cli, args + ["--granularity", "stage"]).output)
+    assert stage["iteration_s"] == pytest.approx(layer["iteration_s"], rel=1e-9)
+    assert stage["tasks"] < layer["tasks"] / 5

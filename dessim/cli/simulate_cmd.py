@@ -39,8 +39,12 @@ def _print_summary(s: dict[str, Any]) -> None:
 @click.command("simulate")
 @click.argument("workload", required=False)
 @layout_options
-@click.option("--granularity", type=click.Choice(["layer", "kernel"]), default="layer", show_default=True,
-              help="One compute task per layer pass, or per kernel (small cases, validation).")
+@click.option("--granularity", type=click.Choice(["layer", "kernel", "stage"]), default="layer",
+              show_default=True,
+              help="One compute task per layer pass, per kernel (small cases, validation), or "
+                   "per stage pass with tensor-parallel collectives in closed form where the TP "
+                   "group's links carry nothing else (exact; falls back to layer otherwise; "
+                   "for large clusters).")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
