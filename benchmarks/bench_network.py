@@ -11,6 +11,11 @@ log-uniform between 64 KiB and 64 MiB. Start times (``--starts``):
   spine links, so each of the ~N finish times re-solves a component of up to N flows: O(N^2)
   work in total (see docs/network.md, "Cost").
 
+The flow model re-rates only the flows whose max-min rate can change (incremental solves, the
+default); ``--full-solves`` makes it re-solve the whole coupled component at every change
+(``FlowNetwork(incremental=False)``), for comparison. "flows/solve" is the mean number of flows
+handed to the max-min solver per call (an incremental solve may call it more than once).
+
 Each point runs in a fresh subprocess so ``ru_maxrss`` is that point's peak resident memory.
 A point that exceeds ``--timeout`` is reported as such.
 
@@ -83,7 +88,8 @@ def one_point(args: argparse.Namespace) -> dict:
         solved[1] += len(flows)
         return solve_maxmin(flows, caps)
 
-    options = {"solver": counting_solver} if args.model == "flow" else {}
+    options = ({"solver": counting_solver, "incremental": not args.full_solves}
+               if args.model == "flow" else {})
     t0 = time.perf_counter()
     res = simulate_transfers(topo, transfers, network=args.model, **options)
     wall = time.perf_counter() - t0
@@ -106,6 +112,8 @@ def main() -> None:
     p.add_argument("--bw", type=float, default=50e9, help="GPU link bandwidth, bytes/s")
     p.add_argument("--lat", type=float, default=1e-6, help="per-hop latency, s")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--full-solves", action="store_true",
+                   help="flow model: re-solve the whole coupled component at every change")
     p.add_argument("--timeout", type=float, default=600, help="seconds per point")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -116,12 +124,14 @@ def main() -> None:
         return
 
     print(f"leaf-spine {args.hosts} GPUs / {args.leaves} leaves / {args.spines} spines, "
-          f"{args.starts} starts" + (f" at load {args.load}" if args.starts == "poisson" else ""))
+          f"{args.starts} starts" + (f" at load {args.load}" if args.starts == "poisson" else "")
+          + (", full solves" if args.full_solves else ""))
     print(f"{'model':<11}{'N':>9}{'wall s':>10}{'flows/s':>11}{'events':>10}"
           f"{'flows/solve':>13}{'peak MiB':>10}")
     common = ["--starts", args.starts, "--load", str(args.load), "--hosts", str(args.hosts),
               "--leaves", str(args.leaves), "--spines", str(args.spines), "--bw", str(args.bw),
               "--lat", str(args.lat), "--seed", str(args.seed)]
+    common += ["--full-solves"] if args.full_solves else []
     for n in args.sizes:
         for model in args.models:
             cmd = [sys.executable, __file__, "--one", "--n", str(n), "--model", model, *common]

@@ -17,8 +17,12 @@ Mechanics (simulation-notes §1d idiom 4, "one network-wide wake-up"):
 * Wake-ups run at simpy priority :data:`WAKE_PRIORITY` (after every ordinary event of the same
   instant), so all changes at one timestamp — flows finishing and the transfers their waiters
   start in reaction, e.g. the next step of a ring — are batched into ONE rate solve.
-* A solve touches only the connected component (flows coupled through shared channels) of the
-  channels whose flow set changed.
+* A solve is incremental (``incremental=True``, default): it re-rates only the flows whose
+  max-min rate can change — progressive filling on an affected set with the other rates
+  fixed, grown until the max-min conditions hold for every flow around it
+  (:meth:`FlowNetwork._solve_incremental`), falling back to the connected component (flows
+  coupled through shared channels) of the channels whose flow set changed, which
+  ``incremental=False`` always solves. Same allocation, float rounding aside (docs/network.md).
 * Flows due at the same instant (within a relative :data:`REL_EPS` of the time, so float noise
   never leaves a remnant of a few bytes) finish together, in flow-id (= start) order.
 
@@ -139,8 +143,11 @@ class FlowNetwork(Network):
     """Max-min fair flow-level network. See the module docstring for the exact semantics.
 
     ``solver`` maps ``{flow id: channel ids}`` and per-channel capacities to rates; it defaults
-    to :func:`~dessim.network.maxmin.solve_maxmin` and can be swapped (weighted, equal share) or
-    wrapped to inspect every solve.
+    to :func:`~dessim.network.maxmin.solve_maxmin` and can be wrapped to inspect every solve.
+    ``incremental`` (default True) re-rates only the flows whose rate can change; its check
+    assumes max-min fairness, so swap in a solver of another allocation (weighted, equal
+    share) only with ``incremental=False``, which water-fills the whole coupled component.
+    Counters: ``incremental_solves`` and ``fallback_solves`` (incremental mode only).
     """
 
     name = "flow"
