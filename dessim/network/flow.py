@@ -166,7 +166,9 @@ class FlowNetwork(Network):
         self._pending: dict[int, _Flow] = {}   # in their latency phase
         self._active: dict[int, _Flow] = {}    # sharing bandwidth
         self._heap: list[tuple[float, int, int, int]] = []
-        self._dirty: set[int] = set()
+        self._dirty: set[int] = set()          # channels whose flow set changed since the solve
+        self._joined: list[_Flow] = []         # flows that joined since the last solve
+        self._freed: dict[int, float] = {}     # per channel: rates of the flows that left
         self._next_fid = 0
         self._token = 0
         self._armed_at: float | None = None
@@ -320,10 +322,12 @@ class FlowNetwork(Network):
                 if f.version != version:
                     continue  # stale ETA
                 del self._active[fid]
+                freed, rate = self._freed, f.rate
                 for c in f.route.channels:
                     del users[c][fid]
                     occ[c] -= 1
                     dirty.add(c)
+                    freed[c] = freed.get(c, 0.0) + rate
                 for d in f.route.directions:
                     self._done_bytes[d] += f.nbytes
                 finished.append(f)
@@ -335,6 +339,7 @@ class FlowNetwork(Network):
         f.last = now
         fid = f.fid
         self._active[fid] = f
+        self._joined.append(f)
         for c in f.route.channels:
             if owner[c] >= 0:
                 self._split(self._bundles[owner[c]])
@@ -431,7 +436,7 @@ class FlowNetwork(Network):
                 return
             self.fallback_solves += 1
         flows, chans = self._component()
-        self._dirty = set()
+        self._dirty, self._joined, self._freed = set(), [], {}
         order = sorted(flows)
         for fid in order:
             f = flows[fid]
@@ -452,8 +457,9 @@ class FlowNetwork(Network):
     def _solve_incremental(self, now: float) -> list[int] | None:
         """Re-rate only the flows whose max-min rate can change; None = fall back.
 
-        Start from the flows on the dirty channels (those that joined, and those that shared a
-        channel with a flow that left). Progressive filling runs on this affected set ``A``
+        Start from the flows that joined and the flows on channels that were saturated when a
+        flow left them (the others were bottlenecked elsewhere: the freed capacity does not
+        reach them directly). Progressive filling runs on this affected set ``A``
         with every other flow's rate fixed (each channel's capacity minus the outside flows'
         rates). The result is the global max-min allocation iff every flow still has a
         bottleneck — a saturated channel on its path where no flow gets more (Bertsekas &
@@ -473,10 +479,16 @@ class FlowNetwork(Network):
         users, cap = self._users, self.channels.capacity
         dirty = sorted(self._dirty)
         limit = max(INCREMENTAL_MIN_LIMIT, int(INCREMENTAL_MAX_FRACTION * len(self._active)))
-        aff: dict[int, _Flow] = {}
-        for c in dirty:
-            aff.update(users[c])
         lo, hi = 1.0 - SAT_TOL, 1.0 + SAT_TOL
+        aff: dict[int, _Flow] = {f.fid: f for f in self._joined}
+        for c, gone in sorted(self._freed.items()):
+            on = users[c]
+            if on:
+                before = gone
+                for g in on.values():
+                    before += g.rate
+                if before >= cap[c] * lo:
+                    aff.update(on)
         fixed: dict[int, tuple[float, float]] = {}  # (load, top) of channels without A flows
         while True:
             if len(aff) > limit:
@@ -497,7 +509,8 @@ class FlowNetwork(Network):
             # Per channel of A: load and largest rate with the new rates. A channel is "worse"
             # if it was saturated (it could be an outside flow's bottleneck) and is not any
             # more, or its largest rate grew: only outside flows on a worse channel can have
-            # lost their bottleneck. (Every flow on a dirty channel is in A.)
+            # lost their bottleneck. (A channel a flow left is not saturated by the flows that
+            # remain; if it was saturated before, every one of them is in A.)
             stats: dict[int, tuple[float, float]] = {}
             worse: list[int] = []
             for c in resid:
@@ -519,8 +532,6 @@ class FlowNetwork(Network):
             for fid in order:   # flows of A: held below an outside flow?
                 f = aff[fid]
                 r = rates[fid]
-                if not r > 0.0:
-                    return None
                 bound = r * hi
                 chans = f.route.channels
                 ok = False
@@ -560,12 +571,14 @@ class FlowNetwork(Network):
             if not grow:
                 break
             aff.update(grow)
+        if not all(r > 0.0 for r in rates.values()):
+            return None       # float noise left a flow of A without capacity: solve it all
         flows = [aff[fid] for fid in order]
         for f in flows:
             if f.rate:
                 f.remaining -= f.rate * (now - f.last)
             f.last = now
-        self._dirty = set()
+        self._dirty, self._joined, self._freed = set(), [], {}
         self._apply(now, flows, rates)
         return sorted(set(resid).union(dirty))
 
