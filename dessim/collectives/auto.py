@@ -18,6 +18,8 @@ to the candidate listed first in :data:`~dessim.collectives.algorithms.ALGORITHM
 
 from __future__ import annotations
 
+import weakref
+
 from array import array
 from dataclasses import dataclass
 
@@ -63,10 +65,22 @@ class AutoChoice:
         return "\n".join(lines)
 
 
+#: One analytical network per topology for estimates: its router and route caches are shared
+#: by every auto decision on that topology (topologies are immutable). Weak keys: no leak.
+_ESTIMATORS: "weakref.WeakKeyDictionary[Topology, object]" = weakref.WeakKeyDictionary()
+
+
+def _estimator(topology: Topology):
+    net = _ESTIMATORS.get(topology)
+    if net is None:
+        net = _ESTIMATORS[topology] = make_network("analytical", simpy.Environment(), topology)
+    return net
+
+
 def estimate_schedule(schedule: Schedule, topology: Topology,
                       reduction_bw: float | None = None) -> tuple[float, float]:
     """(critical-path time, busiest-link time) of ``schedule`` on ``topology`` in seconds."""
-    net = make_network("analytical", simpy.Environment(), topology)
+    net = _estimator(topology)
     capacity = net.channels.capacity
     load = [0.0] * len(capacity)
     routes: dict[tuple[int, int], tuple[float, float, tuple[int, ...]]] = {}
