@@ -20,7 +20,7 @@ import simpy
 from dessim.errors import NetworkError, TopologyError
 from dessim.network.channels import ChannelMap
 from dessim.topology.graph import Topology
-from dessim.topology.routing import Router
+from dessim.topology.routing import Router, router_for
 
 __all__ = ["BundleTemplate", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network", "register_network"]
 
@@ -79,7 +79,7 @@ class Network(abc.ABC):
             raise NetworkError(f"a network needs a dessim Topology, got {type(topology).__name__}")
         self.env = env
         self.topology = topology
-        self.router = router if router is not None else Router(topology)
+        self.router = router if router is not None else router_for(topology)
         self.channels = ChannelMap(topology)
         self.record = bool(record)
         self.bundles = bool(bundles)

@@ -32,6 +32,7 @@ The number of cached maps is bounded (:data:`MAX_CACHED_MAPS`, least recently us
 
 from __future__ import annotations
 
+import weakref
 import zlib
 from collections import OrderedDict
 from typing import Mapping
@@ -39,7 +40,7 @@ from typing import Mapping
 from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
 
-__all__ = ["Router", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
+__all__ = ["Router", "router_for", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
 
 #: Next-hop maps kept per router (one per destination anchor). Each map holds one entry per
 #: node, so memory is about ``MAX_CACHED_MAPS * nodes`` dict entries at worst.
@@ -230,3 +231,16 @@ class Router:
         if via_anchor:
             path.append(dst)
         return tuple(path), unique
+
+
+#: One router per topology, shared by every network and generator that routes on it:
+#: routes are a pure function of the (immutable) topology, so their caches can be shared.
+_SHARED: "weakref.WeakKeyDictionary[Topology, Router]" = weakref.WeakKeyDictionary()
+
+
+def router_for(topology: Topology) -> Router:
+    """The shared :class:`Router` of ``topology`` (created on first use)."""
+    router = _SHARED.get(topology)
+    if router is None:
+        router = _SHARED[topology] = Router(topology)
+    return router

@@ -260,9 +260,9 @@ def parse_rank_map(value: RankMapLike, num_trace_ranks: int, num_gpus: int | Non
 def nearest_memory_node(topology: Topology, rank: int, kinds: Sequence[str] = MEMORY_KINDS) -> str:
     """The memory node of ``kinds`` nearest to GPU ``rank`` (see
     :meth:`~dessim.topology.routing.Router.nearest`). TraceError if none is reachable."""
-    from dessim.topology.routing import Router
+    from dessim.topology.routing import router_for
 
-    found = Router(topology).nearest(topology.node_of(rank), tuple(kinds))
+    found = router_for(topology).nearest(topology.node_of(rank), tuple(kinds))
     if found is None:
         raise TraceError(
             f"topology {topology.name!r} has no memory node of kind {' or '.join(kinds)} "

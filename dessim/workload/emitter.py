@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from dessim.engine.device import DeviceModel
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
-from dessim.topology.routing import Router
+from dessim.topology.routing import Router, router_for
 from dessim.workload.gradsync import nearest_node
 from dessim.workload.kernels import Kernel
 
@@ -91,7 +91,7 @@ class TaskEmitter:
         node = self._nearest.get(key)
         if node is None:
             if self._router is None:
-                self._router = Router(self.topology)
+                self._router = router_for(self.topology)
             node = nearest_node(self._router, self.topology, self.topology.node_of(rank), kind, what)
             self._nearest[key] = node
         return node

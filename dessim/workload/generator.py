@@ -74,7 +74,7 @@ from dessim.engine.device import DeviceModel
 from dessim.errors import MemoryFitError, WorkloadError
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
-from dessim.topology.routing import Router
+from dessim.topology.routing import Router, router_for
 from dessim.units import format_size
 from dessim.workload.gradsync import fill_buckets, nearest_node
 from dessim.workload.kernels import Kernel, embedding_kernels, head_kernels, layer_kernels
@@ -213,7 +213,7 @@ def _check_far_memory(model: TransformerConfig, layout: ParallelLayout, memory: 
     are taken as unbounded."""
     if memory.offload_optimizer == "none" and memory.offload_activations == "none":
         return
-    router = Router(topology)
+    router = router_for(topology)
     per_stage: dict[int, MemoryEstimate] = {}
     used: dict[str, float] = {}
     sharers: dict[str, int] = {}
@@ -449,7 +449,7 @@ class _Generator:
         node = self.mem_node_cache.get(key)
         if node is None:
             if self.router is None:
-                self.router = Router(self.topo)
+                self.router = router_for(self.topo)
             node = nearest_node(self.router, self.topo, self.topo.node_of(rank), OFFLOAD_NODE_KINDS[target])
             self.mem_node_cache[key] = node
         return node

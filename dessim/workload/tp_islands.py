@@ -39,7 +39,7 @@ from dessim.collectives import build_schedule, choose, get_op, run_schedule
 from dessim.network import make_network
 from dessim.network.channels import ChannelMap
 from dessim.topology.graph import Topology
-from dessim.topology.routing import Router
+from dessim.topology.routing import Router, router_for
 
 __all__ = ["CollectiveTiming", "TPIslands", "route_channels"]
 
@@ -109,7 +109,7 @@ class TPIslands:
                  timing: CollectiveTiming | None = None) -> None:
         self.topology = topology
         self.timing = timing or CollectiveTiming()
-        self.router = Router(topology)
+        self.router = router_for(topology)
         self.chmap = ChannelMap(topology)
         self._times: dict[tuple[str, float, tuple[int, ...]], float | None] = {}
         self.reasons: dict[tuple[int, ...], str] = {}
