@@ -240,6 +240,8 @@ class TaskGraph:
         self.collectives()
 
     def _check_cycles(self) -> None:
+        if nx.is_directed_acyclic_graph(self.graph):  # fast (topological sort); the search
+            return                                    # below only runs to name a cycle
         try:
             cycle = nx.find_cycle(self.graph)
         except nx.NetworkXNoCycle:
