@@ -1,5 +1,5 @@
 """Benchmark: wall time, simulated events/s and peak memory of simulating one training
-iteration (layer granularity).
+iteration (layer granularity by default; ``--granularity stage`` for closed-form TP islands).
 
 Targets (issue 5): GPT-3 175B on 1,024 GPUs (TP 8, PP 16, DP 8, dgx-a100:nodes=128) and
 Llama-3 70B on 512 GPUs (its preset layout, dgx-h100:nodes=64). Those full runs need tens of
@@ -11,6 +11,8 @@ Usage::
     python benchmarks/bench_workload.py                      # scaled-down ladder of both models
     python benchmarks/bench_workload.py --case gpt3 --dp 8 --global-batch 1536   # the full target
     python benchmarks/bench_workload.py --case gpt3 --dp 1 --global-batch 64 --profile
+    python benchmarks/bench_workload.py --case gpt3 --dp 8 --global-batch 1536 --schedule 1f1b \
+        --granularity stage                                  # the issue-9 target, 1F1B
 
 Each run prints one JSON line: tasks, generation and simulation wall time, events, events/s,
 iteration time, peak RSS (``ru_maxrss``, the whole process).
@@ -38,13 +40,16 @@ def peak_rss_bytes() -> int:
     return rss if sys.platform == "darwin" else rss * 1024
 
 
-def run(case: str, dp: int, global_batch: int | None, network: str) -> dict:
+def run(case: str, dp: int, global_batch: int | None, network: str, granularity: str = "layer",
+        schedule: str | None = None) -> dict:
     from dessim.engine import EngineOptions, simulate
     from dessim.workload import build_taskgraph, plan_workload
 
     preset, builder, tp, pp, extra = CASES[case]
     gpus = tp * pp * dp
-    overrides = {"tp": tp, "pp": pp, "dp": dp, **extra}
+    overrides = {"tp": tp, "pp": pp, "dp": dp, **extra, "generator": {"granularity": granularity}}
+    if schedule:  # e.g. plain 1F1B instead of the preset's interleaving
+        overrides.update({"schedule": schedule, "virtual_stages": 1})
     if global_batch:
         overrides["global_batch"] = global_batch
     t0 = time.perf_counter()
@@ -55,7 +60,7 @@ def run(case: str, dp: int, global_batch: int | None, network: str) -> dict:
     sim = simulate(graph, topo, EngineOptions(network=network, record_links=False))
     t3 = time.perf_counter()
     return {"case": case, "preset": preset, "gpus": gpus, "layout": plan.layout.describe(),
-            "network": network, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
+            "network": network, "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
             "generate_s": round(t2 - t1, 3), "simulate_s": round(t3 - t2, 3), "events": sim.events,
             "events_per_s": round(sim.events / (t3 - t2)), "tasks_per_s_generate": round(len(graph) / (t2 - t1)),
             "iteration_s": sim.makespan_s, "peak_rss_GB": round(peak_rss_bytes() / 1e9, 3)}
@@ -67,6 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--global-batch", type=int, default=None)
     ap.add_argument("--network", choices=["flow", "analytical"], default="flow")
+    ap.add_argument("--granularity", choices=["layer", "kernel", "stage"], default="layer")
+    ap.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], default=None,
+                    help="override the case's pipeline schedule (1f1b: no virtual stages)")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; print the top 25 functions")
     args = ap.parse_args(argv)
     if args.case is None:  # the default ladder: each run in a fresh process keeps peak RSS honest
@@ -74,15 +82,18 @@ def main(argv: list[str] | None = None) -> None:
         for case, dp, gb in (("gpt3", 1, 32), ("gpt3", 1, 64), ("gpt3", 2, 64), ("llama3", 1, 32),
                              ("llama3", 2, 32)):
             subprocess.run([sys.executable, __file__, "--case", case, "--dp", str(dp),
-                            "--global-batch", str(gb), "--network", args.network], check=True)
+                            "--global-batch", str(gb), "--network", args.network,
+                            "--granularity", args.granularity], check=True)
         return
     if args.profile:
         prof = cProfile.Profile()
-        out = prof.runcall(run, args.case, args.dp, args.global_batch, args.network)
+        out = prof.runcall(run, args.case, args.dp, args.global_batch, args.network,
+                           args.granularity, args.schedule)
         print(json.dumps(out))
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         return
-    print(json.dumps(run(args.case, args.dp, args.global_batch, args.network)), flush=True)
+    print(json.dumps(run(args.case, args.dp, args.global_batch, args.network, args.granularity,
+                         args.schedule)), flush=True)
 
 
 if __name__ == "__main__":
