@@ -15,7 +15,7 @@ from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
 from dessim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["compose", "engine_options", "output_options", "build_engine_options", "write_outputs",
+__all__ = ["report_run", "compose", "engine_options", "output_options", "build_engine_options", "write_outputs",
            "print_json", "print_run_summary", "parse_slowdown"]
 
 
@@ -134,3 +134,19 @@ def print_run_summary(result: SimulationResult, title: str) -> None:
                    f"{100 * top['avg_utilisation']:.1f}% average utilisation")
     click.echo(f"  {s['tasks']} tasks on {s['ranks']} ranks, {s['events']} events, "
                f"{s['network']} network, {s['wall_s']:.3f} s wall")
+
+
+def report_run(result: SimulationResult, title: str, written: list[str], as_json: bool,
+               extra: dict[str, Any] | None = None) -> None:
+    """Print an engine run: one JSON object (summary, per-rank table, ``extra``, files) or
+    the readable summary under ``title`` followed by the files written."""
+    if as_json:
+        out = result.summary()
+        out.update(extra or {})
+        out["per_rank"] = result.rank_table().to_dict(orient="records")
+        out["files"] = written
+        print_json(out)
+        return
+    print_run_summary(result, title)
+    for line in written:
+        click.echo(f"  wrote {line}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from dessim.cli.common import (build_engine_options, engine_options, output_options, print_json,
-                               print_run_summary, write_outputs)
+from dessim.cli.common import (build_engine_options, engine_options, output_options, report_run,
+                               write_outputs)
 
 
 @click.command("replay")
@@ -58,15 +58,7 @@ def command(trace_prefix: str, topology: str, network: str, algo: str | None, ch
                                    straggler_sigma, seed, record_links=bool(timeline))
     result = simulate(graph, topo, options)
     written = write_outputs(result, timeline, gantt, spans)
-    if as_json:
-        out = result.summary()
-        out["trace"] = {"prefix": trace.prefix, "ranks": trace.num_ranks,
-                        "nodes": sum(len(r.nodes) for r in trace.ranks), "tasks": len(graph)}
-        out["per_rank"] = result.rank_table().to_dict(orient="records")
-        out["files"] = written
-        print_json(out)
-    else:
-        print_run_summary(result, f"{graph.name}: {trace.num_ranks}-rank Chakra trace, "
-                                  f"{len(graph)} tasks on {topo.name}")
-        for line in written:
-            click.echo(f"  wrote {line}")
+    trace_info = {"prefix": trace.prefix, "ranks": trace.num_ranks,
+                  "nodes": sum(len(r.nodes) for r in trace.ranks), "tasks": len(graph)}
+    report_run(result, f"{graph.name}: {trace.num_ranks}-rank Chakra trace, {len(graph)} tasks "
+                       f"on {topo.name}", written, as_json, {"trace": trace_info})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from dessim.cli.common import (build_engine_options, engine_options, output_options, print_json,
-                               print_run_summary, write_outputs)
+from dessim.cli.common import (build_engine_options, engine_options, output_options, report_run,
+                               write_outputs)
 
 
 @click.command("run")
@@ -34,12 +34,4 @@ def command(graph: str, topology: str, network: str, algo: str | None, chunks: i
                                    straggler_sigma, seed, record_links=bool(timeline))
     result = simulate(tg, topo, options)
     written = write_outputs(result, timeline, gantt, spans)
-    if as_json:
-        out = result.summary()
-        out["per_rank"] = result.rank_table().to_dict(orient="records")
-        out["files"] = written
-        print_json(out)
-    else:
-        print_run_summary(result, f"{tg.name}: {len(tg)} tasks on {topo.name}")
-        for line in written:
-            click.echo(f"  wrote {line}")
+    report_run(result, f"{tg.name}: {len(tg)} tasks on {topo.name}", written, as_json)
