@@ -12,8 +12,13 @@ The package copy wins when both exist.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-__all__ = ["data_dir", "data_files", "find_data_file", "shipped_topologies"]
+import yaml
+
+from dessim.errors import SpecError
+
+__all__ = ["data_dir", "data_files", "find_data_file", "shipped_topologies", "read_yaml"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -48,3 +53,18 @@ def find_data_file(kind: str, name: str, suffixes: tuple[str, ...] = (".yaml", "
 def shipped_topologies() -> dict[str, Path]:
     """Ready-made topology files (``topologies/*.yaml``) by name."""
     return data_files("topologies")
+
+
+def read_yaml(path: str | Path, what: str = "file") -> Any:
+    """The parsed content of a YAML (or JSON) file; a :class:`~dessim.errors.SpecError`
+    naming the file if it cannot be read (``what`` says which kind: "topology file", ...)
+    or is not valid YAML."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: invalid YAML: {exc}") from None

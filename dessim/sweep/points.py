@@ -43,10 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import yaml
 
 from dessim.errors import DessimError, SpecError
-from dessim.resources import find_data_file
+from dessim.resources import find_data_file, read_yaml
 from dessim.sweep.layouts import expand_layouts
 from dessim.sweep.memory import (EXPANSION_ONLY_KEYS, MEMORY_KEYS, MemorySetup, check_expansion_fit,
                                  check_memory_values, memory_setup, unused_expansion, with_expansion)
@@ -82,9 +81,9 @@ def topology_document(spec: object, where: str) -> dict[str, Any]:
     path = Path(spec) if Path(spec).is_file() else find_data_file("topologies", spec.strip())
     if path is not None:
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise SpecError(f"{where}: cannot read topology file {str(path)!r}: {exc}") from None
+            data = read_yaml(path, "topology file")
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
         if not isinstance(data, dict):
             raise SpecError(f"{where}: topology file {str(path)!r} is not a mapping")
         return data

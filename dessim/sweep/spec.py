@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import yaml
 
+from dessim.resources import read_yaml
 from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_flops, parse_size, parse_time
 
@@ -397,14 +397,7 @@ def parse_sweep(data: object, source: str = "<sweep>", default_name: str = "swee
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read sweep file {str(p)!r}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: invalid YAML: {exc}") from None
+    data = read_yaml(p, "sweep file")
     return parse_sweep(data, str(p), default_name=p.stem, base_dir=p.parent)
 
 

@@ -38,12 +38,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import networkx as nx
-import yaml
 
 from dessim.catalog.devices import get_device
 from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
-from dessim.resources import find_data_file, shipped_topologies
+from dessim.resources import find_data_file, read_yaml, shipped_topologies
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
@@ -596,16 +595,7 @@ def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
 
 def load_yaml(path: str | os.PathLike[str]) -> Topology:
     """Load a topology YAML (or JSON) file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read topology file {str(p)!r}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: invalid YAML: {exc}") from None
-    return topology_from_dict(data, str(p))
+    return topology_from_dict(read_yaml(path, "topology file"), str(path))
 
 
 def load_topology(spec: Topology | str | os.PathLike[str] | Mapping[str, Any]) -> Topology:

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
 
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import SpecError
-from dessim.resources import find_data_file
+from dessim.resources import find_data_file, read_yaml
 from dessim.topology import load_topology
 from dessim.topology.graph import Topology
 from dessim.workload.cnn import CNNSpec, generate_cnn, parse_cnn
@@ -103,12 +102,7 @@ def _find(path_or_name: str | Path) -> Path | None:
 
 
 def _read(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: invalid YAML: {exc}") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    return read_yaml(path, "workload file")
 
 
 def load_any_workload(path_or_name: str | Path) -> Any:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
 
+from dessim.resources import read_yaml
 from dessim.engine import EngineOptions, simulate
 from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError, SpecError
@@ -151,14 +151,7 @@ def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
 
 def load_cluster(path: str | Path) -> ClusterSpec:
     """Load a cluster spec file."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"cannot read cluster file {str(p)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: invalid YAML: {exc}") from None
-    return parse_cluster(data, str(p))
+    return parse_cluster(read_yaml(path, "cluster file"), str(path))
 
 
 def assign_gpus(jobs: Sequence[JobSpec], num_gpus: int, where: str) -> list[tuple[int, ...]]:

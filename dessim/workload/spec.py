@@ -58,7 +58,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from dessim.errors import DessimError, SpecError
-from dessim.resources import data_files, find_data_file
+from dessim.resources import data_files, find_data_file, read_yaml
 from dessim.units import parse_count, parse_size
 from dessim.workload.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
 from dessim.workload.memory import DEFAULT_BUCKET_SIZE, MemoryOptions
@@ -321,12 +321,7 @@ def load_workload(path_or_name: str | Path) -> WorkloadSpec:
             names = ", ".join(shipped_workloads()) or "(none found)"
             raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets: {names}")
         path = found
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: invalid YAML: {exc}") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    data = read_yaml(path, "workload file")
     spec = parse_workload(data, origin=str(path), default_name=path.stem)
     return WorkloadSpec(spec.name, spec.model, spec.parallelism, spec.training,
                         spec.description, spec.source, path)
