@@ -29,7 +29,7 @@ import numpy as np
 import simpy
 
 from dessim.engine.device import RankDevices
-from dessim.engine.intervals import intersect, length, subtract, union
+from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network

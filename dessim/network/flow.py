@@ -295,7 +295,7 @@ class FlowNetwork(Network):
             self._arm(nxt)
 
     def _pop_due(self, now: float) -> list:
-        heap, users, dirty, occ, owner = self._heap, self._users, self._dirty, self._occ, self._owner
+        heap, users, dirty, occ = self._heap, self._users, self._dirty, self._occ
         limit = now + REL_EPS * now
         finished: list = []
         while heap and heap[0][0] <= limit:
