@@ -6,10 +6,27 @@ import json
 
 import click
 
+from dessim.cli.common import compose
 from dessim.units import format_bandwidth, format_size, format_time
 
 TOPOLOGY_HELP = ("Topology: an inline spec (ring:8,bw=50GB/s,lat=500ns; switch:64; "
                  "dgx-h100:nodes=4), a YAML file or a shipped topology name.")
+
+
+#: Options shared by ``collective`` and ``compare``: where and how the collective runs.
+group_options = compose(
+    click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP),
+    click.option("--ranks", default=None,
+                 help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all)."),
+    click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Pieces per channel sent one after another (pipelines trees and chains)."),
+    click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Parallel channels, each with 1/C of the data (ring: alternate directions)."),
+    click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
+                 show_default=True, help="Network model: max-min fair flows or no sharing."),
+    click.option("--reduction-bw", default=None,
+                 help="Reduction speed, e.g. 200GB/s (default: reductions are free)."),
+)
 
 
 def _algo_help() -> str:
@@ -25,18 +42,9 @@ def _algo_help() -> str:
 @click.option("--size", required=True, help="Bytes in nccl-tests semantics: per-rank buffer "
               "(allreduce, broadcast, reduce, alltoall, sendrecv) or the whole array "
               "(allgather, reducescatter). E.g. 1MiB, 1GB.")
-@click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP)
-@click.option("--ranks", default=None, help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all).")
+@group_options
 @click.option("--root", type=int, default=None, help="Root rank of broadcast/reduce "
               "(default: first rank of the group).")
-@click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Pieces per channel sent one after another (pipelines trees and chains).")
-@click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Parallel channels, each with 1/C of the data (ring: alternate directions).")
-@click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
-              show_default=True, help="Network model: max-min fair flows or no sharing.")
-@click.option("--reduction-bw", default=None, help="Reduction speed, e.g. 200GB/s "
-              "(default: reductions are free).")
 @click.option("--inner", default=None, help="hierarchical only: flat algorithm per dimension, "
               "e.g. 'ring' or 'ring,tree' (default ring).")
 @click.option("--links", "show_links", type=click.IntRange(min=0), default=5, show_default=True,

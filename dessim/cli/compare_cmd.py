@@ -4,29 +4,10 @@ from __future__ import annotations
 
 import click
 
-from dessim.cli.collective_cmd import TOPOLOGY_HELP
+from dessim.cli.collective_cmd import group_options
 from dessim.units import format_size, format_time
 
 
-def plot_busbw(df, path: str, title: str) -> None:
-    """busbw vs size (log x), one line per algorithm, PNG via matplotlib's Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for algo, part in df.groupby("algorithm", sort=False):
-        ax.plot(part["size_bytes"], part["busbw_GBps"], marker="o", label=algo)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
 
 
 @click.command(name="compare", epilog="Example: dessim compare allreduce --algos "
@@ -34,15 +15,7 @@ def plot_busbw(df, path: str, title: str) -> None:
 @click.argument("op")
 @click.option("--algos", required=True, help="Comma-separated algorithms (auto allowed).")
 @click.option("--sizes", required=True, help="Comma-separated sizes, e.g. 1KiB,1MiB,64MiB.")
-@click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP)
-@click.option("--ranks", default=None, help="Group: '0-7', '0,2,4,6' (default: all).")
-@click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Pieces per channel (pipelining).")
-@click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Parallel channels.")
-@click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
-              show_default=True, help="Network model.")
-@click.option("--reduction-bw", default=None, help="Reduction speed (default: free).")
+@group_options
 @click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False),
               help="Write the table as CSV.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
@@ -68,5 +41,7 @@ def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None, c
         df.to_csv(csv_path, index=False)
         click.echo(f"wrote {csv_path}")
     if plot_path:
+        from dessim.outputs.plots import plot_busbw
+
         plot_busbw(df, plot_path, f"{op} on {topology}")
         click.echo(f"wrote {plot_path}")

@@ -1,4 +1,4 @@
-"""Interval arithmetic for time accounting (unions, intersections, lengths), in seconds."""
+"""Interval arithmetic for time accounting (unions, differences, lengths), in seconds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Iterable
 
 Interval = tuple[float, float]
 
-__all__ = ["union", "length", "intersect", "subtract"]
+__all__ = ["union", "length", "subtract"]
 
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
@@ -26,20 +26,6 @@ def length(intervals: Iterable[Interval]) -> float:
     return sum(e - s for s, e in intervals)
 
 
-def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """Intersection of two disjoint sorted interval lists."""
-    out: list[Interval] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        s = max(a[i][0], b[j][0])
-        e = min(a[i][1], b[j][1])
-        if e > s:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
 
 
 def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
