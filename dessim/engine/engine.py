@@ -28,6 +28,7 @@ from typing import Callable, Mapping
 import numpy as np
 import simpy
 
+from dessim.collectives import build_schedule, choose, get_op, run_schedule
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import RankTimes, SimulationResult
@@ -181,8 +182,6 @@ class _Run:
     def _schedule(self, t: Task):
         """The transfer schedule of collective task ``t`` (cached: identical collectives on
         the same group share one schedule; ``auto`` is decided once per such collective)."""
-        from dessim.collectives import build_schedule, choose, get_op  # lazy: keeps import light
-
         algo = self.options.algo or t.algo
         key = (t.op, t.size, t.group, algo)
         sched = self.schedules.get(key)
@@ -203,8 +202,6 @@ class _Run:
         return sched
 
     def _arrive_collective(self, i: int) -> None:
-        from dessim.collectives import run_schedule
-
         t = self.tasks[i]
         state = self.coll_state.get(t.coll_id)
         if state is None:
