@@ -72,3 +72,17 @@ def test_a_gpu_naming_a_missing_nic_is_an_error():
     g.add_edge("g0", "g1", type="custom", bw=1.0, lat=0.0)
     with pytest.raises(TopologyError, match="names 'nic9' as its NIC"):
         Topology(g)
+
+
+def test_possible_hops_cover_every_ecmp_choice_and_respect_nic_affinity():
+    ls = load_topology("leafspine:hosts=8,leaves=2,spines=3,bw=10GB/s,lat=1us")
+    router = Router(ls)
+    hops = router.possible_hops("gpu0", "gpu4")
+    assert {b for a, b in hops if a == "leaf0"} == {"spine0", "spine1", "spine2"}
+    for key in range(20):   # every chosen path lies inside the union
+        p = router.path("gpu0", "gpu4", key)
+        assert set(zip(p, p[1:])) <= hops
+    dgx = Router(load_topology("dgx-h100:nodes=2"))
+    cross = dgx.possible_hops("n0.gpu0", "n1.gpu1")
+    nics = {n for hop in cross for n in hop if ".nic" in n}
+    assert nics == {"n0.nic0", "n1.nic1"}

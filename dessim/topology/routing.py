@@ -192,13 +192,9 @@ class Router:
         GPU with a ``nic`` attribute leaves (enters) through that NIC, as NCCL pins each GPU
         to its nearest NIC instead of hashing over the NICs of its PCIe switch."""
         path, unique = self._walk(src, dst, key)
-        pins = [w for w in (self._affinity.get(src), self._affinity.get(dst)) if w is not None]
-        if not pins or not any(n in self._nics for n in path[1:-1]):
+        waypoints = self._waypoints(src, dst, path)
+        if len(waypoints) == 2:
             return path, unique
-        waypoints = [src]
-        for w in (*pins, dst):
-            if w != waypoints[-1]:
-                waypoints.append(w)
         out: list[str] = [src]
         unique = True
         for u, v in zip(waypoints, waypoints[1:]):
@@ -206,6 +202,44 @@ class Router:
             out.extend(seg[1:])
             unique = unique and seg_unique
         return tuple(out), unique
+
+    def _waypoints(self, src: str, dst: str, path: tuple[str, ...]) -> list[str]:
+        """[src, (src's NIC), (dst's NIC), dst] when ``path`` leaves the host through a NIC
+        and an end has a NIC affinity; else [src, dst]."""
+        pins = [w for w in (self._affinity.get(src), self._affinity.get(dst)) if w is not None]
+        if not pins or not any(n in self._nics for n in path[1:-1]):
+            return [src, dst]
+        waypoints = [src]
+        for w in (*pins, dst):
+            if w != waypoints[-1]:
+                waypoints.append(w)
+        return waypoints
+
+    def possible_hops(self, src: str, dst: str) -> set[tuple[str, str]]:
+        """Every hop ``(u, v)`` that ``path(src, dst, key)`` takes for some ``key``: the union
+        over all ECMP choices (the hops of the equal-cost next-hop graph reachable from each
+        waypoint). Used to prove that two traffic patterns can never share a link."""
+        if src == dst:
+            return set()
+        path = self.path(src, dst)
+        if self.key_independent(src, dst):
+            return set(zip(path, path[1:]))
+        out: set[tuple[str, str]] = set()
+        waypoints = self._waypoints(src, dst, path)
+        for u, v in zip(waypoints, waypoints[1:]):
+            target, via_anchor = self._anchor(v)
+            hops = self._next_hops(target)
+            seen, stack = {u}, [u]
+            while stack:
+                a = stack.pop()
+                for b in hops.get(a, ()):
+                    out.add((a, b))
+                    if b not in seen and b != target:
+                        seen.add(b)
+                        stack.append(b)
+            if via_anchor:
+                out.add((target, v))
+        return out
 
     def _walk(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""

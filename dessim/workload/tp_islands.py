@@ -72,28 +72,8 @@ class CollectiveTiming:
 
 def route_channels(router: Router, chmap: ChannelMap, src: str, dst: str) -> set[int]:
     """Channel ids of every path ``router`` may choose from ``src`` to ``dst`` (the union over
-    all ECMP keys): the key-independent path, or every edge of the equal-cost next-hop DAG
-    reachable from ``src`` (a superset of what any key picks)."""
-    if src == dst:
-        return set()
-    if router.key_independent(src, dst):
-        path = router.path(src, dst)
-        return {chmap.channel(a, b) for a, b in zip(path, path[1:])}
-    target, via_anchor = router._anchor(dst)          # noqa: SLF001 - same routing rules
-    hops = router._next_hops(target)                  # noqa: SLF001
-    out: set[int] = set()
-    seen = {src}
-    stack = [src]
-    while stack:
-        u = stack.pop()
-        for v in hops.get(u, ()):
-            out.add(chmap.channel(u, v))
-            if v not in seen and v != target:
-                seen.add(v)
-                stack.append(v)
-    if via_anchor:
-        out.add(chmap.channel(target, dst))
-    return out
+    all ECMP keys, :meth:`Router.possible_hops`)."""
+    return {chmap.channel(a, b) for a, b in router.possible_hops(src, dst)}
 
 
 class TPIslands:
