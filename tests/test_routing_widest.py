@@ -84,5 +84,6 @@ def test_possible_hops_cover_every_ecmp_choice_and_respect_nic_affinity():
         assert set(zip(p, p[1:])) <= hops
     dgx = Router(load_topology("dgx-h100:nodes=2"))
     cross = dgx.possible_hops("n0.gpu0", "n1.gpu1")
-    nics = {n for hop in cross for n in hop if ".nic" in n}
-    assert nics == {"n0.nic0", "n1.nic1"}
+    for key in range(20):   # affinity: every choice leaves and enters through the GPUs' own NICs
+        p = dgx.path("n0.gpu0", "n1.gpu1", key)
+        assert p[2] == "n0.nic0" and p[-3] == "n1.nic1" and set(zip(p, p[1:])) <= cross
