@@ -41,13 +41,13 @@ def peak_rss_bytes() -> int:
 
 
 def run(case: str, dp: int, global_batch: int | None, network: str, granularity: str = "layer",
-        schedule: str | None = None) -> dict:
+        schedule: str | None = None, fold: bool = False) -> dict:
     from dessim.engine import EngineOptions, simulate
     from dessim.workload import build_taskgraph, plan_workload
 
     preset, builder, tp, pp, extra = CASES[case]
     gpus = tp * pp * dp
-    overrides = {"tp": tp, "pp": pp, "dp": dp, **extra, "generator": {"granularity": granularity}}
+    overrides = {"tp": tp, "pp": pp, "dp": dp, **extra, "generator": {"granularity": granularity, "fold": fold}}
     if schedule:  # e.g. plain 1F1B instead of the preset's interleaving
         overrides.update({"schedule": schedule, "virtual_stages": 1})
     if global_batch:
@@ -59,11 +59,14 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
     t2 = time.perf_counter()
     sim = simulate(graph, topo, EngineOptions(network=network, record_links=False))
     t3 = time.perf_counter()
+    fold_meta = sim.meta.get("fold") or {}
     return {"case": case, "preset": preset, "gpus": gpus, "layout": plan.layout.describe(),
             "network": network, "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
             "generate_s": round(t2 - t1, 3), "simulate_s": round(t3 - t2, 3), "events": sim.events,
             "events_per_s": round(sim.events / (t3 - t2)), "tasks_per_s_generate": round(len(graph) / (t2 - t1)),
-            "iteration_s": sim.makespan_s, "peak_rss_GB": round(peak_rss_bytes() / 1e9, 3)}
+            "iteration_s": sim.makespan_s, "fold_lanes": fold_meta.get("lanes", 1),
+            "fold_max_lane_skew_s": fold_meta.get("max_lane_skew_s", 0.0),
+            "wall_s": round(t3 - t0, 3), "peak_rss_GB": round(peak_rss_bytes() / 1e9, 3)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--granularity", choices=["layer", "kernel", "stage"], default="layer")
     ap.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], default=None,
                     help="override the case's pipeline schedule (1f1b: no virtual stages)")
+    ap.add_argument("--fold", action="store_true",
+                    help="replica folding: simulate TP rank 0 of DP replica 0 per stage, all traffic on the network")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; print the top 25 functions")
     args = ap.parse_args(argv)
     if args.case is None:  # the default ladder: each run in a fresh process keeps peak RSS honest
@@ -88,12 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         prof = cProfile.Profile()
         out = prof.runcall(run, args.case, args.dp, args.global_batch, args.network,
-                           args.granularity, args.schedule)
+                           args.granularity, args.schedule, args.fold)
         print(json.dumps(out))
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         return
     print(json.dumps(run(args.case, args.dp, args.global_batch, args.network, args.granularity,
-                         args.schedule)), flush=True)
+                         args.schedule, args.fold)), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ task and the network's own events for communication. Runs are deterministic.
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -79,6 +80,38 @@ def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
     return factors
 
 
+class _Join:
+    """Calls ``done`` once ``n`` lane completions have arrived, and records how far apart in
+    time they came (the lane skew of a folded run)."""
+
+    __slots__ = ("run", "left", "first", "done")
+
+    def __init__(self, run: "_Run", n: int, done: Callable[[], object]) -> None:
+        self.run, self.left, self.first, self.done = run, n, -1.0, done
+
+    def one(self, _event: object = None) -> None:
+        self.hit(1)
+
+    def members(self, members: Sequence[int]) -> None:
+        self.hit(len(members))
+
+    def hit(self, k: int) -> None:
+        now = self.run.env.now
+        if self.first < 0:
+            self.first = now
+        self.left -= k
+        if self.left == 0:
+            skew = now - self.first
+            if skew > _SKEW_RTOL * now:
+                self.run.skewed_tasks += 1
+                self.run.lane_skew = max(self.run.lane_skew, skew)
+            self.done()
+
+
+#: Lane finish times closer than this (relative to the time) count as together (float noise).
+_SKEW_RTOL = 1e-12
+
+
 class _Run:
     """State of one replay (kept out of the public API)."""
 
@@ -124,7 +157,24 @@ class _Run:
         self.end = [float("nan")] * len(self.tasks)
         self.done_count = 0
         self.engine_events = 0
-        self.p2p_key = 0
+        self.group_uses: dict[tuple[int, ...], int] = {}
+        # replica folding: lanes of every transfer and collective, and how far they drifted
+        self.fold = graph.fold
+        self.lane_skew = 0.0          #: largest spread of lane finish times of one task (s)
+        self.skewed_tasks = 0         #: tasks whose lanes did not finish together
+        if self.fold is not None:
+            self._check_fold_speeds()
+
+    def _check_fold_speeds(self) -> None:
+        fold = self.fold
+        for r in sorted({t.rank for t in self.tasks}):
+            images = fold.images(r)
+            slow = [x for x in images if self.factors[x] != self.factors[r]]
+            if slow:
+                raise TaskGraphError(f"folded graph: rank {slow[0]} (an image of rank {r}) has compute "
+                                     f"slowdown {self.factors[slow[0]]:g} but rank {r} has "
+                                     f"{self.factors[r]:g}; replicas must be identical — generate "
+                                     "the graph unfolded to study stragglers")
 
     # ------------------------------------------------------------ scheduling
     def try_start(self, key: tuple[int, str]) -> None:
@@ -154,12 +204,8 @@ class _Run:
         elif kind in ("send", "recv"):
             j = self.partner[i]
             if self.start[j] == self.start[j]:  # partner already started (not NaN)
-                send, recv = (i, j) if kind == "send" else (j, i)
                 self.active[i] = self.active[j] = now
-                self.p2p_key += 1
-                ev = self.net.transfer(self.tasks[send].rank, self.tasks[recv].rank,
-                                       self.tasks[send].size, key=self.p2p_key)
-                ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
+                self._start_p2p(i, j)
         elif kind == "collective":
             self._arrive_collective(i)
         elif kind == "memcpy":
@@ -179,21 +225,22 @@ class _Run:
             base = self.compute_cost(t)
         return base * self.factors[t.rank] if t.kind == "compute" else base
 
-    def _schedule(self, t: Task):
-        """The transfer schedule of collective task ``t`` (cached: identical collectives on
-        the same group share one schedule; ``auto`` is decided once per such collective)."""
+    def _schedule(self, t: Task, group: tuple[int, ...]):
+        """The transfer schedule of collective task ``t`` on ``group`` (its own group, or an
+        image of it in a folded graph). Cached: identical collectives on the same group share
+        one schedule; ``auto`` is decided once per such collective."""
         algo = self.options.algo or t.algo
-        key = (t.op, t.size, t.group, algo)
+        key = (t.op, t.size, group, algo)
         sched = self.schedules.get(key)
         if sched is None:
             op = get_op(t.op)
             chosen = algo
             if algo == "auto":
-                chosen = choose(op, t.group, t.size, self.topology, chunks=self.options.chunks,
+                chosen = choose(op, group, t.size, self.topology, chunks=self.options.chunks,
                                 channels=self.options.channels,
                                 reduction_bw=self.options.reduction_bw).algorithm
             try:
-                sched = build_schedule(op, chosen, t.group, t.size, chunks=self.options.chunks,
+                sched = build_schedule(op, chosen, group, t.size, chunks=self.options.chunks,
                                        channels=self.options.channels, topology=self.topology,
                                        compact=self.options.compact_schedules)
             except DessimError as exc:
@@ -201,23 +248,69 @@ class _Run:
             self.schedules[key] = sched
         return sched
 
+    def _start_p2p(self, i: int, j: int) -> None:
+        """Both ends of a send/recv pair have started: move the bytes (on every lane of a
+        folded graph). The ECMP key is the tag, so a transfer's path depends only on
+        (source, destination, tag) — the same whatever order transfers start in."""
+        send, recv = (i, j) if self.tasks[i].kind == "send" else (j, i)
+        st = self.tasks[send]
+        src, dst, size, key = st.rank, self.tasks[recv].rank, st.size, st.tag
+        fold = self.fold
+        if fold is None:
+            ev = self.net.transfer(src, dst, size, key=key)
+            ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
+            return
+        srcs, dsts = fold.images(src), fold.images(dst)
+        join = _Join(self, len(srcs), lambda a=i, b=j: (self.finish(a), self.finish(b)))
+        template = self.net.bundle_template(srcs, dsts) if self.options.bundles else None
+        if template is not None:
+            self.net.start_bundle(template, size, join.members)
+            return
+        for s, d in zip(srcs, dsts):
+            self.net.transfer(s, d, size, key=key).callbacks.append(join.one)
+
+    def _key_base(self, group: tuple[int, ...]) -> int:
+        """ECMP key base of the next collective on ``group``: a function of the group and how
+        many collectives it has run, not of the order collectives start in."""
+        n = self.group_uses.get(group, 0)
+        self.group_uses[group] = n + 1
+        return (zlib.crc32(repr((group, n)).encode()) + 1) << 20
+
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]
         state = self.coll_state.get(t.coll_id)
         if state is None:
-            arrivals = {r: self.env.event() for r in t.group}
-            run = run_schedule(self.net, self._schedule(t), arrivals=arrivals,
-                               reduction_bw=self.options.reduction_bw,
-                               key_base=(len(self.coll_state) + 1) << 20,
-                               bundles=self.options.bundles)
+            if self.fold is None:
+                instances, where = [t.group], None
+            else:
+                instances, where = self.fold.instances(t.group)
+            arrivals = []
+            runs = []
+            for inst in instances:
+                arr = {r: self.env.event() for r in inst}
+                runs.append(run_schedule(self.net, self._schedule(t, inst), arrivals=arr,
+                                         reduction_bw=self.options.reduction_bw,
+                                         key_base=self._key_base(inst),
+                                         bundles=self.options.bundles))
+                arrivals.append(arr)
             members = self.colls[t.coll_id]
-            state = {"arrivals": arrivals, "run": run, "arrived": 0, "members": members}
+            state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where}
             self.coll_state[t.coll_id] = state
             for m in members:
                 rank = self.tasks[m].rank
-                run.rank_events[rank].callbacks.append(lambda _e, m=m: self.finish(m))
+                if where is None:
+                    runs[0].rank_events[rank].callbacks.append(lambda _e, m=m: self.finish(m))
+                    continue
+                pairs = where[rank]
+                join = _Join(self, len(pairs), lambda m=m: self.finish(m))
+                for inst, image in pairs:
+                    runs[inst].rank_events[image].callbacks.append(join.one)
         state["arrived"] += 1
-        state["arrivals"][t.rank].succeed()
+        if state["where"] is None:
+            state["arrivals"][0][t.rank].succeed()
+        else:
+            for inst, image in state["where"][t.rank]:
+                state["arrivals"][inst][image].succeed()
         if state["arrived"] == len(state["members"]):
             now = self.env.now
             for m in state["members"]:
@@ -271,8 +364,9 @@ class _Run:
     def result(self, wall_s: float) -> SimulationResult:
         tasks = self.tasks
         n = self.topology.num_gpus
+        shown = range(n) if self.fold is None else sorted({t.rank for t in tasks})
         per_rank: dict[int, dict[str, list]] = {r: {"compute": [], "comm": [], "wait": [],
-                                                    "all": [], "cat": {}} for r in range(n)}
+                                                    "all": [], "cat": {}} for r in shown}
         records = []
         for i, t in enumerate(tasks):
             s, a, e = self.start[i], self.active[i], self.end[i]
@@ -289,7 +383,7 @@ class _Run:
                 acc["compute"].append((s, e))
         makespan = max((e for e in self.end), default=0.0)
         ranks = []
-        for r in range(n):
+        for r in shown:
             acc = per_rank[r]
             compute = union(acc["compute"])
             comm = union(acc["comm"])
@@ -311,7 +405,19 @@ class _Run:
             network=self.options.network,
             meta={"graph": self.graph.name, "topology": self.topology.name,
                   "rank_nodes": {r: self.topology.node_of(r) for r in range(n)},
-                  "flows": self._cross_rank_flows()})
+                  "flows": self._cross_rank_flows(), **self._fold_meta(makespan)})
+
+    def _fold_meta(self, makespan: float) -> dict:
+        """What folding did (empty when the graph is not folded): lanes, simulated ranks and
+        the largest lane skew — 0 when every lane stayed in step (the folded run is exact)."""
+        fold = self.fold
+        if fold is None:
+            return {}
+        return {"fold": {"dims": list(fold.dims), "lanes": fold.lanes,
+                         "ranks_simulated": len({t.rank for t in self.tasks}),
+                         "max_lane_skew_s": self.lane_skew,
+                         "max_lane_skew_rel": self.lane_skew / makespan if makespan > 0 else 0.0,
+                         "skewed_tasks": self.skewed_tasks}}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:
         chmap = self.net.channels

@@ -20,6 +20,8 @@ order: a stream runs its tasks in the order they appear. On reading, ``duration`
 times with units (``"10us"``), ``size`` and ``bytes`` sizes with units (``"64MiB"``) and
 ``flops`` plain numbers or compute amounts; numbers are SI (s, bytes, FLOP). The writer
 always writes plain SI numbers. Unknown keys are errors naming the task and the valid keys.
+A folded graph (:mod:`dessim.taskgraph.fold`) also holds ``"fold": {"dims": [...], "perm":
+[[...], ...]}``: one permutation of the ranks per lane, lane 0 the identity.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dessim.errors import DessimError, SpecError, TaskGraphError
+from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.units import parse_count, parse_size, parse_time
 
@@ -40,7 +43,7 @@ FORMAT = "dessim.taskgraph"
 VERSION = 1
 
 _TASK_KEYS = {f.name for f in fields(Task)} | {"deps"}
-_TOP_KEYS = {"format", "version", "name", "meta", "tasks"}
+_TOP_KEYS = {"format", "version", "name", "meta", "tasks", "fold"}
 
 
 def taskgraph_to_dict(graph: TaskGraph) -> dict[str, Any]:
@@ -52,8 +55,11 @@ def taskgraph_to_dict(graph: TaskGraph) -> dict[str, Any]:
         if deps:
             d["deps"] = deps
         tasks.append(d)
-    return {"format": FORMAT, "version": VERSION, "name": graph.name, "meta": graph.meta,
-            "tasks": tasks}
+    out = {"format": FORMAT, "version": VERSION, "name": graph.name, "meta": graph.meta,
+           "tasks": tasks}
+    if graph.fold is not None:
+        out["fold"] = graph.fold.to_dict()
+    return out
 
 
 def _convert(key: str, value: Any, where: str) -> Any:
@@ -87,6 +93,8 @@ def taskgraph_from_dict(data: dict[str, Any], source: str = "<dict>") -> TaskGra
     graph = TaskGraph(name=str(data.get("name", Path(source).stem)), meta=data.get("meta") or {})
     pending: list[tuple[str, list[str]]] = []
     try:
+        if data.get("fold") is not None:
+            graph.fold = Fold.from_dict(data["fold"])
         for i, raw in enumerate(tasks):
             if not isinstance(raw, dict):
                 raise TaskGraphError(f"task #{i} is not an object")

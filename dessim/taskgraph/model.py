@@ -44,6 +44,7 @@ from typing import Any, Iterable, Iterator
 import networkx as nx
 
 from dessim.errors import TaskGraphError
+from dessim.taskgraph.fold import Fold
 
 __all__ = ["TASK_KINDS", "DEFAULT_STREAM", "Task", "TaskGraph"]
 
@@ -169,10 +170,14 @@ class TaskGraph:
     reader do). Node attribute ``task`` holds the Task.
     """
 
-    def __init__(self, name: str = "taskgraph", meta: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str = "taskgraph", meta: dict[str, Any] | None = None,
+                 fold: Fold | None = None) -> None:
         self.name = name
         self.meta: dict[str, Any] = dict(meta or {})
         self.graph = nx.DiGraph()
+        #: Replica folding (:mod:`dessim.taskgraph.fold`): the tasks are those of
+        #: representative ranks, each standing for its images in every lane. None = unfolded.
+        self.fold = fold
 
     # ------------------------------------------------------------------ building
     def add(self, task: Task, deps: Iterable[str] = ()) -> Task:
@@ -232,10 +237,15 @@ class TaskGraph:
         Checks: no cycle; every send has its recv (same ranks, tag, size) and vice versa;
         the members of each collective agree on op, size, group and algo and each has exactly
         one task; with ``num_ranks``, no task, peer or group member names a rank >= num_ranks.
+        Folded graphs: one representative per orbit, the fold covers every rank, every group
+        member is a task's rank or an image of one, and no ``memcpy`` tasks (their memory
+        node has no image).
         """
         self._check_cycles()
         if num_ranks is not None:
             self._check_ranks(num_ranks)
+        if self.fold is not None:
+            self._check_fold(num_ranks)
         self.match_p2p()
         self.collectives()
 
@@ -256,6 +266,20 @@ class TaskGraph:
             if bad:
                 raise TaskGraphError(f"task {t.id!r} names rank {bad[0]}, but the topology has "
                                      f"only {num_ranks} GPUs (ranks 0..{num_ranks - 1})")
+
+    def _check_fold(self, num_ranks: int | None) -> None:
+        fold = self.fold
+        assert fold is not None
+        if num_ranks is not None and fold.num_ranks != num_ranks:
+            raise TaskGraphError(f"fold: its permutations cover {fold.num_ranks} ranks but the "
+                                 f"topology has {num_ranks} GPUs")
+        ranks = set()
+        for t in self:
+            if t.kind == "memcpy":
+                raise TaskGraphError(f"task {t.id!r}: memcpy tasks cannot be folded (their memory "
+                                     "node has no image in other lanes); generate the graph unfolded")
+            ranks.add(t.rank)
+        fold.check_representatives(sorted(ranks))
 
     def match_p2p(self) -> dict[str, str]:
         """Pair sends with recvs; return {send id: recv id} (and raise on any mismatch)."""
@@ -306,11 +330,14 @@ class TaskGraph:
                     raise TaskGraphError(f"collective {cid!r}: rank {t.rank} has two tasks "
                                          f"({by_rank[t.rank].id!r} and {t.id!r})")
                 by_rank[t.rank] = t
-            missing = [r for r in first.group if r not in by_rank]
+            covered: Any = by_rank
+            if self.fold is not None:
+                covered = set(self.fold.perm[:, sorted(by_rank)].ravel().tolist())
+            missing = [r for r in first.group if r not in covered]
             if missing:
                 raise TaskGraphError(f"collective {cid!r} (task {first.id!r}): group member rank "
                                      f"{missing[0]} has no task for it")
-            out[cid] = [by_rank[r] for r in first.group]
+            out[cid] = [by_rank[r] for r in first.group if r in by_rank]
         return out
 
     def __repr__(self) -> str:

@@ -794,8 +794,13 @@ def taskgraph_to_chakra(graph: TaskGraph, num_ranks: int | None = None) -> Chakr
     ``dessim.seq``. A ``sendrecv`` collective becomes a COMM_SEND / COMM_RECV pair. Raises
     :class:`TraceError` for what Chakra cannot express: a dependency between tasks of two
     ranks (Chakra dependencies stay within a rank: use send/recv), a value that does not fit
-    its Chakra type, attrs that are not JSON.
+    its Chakra type, attrs that are not JSON, and folded graphs (tasks of representative ranks
+    only, :mod:`dessim.taskgraph.fold`: Chakra has one trace per rank).
     """
+    if graph.fold is not None:
+        raise TraceError(f"task graph {graph.name!r} is folded ({graph.fold.lanes} lanes: it holds the "
+                         "tasks of representative ranks only); generate it without folding to export "
+                         "one Chakra trace per rank")
     graph.validate(num_ranks)
     n = max(graph.num_ranks, num_ranks or 0, 1)
     groups = _collective_groups(graph, n)

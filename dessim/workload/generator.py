@@ -67,11 +67,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
+
+import numpy as np
 from typing import Any, Sequence
 
 from dessim.catalog.devices import get_device
 from dessim.engine.device import DeviceModel
 from dessim.errors import MemoryFitError, WorkloadError
+from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
@@ -115,7 +118,12 @@ class GeneratorOptions:
     (:mod:`dessim.workload.tp_islands`); groups that share channels keep simulated
     collectives. ``granularity="stage"`` implies it and merges each pass into one compute task
     per DP-bucket segment (:mod:`dessim.workload.stage_passes`), falling back to ``layer``
-    when a TP group is not isolated or a pass holds other communication. Both off by default."""
+    when a TP group is not isolated or a pass holds other communication. Both off by default.
+    ``fold=True``: replica folding (:mod:`dessim.taskgraph.fold`) — emit the tasks of the ranks
+    with TP index 0 and DP index 0 only; the engine carries every transfer and collective on
+    all TP × DP lanes, so the network sees all the traffic. Falls back to an unfolded graph
+    (reason in ``graph.meta["fold_fallback"]``) with context or expert parallelism, offload,
+    mixed GPU models or per-rank slowdowns."""
 
     granularity: str = "layer"
     bucket_size: int | None = None
@@ -124,6 +132,7 @@ class GeneratorOptions:
     optimizer: bool = True
     check_memory: bool = True
     tp_closed_form: bool = False
+    fold: bool = False
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -301,7 +310,38 @@ class _Generator:
         self.fallback: list[str] = []
         self.timelines: dict[tuple, PassTimeline | None] = {}
         self.pass_inputs: dict[tuple, list[tuple[str, list[str]]]] = {}
+        self.graph.fold = self._make_fold(engine)
         self._setup_closed_form(engine)
+
+    # ------------------------------------------------------------------ replica folding
+    def _make_fold(self, engine: Any) -> Fold | None:
+        """The TP × DP lanes of a folded graph, or None (with the reason in the meta)."""
+        opts, lo, mem = self.opts, self.lo, self.plan.memory
+        if not opts.fold:
+            return None
+        why = None
+        if lo.tp * lo.dp == 1:
+            why = "tp = dp = 1: nothing to fold"
+        elif lo.cp > 1 or lo.ep > 1:
+            why = "context or expert parallelism: their exchanges are not folded"
+        elif mem.offload_optimizer != "none" or mem.offload_activations != "none":
+            why = "offload memcpys go to per-GPU memory nodes that have no lane images"
+        elif len(set(self.plan.devices)) != 1:
+            why = "mixed GPU models"
+        elif engine is not None and (engine.slowdown or engine.straggler_sigma > 0):
+            why = "per-rank compute slowdown: replicas are not identical"
+        if why is not None:
+            self.graph.meta["fold_fallback"] = why
+            return None
+        fold = Fold(lane_permutations(lo), ("tp", "dp"))
+        self.graph.meta["fold_lanes"] = fold.lanes
+        return fold
+
+    def _is_representative(self, rank: int) -> bool:
+        if self.graph.fold is None:
+            return True
+        c = self.lo.coords(rank)
+        return c.tp == 0 and c.dp == 0
 
     # ------------------------------------------------------------------ closed-form TP
     def _setup_closed_form(self, engine: Any) -> None:
@@ -772,10 +812,29 @@ class _Generator:
 
     def run(self) -> TaskGraph:
         for rank in range(self.lo.world_size):
-            self.emit_rank(rank)
+            if self._is_representative(rank):
+                self.emit_rank(rank)
         if not self.comm or self.free_colls or self.pass_inputs:
             self._link_free()
         return self.graph
+
+
+def lane_permutations(lo: ParallelLayout) -> np.ndarray:
+    """The ``(tp·dp, world)`` rank permutations of TP × DP replica folding: lane
+    ``a·dp + b`` maps the rank at (tp, cp, dp, pp) to the rank at ((tp + a) mod TP, cp,
+    (dp + b) mod DP, pp). Lane 0 is the identity. Needs ep = 1 (an expert-parallel rank is not
+    a replica of its DP peers)."""
+    n = lo.world_size
+    strides = lo.strides()
+    coords = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64)  # tp, cp, dp, pp
+    tp, cp, dp, pp = coords.T
+    fixed = cp * strides["cp"] + pp * strides["pp"]
+    perm = np.empty((lo.tp * lo.dp, n), dtype=np.int64)
+    for a in range(lo.tp):
+        tpart = fixed + ((tp + a) % lo.tp) * strides["tp"]
+        for b in range(lo.dp):
+            perm[a * lo.dp + b] = tpart + ((dp + b) % lo.dp) * strides["dp"]
+    return perm
 
 
 def _kernel_task(k: Kernel) -> Task:

@@ -284,6 +284,10 @@ class ParallelLayout:
             step *= getattr(self, dim)
         return strides
 
+    def strides(self) -> dict[str, int]:
+        """Rank stride of each base dimension: rank = Σ coordinate × stride (``order``)."""
+        return self._strides()
+
     def rank_of(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         """Global rank of grid coordinates (each 0-based)."""
         coords = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}

@@ -178,6 +178,8 @@ class WorkloadResult:
             "comm": plan.options.comm,
             "bucket_size": plan.bucket_size,
             "tasks": len(self.taskgraph),
+            "fold": sim.meta.get("fold"),
+            "fold_fallback": self.taskgraph.meta.get("fold_fallback"),
             "events": sim.events,
             "wall_s": sim.wall_s,
         }

@@ -1,0 +1,187 @@
+"""Replica folding (issue 9): a folded task graph holds one representative per orbit of
+identical ranks; the engine carries every transfer and collective on all lanes. Where the
+lanes stay in step the result is the unfolded run's, float for float; where they do not,
+the engine says by how much."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from dessim.engine import EngineOptions, simulate
+from dessim.errors import TaskGraphError
+from dessim.taskgraph import Fold, Task, TaskGraph, taskgraph_from_dict, taskgraph_to_dict
+from dessim.topology.graph import Topology
+from dessim.workload import simulate_workload
+from tests.engine_helpers import star
+
+# ---------------------------------------------------------------------- the Fold object
+
+
+def test_fold_checks_its_permutations():
+    with pytest.raises(TaskGraphError, match="lane 0 must be the identity"):
+        Fold(np.array([[1, 0], [0, 1]]))
+    with pytest.raises(TaskGraphError, match="lane 1 is not a permutation"):
+        Fold(np.array([[0, 1, 2], [1, 1, 2]]))
+    with pytest.raises(TaskGraphError, match="2-D"):
+        Fold(np.array([0, 1]))
+
+
+def test_instances_are_the_distinct_images_of_a_group():
+    # 4 ranks, lanes: identity and the swap (0 2)(1 3)
+    fold = Fold(np.array([[0, 1, 2, 3], [2, 3, 0, 1]]))
+    inst, where = fold.instances((0, 1))
+    assert inst == [(0, 1), (2, 3)]
+    assert where == {0: [(0, 0), (1, 2)], 1: [(0, 1), (1, 3)]}
+    # a group that maps onto itself is one instance; each member's images land in it
+    inst, where = fold.instances((0, 2))
+    assert inst == [(0, 2)]
+    assert where == {0: [(0, 0), (0, 2)], 2: [(0, 2), (0, 0)]}
+
+
+def test_two_representatives_of_one_orbit_are_rejected():
+    fold = Fold(np.array([[0, 1, 2, 3], [2, 3, 0, 1]]))
+    g = TaskGraph("bad", fold=fold)
+    g.add(Task("a", 0, "compute", duration=1e-3))
+    g.add(Task("b", 2, "compute", duration=1e-3))
+    with pytest.raises(TaskGraphError, match="image of more than one"):
+        g.validate(num_ranks=4)
+
+
+def test_a_fold_must_cover_the_topology():
+    g = TaskGraph("small", fold=Fold(np.array([[0, 1], [1, 0]])))
+    g.add(Task("a", 0, "compute", duration=1e-3))
+    with pytest.raises(TaskGraphError, match="cover 2 ranks but the topology has 4"):
+        simulate(g, star(4))
+
+
+# ---------------------------------------------------------------------- hand-built graphs
+
+SWAP = np.array([[0, 1, 2, 3], [2, 3, 0, 1]])
+
+
+def _pair_program(graph: TaskGraph, ranks: tuple[int, ...]) -> None:
+    """Each listed pair (r, r+1): compute, send r -> r+1, then an all-reduce over (r, r+1)."""
+    for r in ranks:
+        p = r + 1
+        graph.add(Task(f"c{r}", r, "compute", duration=1e-3))
+        graph.add(Task(f"s{r}", r, "send", stream="pp", peer=p, tag=7, size=8e6), [f"c{r}"])
+        graph.add(Task(f"v{p}", p, "recv", stream="pp", peer=r, tag=7, size=8e6))
+        graph.add(Task(f"k{p}", p, "compute", duration=2e-3), [f"v{p}"])
+        for q in (r, p):
+            graph.add(Task(f"ar{q}", q, "collective", stream="dp", op="allreduce", size=64e6,
+                           group=(r, p), coll_id=f"ar{r}", algo="ring"),
+                      [f"c{r}" if q == r else f"k{p}"])
+
+
+def test_folded_graph_replays_like_the_unfolded_one_on_a_symmetric_network():
+    topo = star(4)
+    full = TaskGraph("full")
+    _pair_program(full, (0, 2))
+    folded = TaskGraph("folded", fold=Fold(SWAP))
+    _pair_program(folded, (0,))
+    a = simulate(full, topo, EngineOptions(record_links=False))
+    b = simulate(folded, topo, EngineOptions(record_links=False))
+    assert b.makespan_s == a.makespan_s
+    assert b.link_bytes == a.link_bytes                 # all lanes' traffic was on the network
+    assert b.meta["fold"]["max_lane_skew_s"] == 0.0
+    assert b.meta["fold"]["lanes"] == 2 and b.meta["fold"]["ranks_simulated"] == 2
+    assert [r.rank for r in b.ranks] == [0, 1]          # per-rank accounting of representatives
+    full_ranks = {r.rank: r for r in a.ranks}
+    for r in b.ranks:
+        assert r == full_ranks[r.rank]
+
+
+def _two_speed_topology() -> Topology:
+    """gpu0 - gpu1 at 2 GB/s, gpu2 - gpu3 at 1 GB/s: lanes that cannot stay in step."""
+    g = nx.Graph()
+    for i in range(4):
+        g.add_node(f"gpu{i}", kind="gpu", device="H100")
+    g.add_edge("gpu0", "gpu1", type="custom", bw=2e9, lat=0.0)
+    g.add_edge("gpu2", "gpu3", type="custom", bw=1e9, lat=0.0)
+    g.add_node("sw", kind="switch")
+    g.add_edge("gpu1", "sw", type="custom", bw=1e9, lat=0.0)
+    g.add_edge("gpu3", "sw", type="custom", bw=1e9, lat=0.0)
+    return Topology(g, "two-speed")
+
+
+def test_lanes_out_of_step_are_reported_not_hidden():
+    topo = _two_speed_topology()
+    g = TaskGraph("folded", fold=Fold(SWAP))
+    g.add(Task("s", 0, "send", peer=1, tag=0, size=2e9))
+    g.add(Task("r", 1, "recv", peer=0, tag=0, size=2e9))
+    res = simulate(g, topo, EngineOptions(record_links=False))
+    # lane 0 needs 1 s, lane 1 (gpu2 -> gpu3) 2 s; the folded tasks wait for the slower lane
+    assert res.makespan_s == pytest.approx(2.0)
+    fold = res.meta["fold"]
+    assert fold["max_lane_skew_s"] == pytest.approx(1.0)
+    assert fold["skewed_tasks"] == 1
+    assert fold["max_lane_skew_rel"] == pytest.approx(0.5)
+
+
+def test_replicas_with_different_speeds_cannot_be_folded():
+    g = TaskGraph("folded", fold=Fold(SWAP))
+    g.add(Task("c", 0, "compute", duration=1e-3))
+    with pytest.raises(TaskGraphError, match="image of rank 0"):
+        simulate(g, star(4), EngineOptions(slowdown={2: 1.5}))
+
+
+def test_memcpy_tasks_cannot_be_folded():
+    g = TaskGraph("folded", fold=Fold(SWAP))
+    g.add(Task("m", 0, "memcpy", size=1e6, mem_node="sw", direction="to_hbm"))
+    with pytest.raises(TaskGraphError, match="memcpy tasks cannot be folded"):
+        g.validate(num_ranks=4)
+
+
+def test_a_folded_graph_survives_the_json_round_trip():
+    g = TaskGraph("folded", fold=Fold(SWAP, ("dp",)))
+    _pair_program(g, (0,))
+    back = taskgraph_from_dict(taskgraph_to_dict(g))
+    assert back.fold is not None and back.fold.dims == ("dp",)
+    assert np.array_equal(back.fold.perm, SWAP)
+    topo = star(4)
+    opts = EngineOptions(record_links=False)
+    assert simulate(back, topo, opts).makespan_s == simulate(g, topo, opts).makespan_s
+
+
+# ---------------------------------------------------------------------- generated workloads
+
+LAYOUT = {"tp": 8, "pp": 2, "dp": 2, "global_batch": 8, "micro_batch": 1, "schedule": "1f1b"}
+
+
+def _pair(granularity: str, topology: str = "dgx-a100:nodes=4", **extra):
+    out = []
+    for fold in (False, True):
+        r = simulate_workload("gpt3-1.3b", topology, overrides={
+            **LAYOUT, **extra, "generator": {"granularity": granularity, "fold": fold}},
+            options=EngineOptions(record_links=False))
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("granularity", ["stage", "layer"])
+def test_folded_training_iteration_equals_the_unfolded_one(granularity):
+    full, folded = _pair(granularity)
+    assert folded.taskgraph.fold is not None and folded.taskgraph.fold.lanes == 16
+    assert len(folded.taskgraph) * 16 == len(full.taskgraph)
+    assert folded.simulation.meta["fold"]["max_lane_skew_s"] == 0.0
+    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    a, b = full.summary(), folded.summary()
+    for key in ("mfu", "bubble_fraction", "compute_s", "exposed_comm_total_s"):
+        assert b[key] == pytest.approx(a[key], rel=1e-9, abs=1e-12), key
+    for cat, v in a["exposed_comm_s"].items():
+        assert b["exposed_comm_s"][cat] == pytest.approx(v, rel=1e-9, abs=1e-12), cat
+    # the same bytes crossed every link: the network carried all lanes
+    bytes_a, bytes_b = full.simulation.link_bytes, folded.simulation.link_bytes
+    assert bytes_a.keys() == bytes_b.keys()
+    for link, v in bytes_a.items():
+        assert bytes_b[link] == pytest.approx(v, rel=1e-12, abs=1e-3), link
+
+
+def test_folding_falls_back_with_a_reason():
+    r = simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides={
+        **LAYOUT, "offload_optimizer": "host", "generator": {"granularity": "layer", "fold": True}},
+        options=EngineOptions(record_links=False))
+    assert r.taskgraph.fold is None
+    assert "offload" in r.taskgraph.meta["fold_fallback"]
