@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import simpy
 
 from dessim.errors import NetworkError, TopologyError
-from dessim.network.channels import ChannelMap
+from dessim.network.channels import ChannelMap, channel_map_for
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
@@ -80,7 +80,7 @@ class Network(abc.ABC):
         self.env = env
         self.topology = topology
         self.router = router if router is not None else router_for(topology)
-        self.channels = ChannelMap(topology)
+        self.channels = channel_map_for(topology)
         self.record = bool(record)
         self.bundles = bool(bundles)
         self.utilisation: list[UtilisationPoint] = []

@@ -22,7 +22,7 @@ from typing import Sequence
 from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
 
-__all__ = ["Channel", "ChannelMap"]
+__all__ = ["Channel", "ChannelMap", "channel_map_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +89,10 @@ class ChannelMap:
     def path_directions(self, path: Sequence[str]) -> tuple[int, ...]:
         """Direction ids of the hops of a node path."""
         return tuple(self.direction(a, b) for a, b in zip(path, path[1:]))
+
+
+def channel_map_for(topology: Topology) -> ChannelMap:
+    """The shared (read-only) :class:`ChannelMap` of ``topology``, built on first use: every
+    network on one topology numbers its channels the same way, so they can share one map
+    (building it costs ~0.2 s for a 1,024-GPU fabric)."""
+    return topology.derived("channel_map", ChannelMap)

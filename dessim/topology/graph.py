@@ -35,11 +35,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import networkx as nx
 
 from dessim.errors import TopologyError
+
+_T = TypeVar("_T")
 
 __all__ = ["NODE_KINDS", "TRANSIT_DEFAULT", "Link", "Topology"]
 
@@ -97,8 +99,25 @@ class Topology:
         self._validate_links()
         self._validate_connectivity()
         self.dims: tuple[int, ...] = self._check_dims(dims)
+        self._derived: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ validation
+    def derived(self, key: str, make: Callable[["Topology"], _T]) -> _T:
+        """``make(self)``, computed once and shared by every caller that asks for ``key``.
+
+        For data that is a pure function of the (immutable) topology — its router, its channel
+        map — so that every network and generator on one topology shares one copy. The cache
+        lives and dies with the topology and is not pickled (workers rebuild it)."""
+        got = self._derived.get(key)
+        if got is None:
+            got = self._derived[key] = make(self)
+        return got
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_derived"] = {}
+        return state
+
     def _validate_nodes(self) -> None:
         for node, data in self._graph.nodes(data=True):
             if not isinstance(node, str) or not node:

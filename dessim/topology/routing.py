@@ -32,7 +32,6 @@ The number of cached maps is bounded (:data:`MAX_CACHED_MAPS`, least recently us
 
 from __future__ import annotations
 
-import weakref
 import zlib
 from collections import OrderedDict
 from typing import Mapping
@@ -50,6 +49,22 @@ MAX_CACHED_MAPS: int = 2048
 MAX_CACHED_PATHS: int = 200_000
 
 
+class _LevelSearch:
+    """A breadth-first search from ``target`` settled up to ``depth`` hops: ``hops`` holds the
+    next hops of every settled node, ``frontier`` the nodes of the last settled level."""
+
+    __slots__ = ("target", "dist", "nxt", "width", "hops", "frontier", "depth")
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.dist: dict[str, int] = {target: 0}
+        self.nxt: dict[str, list[str]] = {}
+        self.width: dict[str, float] = {target: float("inf")}
+        self.hops: dict[str, tuple[str, ...]] = {target: ()}
+        self.frontier: list[str] = [target]
+        self.depth = 0
+
+
 class Router:
     """Widest hop-count shortest paths with deterministic per-flow ECMP on a :class:`Topology`."""
 
@@ -64,7 +79,8 @@ class Router:
         for a, b, d in graph.edges(data=True):
             c = float(d["bw"]) * float(d.get("efficiency", 1.0))
             self._capacity[a, b] = self._capacity[b, a] = c
-        self._maps: OrderedDict[str, Mapping[str, tuple[str, ...]]] = OrderedDict()
+        #: Per target: its (possibly partial) level-by-level search, least recently used first.
+        self._maps: OrderedDict[str, _LevelSearch] = OrderedDict()
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
         #: Paths that no ECMP choice can change, by (src, dst): the key is irrelevant there.
         self._unique: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -144,48 +160,57 @@ class Router:
             return nbrs[0], True
         return dst, False
 
-    def _next_hops(self, target: str) -> Mapping[str, tuple[str, ...]]:
-        """For every node that can reach ``target``: its equal-cost next hops (sorted)."""
-        cached = self._maps.get(target)
-        if cached is not None:
+    def _next_hops(self, target: str, need: str | None = None) -> Mapping[str, tuple[str, ...]]:
+        """For nodes that can reach ``target``: their equal-cost widest next hops (sorted).
+
+        The breadth-first search from ``target`` runs level by level and stops as soon as
+        ``need`` is settled (its level done); a later call continues it. A node's next hops
+        depend only on the levels below it, so a partial map is exact for every node it holds,
+        and every node of a walk from ``need`` is in it. ``need=None``: the whole map.
+        A node missing from the returned map after the search is exhausted cannot reach
+        ``target``."""
+        bfs = self._maps.get(target)
+        if bfs is None:
+            bfs = _LevelSearch(target)
+            self._maps[target] = bfs
+            if len(self._maps) > MAX_CACHED_MAPS:
+                self._maps.popitem(last=False)
+        else:
             self._maps.move_to_end(target)
-            return cached
+        while bfs.frontier and (need is None or need not in bfs.hops):
+            self._next_level(bfs)
+        return bfs.hops
+
+    def _next_level(self, bfs: "_LevelSearch") -> None:
+        """Settle one more level of ``bfs`` (nodes one hop further from its target)."""
         adj, transit, cap = self._adj, self._transit, self._capacity
-        dist = {target: 0}
-        nxt: dict[str, list[str]] = {target: []}
-        width: dict[str, float] = {target: float("inf")}
-        frontier = [target]
-        depth = 0
-        while frontier:
-            depth += 1
-            new: list[str] = []
-            for u in frontier:
-                # u is an intermediate node for anything reached through it (unless it is the
-                # target), so it must forward traffic.
-                if u != target and not transit[u]:
-                    continue
-                for v in adj[u]:
-                    d = dist.get(v)
-                    if d is None:
-                        dist[v] = depth
-                        nxt[v] = [u]
-                        new.append(v)
-                    elif d == depth:
-                        nxt[v].append(u)
-            # keep only the next hops on a widest path (nodes of this depth are final now)
-            for v in new:
-                hops = nxt[v]
-                widths = [min(cap[v, u], width[u]) for u in hops]
-                best = max(widths)
-                width[v] = best
-                if len(hops) > 1:
-                    nxt[v] = [u for u, w in zip(hops, widths) if w >= best * (1 - 1e-9)]
-            frontier = new
-        result = {v: tuple(sorted(hops)) for v, hops in nxt.items()}
-        self._maps[target] = result
-        if len(self._maps) > MAX_CACHED_MAPS:
-            self._maps.popitem(last=False)
-        return result
+        target, dist, nxt, width, hops = bfs.target, bfs.dist, bfs.nxt, bfs.width, bfs.hops
+        bfs.depth += 1
+        depth = bfs.depth
+        new: list[str] = []
+        for u in bfs.frontier:
+            # u is an intermediate node for anything reached through it (unless it is the
+            # target), so it must forward traffic.
+            if u != target and not transit[u]:
+                continue
+            for v in adj[u]:
+                d = dist.get(v)
+                if d is None:
+                    dist[v] = depth
+                    nxt[v] = [u]
+                    new.append(v)
+                elif d == depth:
+                    nxt[v].append(u)
+        # keep only the next hops on a widest path (nodes of this depth are final now)
+        for v in new:
+            cand = nxt.pop(v)
+            widths = [min(cap[v, u], width[u]) for u in cand]
+            best = max(widths)
+            width[v] = best
+            if len(cand) > 1:
+                cand = [u for u, w in zip(cand, widths) if w >= best * (1 - 1e-9)]
+            hops[v] = tuple(sorted(cand))
+        bfs.frontier = new
 
     def _route(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
         """:meth:`_walk`, then NIC affinity: a path that crosses a NIC and starts (ends) at a
@@ -228,7 +253,7 @@ class Router:
         waypoints = self._waypoints(src, dst, path)
         for u, v in zip(waypoints, waypoints[1:]):
             target, via_anchor = self._anchor(v)
-            hops = self._next_hops(target)
+            hops = self._next_hops(target, u)
             seen, stack = {u}, [u]
             while stack:
                 a = stack.pop()
@@ -246,7 +271,7 @@ class Router:
         target, via_anchor = self._anchor(dst)
         if via_anchor and src == target:
             return (src, dst), True
-        hops = self._next_hops(target)
+        hops = self._next_hops(target, src)
         if src not in hops:
             raise TopologyError(f"{self.topology.name}: no route from {src!r} to {dst!r} "
                                 "through transit nodes (check the links and transit flags)")
@@ -267,14 +292,8 @@ class Router:
         return tuple(path), unique
 
 
-#: One router per topology, shared by every network and generator that routes on it:
-#: routes are a pure function of the (immutable) topology, so their caches can be shared.
-_SHARED: "weakref.WeakKeyDictionary[Topology, Router]" = weakref.WeakKeyDictionary()
-
-
 def router_for(topology: Topology) -> Router:
-    """The shared :class:`Router` of ``topology`` (created on first use)."""
-    router = _SHARED.get(topology)
-    if router is None:
-        router = _SHARED[topology] = Router(topology)
-    return router
+    """The shared :class:`Router` of ``topology`` (created on first use): routes are a pure
+    function of the (immutable) topology, so every network and generator that routes on it
+    shares one router and its caches (:meth:`Topology.derived`)."""
+    return topology.derived("router", Router)
