@@ -100,3 +100,42 @@ def test_islands_of_a_dgx_preset():
     t = isl.time("allreduce", 64e6, tp[0])
     assert t is not None and t > 0
     assert isl.time("allreduce", 64e6, tp[1]) == t
+
+
+@pytest.mark.parametrize("tp, dp_groups", [
+    (8, [tuple(range(i, 32, 8)) for i in range(8)]),                 # DP across nodes: no pair routed
+    (4, [(0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13)]),          # DP inside a node: shares NVSwitch
+])
+def test_region_prefilter_decides_like_routing_every_pair(monkeypatch, tp, dp_groups):
+    """The topological prefilter (only pairs whose both ends can reach one NVSwitch region are
+    routed) reaches the same verdicts, with the same reasons, as routing every pair."""
+    import dessim.workload.tp_islands as mod
+
+    topo = load_topology("dgx-a100:nodes=4")
+    tp_groups = [tuple(range(s, s + tp)) for s in range(0, 32, tp)]
+    pairs = [(topo.node_of(0), topo.node_of(8)), (topo.node_of(1), topo.node_of(2))]
+    fast = TPIslands(topo, tp_groups, dp_groups, pairs)
+    monkeypatch.setattr(mod, "_endpoint_regions", lambda *a: None)
+    slow = TPIslands(topo, tp_groups, dp_groups, pairs)
+    assert fast.isolated_groups == slow.isolated_groups
+    assert fast.fallbacks == slow.fallbacks
+    if tp == 4:
+        assert fast.fallbacks      # the intra-node DP and PP pairs really do collide
+
+
+def test_partial_route_searches_give_the_full_searches_paths():
+    """Routes computed from level-by-level searches stopped at the source equal those of
+    complete searches (every node of a walk is settled before it is used)."""
+    from dessim.topology.routing import Router
+
+    topo = load_topology("dgx-a100:nodes=8")
+    lazy, eager = Router(topo), Router(topo)
+    nodes = [topo.node_of(r) for r in range(0, 64, 3)] + ["n0.nic0", "n5.nic7"]
+    for dst in nodes:
+        eager._next_hops(eager._anchor(dst)[0])          # the whole map first
+    for src in nodes:
+        for dst in nodes:
+            if src != dst:
+                for key in (0, 1, 7):
+                    assert lazy.path(src, dst, key) == eager.path(src, dst, key)
+                assert lazy.possible_hops(src, dst) == eager.possible_hops(src, dst)

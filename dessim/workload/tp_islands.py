@@ -37,7 +37,7 @@ import simpy
 
 from dessim.collectives import build_schedule, choose, get_op, run_schedule
 from dessim.network import make_network
-from dessim.network.channels import ChannelMap
+from dessim.network.channels import ChannelMap, channel_map_for
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
@@ -76,6 +76,68 @@ def route_channels(router: Router, chmap: ChannelMap, src: str, dst: str) -> set
     return {chmap.channel(a, b) for a, b in router.possible_hops(src, dst)}
 
 
+def _endpoint_regions(topology: Topology, chmap: ChannelMap, channels: set[int]) -> dict[str, set[int]] | None:
+    """Which traffic can possibly touch ``channels``, from the topology alone.
+
+    Every node inside a routed path is a transit node (the router forwards only through
+    them; the NIC waypoints of GPU affinity are checked to be transit too). So a path can use
+    the hop ``u -> v`` only if its source is ``u`` when ``u`` does not forward, or a neighbour
+    of ``u`` when ``u`` forwards but all its neighbours are non-forwarding (an NVSwitch among
+    GPUs) — and the same for ``v`` and the destination. For such a hop both ends of any path
+    over it lie in its *region* (``u``, ``v`` and those neighbours). Returns, per node, the
+    ids of the regions it lies in, or ``None`` when some channel has no bounded region (then
+    every pair must be routed)."""
+    graph = topology.graph
+    transit = {n: bool(d["transit"]) for n, d in graph.nodes(data=True)}
+    if any(not transit.get(d["nic"], False) for _, d in graph.nodes(data=True) if d.get("nic")):
+        return None
+
+    def ends(n: str) -> frozenset[str] | None:
+        if not transit[n]:
+            return frozenset((n,))
+        nbrs = graph.adj[n]
+        if all(not transit[m] for m in nbrs):
+            return frozenset(nbrs) | {n}
+        return None
+
+    region_id: dict[frozenset[str], int] = {}
+    of_node: dict[str, set[int]] = {}
+    for c in channels:
+        ch = chmap.channels[c]
+        src_side, dst_side = ends(ch.a), ends(ch.b)
+        if src_side is None or dst_side is None:
+            return None
+        # a half-duplex channel serves both directions: both ends bound either way
+        region = src_side | dst_side
+        rid = region_id.setdefault(region, len(region_id))
+        for n in region:
+            of_node.setdefault(n, set()).add(rid)
+    return of_node
+
+
+def _near(regions: dict[str, set[int]], x: str, y: str) -> bool:
+    """Can a path ``x -> y`` touch a channel of the regions (do both ends share one)?"""
+    rx = regions.get(x)
+    return bool(rx) and not rx.isdisjoint(regions.get(y, ()))
+
+
+def _group_pairs_near(groups: list[tuple[int, ...]], regions: dict[str, set[int]], node) -> Iterable:
+    """The ordered member pairs ``(group, a, b)`` of ``groups`` whose routes could touch a
+    region (both members' nodes in one region): O(members), not O(members²), when none can."""
+    for grp in groups:
+        by_region: dict[int, list[int]] = {}
+        for r in grp:
+            for rid in regions.get(node(r), ()):
+                by_region.setdefault(rid, []).append(r)
+        seen: set[tuple[int, int]] = set()
+        for members in by_region.values():
+            for a in members:
+                for b in members:
+                    if a != b and (a, b) not in seen:
+                        seen.add((a, b))
+                        yield grp, a, b
+
+
 class TPIslands:
     """Which TP groups are isolated islands, and the closed-form time of their collectives.
 
@@ -90,7 +152,7 @@ class TPIslands:
         self.topology = topology
         self.timing = timing or CollectiveTiming()
         self.router = router_for(topology)
-        self.chmap = ChannelMap(topology)
+        self.chmap = channel_map_for(topology)
         self._times: dict[tuple[str, float, tuple[int, ...]], float | None] = {}
         self.reasons: dict[tuple[int, ...], str] = {}
         tp_groups = [tuple(g) for g in tp_groups if len(g) > 1]
@@ -113,17 +175,18 @@ class TPIslands:
             for c in own[g]:
                 used.setdefault(c, f"TP group {list(g)}")
         foreign: dict[int, str] = {}
-        for grp in other_groups:
-            grp = tuple(grp)
-            if len(grp) < 2:
-                continue
-            for a in grp:
-                for b in grp:
-                    if a != b:
-                        for c in route_channels(self.router, self.chmap, node(a), node(b)):
-                            foreign.setdefault(c, f"group {list(grp)}")
+        all_own = set().union(*own.values()) if own else set()
+        regions = _endpoint_regions(topology, self.chmap, all_own)
+        others = [tuple(g) for g in other_groups if len(g) > 1]
+        group_pairs = _group_pairs_near(others, regions, node) if regions is not None else (
+            (grp, a, b) for grp in others for a in grp for b in grp if a != b)
+        for grp, a, b in group_pairs:
+            for c in route_channels(self.router, self.chmap, node(a), node(b)):
+                foreign.setdefault(c, f"group {list(grp)}")
         for s, d in pairs:
             for x, y in ((s, d), (d, s)):
+                if regions is not None and not _near(regions, x, y):
+                    continue
                 for c in route_channels(self.router, self.chmap, x, y):
                     foreign.setdefault(c, f"transfer {x} -> {y}")
         for g in tp_groups:
