@@ -122,20 +122,3 @@ def test_region_prefilter_decides_like_routing_every_pair(monkeypatch, tp, dp_gr
     if tp == 4:
         assert fast.fallbacks      # the intra-node DP and PP pairs really do collide
 
-
-def test_partial_route_searches_give_the_full_searches_paths():
-    """Routes computed from level-by-level searches stopped at the source equal those of
-    complete searches (every node of a walk is settled before it is used)."""
-    from dessim.topology.routing import Router
-
-    topo = load_topology("dgx-a100:nodes=8")
-    lazy, eager = Router(topo), Router(topo)
-    nodes = [topo.node_of(r) for r in range(0, 64, 3)] + ["n0.nic0", "n5.nic7"]
-    for dst in nodes:
-        eager._next_hops(eager._anchor(dst)[0])          # the whole map first
-    for src in nodes:
-        for dst in nodes:
-            if src != dst:
-                for key in (0, 1, 7):
-                    assert lazy.path(src, dst, key) == eager.path(src, dst, key)
-                assert lazy.possible_hops(src, dst) == eager.possible_hops(src, dst)

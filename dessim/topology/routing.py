@@ -24,45 +24,117 @@ NIC affinity: a GPU node may name its own NIC (attribute ``nic``, set by the DGX
 ↔ NIC i). A path that leaves the host through a NIC then leaves (and enters) through that NIC,
 as NCCL pins each GPU to its nearest NIC, instead of hashing over both NICs of a PCIe switch.
 
-Cost: one breadth-first search per *destination anchor*, cached — no all-pairs enumeration up
-front. A destination with a single link (a GPU or host under a leaf switch) reuses the map of
-its only neighbour, so a leaf-spine of thousands of GPUs needs one map per leaf switch.
-The number of cached maps is bounded (:data:`MAX_CACHED_MAPS`, least recently used dropped).
+Cost: one breadth-first search per *destination anchor* (numpy over the adjacency arrays,
+level by level, only as far as a lookup needs), cached — no all-pairs enumeration up front;
+next hops and path widths are then evaluated only at the nodes a walk visits. A destination
+with a single link (a GPU or host under a leaf switch) reuses the search of its only
+neighbour, so a leaf-spine of thousands of GPUs needs one search per leaf switch. The number
+of cached searches is bounded (:data:`MAX_CACHED_MAPS`, least recently used dropped).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import OrderedDict
-from typing import Mapping
+
+import numpy as np
 
 from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
 
 __all__ = ["Router", "router_for", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
 
-#: Next-hop maps kept per router (one per destination anchor). Each map holds one entry per
-#: node, so memory is about ``MAX_CACHED_MAPS * nodes`` dict entries at worst.
+#: Route searches kept per router (one per destination anchor). Each holds an int32 distance
+#: per node, so memory is about ``4 * MAX_CACHED_MAPS * nodes`` bytes at worst.
 MAX_CACHED_MAPS: int = 2048
 
 #: Paths memoised per router before the memo is cleared (bounded memory, same answers).
 MAX_CACHED_PATHS: int = 200_000
 
 
-class _LevelSearch:
-    """A breadth-first search from ``target`` settled up to ``depth`` hops: ``hops`` holds the
-    next hops of every settled node, ``frontier`` the nodes of the last settled level."""
+class _Search:
+    """Routing state towards one ``target``: hop distances from a breadth-first search
+    through forwarding nodes (numpy, level by level, resumed on demand), and the widest
+    equal-cost next hops of the nodes that are asked for (computed on demand, memoised).
 
-    __slots__ = ("target", "dist", "nxt", "width", "hops", "frontier", "depth")
+    Behaves as a read-only mapping ``node -> next hops`` (sorted names) over the nodes that
+    can reach ``target``; the target maps to ``()``. A node's next hops are its neighbours
+    one hop closer that forward traffic (or are the target), restricted to those on a widest
+    path — exactly the rule of a full search, evaluated only where a walk goes."""
 
-    def __init__(self, target: str) -> None:
+    __slots__ = ("router", "target", "dist", "frontier", "depth", "memo", "width")
+
+    def __init__(self, router: "Router", target: str) -> None:
+        self.router = router
         self.target = target
-        self.dist: dict[str, int] = {target: 0}
-        self.nxt: dict[str, list[str]] = {}
-        self.width: dict[str, float] = {target: float("inf")}
-        self.hops: dict[str, tuple[str, ...]] = {target: ()}
-        self.frontier: list[str] = [target]
+        t = router._index[target]
+        self.dist = np.full(len(router._names), -1, dtype=np.int32)
+        self.dist[t] = 0
+        self.frontier = np.array([t], dtype=np.int64)
         self.depth = 0
+        self.memo: dict[str, tuple[str, ...]] = {target: ()}
+        self.width: dict[str, float] = {target: float("inf")}
+
+    def _level(self) -> None:
+        """Settle the next level of the search."""
+        r = self.router
+        f = self.frontier
+        if self.depth > 0:                       # only the target and forwarding nodes expand
+            f = f[r._forwards[f]]
+        starts = r._indptr[f]
+        lens = r._indptr[f + 1] - starts
+        total = int(lens.sum())
+        self.depth += 1
+        if total == 0:
+            self.frontier = f[:0]
+            return
+        offsets = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total)
+        nb = r._indices[offsets]
+        nb = np.unique(nb[self.dist[nb] < 0])
+        self.dist[nb] = self.depth
+        self.frontier = nb
+
+    def _distance(self, node: str) -> int:
+        """Hops from ``node`` to the target (-1: unreachable), searching as far as needed."""
+        i = self.router._index[node]
+        dist = self.dist
+        while dist[i] < 0 and len(self.frontier):
+            self._level()
+        return int(dist[i])
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, str) and node in self.router._index and self._distance(node) >= 0
+
+    def get(self, node: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        return self[node] if node in self else default
+
+    def __getitem__(self, node: str) -> tuple[str, ...]:
+        got = self.memo.get(node)
+        if got is not None:
+            return got
+        r = self.router
+        d = self._distance(node)
+        if d < 0:
+            raise KeyError(node)
+        index, dist, forwards, cap, target = r._index, self.dist, r._forwards, r._capacity, self.target
+        cands = [u for u in r._adj[node]
+                 if dist[index[u]] == d - 1 and (u == target or forwards[index[u]])]
+        widths = [min(cap[node, u], self._width(u)) for u in cands]
+        best = max(widths)
+        if len(cands) > 1:
+            cands = [u for u, w in zip(cands, widths) if w >= best * (1 - 1e-9)]
+        got = tuple(sorted(cands))
+        self.memo[node] = got
+        self.width[node] = best
+        return got
+
+    def _width(self, node: str) -> float:
+        """Bottleneck capacity of the widest shortest path from ``node`` to the target."""
+        w = self.width.get(node)
+        if w is None:
+            self[node]
+            w = self.width[node]
+        return w
 
 
 class Router:
@@ -79,8 +151,8 @@ class Router:
         for a, b, d in graph.edges(data=True):
             c = float(d["bw"]) * float(d.get("efficiency", 1.0))
             self._capacity[a, b] = self._capacity[b, a] = c
-        #: Per target: its (possibly partial) level-by-level search, least recently used first.
-        self._maps: OrderedDict[str, _LevelSearch] = OrderedDict()
+        #: Per target: its routing state (distances, next hops asked for so far), LRU first.
+        self._maps: OrderedDict[str, _Search] = OrderedDict()
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
         #: Paths that no ECMP choice can change, by (src, dst): the key is irrelevant there.
         self._unique: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -88,6 +160,16 @@ class Router:
         self._affinity: dict[str, str] = {n: d["nic"] for n, d in graph.nodes(data=True)
                                           if d.get("nic")}
         self._nics = frozenset(n for n, d in graph.nodes(data=True) if d["kind"] == "nic")
+        # the adjacency as arrays (CSR) for the breadth-first searches
+        self._names: list[str] = list(self._adj)
+        self._index: dict[str, int] = {n: i for i, n in enumerate(self._names)}
+        counts = np.fromiter((len(self._adj[n]) for n in self._names), dtype=np.int64,
+                             count=len(self._names))
+        self._indptr = np.concatenate(([0], np.cumsum(counts)))
+        self._indices = np.fromiter((self._index[m] for n in self._names for m in self._adj[n]),
+                                    dtype=np.int64, count=int(self._indptr[-1]))
+        self._forwards = np.fromiter((self._transit[n] for n in self._names), dtype=bool,
+                                     count=len(self._names))
 
     # ------------------------------------------------------------------ public
     def path(self, src: str, dst: str, key: int = 0) -> tuple[str, ...]:
@@ -160,57 +242,20 @@ class Router:
             return nbrs[0], True
         return dst, False
 
-    def _next_hops(self, target: str, need: str | None = None) -> Mapping[str, tuple[str, ...]]:
-        """For nodes that can reach ``target``: their equal-cost widest next hops (sorted).
-
-        The breadth-first search from ``target`` runs level by level and stops as soon as
-        ``need`` is settled (its level done); a later call continues it. A node's next hops
-        depend only on the levels below it, so a partial map is exact for every node it holds,
-        and every node of a walk from ``need`` is in it. ``need=None``: the whole map.
-        A node missing from the returned map after the search is exhausted cannot reach
-        ``target``."""
-        bfs = self._maps.get(target)
-        if bfs is None:
-            bfs = _LevelSearch(target)
-            self._maps[target] = bfs
+    def _next_hops(self, target: str, need: str | None = None) -> _Search:
+        """The routing state towards ``target`` (a mapping node -> widest equal-cost next
+        hops, evaluated on demand; see :class:`_Search`), cached per target, least recently
+        used dropped beyond :data:`MAX_CACHED_MAPS`. ``need``: a node about to be looked up
+        (kept for callers; the search extends itself as far as any lookup needs)."""
+        search = self._maps.get(target)
+        if search is None:
+            search = _Search(self, target)
+            self._maps[target] = search
             if len(self._maps) > MAX_CACHED_MAPS:
                 self._maps.popitem(last=False)
         else:
             self._maps.move_to_end(target)
-        while bfs.frontier and (need is None or need not in bfs.hops):
-            self._next_level(bfs)
-        return bfs.hops
-
-    def _next_level(self, bfs: "_LevelSearch") -> None:
-        """Settle one more level of ``bfs`` (nodes one hop further from its target)."""
-        adj, transit, cap = self._adj, self._transit, self._capacity
-        target, dist, nxt, width, hops = bfs.target, bfs.dist, bfs.nxt, bfs.width, bfs.hops
-        bfs.depth += 1
-        depth = bfs.depth
-        new: list[str] = []
-        for u in bfs.frontier:
-            # u is an intermediate node for anything reached through it (unless it is the
-            # target), so it must forward traffic.
-            if u != target and not transit[u]:
-                continue
-            for v in adj[u]:
-                d = dist.get(v)
-                if d is None:
-                    dist[v] = depth
-                    nxt[v] = [u]
-                    new.append(v)
-                elif d == depth:
-                    nxt[v].append(u)
-        # keep only the next hops on a widest path (nodes of this depth are final now)
-        for v in new:
-            cand = nxt.pop(v)
-            widths = [min(cap[v, u], width[u]) for u in cand]
-            best = max(widths)
-            width[v] = best
-            if len(cand) > 1:
-                cand = [u for u, w in zip(cand, widths) if w >= best * (1 - 1e-9)]
-            hops[v] = tuple(sorted(cand))
-        bfs.frontier = new
+        return search
 
     def _route(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
         """:meth:`_walk`, then NIC affinity: a path that crosses a NIC and starts (ends) at a
