@@ -18,7 +18,6 @@ to the candidate listed first in :data:`~dessim.collectives.algorithms.ALGORITHM
 
 from __future__ import annotations
 
-import weakref
 
 from array import array
 from dataclasses import dataclass
@@ -65,16 +64,11 @@ class AutoChoice:
         return "\n".join(lines)
 
 
-#: One analytical network per topology for estimates: its router and route caches are shared
-#: by every auto decision on that topology (topologies are immutable). Weak keys: no leak.
-_ESTIMATORS: "weakref.WeakKeyDictionary[Topology, object]" = weakref.WeakKeyDictionary()
-
-
 def _estimator(topology: Topology):
-    net = _ESTIMATORS.get(topology)
-    if net is None:
-        net = _ESTIMATORS[topology] = make_network("analytical", simpy.Environment(), topology)
-    return net
+    """One analytical network per topology for estimates: its router and route caches are
+    shared by every auto decision on that topology (:meth:`Topology.derived`)."""
+    return topology.derived("auto_estimator",
+                            lambda t: make_network("analytical", simpy.Environment(), t))
 
 
 def estimate_schedule(schedule: Schedule, topology: Topology,
@@ -82,7 +76,7 @@ def estimate_schedule(schedule: Schedule, topology: Topology,
     """(critical-path time, busiest-link time) of ``schedule`` on ``topology`` in seconds."""
     net = _estimator(topology)
     capacity = net.channels.capacity
-    load = [0.0] * len(capacity)
+    load: dict[int, float] = {}          # bytes per channel the schedule touches
     routes: dict[tuple[int, int], tuple[float, float, tuple[int, ...]]] = {}
     finish = array("d", [0.0]) * len(schedule)
     src, dst, nbytes, red = schedule.src, schedule.dst, schedule.nbytes, schedule.reduce_bytes
@@ -97,7 +91,7 @@ def estimate_schedule(schedule: Schedule, topology: Topology,
         lat, bottleneck, chans = r
         n = nbytes[i]
         for c in chans:
-            load[c] += n
+            load[c] = load.get(c, 0.0) + n
         ready = max((finish[j] for j in dep_index[dep_start[i]:dep_start[i + 1]]), default=0.0)
         t = ready + lat + n / bottleneck
         if reduction_bw and red[i]:
@@ -105,7 +99,7 @@ def estimate_schedule(schedule: Schedule, topology: Topology,
         finish[i] = t
         if t > best:
             best = t
-    busiest = max((b / c for b, c in zip(load, capacity)), default=0.0)
+    busiest = max((b / capacity[c] for c, b in load.items()), default=0.0)
     return best, busiest
 
 
