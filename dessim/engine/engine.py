@@ -250,11 +250,12 @@ class _Run:
 
     def _start_p2p(self, i: int, j: int) -> None:
         """Both ends of a send/recv pair have started: move the bytes (on every lane of a
-        folded graph). The ECMP key is the tag, so a transfer's path depends only on
-        (source, destination, tag) — the same whatever order transfers start in."""
+        folded graph). ECMP key 0 for every send: NCCL keeps one connection (queue pair)
+        per peer pair, whose packets all hash to one path, so every transfer between two
+        ranks takes the same path whatever order transfers start in."""
         send, recv = (i, j) if self.tasks[i].kind == "send" else (j, i)
         st = self.tasks[send]
-        src, dst, size, key = st.rank, self.tasks[recv].rank, st.size, st.tag
+        src, dst, size, key = st.rank, self.tasks[recv].rank, st.size, 0
         fold = self.fold
         if fold is None:
             ev = self.net.transfer(src, dst, size, key=key)

@@ -156,6 +156,8 @@ class Router:
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
         #: Paths that no ECMP choice can change, by (src, dst): the key is irrelevant there.
         self._unique: dict[tuple[str, str], tuple[str, ...]] = {}
+        #: Key-independent waypoint segments (see :meth:`_route`), by (from, to).
+        self._segments: dict[tuple[str, str], tuple[str, ...]] = {}
         #: GPU -> its own NIC (node attribute ``nic``): traffic that leaves the host does so there.
         self._affinity: dict[str, str] = {n: d["nic"] for n, d in graph.nodes(data=True)
                                           if d.get("nic")}
@@ -267,10 +269,17 @@ class Router:
             return path, unique
         out: list[str] = [src]
         unique = True
+        segments = self._segments
         for u, v in zip(waypoints, waypoints[1:]):
-            seg, seg_unique = self._walk(u, v, key)
+            seg = segments.get((u, v))
+            if seg is None:
+                seg, seg_unique = self._walk(u, v, key)
+                if seg_unique:          # e.g. GPU -> its NIC: the same for every key
+                    if len(segments) >= MAX_CACHED_PATHS:
+                        segments.clear()
+                    segments[u, v] = seg
+                unique = unique and seg_unique
             out.extend(seg[1:])
-            unique = unique and seg_unique
         return tuple(out), unique
 
     def _waypoints(self, src: str, dst: str, path: tuple[str, ...]) -> list[str]:
