@@ -27,9 +27,11 @@ def test_world_size_mismatch_names_product_and_count():
 @pytest.mark.parametrize("model,layout,fragment", [
     (GPT, ParallelLayout(tp=3), "heads=16 is not divisible by tp=3"),
     (MOE, ParallelLayout(tp=8), "kv_heads=4 is not divisible by tp=8"),
-    (GPT, ParallelLayout(pp=5), "layers=24 is not divisible by pp=5"),
+    (GPT, ParallelLayout(pp=32, global_batch=32), "layers=24 is fewer than pp=32"),
     (GPT, ParallelLayout(pp=4, schedule="interleaved", virtual_stages=4, global_batch=4),
      "layers=24 is not divisible by pp × virtual_stages = 4 × 4 = 16"),
+    (GPT, ParallelLayout(pp=5, schedule="interleaved", virtual_stages=2, global_batch=5),
+     "interleaved schedules need equal model chunks"),
     (GPT, ParallelLayout(dp=2, ep=2), "ep=2 but the model is dense"),
     (MOE, ParallelLayout(dp=6, ep=3), "ep=3 does not divide experts=8"),
     (GPT.with_seq_len(1004), ParallelLayout(cp=4), "seq_len=1004 is not divisible by 2 × cp = 8"),
@@ -179,3 +181,17 @@ def test_bubble_fractions():
     assert SCHEDULES["1f1b"].bubble_fraction(8, 32) == pytest.approx(7 / 32)
     assert SCHEDULES["gpipe"].bubble_fraction(8, 32) == pytest.approx(7 / 32)
     assert SCHEDULES["interleaved"].bubble_fraction(8, 32, 4) == pytest.approx(7 / 128)
+
+
+def test_uneven_stages_follow_llama3_first_and_last_lighter():
+    """126 layers on 16 stages (Llama 3 405B): 7 layers on the first and last stage, 8 on the
+    others, contiguous and covering every layer once."""
+    lo = ParallelLayout(pp=16, global_batch=16)
+    ranges = [lo.stage_layers(126, s)[0] for s in range(16)]
+    assert [len(r) for r in ranges] == [7] + [8] * 14 + [7]
+    assert [i for r in ranges for i in r] == list(range(126))
+    # a larger deficit is taken from both ends inwards
+    lo4 = ParallelLayout(pp=4, global_batch=4)
+    assert [len(lo4.stage_layers(10, s)[0]) for s in range(4)] == [2, 3, 3, 2]
+    assert [len(lo4.stage_layers(7, s)[0]) for s in range(4)] == [1, 2, 2, 2]
+    assert ParallelLayout(pp=5, global_batch=5).validate(GPT) is not None

@@ -129,6 +129,19 @@ SCHEDULES: Mapping[str, PipelineSchedule] = MappingProxyType({
 })
 
 
+def uneven_stage_layers(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage when ``pp`` does not divide ``num_layers``: ``ceil(L/pp)``
+    each, minus one on ``ceil(L/pp)·pp − L`` stages taken alternately from the first and the
+    last end inwards (see :meth:`ParallelLayout.stage_layers`)."""
+    base = -(-num_layers // pp)
+    counts = [base] * pp
+    deficit = base * pp - num_layers
+    order = [i // 2 if i % 2 == 0 else pp - 1 - i // 2 for i in range(pp)]
+    for s in order[:deficit]:
+        counts[s] -= 1
+    return counts
+
+
 def parse_zero_stage(value: object, what: str = "zero_stage") -> int:
     """A ZeRO stage: 0, 1, 2, 3 or ``"fsdp"`` (= 3: parameters, gradients and optimizer
     states all sharded, which is what PyTorch FSDP's FULL_SHARD does)."""
@@ -260,10 +273,12 @@ class ParallelLayout:
             raise WorkloadError(f"{where}: ffn_hidden={model.ffn_hidden} (moe_ffn_hidden="
                                 f"{model.moe_ffn_hidden}) is not divisible by tp={self.tp}")
         chunks = self.pp * self.virtual_stages
-        if model.layers % chunks:
-            what = (f"pp × virtual_stages = {self.pp} × {self.virtual_stages} = {chunks}"
-                    if self.virtual_stages > 1 else f"pp={self.pp}")
-            raise WorkloadError(f"{where}: layers={model.layers} is not divisible by {what}")
+        if self.virtual_stages > 1 and model.layers % chunks:
+            raise WorkloadError(f"{where}: layers={model.layers} is not divisible by pp × virtual_stages = "
+                                f"{self.pp} × {self.virtual_stages} = {chunks} (interleaved schedules need "
+                                "equal model chunks)")
+        if model.layers < self.pp:
+            raise WorkloadError(f"{where}: layers={model.layers} is fewer than pp={self.pp} pipeline stages")
         if self.cp > 1 and model.seq_len % (2 * self.cp):
             raise WorkloadError(f"{where}: seq_len={model.seq_len} is not divisible by 2 × cp = {2 * self.cp} "
                                 "(context parallelism splits each sequence into 2·cp load-balanced chunks)")
@@ -352,12 +367,22 @@ class ParallelLayout:
     def stage_layers(self, num_layers: int, stage: int) -> tuple[range, ...]:
         """The layer indices held by pipeline stage ``stage``: one range per model chunk
         (one chunk unless interleaved; chunk ``c`` of stage ``i`` is global chunk
-        ``c·pp + i``, as in Megatron's interleaved schedule)."""
+        ``c·pp + i``, as in Megatron's interleaved schedule).
+
+        Uneven split (``pp`` does not divide the layers; not interleaved): every stage holds
+        ``ceil(layers / pp)`` layers except ``d = ceil(layers/pp)·pp − layers`` stages with one
+        fewer, taken from the ends inwards — first, last, second, second to last, ... — as
+        Llama 3 405B does (126 layers on 16 stages: the first and the last stage, which also
+        hold the embedding and the LM head, get 7 layers; Dubey et al. 2024, §3.3.2)."""
         if not 0 <= stage < self.pp:
             raise WorkloadError(f"pipeline stage {stage} is out of range 0..{self.pp - 1}")
         chunks = self.pp * self.virtual_stages
         if num_layers % chunks:
-            raise WorkloadError(f"layers={num_layers} is not divisible by pp × virtual_stages = {chunks}")
+            if self.virtual_stages > 1:
+                raise WorkloadError(f"layers={num_layers} is not divisible by pp × virtual_stages = {chunks}")
+            counts = uneven_stage_layers(num_layers, self.pp)
+            first = sum(counts[:stage])
+            return (range(first, first + counts[stage]),)
         per = num_layers // chunks
         return tuple(range((c * self.pp + stage) * per, (c * self.pp + stage + 1) * per)
                      for c in range(self.virtual_stages))
