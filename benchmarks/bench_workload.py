@@ -32,6 +32,7 @@ CASES = {
     # name: (preset, topology builder per node count, tp, pp, schedule overrides)
     "gpt3": ("gpt3-175b", "dgx-a100", 8, 16, {"schedule": "interleaved", "virtual_stages": 2}),
     "llama3": ("llama3-70b", "dgx-h100", 8, 4, {}),
+    "llama405": ("llama3-405b", "dgx-h100", 8, 16, {}),     # issue 9: --dp 64 = 8,192 GPUs
 }
 
 

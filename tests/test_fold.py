@@ -185,3 +185,22 @@ def test_folding_falls_back_with_a_reason():
         options=EngineOptions(record_links=False))
     assert r.taskgraph.fold is None
     assert "offload" in r.taskgraph.meta["fold_fallback"]
+
+
+def test_tp_groups_with_different_closed_form_times_are_not_folded(monkeypatch):
+    """Closed-form TP delays are invisible to the engine's lane check, so a fold whose TP
+    groups would time differently must be refused up front."""
+    from dessim.workload.tp_islands import TPIslands
+
+    real = TPIslands.time
+
+    def skewed(self, op, size, group):
+        t = real(self, op, size, group)
+        return None if t is None else t * (1.01 if group[0] % 16 >= 8 else 1.0)   # DP replica 1
+
+    monkeypatch.setattr(TPIslands, "time", skewed)
+    r = simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides={
+        **LAYOUT, "generator": {"granularity": "stage", "fold": True}},
+        options=EngineOptions(record_links=False))
+    assert r.taskgraph.fold is None
+    assert "different closed-form collective times" in r.taskgraph.meta["fold_fallback"]

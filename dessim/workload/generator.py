@@ -312,6 +312,8 @@ class _Generator:
         self.pass_inputs: dict[tuple, list[tuple[str, list[str]]]] = {}
         self.graph.fold = self._make_fold(engine)
         self._setup_closed_form(engine)
+        if self.graph.fold is not None and self.islands is not None:
+            self._check_fold_tp_symmetry()
 
     # ------------------------------------------------------------------ replica folding
     def _make_fold(self, engine: Any) -> Fold | None:
@@ -336,6 +338,27 @@ class _Generator:
         fold = Fold(lane_permutations(lo), ("tp", "dp"))
         self.graph.meta["fold_lanes"] = fold.lanes
         return fold
+
+    def _check_fold_tp_symmetry(self) -> None:
+        """Closed-form TP times are taken from the representative's TP group for all its
+        images: fold only if every TP group of a stage has the same closed-form times (the
+        engine cannot see a difference there, so it must be excluded up front)."""
+        lo = self.lo
+        for stage in range(lo.pp):
+            groups = [g for g in lo.groups("tp") if lo.stage_of(g[0]) == stage]
+            for chunk in range(self.v):
+                for phase in ("F", "B"):
+                    steps = [s for s in self._template(stage, chunk, phase).steps
+                             if s.kind == "collective" and s.group == "tp"]
+                    ref = [self._tp_time(s, groups[0]) for s in steps]
+                    for g in groups[1:]:
+                        if [self._tp_time(s, g) for s in steps] != ref:
+                            self.graph.meta["fold_fallback"] = (
+                                f"TP groups {list(groups[0])} and {list(g)} of stage {stage} have "
+                                "different closed-form collective times: replicas are not identical")
+                            self.graph.fold = None
+                            self.graph.meta.pop("fold_lanes", None)
+                            return
 
     def _is_representative(self, rank: int) -> bool:
         if self.graph.fold is None:
