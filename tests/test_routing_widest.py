@@ -139,3 +139,21 @@ def test_on_demand_searches_reproduce_a_complete_search(spec):
             assert (node in search) == (node in ref), (target, node)
             if node in ref:
                 assert search[node] == ref[node], (target, node)
+
+
+def test_paths_between_hosts_skip_the_probe_walk_with_identical_results():
+    """Between two DGX hosts every path crosses a NIC, so the router pins the NICs without
+    first walking the whole path; paths and ECMP choices are those of the probing route."""
+    from dessim.topology import load_topology
+    from dessim.topology.routing import Router
+
+    topo = load_topology("dgx-a100:nodes=8")
+    fast, probing = Router(topo), Router(topo)
+    probing._domain = {}                     # forces the probe walk for every pair
+    gpus = [topo.node_of(r) for r in range(0, 64, 5)]
+    for src in gpus:
+        for dst in gpus:
+            if src != dst:
+                for key in (0, 3):
+                    assert fast.path(src, dst, key) == probing.path(src, dst, key)
+                assert fast.key_independent(src, dst) == probing.key_independent(src, dst)

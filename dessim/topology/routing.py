@@ -37,6 +37,7 @@ from __future__ import annotations
 import zlib
 from collections import OrderedDict
 
+import networkx as nx
 import numpy as np
 
 from dessim.errors import TopologyError
@@ -162,6 +163,14 @@ class Router:
         self._affinity: dict[str, str] = {n: d["nic"] for n, d in graph.nodes(data=True)
                                           if d.get("nic")}
         self._nics = frozenset(n for n, d in graph.nodes(data=True) if d["kind"] == "nic")
+        #: Host domains: the connected parts of the graph without its NICs (one per server, one
+        #: per fabric). Two nodes in different domains can only be joined through a NIC.
+        self._domain: dict[str, int] = {}
+        if self._affinity:
+            inner = graph.subgraph(n for n in graph.nodes if n not in self._nics)
+            for i, part in enumerate(sorted(nx.connected_components(inner), key=min)):
+                for n in part:
+                    self._domain[n] = i
         # the adjacency as arrays (CSR) for the breadth-first searches
         self._names: list[str] = list(self._adj)
         self._index: dict[str, int] = {n: i for i, n in enumerate(self._names)}
@@ -263,10 +272,16 @@ class Router:
         """:meth:`_walk`, then NIC affinity: a path that crosses a NIC and starts (ends) at a
         GPU with a ``nic`` attribute leaves (enters) through that NIC, as NCCL pins each GPU
         to its nearest NIC instead of hashing over the NICs of its PCIe switch."""
-        path, unique = self._walk(src, dst, key)
-        waypoints = self._waypoints(src, dst, path)
-        if len(waypoints) == 2:
-            return path, unique
+        domain = self._domain
+        a, b = domain.get(src), domain.get(dst)
+        if a is not None and b is not None and a != b and (src in self._affinity or dst in self._affinity):
+            # different hosts: every path crosses a NIC, so the waypoints are known unwalked
+            waypoints = self._pinned(src, dst)
+        else:
+            path, unique = self._walk(src, dst, key)
+            waypoints = self._waypoints(src, dst, path)
+            if len(waypoints) == 2:
+                return path, unique
         out: list[str] = [src]
         unique = True
         segments = self._segments
@@ -285,9 +300,14 @@ class Router:
     def _waypoints(self, src: str, dst: str, path: tuple[str, ...]) -> list[str]:
         """[src, (src's NIC), (dst's NIC), dst] when ``path`` leaves the host through a NIC
         and an end has a NIC affinity; else [src, dst]."""
-        pins = [w for w in (self._affinity.get(src), self._affinity.get(dst)) if w is not None]
-        if not pins or not any(n in self._nics for n in path[1:-1]):
+        pinned = src in self._affinity or dst in self._affinity
+        if not pinned or not any(n in self._nics for n in path[1:-1]):
             return [src, dst]
+        return self._pinned(src, dst)
+
+    def _pinned(self, src: str, dst: str) -> list[str]:
+        """[src, (src's NIC), (dst's NIC), dst] for a path that leaves the host."""
+        pins = [w for w in (self._affinity.get(src), self._affinity.get(dst)) if w is not None]
         waypoints = [src]
         for w in (*pins, dst):
             if w != waypoints[-1]:
