@@ -31,9 +31,9 @@ MODES = [dict(compact=True, bundles=True), dict(compact=True, bundles=False),
 
 
 def replay(topo, op, group, size, *, compact, bundles, chunks=1, channels=1, reduction_bw=None,
-           cross=()):
+           cross=(), algo="ring"):
     """Run one collective (plus ``cross`` = (src, dst, bytes, start) transfers) from time 0."""
-    sched = build_schedule(op, "ring", group, size, chunks=chunks, channels=channels,
+    sched = build_schedule(op, algo, group, size, chunks=chunks, channels=channels,
                            compact=compact)
     env = simpy.Environment()
     net = make_network("flow", env, topo, bundles=bundles)
@@ -147,7 +147,11 @@ def test_bundle_template_refuses_what_it_cannot_carry_exactly():
     env = simpy.Environment()
     net = FlowNetwork(env, topo)
     assert net.bundle_template([0, 1], [1, 2]) is not None
-    assert net.bundle_template([0, 0], [1, 2]) is None         # gpu0 -> switch used twice
+    # gpu0 -> switch carries two members: each gets half of it, the same share for both
+    both = net.bundle_template([0, 0], [1, 2])
+    assert both is not None and both.rate == 25e9
+    # 0->1 and 0->2 would get half a link, 1->3 a whole one: not one rate, no bundle
+    assert net.bundle_template([0, 0, 1], [1, 2, 3]) is None
     assert net.bundle_template([0], [0]) is None               # local copy
     assert FlowNetwork(env, topo, bundles=False).bundle_template([0], [1]) is None
     assert FlowNetwork(env, topo, record=True).bundle_template([0], [1]) is None
@@ -188,3 +192,45 @@ def test_engine_results_identical_with_and_without_shortcuts(record):
         assert other.link_bytes == pytest.approx(res[0].link_bytes, rel=1e-12)
     if not record:  # bundles ran (fewer network events), yet nothing changed
         assert res[0].events < res[1].events
+
+
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter", "allgather", "alltoall"])
+@pytest.mark.parametrize("p,channels", [(2, 1), (3, 2), (5, 1), (8, 3)])
+def test_compact_direct_schedule_has_the_builders_rows(op, p, channels):
+    group = list(range(p))[::-1]
+    compact = build_schedule(op, "direct", group, 1e6, channels=channels)
+    rows = build_schedule(op, "direct", group, 1e6, channels=channels, compact=False)
+    assert isinstance(compact, CompactSchedule) and len(compact) == len(rows)
+    for col in COLUMNS:
+        assert list(getattr(compact, col)) == list(getattr(rows, col)), col
+    compact.validate()
+
+
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter", "alltoall"])
+@pytest.mark.parametrize("p,channels", [(2, 1), (4, 2), (8, 1)])
+def test_direct_on_a_switch_is_one_uniform_bundle_per_step_and_identical(op, p, channels):
+    """All p(p-1) sends of a direct step share the injection links uniformly: one bundle,
+    with the times of the per-flow max-min solve."""
+    topo = switch(p, "50GB/s", "500ns")
+    runs = [replay(topo, op, range(p), 2**24, channels=channels, algo="direct", **m)[0]
+            for m in MODES]
+    assert runs[0].bundles_started > 0 and runs[1].bundles_started == 0
+    for other in runs[1:]:
+        assert other.duration == pytest.approx(runs[0].duration, rel=1e-12)
+        assert list(other.transfer_finish) == pytest.approx(list(runs[0].transfer_finish), rel=1e-12)
+        assert other.rank_finish == pytest.approx(runs[0].rank_finish, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cross_traffic_splits_uniform_bundles_without_changing_any_time(seed):
+    rng = random.Random(seed)
+    p = 6
+    topo = switch(p + 2, "50GB/s", "500ns")
+    cross = [(rng.randrange(p + 2), rng.randrange(p + 2), rng.choice([1e5, 1e6, 5e6]),
+              rng.uniform(0, 2e-4)) for _ in range(5)]
+    cross = [c for c in cross if c[0] != c[1]]
+    runs = [replay(topo, "allreduce", range(p), 2**24, cross=cross, algo="direct", **m) for m in MODES]
+    (base, base_cross), others = runs[0], runs[1:]
+    for run, fin in others:
+        assert list(run.transfer_finish) == pytest.approx(list(base.transfer_finish), rel=1e-12)
+        assert sorted(fin) == pytest.approx(sorted(base_cross), rel=1e-12)

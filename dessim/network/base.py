@@ -45,14 +45,16 @@ class Route:
 @dataclass(frozen=True, eq=False)
 class BundleTemplate:
     """Routes of transfers that a model may carry as ONE flow bundle (see
-    :meth:`Network.bundle_template`): pairwise channel-disjoint, key-independent routes with
-    equal latency and equal bottleneck capacity."""
+    :meth:`Network.bundle_template`): key-independent routes with equal latency, either
+    pairwise channel-disjoint with equal bottleneck capacity or sharing channels uniformly
+    (every member gets the same max-min ``rate`` while the bundle is alone)."""
 
     routes: tuple[Route, ...]      #: one per member, in member order
-    channels: Any                  #: numpy int array: every member's channels (all distinct)
+    channels: Any                  #: numpy int array: every member's channels (in member order)
     directions: Any                #: numpy int array: every member's directions
     latency: float                 #: s, the same for every member
-    bottleneck: float              #: bytes/s, the same for every member
+    bottleneck: float              #: bytes/s, the first member's bottleneck capacity
+    rate: float = 0.0              #: bytes/s each member moves at while the bundle runs alone
 
     def __len__(self) -> int:
         return len(self.routes)

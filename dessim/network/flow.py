@@ -28,9 +28,13 @@ Mechanics (simulation-notes §1d idiom 4, "one network-wide wake-up"):
 
 Flow bundles (exact shortcut, ``bundles=True`` by default; see docs/performance.md):
 
-* :meth:`FlowNetwork.bundle_template` accepts transfers whose routes are key-independent,
-  pairwise channel-disjoint, of equal latency and equal bottleneck — e.g. the p sends of one
-  ring step on a switch. :meth:`FlowNetwork.start_bundle` carries them as ONE entity: one heap
+* :meth:`FlowNetwork.bundle_template` accepts transfers whose routes are key-independent, of
+  equal latency, and either pairwise channel-disjoint with equal bottlenecks — e.g. the p
+  sends of one ring step on a switch — or sharing channels *uniformly*: every member's
+  smallest share ``capacity / members on the channel`` is the same ``R`` — e.g. the p(p-1)
+  sends of a direct all-to-all on a switch, ``p-1`` per injection link. All members at ``R``
+  is then the max-min allocation (each member's smallest-share channel is saturated by
+  members at its own rate), so the bundle keeps exactly what a solve would give. :meth:`FlowNetwork.start_bundle` carries them as ONE entity: one heap
   entry, one join, one finish, no rate solve. While no other flow uses any of its channels
   (tracked per channel with numpy views: ``_occ`` counts individual flows, ``_owner`` names
   the bundle), every member's max-min rate is its own bottleneck, so the bundle's rate and
@@ -227,13 +231,25 @@ class FlowNetwork(Network):
                 return None
             routes.append(self.route(s, d))
         first = routes[0]
-        if any(r.latency != first.latency or r.bottleneck != first.bottleneck for r in routes):
+        if any(r.latency != first.latency for r in routes):
             return None
         chans = np.fromiter((c for r in routes for c in r.channels), dtype=self._occ_np.dtype)
-        if len(np.unique(chans)) != len(chans):
-            return None
+        used, counts = np.unique(chans, return_counts=True)
+        if len(used) == len(chans):                  # channel-disjoint: each its bottleneck
+            if any(r.bottleneck != first.bottleneck for r in routes):
+                return None
+            rate = first.bottleneck
+        else:
+            # uniform share: members split shared channels equally; if every member's
+            # smallest share cap/n is the same R, all at R is the max-min allocation (each
+            # member's smallest-share channel is saturated by members at its rate)
+            capacity = self.channels.capacity
+            share = {c: capacity[c] / n for c, n in zip(used.tolist(), counts.tolist())}
+            rate = min(share[c] for c in first.channels)
+            if any(min(share[c] for c in r.channels) != rate for r in routes[1:]):
+                return None
         dirs = np.fromiter((d for r in routes for d in r.directions), dtype=np.int64)
-        return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck)
+        return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck, rate)
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
                      on_done: Callable[[Sequence[int]], None]) -> None:
@@ -316,7 +332,7 @@ class FlowNetwork(Network):
                     if b is not None and b.version == version:
                         del self._bundles[fid]
                         self._owner_np[b.template.channels] = -1
-                        self._bundle_bytes[b.template.directions] += b.nbytes
+                        np.add.at(self._bundle_bytes, b.template.directions, b.nbytes)
                         finished.append(b)
                     continue
                 if f.version != version:
@@ -357,7 +373,7 @@ class FlowNetwork(Network):
         if not self._occ_np[chans].any() and not (self._owner_np[chans] >= 0).any():
             self._owner_np[chans] = b.fid
             b.last = now
-            b.rate = b.template.bottleneck
+            b.rate = b.template.rate
             b.version += 1
             b.eta = now + b.nbytes / b.rate
             self._bundles[b.fid] = b

@@ -11,10 +11,16 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from dessim.collectives.algorithms.base import Algorithm, register
 from dessim.collectives.ops import Op
-from dessim.collectives.schedule import Lane
+from dessim.collectives.schedule import Lane, StepPattern, StepPlan, StepPlanBuilder
 from dessim.topology.graph import Topology
+
+#: Ops whose direct schedule is uniform steps of all pairs (reduce-scatter phase, gather phase).
+_STEPS: dict[str, tuple[bool, ...]] = {"allgather": (False,), "alltoall": (False,),
+                                       "reducescatter": (True,), "allreduce": (True, False)}
 
 
 def all_pairs(group: tuple[int, ...], nbytes: float, reduce: bool):
@@ -30,6 +36,42 @@ class Direct(Algorithm):
     summary = "every rank sends to every other rank at once"
     ops = frozenset({"allgather", "alltoall", "reducescatter", "allreduce", "broadcast",
                      "reduce", "sendrecv"})
+
+    def plan(self, op: Op, group: tuple[int, ...], size: float, chunks: int,
+             channels: int) -> StepPlan | None:
+        """The same transfers and dependencies as :meth:`emit` as uniform all-pairs steps
+        (:class:`StepPlan`), so that a step can run as one network bundle; None for rooted
+        ops and for ``chunks > 1`` (a chunk's gather would wait on two earlier steps).
+
+        Dependencies, as :class:`Lane` produces them: the gather step's send ``s -> d`` waits
+        for everything ``s`` and ``d`` sent and received in the reduce-scatter step."""
+        phases = _STEPS.get(op.name)
+        p = len(group)
+        if phases is None or chunks != 1 or p < 2:
+            return None
+        pairs = [(i, (i + k) % p) for i in range(p) for k in range(1, p)]
+        order = np.asarray(group, dtype=np.int64)
+        src = order[[i for i, _ in pairs]]
+        dst = order[[j for _, j in pairs]]
+        none = np.zeros(len(pairs) + 1, dtype=np.int64)
+        first = StepPattern(src, dst, none, none[:0])
+        block = size / channels / p
+        builder = StepPlanBuilder()
+        gather = None
+        if len(phases) == 2:
+            touching: list[list[int]] = [[] for _ in range(p)]   # members sent or received by rank
+            for m, (i, j) in enumerate(pairs):
+                touching[i].append(m)
+                touching[j].append(m)
+            deps = [sorted(set(touching[i]) | set(touching[j])) for i, j in pairs]
+            start = np.cumsum([0] + [len(d) for d in deps], dtype=np.int64)
+            index = np.fromiter((m for d in deps for m in d), dtype=np.int64, count=int(start[-1]))
+            gather = StepPattern(src, dst, start, index)
+        for c in range(channels):
+            prev = builder.add(first, -1, block, block if phases[0] else 0.0, c)
+            if gather is not None:
+                builder.add(gather, prev, block, 0.0, c)
+        return builder.build()
 
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:
