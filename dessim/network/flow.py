@@ -50,6 +50,7 @@ Flow bundles (exact shortcut, ``bundles=True`` by default; see docs/performance.
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from array import array
 from typing import Callable, Mapping, Sequence
 
@@ -166,7 +167,9 @@ class FlowNetwork(Network):
         self.incremental_solves = 0
         self.fallback_solves = 0
         n_chan = len(self.channels)
-        self._users: list[dict[int, _Flow]] = [{} for _ in range(n_chan)]
+        #: Per channel id: its individual flows (created on first use: a fabric has 10^4+
+        #: channels and most runs touch few of them).
+        self._users: defaultdict[int, dict[int, _Flow]] = defaultdict(dict)
         self._pending: dict[int, _Flow] = {}   # in their latency phase
         self._active: dict[int, _Flow] = {}    # sharing bandwidth
         self._heap: list[tuple[float, int, int, int]] = []
@@ -424,7 +427,7 @@ class FlowNetwork(Network):
     def _component(self) -> tuple[dict[int, _Flow], list[int]]:
         """Flows and channels coupled (through shared channels) with the dirty channels."""
         users = self._users
-        seen = bytearray(len(users))       # one mark per channel: cheaper than a set
+        seen = bytearray(len(self.channels))   # one mark per channel: cheaper than a set
         stack = list(self._dirty)
         for c in stack:
             seen[c] = 1

@@ -91,7 +91,11 @@ class _Search:
             return
         offsets = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total)
         nb = r._indices[offsets]
-        nb = np.unique(nb[self.dist[nb] < 0])
+        nb = nb[self.dist[nb] < 0]
+        if len(nb) > 1:                          # distinct, ascending (a mark per node, no sort)
+            mark = np.zeros(len(self.dist), dtype=bool)
+            mark[nb] = True
+            nb = np.flatnonzero(mark)
         self.dist[nb] = self.depth
         self.frontier = nb
 
@@ -117,9 +121,13 @@ class _Search:
         d = self._distance(node)
         if d < 0:
             raise KeyError(node)
-        index, dist, forwards, cap, target = r._index, self.dist, r._forwards, r._capacity, self.target
-        cands = [u for u in r._adj[node]
-                 if dist[index[u]] == d - 1 and (u == target or forwards[index[u]])]
+        i = r._index[node]
+        nb = r._indices[r._indptr[i]:r._indptr[i + 1]]
+        ok = self.dist[nb] == d - 1
+        if d > 1:                                # a next hop other than the target must forward
+            ok &= r._forwards[nb]
+        names, cap = r._names, r._capacity
+        cands = [names[j] for j in nb[ok].tolist()]
         widths = [min(cap[node, u], self._width(u)) for u in cands]
         best = max(widths)
         if len(cands) > 1:
