@@ -14,6 +14,10 @@ registered algorithm that can run the op on the group) and estimates its time on
 The estimate is the larger of the two; it is exact for schedules without contention and a
 lower bound otherwise. Cost: O(transfers × path length), far below a simulation. Ties go
 to the candidate listed first in :data:`~dessim.collectives.algorithms.ALGORITHMS`.
+
+Decisions are memoised per topology by the group's *shape* (:func:`group_shape`): groups
+whose members are joined by the same routes up to renaming — e.g. the TP groups of the
+nodes of a cluster — get the same candidates' estimates, so auto decides once for all.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dessim.errors import CollectiveError, DessimError
 from dessim.network import make_network
 from dessim.topology.graph import Topology
 
-__all__ = ["Estimate", "AutoChoice", "estimate_schedule", "choose"]
+__all__ = ["Estimate", "AutoChoice", "estimate_schedule", "choose", "group_shape"]
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,53 @@ def estimate_schedule(schedule: Schedule, topology: Topology,
     return best, busiest
 
 
+def group_shape(group: tuple[int, ...], topology: Topology) -> tuple:
+    """Everything a collective on ``group`` depends on, with members named by their position
+    in ``group`` and channels by their order of first use: per ordered member pair its route's
+    channels and latency (ECMP key 0, as the estimates use), the capacity of every channel,
+    and each algorithm's :meth:`~dessim.collectives.algorithms.base.Algorithm.topology_key`.
+
+    Two groups with equal shapes are the same sub-network up to renaming, so every schedule,
+    estimate and idle-network time of a collective is the same on both (its transfers use
+    only these routes). Equal shapes are a sufficient condition, never a guess."""
+    net = _estimator(topology)
+    capacity = net.channels.capacity
+    node = topology.node_of
+    chan_id: dict[int, int] = {}
+    routes = []
+    for a in group:
+        na = node(a)
+        for b in group:
+            if a != b:
+                r = net.route(na, node(b))
+                routes.append((tuple(chan_id.setdefault(c, len(chan_id)) for c in r.channels),
+                               r.latency))
+    caps = tuple(capacity[c] for c in chan_id)
+    keys = tuple(alg.topology_key(tuple(group), topology) for alg in ALGORITHMS.values())
+    return (len(group), tuple(routes), caps, keys)
+
+
 def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology, *,
            chunks: int = 1, channels: int = 1, root: int | None = None,
            reduction_bw: float | None = None, **options) -> AutoChoice:
-    """Estimate every applicable algorithm and return the fastest with the explanation."""
+    """Estimate every applicable algorithm and return the fastest with the explanation
+    (memoised per topology by :func:`group_shape`)."""
+    group = tuple(group)
+    memo = topology.derived("auto_choices", lambda _t: {})
+    rpos = None if root is None else (group.index(root) if root in group else ("not in group", root))
+    key = (op.name, float(size), chunks, channels, rpos,
+           reduction_bw, tuple(sorted((k, repr(v)) for k, v in options.items())),
+           group_shape(group, topology))
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _choose(op, group, size, topology, chunks=chunks, channels=channels,
+                                  root=root, reduction_bw=reduction_bw, **options)
+    return got
+
+
+def _choose(op: Op, group: tuple[int, ...], size: float, topology: Topology, *,
+            chunks: int, channels: int, root: int | None, reduction_bw: float | None,
+            **options) -> AutoChoice:
     estimates = []
     for name, alg in ALGORITHMS.items():
         if op.name not in alg.ops:

@@ -36,12 +36,15 @@ from typing import Iterable, Sequence
 import simpy
 
 from dessim.collectives import build_schedule, choose, get_op, run_schedule
+from dessim.collectives.auto import group_shape
 from dessim.network import make_network
 from dessim.network.channels import ChannelMap, channel_map_for
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
 __all__ = ["CollectiveTiming", "TPIslands", "route_channels"]
+
+_UNKNOWN = object()
 
 #: Relative spread of per-rank finish times still considered "one finish time" (float noise).
 _SAME_FINISH_RTOL = 1e-12
@@ -154,6 +157,7 @@ class TPIslands:
         self.router = router_for(topology)
         self.chmap = channel_map_for(topology)
         self._times: dict[tuple[str, float, tuple[int, ...]], float | None] = {}
+        self._by_shape: dict[tuple, float | None] = {}
         self.reasons: dict[tuple[int, ...], str] = {}
         tp_groups = [tuple(g) for g in tp_groups if len(g) > 1]
         node = topology.node_of
@@ -221,6 +225,14 @@ class TPIslands:
             return self._times[key]
         t = self.timing
         g = tuple(group)
+        # groups of one shape (same routes up to renaming) have the same idle-network time
+        shape_key = (op, float(size), group_shape(g, self.topology))
+        known = self._by_shape.get(shape_key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            if known is None:
+                self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
+            self._times[key] = known
+            return known
         opx = get_op(op)
         algo = t.algo or "auto"       # the generator's tasks use the Task default, "auto"
         if algo == "auto":
@@ -239,4 +251,5 @@ class TPIslands:
             value = None
             self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
         self._times[key] = value
+        self._by_shape[shape_key] = value
         return value

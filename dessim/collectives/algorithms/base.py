@@ -42,6 +42,14 @@ class Algorithm:
         """Add the transfers of one lane carrying ``size`` bytes (op semantics) to ``lane``."""
         raise NotImplementedError
 
+    def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
+        """What :meth:`check` and :meth:`emit` read from ``topology`` beyond the routes
+        between the members, with ranks given as positions in ``group`` (None: nothing).
+        Groups with equal keys and equal routes (:func:`dessim.collectives.auto.group_shape`)
+        get the same schedule up to renaming — an algorithm that looks at the topology in
+        another way must override this."""
+        return None
+
 
 #: Algorithms by name, filled by :func:`register`.
 ALGORITHMS: dict[str, Algorithm] = {}

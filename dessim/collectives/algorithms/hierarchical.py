@@ -91,6 +91,15 @@ class Hierarchical(Algorithm):
                     raise CollectiveError(f"hierarchical: inner algorithm {name!r} for dimension "
                                           f"{d} cannot run {ph}")
 
+    def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
+        """The lines of each spanned dimension as member positions ("no" if not a sub-grid)."""
+        try:
+            lines = spanned_lines(group, topology)
+        except CollectiveError:
+            return "no"
+        pos = {r: i for i, r in enumerate(group)}
+        return tuple(tuple(tuple(pos[r] for r in line) for line in dim) for dim in lines)
+
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:
         lines = spanned_lines(group, topology)

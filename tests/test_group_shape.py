@@ -1,0 +1,62 @@
+"""Group shapes: groups joined by the same routes up to renaming run every collective the
+same way, so auto's decision and closed-form TP times are computed once per shape (issue 9).
+Equal shapes must imply equal results; different sub-networks must get different shapes."""
+
+from __future__ import annotations
+
+import pytest
+
+from dessim.collectives import get_op
+from dessim.collectives.auto import _choose, choose, group_shape
+from dessim.topology import load_topology
+from dessim.workload.tp_islands import TPIslands
+
+
+@pytest.fixture(scope="module")
+def dgx():
+    return load_topology("dgx-a100:nodes=4")
+
+
+def test_tp_groups_of_different_nodes_share_a_shape(dgx):
+    shapes = {group_shape(tuple(range(8 * n, 8 * n + 8)), dgx) for n in range(4)}
+    assert len(shapes) == 1
+
+
+def test_different_sub_networks_get_different_shapes(dgx):
+    in_node = group_shape((0, 1, 2, 3), dgx)
+    across = group_shape((0, 8, 16, 24), dgx)            # one GPU per node: NICs and a leaf
+    half = group_shape((0, 1, 2, 3, 4, 5, 6, 7, 8), dgx)   # 9 ranks
+    assert len({in_node, across, half}) == 3
+    # hierarchical reads the topology's grid: a sub-grid and a non-sub-grid differ there
+    flat = load_topology("switch:n=16")
+    assert group_shape((0, 1), flat)[3] == group_shape((2, 3), flat)[3]
+
+
+@pytest.mark.parametrize("op,size", [("allreduce", 64e6), ("allgather", 1e6),
+                                     ("reducescatter", 4e5), ("broadcast", 8e6)])
+def test_memoised_choice_equals_a_fresh_estimate_for_every_group_of_a_shape(dgx, op, size):
+    o = get_op(op)
+    for group in [tuple(range(8 * n, 8 * n + 8)) for n in range(4)] + [(1, 9, 17, 25), (0, 8, 16, 24)]:
+        memo = choose(o, group, size, dgx)
+        fresh = _choose(o, group, size, dgx, chunks=1, channels=1, root=None, reduction_bw=None)
+        assert memo.algorithm == fresh.algorithm
+        assert [(e.algorithm, e.time_s) for e in memo.estimates] == \
+               [(e.algorithm, e.time_s) for e in fresh.estimates]
+
+
+def test_closed_form_tp_times_per_shape_equal_the_per_group_simulation(dgx):
+    tp = [tuple(range(8 * n, 8 * n + 8)) for n in range(4)]
+    memo = TPIslands(dgx, tp)
+    fresh = TPIslands(dgx, tp)
+    fresh._by_shape = _Forgetful()
+    for g in tp:
+        for op, size in (("allreduce", 3e7), ("allgather", 5e6), ("reducescatter", 5e6)):
+            assert memo.time(op, size, g) == fresh.time(op, size, g)
+    assert len(memo._by_shape) == 3                        # one simulation per op and size
+
+
+class _Forgetful(dict):
+    """A memo that never remembers (every group is simulated on its own)."""
+
+    def __setitem__(self, key, value):
+        pass
