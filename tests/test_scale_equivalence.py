@@ -234,3 +234,38 @@ def test_cross_traffic_splits_uniform_bundles_without_changing_any_time(seed):
     for run, fin in others:
         assert list(run.transfer_finish) == pytest.approx(list(base.transfer_finish), rel=1e-12)
         assert sorted(fin) == pytest.approx(sorted(base_cross), rel=1e-12)
+
+
+def test_bundle_groups_split_transfers_into_exact_bundles():
+    """Members that share channels (transitively) form one group; members alone with equal
+    latency and bottleneck are merged; every transfer is in exactly one group, and running
+    the groups gives the times of the individual flows."""
+    topo = switch(8, "50GB/s", "500ns")
+    srcs, dsts = [0, 0, 3, 5, 6], [1, 2, 4, 7, 7]
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    groups = net.bundle_groups(srcs, dsts)
+    members = sorted(m for _, ms in groups for m in ms)
+    assert members == [0, 1, 2, 3, 4]
+    by_members = {ms: t for t, ms in groups}
+    assert by_members[(0, 1)].rate == 25e9          # share gpu0's uplink
+    assert by_members[(2,)] is not None and len(by_members[(2,)]) == 1
+    assert by_members[(3, 4)].rate == 25e9          # share gpu7's downlink
+    assert FlowNetwork(env, topo, bundles=False).bundle_groups(srcs, dsts) is None
+
+    def finishes(bundled: bool) -> list[float]:
+        env = simpy.Environment()
+        net = FlowNetwork(env, topo, bundles=bundled)
+        done = [None] * len(srcs)
+        groups = net.bundle_groups(srcs, dsts) or ((None, tuple(range(len(srcs)))),)
+        for template, ms in groups:
+            if template is None:
+                for k in ms:
+                    net.transfer(srcs[k], dsts[k], 1e7).callbacks.append(
+                        lambda _e, k=k: done.__setitem__(k, env.now))
+            else:
+                net.start_bundle(template, 1e7, lambda idx, ms=ms: [done.__setitem__(ms[i], env.now) for i in idx])
+        env.run()
+        return done
+
+    assert finishes(True) == pytest.approx(finishes(False), rel=1e-12)

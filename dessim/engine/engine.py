@@ -263,12 +263,15 @@ class _Run:
             return
         srcs, dsts = fold.images(src), fold.images(dst)
         join = _Join(self, len(srcs), lambda a=i, b=j: (self.finish(a), self.finish(b)))
-        template = self.net.bundle_template(srcs, dsts) if self.options.bundles else None
-        if template is not None:
-            self.net.start_bundle(template, size, join.members)
-            return
-        for s, d in zip(srcs, dsts):
-            self.net.transfer(s, d, size, key=key).callbacks.append(join.one)
+        groups = self.net.bundle_groups(srcs, dsts, key) if self.options.bundles else None
+        if groups is None:
+            groups = ((None, tuple(range(len(srcs)))),)
+        for template, members in groups:
+            if template is not None:
+                self.net.start_bundle(template, size, join.members)
+                continue
+            for k in members:
+                self.net.transfer(srcs[k], dsts[k], size, key=key).callbacks.append(join.one)
 
     def _key_base(self, group: tuple[int, ...]) -> int:
         """ECMP key base of the next collective on ``group``: a function of the group and how

@@ -156,6 +156,13 @@ class Network(abc.ABC):
         bundles simply start the transfers one by one)."""
         return None
 
+    def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                      key: int = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+        """The transfers ``sources[i] -> destinations[i]`` (ECMP ``key``) split into groups
+        that can each travel as one exact bundle (template None: ordinary flows); None when
+        this model has no bundles (always here)."""
+        return None
+
     def start_bundle(self, template: BundleTemplate, nbytes: float,
                      on_done: Callable[[Sequence[int]], None]) -> None:
         """Start ``nbytes`` on every member route of ``template`` now; ``on_done(members)``

@@ -233,6 +233,10 @@ class FlowNetwork(Network):
             if s == d or not self.router.key_independent(s, d):
                 return None
             routes.append(self.route(s, d))
+        return self._template_of(routes)
+
+    def _template_of(self, routes: Sequence[Route]) -> BundleTemplate | None:
+        """The bundle of these routes if it is exact (module docstring), else None."""
         first = routes[0]
         if any(r.latency != first.latency for r in routes):
             return None
@@ -253,6 +257,59 @@ class FlowNetwork(Network):
                 return None
         dirs = np.fromiter((d for r in routes for d in r.directions), dtype=np.int64)
         return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck, rate)
+
+    def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                      key: int = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+        """Transfers ``sources[i] -> destinations[i]``, all started now with ECMP ``key``,
+        split into exact bundles: members that share channels form one group (transitively),
+        groups touching nothing else with equal latency and bottleneck are merged, and each
+        group gets a template (None: start its members as ordinary flows). Every transfer is
+        in exactly one group; their routes are those ``transfer(..., key=key)`` takes, so the
+        bundles carry exactly what the individual flows would. None when bundles are off or
+        utilisation is recorded. Cached per pair list and key."""
+        if not self.bundles or self.record:
+            return None
+        memo = ("groups", tuple(sources), tuple(destinations), key)
+        got = self._templates.get(memo)
+        if got is not None:
+            return got
+        routes = []
+        for s, d in zip(sources, destinations):
+            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
+            routes.append(None if s == d else self.route(s, d, key))
+        # members joined by shared channels (union-find over members)
+        parent = list(range(len(routes)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        holder: dict[int, int] = {}
+        for i, r in enumerate(routes):
+            for c in (r.channels if r is not None else ()):
+                j = holder.setdefault(c, i)
+                if j != i:
+                    parent[find(i)] = find(j)
+        parts: dict[int, list[int]] = {}
+        for i in range(len(routes)):
+            parts.setdefault(find(i), []).append(i)
+        groups: list[tuple[BundleTemplate | None, tuple[int, ...]]] = []
+        alone: dict[tuple[float, float], list[int]] = {}
+        for members in parts.values():
+            if len(members) == 1 and routes[members[0]] is not None:
+                r = routes[members[0]]
+                alone.setdefault((r.latency, r.bottleneck), []).append(members[0])
+            elif any(routes[m] is None for m in members):
+                groups.append((None, tuple(members)))
+            else:
+                groups.append((self._template_of([routes[m] for m in members]), tuple(members)))
+        for members in alone.values():
+            groups.append((self._template_of([routes[m] for m in members]), tuple(members)))
+        got = tuple(sorted(groups, key=lambda g: g[1][0]))
+        self._templates[memo] = got
+        return got
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
                      on_done: Callable[[Sequence[int]], None]) -> None:
