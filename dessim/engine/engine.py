@@ -14,6 +14,11 @@ Semantics (see also :mod:`dessim.taskgraph.model`):
   task ends when its own last transfer ends. Everything shares the links with all other
   traffic of the run, so concurrent collectives and sends slow each other down.
 * ``memcpy`` moves bytes between the rank's GPU and a memory node over the topology.
+* Folded graphs (:mod:`dessim.taskgraph.fold`): tasks exist for representative ranks only;
+  a send moves its bytes on every lane (as exact bundle groups where possible), a collective
+  runs on every distinct image of its group, and a task ends when its last lane does. The
+  result's per-rank figures cover the representatives, and ``meta["fold"]`` reports the
+  largest lane skew (0: every lane stayed in step, the run equals the unfolded one).
 
 The engine is callback-driven (no simpy process per task): one simpy event per compute
 task and the network's own events for communication. Runs are deterministic.
