@@ -204,3 +204,13 @@ def test_tp_groups_with_different_closed_form_times_are_not_folded(monkeypatch):
         options=EngineOptions(record_links=False))
     assert r.taskgraph.fold is None
     assert "different closed-form collective times" in r.taskgraph.meta["fold_fallback"]
+
+
+def test_folded_graphs_cannot_be_merged_into_a_shared_cluster():
+    from dessim.errors import WorkloadError
+    from dessim.workload.multijob import merge_graphs
+
+    g = TaskGraph("folded", fold=Fold(SWAP))
+    g.add(Task("c", 0, "compute", duration=1e-3))
+    with pytest.raises(WorkloadError, match="job 'a' has a folded task graph"):
+        merge_graphs("two", [("a", g, [0, 1, 2, 3])])

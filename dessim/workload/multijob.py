@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 from dessim.resources import read_yaml
 from dessim.engine import EngineOptions, simulate
 from dessim.engine.result import SimulationResult
-from dessim.errors import DessimError, SpecError
+from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.taskgraph.model import TaskGraph
 from dessim.topology import load_topology
 from dessim.topology.graph import Topology
@@ -199,6 +199,11 @@ def job_view(topology: Topology, gpus: Sequence[int], name: str) -> Topology:
 
 def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]]) -> TaskGraph:
     """One graph of every ``(job, graph, global ranks)`` (module docstring for the renaming)."""
+    folded = [job for job, graph, _ in parts if graph.fold is not None]
+    if folded:
+        raise WorkloadError(f"cluster {name!r}: job {folded[0]!r} has a folded task graph (replica "
+                            "folding); jobs sharing a cluster are merged rank by rank, so generate "
+                            "them without fold")
     merged = TaskGraph(name, meta={"jobs": [p[0] for p in parts], "generator": "dessim.workload.multijob"})
     for job, graph, ranks in parts:
         to_global = list(ranks)
