@@ -132,14 +132,47 @@ def ecmp_fabric() -> Topology:
     return Topology(g, "ecmp")
 
 
-def test_key_dependent_routes_are_never_bundled_and_match():
+def test_key_dependent_routes_bundle_only_in_exact_groups_and_match():
+    """On an ECMP fabric a step's routes depend on each transfer's key: the step is split
+    into exact bundle groups routed with those keys; times equal the per-flow runs."""
     topo = ecmp_fabric()
     assert not Router(topo).key_independent("g0", "g2")
     assert Router(topo).key_independent("g0", "g1")
-    runs = [replay(topo, "allreduce", range(4), 4e6, **m)[0] for m in MODES]
-    assert runs[0].bundles_started == 0
-    for other in runs[1:]:
-        assert list(other.transfer_finish) == list(runs[0].transfer_finish)
+    for p, op, algo in ((4, "allreduce", "ring"), (4, "alltoall", "direct")):
+        runs = [replay(topo, op, range(p), 4e6, algo=algo, **m)[0] for m in MODES]
+        for other in runs[1:]:
+            assert list(other.transfer_finish) == pytest.approx(list(runs[0].transfer_finish), rel=1e-12)
+            assert other.rank_finish == pytest.approx(runs[0].rank_finish, rel=1e-12)
+
+
+def _leaf_spine_ecmp() -> Topology:
+    """8 GPUs on 4 leaves, 4 spines: a ring step crosses the spines with ECMP choices."""
+    g = nx.Graph()
+    for sw in [f"s{i}" for i in range(4)] + [f"l{i}" for i in range(4)]:
+        g.add_node(sw, kind="switch")
+    for i in range(8):
+        g.add_node(f"g{i}", kind="gpu")
+        g.add_edge(f"g{i}", f"l{i // 2}", type="x", bw=1e9, lat=1e-6)
+    for leaf in range(4):
+        for spine in range(4):
+            g.add_edge(f"l{leaf}", f"s{spine}", type="x", bw=1e9, lat=1e-6)
+    return Topology(g, "leaf-spine-ecmp")
+
+
+@pytest.mark.parametrize("network", ["flow", "analytical"])
+def test_ecmp_ring_steps_run_as_bundle_groups_with_the_same_times(network):
+    topo = _leaf_spine_ecmp()
+    out = []
+    for bundles in (True, False):
+        sched = build_schedule("allreduce", "ring", list(range(8)), 8e6)
+        env = simpy.Environment()
+        net = make_network(network, env, topo, bundles=bundles)
+        run = run_schedule(net, sched, bundles=bundles, key_base=5 << 20)
+        env.run()
+        out.append(run)
+    grouped, single = out
+    assert grouped.bundles_started > 0 and single.bundles_started == 0
+    assert list(grouped.transfer_finish) == pytest.approx(list(single.transfer_finish), rel=1e-12)
 
 
 def test_bundle_template_refuses_what_it_cannot_carry_exactly():

@@ -302,8 +302,34 @@ class _PlanRun:
             self.net.start_bundle(template, self.plan.nbytes[s],
                                   lambda members, s=s: self._transfer_done(s, members))
             return
-        for i in range(self.sizes[s]):
-            self._start_member(s, i)
+        groups = self._groups(s) if self.bundles else None
+        if groups is None:
+            for i in range(self.sizes[s]):
+                self._start_member(s, i)
+            return
+        # routes depend on each transfer's ECMP key: exact bundle groups, the rest one by one
+        self.member_finish.setdefault(s, array("d", [math.nan]) * self.sizes[s])
+        for template, members in groups:
+            if template is None:
+                for i in members:
+                    self._start_member(s, i)
+                continue
+            self.run.bundles_started += 1
+            self.net.start_bundle(template, self.plan.nbytes[s],
+                                  lambda idx, s=s, ms=members: self._transfer_done(s, [ms[k] for k in idx]))
+
+    def _groups(self, s: int):
+        """Exact bundle groups of step ``s`` with each member's own ECMP key (None when the
+        network has no bundles or the step is too small to gain)."""
+        m = self.sizes[s]
+        if m < 4:
+            return None
+        pat = self.plan.patterns[self.plan.pattern[s]]
+        first = self.key_base + self.plan.offset[s]
+        groups = self.net.bundle_groups(pat.src.tolist(), pat.dst.tolist(), list(range(first, first + m)))
+        if groups is None or all(t is None for t, _ in groups):
+            return None
+        return groups
 
     def _ready(self, s: int, i: int) -> None:
         """Member ``i`` of step ``s`` became ready now (member-by-member tracking). Starts are

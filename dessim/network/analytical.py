@@ -5,13 +5,20 @@ traffic (simulation-notes §1c, first row): a baseline that shows what congestio
 flow model, and a fast mode (one simpy Timeout per transfer, no rate solves). Because links are
 never shared, the recorded utilisation of a channel may exceed 1.0 — that is the congestion
 this model ignores.
+
+Bundles: transfers started together whose routes have the same latency and bottleneck end
+together, so they travel as one timeout (:meth:`AnalyticalNetwork.bundle_groups` groups a
+step by those two figures) — the same times as one timeout each.
 """
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
+import numpy as np
 import simpy
 
-from dessim.network.base import Network, Route, register_network
+from dessim.network.base import BundleTemplate, Network, Route, register_network
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
 
@@ -48,6 +55,52 @@ class AnalyticalNetwork(Network):
             done.callbacks.append(lambda _: self._load(route, -rate))
         return done
 
+    def bundle_template(self, sources: Sequence[str | int],
+                        destinations: Sequence[str | int]) -> BundleTemplate | None:
+        """One timeout for transfers with key-independent routes of equal latency and
+        bottleneck (no sharing in this model, so channels may repeat); None otherwise."""
+        if not self.bundles or self.record or not sources or len(sources) != len(destinations):
+            return None
+        routes = self.fixed_routes(sources, destinations)
+        return None if routes is None else _same_timing(routes)
+
+    def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                      key: int | Sequence[int] = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+        """Transfers grouped by (latency, bottleneck) of their routes with ``key`` (one for
+        all or one per transfer): each group ends at one time. Local copies stay single."""
+        if not self.bundles or self.record:
+            return None
+        keys = [key] * len(sources) if isinstance(key, int) else list(key)
+        classes: dict[tuple[float, float], list[int]] = {}
+        routes: list[Route | None] = []
+        for i, (s, d, k) in enumerate(zip(sources, destinations, keys)):
+            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
+            r = None if s == d else self.route(s, d, k)
+            routes.append(r)
+            classes.setdefault((-1.0, -1.0) if r is None else (r.latency, r.bottleneck), []).append(i)
+        out = []
+        for (lat, _), members in classes.items():
+            if lat < 0:
+                out.append((None, tuple(members)))
+            else:
+                out.append((_same_timing([routes[m] for m in members]), tuple(members)))
+        return tuple(sorted(out, key=lambda g: g[1][0]))
+
+    def start_bundle(self, template: BundleTemplate, nbytes: float,
+                     on_done: Callable[[Sequence[int]], None]) -> None:
+        n = self._size(nbytes, "bundle", f"{len(template)} members")
+        self.flows_started += len(template)
+        done = self.env.timeout(template.latency + n / template.bottleneck)
+        members = range(len(template))
+
+        def finished(_: simpy.Event) -> None:
+            self.flows_finished += len(template)
+            for d in template.directions.tolist():
+                self._done_bytes[d] += n
+            on_done(members)
+
+        done.callbacks.append(finished)
+
     def link_bytes(self) -> dict[tuple[str, str], float]:
         """Bytes per direction of the transfers completed so far (a transfer counts whole
         when it finishes: this model has no notion of partial progress)."""
@@ -60,3 +113,13 @@ class AnalyticalNetwork(Network):
             ch = self.channels.channels[c]
             used = max(self._in_use[c], 0.0) / ch.capacity
             self.utilisation.append((now, (ch.a, ch.b), used))
+
+
+def _same_timing(routes: Sequence[Route]) -> BundleTemplate | None:
+    """A template when every route has the first one's latency and bottleneck."""
+    first = routes[0]
+    if any(r.latency != first.latency or r.bottleneck != first.bottleneck for r in routes):
+        return None
+    chans = np.fromiter((c for r in routes for c in r.channels), dtype=np.int64)
+    dirs = np.fromiter((d for r in routes for d in r.directions), dtype=np.int64)
+    return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck, first.bottleneck)

@@ -156,11 +156,23 @@ class Network(abc.ABC):
         bundles simply start the transfers one by one)."""
         return None
 
+    def fixed_routes(self, sources: Sequence[str | int],
+                     destinations: Sequence[str | int]) -> list[Route] | None:
+        """The routes of ``sources[i] -> destinations[i]`` if none is a local copy and each
+        is key-independent (the same for every ECMP key), else None. For bundle templates."""
+        routes = []
+        for s, d in zip(sources, destinations):
+            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
+            if s == d or not self.router.key_independent(s, d):
+                return None
+            routes.append(self.route(s, d))
+        return routes
+
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
-        """The transfers ``sources[i] -> destinations[i]`` (ECMP ``key``) split into groups
-        that can each travel as one exact bundle (template None: ordinary flows); None when
-        this model has no bundles (always here)."""
+                      key: int | Sequence[int] = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+        """The transfers ``sources[i] -> destinations[i]`` (ECMP ``key``: one for all, or one
+        per transfer) split into groups that can each travel as one exact bundle (template
+        None: ordinary flows); None when this model has no bundles (always here)."""
         return None
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,

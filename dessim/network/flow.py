@@ -227,13 +227,8 @@ class FlowNetwork(Network):
     def _make_template(self, sources: tuple, destinations: tuple) -> BundleTemplate | None:
         if not sources or len(sources) != len(destinations):
             return None
-        routes = []
-        for s, d in zip(sources, destinations):
-            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
-            if s == d or not self.router.key_independent(s, d):
-                return None
-            routes.append(self.route(s, d))
-        return self._template_of(routes)
+        routes = self.fixed_routes(sources, destinations)
+        return None if routes is None else self._template_of(routes)
 
     def _template_of(self, routes: Sequence[Route]) -> BundleTemplate | None:
         """The bundle of these routes if it is exact (module docstring), else None."""
@@ -259,24 +254,27 @@ class FlowNetwork(Network):
         return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck, rate)
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
-        """Transfers ``sources[i] -> destinations[i]``, all started now with ECMP ``key``,
-        split into exact bundles: members that share channels form one group (transitively),
-        groups touching nothing else with equal latency and bottleneck are merged, and each
-        group gets a template (None: start its members as ordinary flows). Every transfer is
-        in exactly one group; their routes are those ``transfer(..., key=key)`` takes, so the
-        bundles carry exactly what the individual flows would. None when bundles are off or
-        utilisation is recorded. Cached per pair list and key."""
+                      key: int | Sequence[int] = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+        """Transfers ``sources[i] -> destinations[i]``, all started now with ECMP ``key``
+        (one for all, or one per transfer), split into exact bundles: members that share
+        channels form one group (transitively), groups touching nothing else with equal
+        latency and bottleneck are merged, and each group gets a template (None: start its
+        members as ordinary flows). Every transfer is in exactly one group; their routes are
+        those ``transfer(..., key=...)`` takes, so the bundles carry exactly what the
+        individual flows would. None when bundles are off or utilisation is recorded. Cached
+        per pair list when one key serves all."""
         if not self.bundles or self.record:
             return None
-        memo = ("groups", tuple(sources), tuple(destinations), key)
-        got = self._templates.get(memo)
+        single = isinstance(key, int)
+        memo = ("groups", tuple(sources), tuple(destinations), key) if single else None
+        got = self._templates.get(memo) if single else None
         if got is not None:
             return got
+        keys = [key] * len(sources) if single else list(key)
         routes = []
-        for s, d in zip(sources, destinations):
+        for s, d, k in zip(sources, destinations, keys):
             s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
-            routes.append(None if s == d else self.route(s, d, key))
+            routes.append(None if s == d else self.route(s, d, k))
         # members joined by shared channels (union-find over members)
         parent = list(range(len(routes)))
 
@@ -308,7 +306,8 @@ class FlowNetwork(Network):
         for members in alone.values():
             groups.append((self._template_of([routes[m] for m in members]), tuple(members)))
         got = tuple(sorted(groups, key=lambda g: g[1][0]))
-        self._templates[memo] = got
+        if single:
+            self._templates[memo] = got
         return got
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
