@@ -302,3 +302,18 @@ def test_bundle_groups_split_transfers_into_exact_bundles():
         return done
 
     assert finishes(True) == pytest.approx(finishes(False), rel=1e-12)
+
+
+def test_a_connection_keeps_one_path_for_all_its_steps():
+    """Every transfer of a ring's connection between two leaves (one channel) crosses the same
+    spine, as an NCCL queue pair's packets do; the whole collective is one communicator."""
+    topo = ecmp_fabric()
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    run_schedule(net, build_schedule("allreduce", "ring", [0, 1, 2, 3], 8e6), key_base=7 << 20)
+    env.run()
+    up = net.link_bytes()
+    # ring 0->1->2->3->0: g1 -> g2 and g3 -> g0 cross between the leaves, 2(p-1) = 6 steps each
+    for leaf in ("l0", "l1"):
+        used = [up[(leaf, spine)] for spine in ("s0", "s1")]
+        assert sorted(used)[0] == 0.0 and sorted(used)[1] == pytest.approx(6 * 8e6 / 4)

@@ -7,8 +7,10 @@ network's transfer events (no simpy process per transfer):
   and destination ranks have *arrived* (``arrivals``: optional ``rank -> simpy.Event``, used
   by the task-graph engine when ranks reach the collective at different times; a rank
   without an event has arrived);
-* each transfer is started with its own ECMP key ``key_base + i``, so flows between the
-  same endpoints (several channels) spread over equal-cost paths;
+* a transfer on channel ``c`` is started with ECMP key ``key_base + c``: like NCCL's
+  connections (one queue pair per peer and channel, set up once per communicator), every
+  transfer between two ranks on one channel takes the same path, and several channels spread
+  over equal-cost paths;
 * optional reduction cost (off by default): when a transfer with ``reduce_bytes`` arrives,
   the receiver spends ``reduce_bytes / reduction_bw`` seconds reducing, and the transfers
   that depend on it wait for that. This is the γ term of reference README §2.1 with
@@ -177,7 +179,7 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
 
     def start(i: int) -> None:
         run.transfer_start[i] = env.now
-        ev = network.transfer(src[i], dst[i], nbytes[i], key=key_base + i)
+        ev = network.transfer(src[i], dst[i], nbytes[i], key=key_base + schedule.channel[i])
         ev.callbacks.append(lambda _e, i=i: finished(i))
 
     def arrived(r: int) -> None:
@@ -325,8 +327,8 @@ class _PlanRun:
         if m < 4:
             return None
         pat = self.plan.patterns[self.plan.pattern[s]]
-        first = self.key_base + self.plan.offset[s]
-        groups = self.net.bundle_groups(pat.src.tolist(), pat.dst.tolist(), list(range(first, first + m)))
+        groups = self.net.bundle_groups(pat.src.tolist(), pat.dst.tolist(),
+                                        self.key_base + self.plan.channel[s])
         if groups is None or all(t is None for t, _ in groups):
             return None
         return groups
@@ -391,7 +393,7 @@ class _PlanRun:
             starts[i] = now
         pat = self.plan.patterns[self.plan.pattern[s]]
         ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s],
-                               key=self.key_base + self.plan.offset[s] + i)
+                               key=self.key_base + self.plan.channel[s])
         one = (i,)
         ev.callbacks.append(lambda _e: self._transfer_done(s, one))
 

@@ -162,7 +162,6 @@ class _Run:
         self.end = [float("nan")] * len(self.tasks)
         self.done_count = 0
         self.engine_events = 0
-        self.group_uses: dict[tuple[int, ...], int] = {}
         # replica folding: lanes of every transfer and collective, and how far they drifted
         self.fold = graph.fold
         self.lane_skew = 0.0          #: largest spread of lane finish times of one task (s)
@@ -279,11 +278,10 @@ class _Run:
                 self.net.transfer(srcs[k], dsts[k], size, key=key).callbacks.append(join.one)
 
     def _key_base(self, group: tuple[int, ...]) -> int:
-        """ECMP key base of the next collective on ``group``: a function of the group and how
-        many collectives it has run, not of the order collectives start in."""
-        n = self.group_uses.get(group, 0)
-        self.group_uses[group] = n + 1
-        return (zlib.crc32(repr((group, n)).encode()) + 1) << 20
+        """ECMP key base of collectives on ``group``: one per group, as a communicator's
+        connections are set up once and reused by all its collectives (so their paths do not
+        depend on the order collectives start in)."""
+        return (zlib.crc32(repr(group).encode()) + 1) << 20
 
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]
