@@ -214,3 +214,18 @@ def test_folded_graphs_cannot_be_merged_into_a_shared_cluster():
     g.add(Task("c", 0, "compute", duration=1e-3))
     with pytest.raises(WorkloadError, match="job 'a' has a folded task graph"):
         merge_graphs("two", [("a", g, [0, 1, 2, 3])])
+
+
+def test_cli_reports_folding_and_its_refusal():
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    base = ["simulate", "gpt3-1.3b", "-t", "dgx-a100:nodes=4", "--tp", "8", "--pp", "2",
+            "--global-batch", "8", "--granularity", "stage"]
+    res = CliRunner().invoke(cli, base + ["--fold"])
+    assert res.exit_code == 0, res.output
+    assert "replica folding     2 ranks simulated × 16 lanes; largest lane skew 0s" in res.output
+    res = CliRunner().invoke(cli, base + ["--fold", "--offload-optimizer", "host"])
+    assert res.exit_code == 0, res.output
+    assert "replica folding     off: offload memcpys" in res.output

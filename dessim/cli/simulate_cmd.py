@@ -40,9 +40,16 @@ def _print_summary(s: dict[str, Any]) -> None:
                       "step, rerun without --fold for the exact figure)"))
     elif s.get("fold_fallback"):
         click.echo(f"  replica folding     off: {s['fold_fallback']}")
+    elif s["tasks"] > LARGE_GRAPH_TASKS:
+        click.echo(f"  tip: {s['tasks']} tasks; try --granularity stage --fold, which simulate the same "
+                   "iteration with far fewer where they are exact and say why where not (docs/workloads.md)")
     click.echo(f"  {s['tasks']} tasks ({s['granularity']} granularity"
                f"{', communication free' if not s['comm'] else ''}), {s['events']} events, "
                f"{s['wall_s']:.2f} s simulation wall time")
+
+
+#: Above this many tasks the summary suggests stage granularity and replica folding.
+LARGE_GRAPH_TASKS = 200_000
 
 
 @click.command("simulate")
