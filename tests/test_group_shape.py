@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from dessim.collectives import get_op
-from dessim.collectives.auto import _choose, choose, group_shape
+from dessim.collectives.auto import choose, group_shape
 from dessim.topology import load_topology
-from dessim.workload.tp_islands import TPIslands
+from dessim.workload.tp_islands import CollectiveTiming, TPIslands
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_memoised_choice_equals_a_fresh_estimate_for_every_group_of_a_shape(dgx,
     o = get_op(op)
     for group in [tuple(range(8 * n, 8 * n + 8)) for n in range(4)] + [(1, 9, 17, 25), (0, 8, 16, 24)]:
         memo = choose(o, group, size, dgx)
-        fresh = _choose(o, group, size, dgx, chunks=1, channels=1, root=None, reduction_bw=None)
+        fresh = choose(o, group, size, dgx, memo=False)
         assert memo.algorithm == fresh.algorithm
         assert [(e.algorithm, e.time_s) for e in memo.estimates] == \
                [(e.algorithm, e.time_s) for e in fresh.estimates]
@@ -47,16 +47,22 @@ def test_memoised_choice_equals_a_fresh_estimate_for_every_group_of_a_shape(dgx,
 def test_closed_form_tp_times_per_shape_equal_the_per_group_simulation(dgx):
     tp = [tuple(range(8 * n, 8 * n + 8)) for n in range(4)]
     memo = TPIslands(dgx, tp)
-    fresh = TPIslands(dgx, tp)
-    fresh._by_shape = _Forgetful()
+    fresh = TPIslands(dgx, tp, timing=CollectiveTiming(shape_memo=False))
     for g in tp:
         for op, size in (("allreduce", 3e7), ("allgather", 5e6), ("reducescatter", 5e6)):
             assert memo.time(op, size, g) == fresh.time(op, size, g)
     assert len(memo._by_shape) == 3                        # one simulation per op and size
 
 
-class _Forgetful(dict):
-    """A memo that never remembers (every group is simulated on its own)."""
 
-    def __setitem__(self, key, value):
-        pass
+def test_workload_iteration_identical_with_and_without_the_shape_memo():
+    from dessim.engine import EngineOptions
+    from dessim.workload import simulate_workload
+
+    ov = {"tp": 8, "pp": 2, "dp": 2, "global_batch": 8, "schedule": "1f1b",
+          "generator": {"granularity": "stage", "fold": True}}
+    runs = [simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides=ov,
+                              options=EngineOptions(record_links=False, shape_memo=memo))
+            for memo in (True, False)]
+    assert runs[0].iteration_s == runs[1].iteration_s
+    assert runs[0].simulation.link_bytes == runs[1].simulation.link_bytes

@@ -135,10 +135,14 @@ def group_shape(group: tuple[int, ...], topology: Topology) -> tuple:
 
 def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology, *,
            chunks: int = 1, channels: int = 1, root: int | None = None,
-           reduction_bw: float | None = None, **options) -> AutoChoice:
+           reduction_bw: float | None = None, memo: bool = True, **options) -> AutoChoice:
     """Estimate every applicable algorithm and return the fastest with the explanation
-    (memoised per topology by :func:`group_shape`)."""
+    (memoised per topology by :func:`group_shape`; ``memo=False`` estimates afresh, with
+    the same result)."""
     group = tuple(group)
+    if not memo:
+        return _choose(op, group, size, topology, chunks=chunks, channels=channels, root=root,
+                       reduction_bw=reduction_bw, **options)
     memo = topology.derived("auto_choices", lambda _t: {})
     rpos = None if root is None else (group.index(root) if root in group else ("not in group", root))
     key = (op.name, float(size), chunks, channels, rpos,

@@ -64,8 +64,9 @@ class EngineOptions:
     device: str | None = None             #: GPU model for ranks whose topology node names none
     precision: str = "bf16"               #: precision of FLOP-costed compute tasks
     #: Exact speed shortcuts (docs/performance.md); switching them off changes no result.
-    compact_schedules: bool = True        #: ring collectives stored as uniform steps
-    bundles: bool = True                  #: a collective step runs as one network flow bundle
+    compact_schedules: bool = True        #: ring/direct collectives stored as uniform steps
+    bundles: bool = True                  #: transfers that provably share one rate run as a bundle
+    shape_memo: bool = True               #: auto decides once per group shape (auto.group_shape)
 
 
 def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
@@ -242,7 +243,8 @@ class _Run:
             if algo == "auto":
                 chosen = choose(op, group, t.size, self.topology, chunks=self.options.chunks,
                                 channels=self.options.channels,
-                                reduction_bw=self.options.reduction_bw).algorithm
+                                reduction_bw=self.options.reduction_bw,
+                                memo=self.options.shape_memo).algorithm
             try:
                 sched = build_schedule(op, chosen, group, t.size, chunks=self.options.chunks,
                                        channels=self.options.channels, topology=self.topology,

@@ -63,6 +63,7 @@ class CollectiveTiming:
     reduction_bw: float | None = None
     compact: bool = True
     bundles: bool = True
+    shape_memo: bool = True
 
     @classmethod
     def from_engine(cls, options: object | None) -> "CollectiveTiming":
@@ -70,7 +71,8 @@ class CollectiveTiming:
             return cls()
         return cls(network=options.network, algo=options.algo, chunks=options.chunks,  # type: ignore[attr-defined]
                    channels=options.channels, reduction_bw=options.reduction_bw,  # type: ignore[attr-defined]
-                   compact=options.compact_schedules, bundles=options.bundles)  # type: ignore[attr-defined]
+                   compact=options.compact_schedules, bundles=options.bundles,  # type: ignore[attr-defined]
+                   shape_memo=options.shape_memo)  # type: ignore[attr-defined]
 
 
 def route_channels(router: Router, chmap: ChannelMap, src: str, dst: str) -> set[int]:
@@ -226,8 +228,8 @@ class TPIslands:
         t = self.timing
         g = tuple(group)
         # groups of one shape (same routes up to renaming) have the same idle-network time
-        shape_key = (op, float(size), group_shape(g, self.topology))
-        known = self._by_shape.get(shape_key, _UNKNOWN)
+        shape_key = (op, float(size), group_shape(g, self.topology)) if t.shape_memo else None
+        known = self._by_shape.get(shape_key, _UNKNOWN) if t.shape_memo else _UNKNOWN
         if known is not _UNKNOWN:
             if known is None:
                 self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
@@ -237,7 +239,7 @@ class TPIslands:
         algo = t.algo or "auto"       # the generator's tasks use the Task default, "auto"
         if algo == "auto":
             algo = choose(opx, g, float(size), self.topology, chunks=t.chunks, channels=t.channels,
-                          reduction_bw=t.reduction_bw).algorithm
+                          reduction_bw=t.reduction_bw, memo=t.shape_memo).algorithm
         sched = build_schedule(opx, algo, g, float(size), chunks=t.chunks, channels=t.channels,
                                topology=self.topology, compact=t.compact)
         env = simpy.Environment()
@@ -251,5 +253,6 @@ class TPIslands:
             value = None
             self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
         self._times[key] = value
-        self._by_shape[shape_key] = value
+        if t.shape_memo:
+            self._by_shape[shape_key] = value
         return value
