@@ -229,3 +229,24 @@ def test_cli_reports_folding_and_its_refusal():
     res = CliRunner().invoke(cli, base + ["--fold", "--offload-optimizer", "host"])
     assert res.exit_code == 0, res.output
     assert "replica folding     off: offload memcpys" in res.output
+
+
+@pytest.mark.parametrize("overrides,granularity", [
+    ({"tp": 8, "pp": 2, "dp": 2, "global_batch": 8, "micro_batch": 1, "schedule": "interleaved",
+      "virtual_stages": 2, "model": {"layers": 8}}, "stage"),
+    ({"tp": 8, "pp": 1, "dp": 4, "global_batch": 16, "zero_stage": 3, "model": {"layers": 4}}, "layer"),
+    ({"tp": 8, "pp": 4, "dp": 1, "global_batch": 8, "micro_batch": 1, "model": {"layers": 8}}, "stage"),
+    ({"tp": 1, "pp": 2, "dp": 16, "global_batch": 64, "model": {"layers": 4}}, "layer"),
+    ({"tp": 4, "pp": 2, "dp": 4, "global_batch": 16, "model": {"layers": 4}}, "stage"),
+], ids=["interleaved", "zero3", "tp-lanes-only", "dp-lanes-only", "tp4-shares-nodes"])
+def test_folding_is_exact_across_layouts(overrides, granularity):
+    """Interleaved schedules, ZeRO-3 gathers inside passes, only TP or only DP lanes, and TP
+    groups that share a node with DP peers: the folded iteration equals the unfolded one."""
+    runs = [simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides={
+        **overrides, "generator": {"granularity": granularity, "fold": fold}},
+        options=EngineOptions(record_links=False)) for fold in (False, True)]
+    full, folded = runs
+    assert folded.taskgraph.fold is not None
+    assert len(folded.taskgraph) < len(full.taskgraph)
+    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    assert folded.simulation.meta["fold"]["max_lane_skew_s"] == 0.0
