@@ -157,3 +157,23 @@ def test_paths_between_hosts_skip_the_probe_walk_with_identical_results():
                 for key in (0, 3):
                     assert fast.path(src, dst, key) == probing.path(src, dst, key)
                 assert fast.key_independent(src, dst) == probing.key_independent(src, dst)
+
+
+def test_traffic_between_nics_stays_in_the_fabric():
+    """GPU 0 of node 0 to GPU 1 of node 1 (different rails): whatever the ECMP key, the route
+    leaves through NIC 0, crosses the spines and enters through NIC 1 — it never goes back
+    into a host to reach a sibling NIC through a PCIe switch."""
+    from dessim.topology import load_topology
+    from dessim.topology.routing import Router
+
+    topo = load_topology("dgx-a100:nodes=8")
+    router = Router(topo)
+    src, dst = topo.node_of(0), topo.node_of(9)
+    hops = router.possible_hops(src, dst)
+    nics = {n for n in topo.graph if topo.graph.nodes[n]["kind"] == "nic"}
+    into_host = {(a, b) for a, b in hops if a in nics and not b.startswith(("leaf", "spine"))}
+    assert into_host == {("n1.nic1", "n1.pcie0")}
+    assert any(b.startswith("spine") for _, b in hops)
+    for key in range(8):
+        path = router.path(src, dst, key)
+        assert [n for n in path if n in nics] == ["n0.nic0", "n1.nic1"]

@@ -63,11 +63,12 @@ class _Search:
     one hop closer that forward traffic (or are the target), restricted to those on a widest
     path — exactly the rule of a full search, evaluated only where a walk goes."""
 
-    __slots__ = ("router", "target", "dist", "frontier", "depth", "memo", "width")
+    __slots__ = ("router", "target", "forwards", "dist", "frontier", "depth", "memo", "width")
 
-    def __init__(self, router: "Router", target: str) -> None:
+    def __init__(self, router: "Router", target: str, forwards: np.ndarray) -> None:
         self.router = router
         self.target = target
+        self.forwards = forwards               #: which nodes may be inner nodes of a path
         t = router._index[target]
         self.dist = np.full(len(router._names), -1, dtype=np.int32)
         self.dist[t] = 0
@@ -81,7 +82,7 @@ class _Search:
         r = self.router
         f = self.frontier
         if self.depth > 0:                       # only the target and forwarding nodes expand
-            f = f[r._forwards[f]]
+            f = f[self.forwards[f]]
         starts = r._indptr[f]
         lens = r._indptr[f + 1] - starts
         total = int(lens.sum())
@@ -125,7 +126,7 @@ class _Search:
         nb = r._indices[r._indptr[i]:r._indptr[i + 1]]
         ok = self.dist[nb] == d - 1
         if d > 1:                                # a next hop other than the target must forward
-            ok &= r._forwards[nb]
+            ok &= self.forwards[nb]
         names, cap = r._names, r._capacity
         cands = [names[j] for j in nb[ok].tolist()]
         widths = [min(cap[node, u], self._width(u)) for u in cands]
@@ -161,7 +162,7 @@ class Router:
             c = float(d["bw"]) * float(d.get("efficiency", 1.0))
             self._capacity[a, b] = self._capacity[b, a] = c
         #: Per target: its routing state (distances, next hops asked for so far), LRU first.
-        self._maps: OrderedDict[str, _Search] = OrderedDict()
+        self._maps: OrderedDict[tuple[str, bool], _Search] = OrderedDict()
         self._paths: dict[tuple[str, str, int], tuple[str, ...]] = {}
         #: Paths that no ECMP choice can change, by (src, dst): the key is irrelevant there.
         self._unique: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -189,6 +190,13 @@ class Router:
                                     dtype=np.int64, count=int(self._indptr[-1]))
         self._forwards = np.fromiter((self._transit[n] for n in self._names), dtype=bool,
                                      count=len(self._names))
+        #: Forwarding between two NICs: only outside the hosts (domains holding a GPU). A NIC
+        #: does not hand traffic to its host's PCIe switch for another NIC.
+        host_domains = {self._domain[n] for n, d in graph.nodes(data=True)
+                        if d["kind"] == "gpu" and n in self._domain}
+        self._fabric_forwards = self._forwards & np.fromiter(
+            (self._domain.get(n) not in host_domains for n in self._names), dtype=bool,
+            count=len(self._names))
 
     # ------------------------------------------------------------------ public
     def path(self, src: str, dst: str, key: int = 0) -> tuple[str, ...]:
@@ -261,19 +269,21 @@ class Router:
             return nbrs[0], True
         return dst, False
 
-    def _next_hops(self, target: str, need: str | None = None) -> _Search:
+    def _next_hops(self, target: str, need: str | None = None, fabric: bool = False) -> _Search:
         """The routing state towards ``target`` (a mapping node -> widest equal-cost next
         hops, evaluated on demand; see :class:`_Search`), cached per target, least recently
         used dropped beyond :data:`MAX_CACHED_MAPS`. ``need``: a node about to be looked up
-        (kept for callers; the search extends itself as far as any lookup needs)."""
-        search = self._maps.get(target)
+        (kept for callers; the search extends itself as far as any lookup needs).
+        ``fabric``: only nodes outside the hosts forward (the NIC-to-NIC part of a route)."""
+        memo = (target, fabric)
+        search = self._maps.get(memo)
         if search is None:
-            search = _Search(self, target)
-            self._maps[target] = search
+            search = _Search(self, target, self._fabric_forwards if fabric else self._forwards)
+            self._maps[memo] = search
             if len(self._maps) > MAX_CACHED_MAPS:
                 self._maps.popitem(last=False)
         else:
-            self._maps.move_to_end(target)
+            self._maps.move_to_end(memo)
         return search
 
     def _route(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
@@ -296,7 +306,7 @@ class Router:
         for u, v in zip(waypoints, waypoints[1:]):
             seg = segments.get((u, v))
             if seg is None:
-                seg, seg_unique = self._walk(u, v, key)
+                seg, seg_unique = self._walk(u, v, key, fabric=u in self._nics and v in self._nics)
                 if seg_unique:          # e.g. GPU -> its NIC: the same for every key
                     if len(segments) >= MAX_CACHED_PATHS:
                         segments.clear()
@@ -335,7 +345,7 @@ class Router:
         waypoints = self._waypoints(src, dst, path)
         for u, v in zip(waypoints, waypoints[1:]):
             target, via_anchor = self._anchor(v)
-            hops = self._next_hops(target, u)
+            hops = self._segment_hops(target, u, u in self._nics and v in self._nics)
             seen, stack = {u}, [u]
             while stack:
                 a = stack.pop()
@@ -348,12 +358,21 @@ class Router:
                 out.add((target, v))
         return out
 
-    def _walk(self, src: str, dst: str, key: int) -> tuple[tuple[str, ...], bool]:
+    def _segment_hops(self, target: str, src: str, fabric: bool) -> _Search:
+        """The search a walk from ``src`` uses: through the fabric only between two NICs,
+        unless no such path exists (then through any forwarding node, as elsewhere)."""
+        if fabric:
+            hops = self._next_hops(target, src, fabric=True)
+            if src in hops:
+                return hops
+        return self._next_hops(target, src)
+
+    def _walk(self, src: str, dst: str, key: int, fabric: bool = False) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""
         target, via_anchor = self._anchor(dst)
         if via_anchor and src == target:
             return (src, dst), True
-        hops = self._next_hops(target, src)
+        hops = self._segment_hops(target, src, fabric)
         if src not in hops:
             raise TopologyError(f"{self.topology.name}: no route from {src!r} to {dst!r} "
                                 "through transit nodes (check the links and transit flags)")
