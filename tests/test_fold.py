@@ -250,3 +250,15 @@ def test_folding_is_exact_across_layouts(overrides, granularity):
     assert len(folded.taskgraph) < len(full.taskgraph)
     assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
     assert folded.simulation.meta["fold"]["max_lane_skew_s"] == 0.0
+
+
+def test_folded_run_with_recorded_link_utilisation_matches():
+    """With utilisation recorded (timelines), bundles are off and every lane is its own flow:
+    still the unfolded iteration, and the link series covers all lanes' traffic."""
+    runs = [simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides={
+        **LAYOUT, "generator": {"granularity": "stage", "fold": fold}},
+        options=EngineOptions(record_links=True)) for fold in (False, True)]
+    full, folded = runs
+    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    busy = lambda r: {link for _, link, u in r.simulation.link_series if u > 0}
+    assert busy(folded) == busy(full)
