@@ -27,7 +27,6 @@ is an error.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import replace
 from itertools import product
@@ -43,7 +42,7 @@ from dessim.workload.layout import ParallelLayout
 from dessim.workload.memory import MemoryOptions, check_fit, estimate_memory
 from dessim.workload.model import TransformerConfig
 from dessim.workload.result import WorkloadResult
-from dessim.workload.spec import WorkloadSpec, load_workload, parse_workload
+from dessim.workload.spec import WorkloadSpec, load_workload, merge_document, parse_workload
 
 __all__ = ["simulate_workload", "plan_workload", "enumerate_layouts", "resolve_workload",
            "workload_document", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
@@ -78,13 +77,6 @@ def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
     return {"name": spec.name, "description": spec.description, "source": spec.source,
             "model": model, "parallelism": par, "training": tr}
 
-
-def _merge(doc: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for k, v in extra.items():
-        if isinstance(v, Mapping) and isinstance(doc.get(k), dict):
-            _merge(doc[k], v)
-        else:
-            doc[k] = copy.deepcopy(v)
 
 
 #: Flat override keys that live in the workload document, by section.
@@ -129,7 +121,7 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
             sections.setdefault(_DOC_KEYS[key], {})[key] = overrides.pop(key)
         elif key in _OFFLOAD_KEYS:
             sections.setdefault("training", {}).setdefault("offload", {})[_OFFLOAD_KEYS[key]] = overrides.pop(key)
-    _merge(doc, sections)
+    merge_document(doc, sections)
     explicit_dp = "dp" in sections.get("parallelism", {})
     if num_gpus is not None and not explicit_dp:
         par = doc["parallelism"]

@@ -36,7 +36,7 @@ from dessim.workload.compression import Compression, parse_compression
 from dessim.workload.io import InputPipeline, parse_input
 from dessim.workload.memory import DEFAULT_BUCKET_SIZE
 from dessim.units import parse_count, parse_size
-from dessim.workload.spec import check_section
+from dessim.workload.spec import check_section, merge_document
 
 __all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS"]
 
@@ -129,13 +129,6 @@ class RunFlags:
     check_memory: bool = True
 
 
-def _merge(doc: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for k, v in extra.items():
-        if isinstance(v, Mapping) and isinstance(doc.get(k), dict):
-            _merge(doc[k], v)
-        else:
-            doc[k] = copy.deepcopy(v)
-
 
 def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sections: tuple[str, ...],
                     num_gpus: int) -> tuple[dict[str, Any], RunFlags]:
@@ -147,9 +140,9 @@ def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sec
         if key in sections + ("training", "compression", "input"):
             if not isinstance(value, Mapping):
                 raise WorkloadError(f"{where}: override {key!r} must be a mapping, got {value!r}")
-            _merge(doc, {key: value})
+            merge_document(doc, {key: value})
         elif key in _FLAT:
-            _merge(doc, {_FLAT[key]: {key: value}})
+            merge_document(doc, {_FLAT[key]: {key: value}})
         elif key in _FIXED:
             if value != _FIXED[key]:
                 raise WorkloadError(f"{where}: {key}={value!r} is not supported (only {_FIXED[key]!r})")

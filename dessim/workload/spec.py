@@ -51,6 +51,7 @@ Numbers accept dessim.units forms (``"1k"`` counts, ``"25MiB"`` sizes).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -245,6 +246,16 @@ def _section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]
 #: Public for the other workload kinds (:mod:`dessim.workload.kinds`): the same key checking
 #: and unit conversion for their sections.
 check_section = _section
+
+
+def merge_document(doc: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    """Merge ``extra`` into the workload document ``doc`` in place: nested mappings key by
+    key, everything else replaced by a deep copy (overrides on a preset's document)."""
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(doc.get(k), dict):
+            merge_document(doc[k], v)
+        else:
+            doc[k] = copy.deepcopy(v)
 
 
 def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload") -> WorkloadSpec:
