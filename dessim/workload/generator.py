@@ -66,6 +66,7 @@ Free communication (``comm=False``)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from math import ceil
 
 import numpy as np
@@ -815,13 +816,9 @@ class _Generator:
 
     # ------------------------------------------------------------------ free communication
     def _link_free(self) -> None:
-        for members in self.free_colls.values():
-            inputs = sorted({d for _, deps in members for d in deps})
-            for tid, _ in members:
-                for d in inputs:
-                    if not self.graph.graph.has_edge(d, tid):
-                        self.graph.depend(d, tid)
-        for members in self.pass_inputs.values():
+        # members of a free collective, and of a merged pass, start together: each waits
+        # for the inputs of all
+        for members in chain(self.free_colls.values(), self.pass_inputs.values()):
             inputs = sorted({d for _, deps in members for d in deps})
             for tid, _ in members:
                 for d in inputs:
