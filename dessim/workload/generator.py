@@ -345,8 +345,10 @@ class _Generator:
         images: fold only if every TP group of a stage has the same closed-form times (the
         engine cannot see a difference there, so it must be excluded up front)."""
         lo = self.lo
-        for stage in range(lo.pp):
-            groups = [g for g in lo.groups("tp") if lo.stage_of(g[0]) == stage]
+        by_stage: dict[int, list[tuple[int, ...]]] = {}
+        for g in lo.groups("tp"):
+            by_stage.setdefault(lo.stage_of(g[0]), []).append(g)
+        for stage, groups in sorted(by_stage.items()):
             for chunk in range(self.v):
                 for phase in ("F", "B"):
                     steps = [s for s in self._template(stage, chunk, phase).steps
