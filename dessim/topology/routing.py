@@ -269,12 +269,12 @@ class Router:
             return nbrs[0], True
         return dst, False
 
-    def _next_hops(self, target: str, need: str | None = None, fabric: bool = False) -> _Search:
+    def _next_hops(self, target: str, fabric: bool = False) -> _Search:
         """The routing state towards ``target`` (a mapping node -> widest equal-cost next
-        hops, evaluated on demand; see :class:`_Search`), cached per target, least recently
-        used dropped beyond :data:`MAX_CACHED_MAPS`. ``need``: a node about to be looked up
-        (kept for callers; the search extends itself as far as any lookup needs).
-        ``fabric``: only nodes outside the hosts forward (the NIC-to-NIC part of a route)."""
+        hops, evaluated on demand — the search extends itself as far as a lookup needs; see
+        :class:`_Search`), cached per target, least recently used dropped beyond
+        :data:`MAX_CACHED_MAPS`. ``fabric``: only nodes outside the hosts forward (the
+        NIC-to-NIC part of a route)."""
         memo = (target, fabric)
         search = self._maps.get(memo)
         if search is None:
@@ -362,10 +362,10 @@ class Router:
         """The search a walk from ``src`` uses: through the fabric only between two NICs,
         unless no such path exists (then through any forwarding node, as elsewhere)."""
         if fabric:
-            hops = self._next_hops(target, src, fabric=True)
+            hops = self._next_hops(target, fabric=True)
             if src in hops:
                 return hops
-        return self._next_hops(target, src)
+        return self._next_hops(target)
 
     def _walk(self, src: str, dst: str, key: int, fabric: bool = False) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""
