@@ -70,13 +70,9 @@ class AnalyticalNetwork(Network):
         all or one per transfer): each group ends at one time. Local copies stay single."""
         if not self.bundles or self.record:
             return None
-        keys = [key] * len(sources) if isinstance(key, int) else list(key)
+        routes = self.keyed_routes(sources, destinations, key)
         classes: dict[tuple[float, float], list[int]] = {}
-        routes: list[Route | None] = []
-        for i, (s, d, k) in enumerate(zip(sources, destinations, keys)):
-            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
-            r = None if s == d else self.route(s, d, k)
-            routes.append(r)
+        for i, r in enumerate(routes):
             classes.setdefault((-1.0, -1.0) if r is None else (r.latency, r.bottleneck), []).append(i)
         out = []
         for (lat, _), members in classes.items():

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import simpy
 
 from dessim.errors import NetworkError, TopologyError
-from dessim.network.channels import ChannelMap, channel_map_for
+from dessim.network.channels import channel_map_for
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
@@ -166,6 +166,17 @@ class Network(abc.ABC):
             if s == d or not self.router.key_independent(s, d):
                 return None
             routes.append(self.route(s, d))
+        return routes
+
+    def keyed_routes(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                     key: int | Sequence[int] = 0) -> list[Route | None]:
+        """The route each transfer ``sources[i] -> destinations[i]`` takes with ECMP ``key``
+        (one for all, or one per transfer); None for a local copy. For bundle groups."""
+        keys = [key] * len(sources) if isinstance(key, int) else list(key)
+        routes: list[Route | None] = []
+        for s, d, k in zip(sources, destinations, keys):
+            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
+            routes.append(None if s == d else self.route(s, d, k))
         return routes
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],

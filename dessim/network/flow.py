@@ -270,11 +270,7 @@ class FlowNetwork(Network):
         got = self._templates.get(memo) if single else None
         if got is not None:
             return got
-        keys = [key] * len(sources) if single else list(key)
-        routes = []
-        for s, d, k in zip(sources, destinations, keys):
-            s, d = self._endpoint(s, "source"), self._endpoint(d, "destination")
-            routes.append(None if s == d else self.route(s, d, k))
+        routes = self.keyed_routes(sources, destinations, key)
         # members joined by shared channels (union-find over members)
         parent = list(range(len(routes)))
 
