@@ -167,12 +167,15 @@ class _Run:
         self.fold = graph.fold
         self.lane_skew = 0.0          #: largest spread of lane finish times of one task (s)
         self.skewed_tasks = 0         #: tasks whose lanes did not finish together
+        #: ranks that hold tasks of a folded graph (its representatives)
+        self.simulated_ranks = (sorted({t.rank for t in self.tasks}) if self.fold is not None
+                                else list(range(topology.num_gpus)))
         if self.fold is not None:
             self._check_fold_speeds()
 
     def _check_fold_speeds(self) -> None:
         fold = self.fold
-        for r in sorted({t.rank for t in self.tasks}):
+        for r in self.simulated_ranks:
             images = fold.images(r)
             slow = [x for x in images if self.factors[x] != self.factors[r]]
             if slow:
@@ -373,7 +376,7 @@ class _Run:
     def result(self, wall_s: float) -> SimulationResult:
         tasks = self.tasks
         n = self.topology.num_gpus
-        shown = range(n) if self.fold is None else sorted({t.rank for t in tasks})
+        shown = self.simulated_ranks
         per_rank: dict[int, dict[str, list]] = {r: {"compute": [], "comm": [], "wait": [],
                                                     "all": [], "cat": {}} for r in shown}
         records = []
@@ -423,7 +426,7 @@ class _Run:
         if fold is None:
             return {}
         return {"fold": {"dims": list(fold.dims), "lanes": fold.lanes,
-                         "ranks_simulated": len({t.rank for t in self.tasks}),
+                         "ranks_simulated": len(self.simulated_ranks),
                          "max_lane_skew_s": self.lane_skew,
                          "max_lane_skew_rel": self.lane_skew / makespan if makespan > 0 else 0.0,
                          "skewed_tasks": self.skewed_tasks}}
