@@ -203,6 +203,11 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     return run
 
 
+#: Steps with fewer members than this start member by member when their routes depend on
+#: the ECMP key: grouping a handful of transfers costs more than it saves (speed only).
+MIN_GROUPED_STEP = 4
+
+
 class _PlanRun:
     """Replay of a :class:`CompactSchedule` step by step (see the module docstring)."""
 
@@ -324,7 +329,7 @@ class _PlanRun:
         """Exact bundle groups of step ``s`` with each member's own ECMP key (None when the
         network has no bundles or the step is too small to gain)."""
         m = self.sizes[s]
-        if m < 4:
+        if m < MIN_GROUPED_STEP:
             return None
         pat = self.plan.patterns[self.plan.pattern[s]]
         groups = self.net.bundle_groups(pat.src.tolist(), pat.dst.tolist(),
