@@ -177,3 +177,43 @@ def test_traffic_between_nics_stays_in_the_fabric():
     for key in range(8):
         path = router.path(src, dst, key)
         assert [n for n in path if n in nics] == ["n0.nic0", "n1.nic1"]
+
+
+def test_a_narrow_last_hop_makes_every_path_to_it_equally_wide():
+    # "b" hangs off "p" by one narrow link (the router searches towards "p"); through "s1"
+    # or "s2" both paths are 1.0 wide end to end, so ECMP uses both although s2 -> p is narrower.
+    g = nx.Graph()
+    g.add_node("a", kind="gpu")
+    g.add_node("b", kind="gpu")
+    for s in ("s1", "s2", "p"):
+        g.add_node(s, kind="switch")
+    for u, v, bw in (("a", "s1", 10.0), ("s1", "p", 10.0), ("a", "s2", 10.0), ("s2", "p", 5.0),
+                     ("p", "b", 1.0)):
+        g.add_edge(u, v, type="custom", bw=bw, lat=0.0)
+    router = Router(Topology(g))
+    assert {router.path("a", "b", key)[1] for key in range(64)} == {"s1", "s2"}
+    assert router.possible_hops("a", "b") >= {("a", "s1"), ("a", "s2")}
+
+
+def test_routes_between_nics_search_once_per_leaf():
+    # The fabric search towards a NIC's leaf serves every NIC under that leaf, and its ECMP
+    # choices are exactly the widest shortest NIC-to-NIC paths through the fabric (networkx).
+    topo = load_topology("dgx-h100:nodes=64")
+    router = Router(topo)
+    for n in range(0, 32, 3):                  # scalable unit 0 -> scalable unit 1
+        for key in (0, 5, 77):
+            path = router.path(f"n{n}.gpu3", f"n{n + 33}.gpu3", key)
+            assert path[2:7] == (f"n{n}.nic3", "leaf.su0.r3", path[4], "leaf.su1.r3", f"n{n + 33}.nic3")
+            assert path[4].startswith("spine")
+    targets = {memo[0] for memo in router._maps if memo[1]}
+    assert targets and all(t.startswith("leaf.") for t in targets)
+    fabric = topo.graph.subgraph(n for n, d in topo.graph.nodes(data=True)
+                                 if d["kind"] in ("switch", "nic"))
+    for src, dst in (("n0.nic3", "n40.nic3"), ("n5.nic1", "n6.nic1"), ("n2.nic0", "n50.nic7")):
+        def width(p):
+            return min(fabric.edges[a, b]["bw"] for a, b in zip(p, p[1:]))
+        paths = [tuple(p) for p in nx.all_shortest_paths(fabric, src, dst)]
+        best = max(width(p) for p in paths)
+        widest = {p for p in paths if width(p) == best}
+        walked = {router._walk(src, dst, key, fabric=True)[0] for key in range(512)}
+        assert walked == widest

@@ -34,6 +34,7 @@ of cached searches is bounded (:data:`MAX_CACHED_MAPS`, least recently used drop
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections import OrderedDict
 
@@ -65,7 +66,8 @@ class _Search:
 
     __slots__ = ("router", "target", "forwards", "dist", "frontier", "depth", "memo", "width")
 
-    def __init__(self, router: "Router", target: str, forwards: np.ndarray) -> None:
+    def __init__(self, router: "Router", target: str, forwards: np.ndarray,
+                 last: float = float("inf")) -> None:
         self.router = router
         self.target = target
         self.forwards = forwards               #: which nodes may be inner nodes of a path
@@ -75,7 +77,9 @@ class _Search:
         self.frontier = np.array([t], dtype=np.int64)
         self.depth = 0
         self.memo: dict[str, tuple[str, ...]] = {target: ()}
-        self.width: dict[str, float] = {target: float("inf")}
+        #: widest bottleneck to the target; ``last`` caps it (the capacity of a hop beyond
+        #: the target that every path takes, so that widths compare exactly as to the end)
+        self.width: dict[str, float] = {target: last}
 
     def _level(self) -> None:
         """Settle the next level of the search."""
@@ -258,27 +262,36 @@ class Router:
         return len(self.path(src, dst)) - 1
 
     # ------------------------------------------------------------------ internals
-    def _anchor(self, dst: str) -> tuple[str, bool]:
+    def _anchor(self, dst: str, fabric: bool = False) -> tuple[str, bool]:
         """The node whose next-hop map routes to ``dst``, and whether ``dst`` hangs off it.
 
         A single-link destination ``d`` with a transit neighbour ``p`` is reached through ``p``
-        from every other node, so routing to ``d`` = routing to ``p`` plus the last hop.
+        from every other node, so routing to ``d`` = routing to ``p`` plus the last hop. Through
+        the fabric (``fabric``), a NIC with one fabric neighbour (its leaf) is reached through
+        that neighbour alone: one search per leaf serves all the NICs under it.
         """
         nbrs = self._adj[dst]
+        if fabric:
+            forwards, index = self._fabric_forwards, self._index
+            inner = [n for n in nbrs if forwards[index[n]]]
+            if len(inner) == 1:
+                return inner[0], True
+            return dst, False
         if len(nbrs) == 1 and self._transit[nbrs[0]]:
             return nbrs[0], True
         return dst, False
 
-    def _next_hops(self, target: str, fabric: bool = False) -> _Search:
+    def _next_hops(self, target: str, fabric: bool = False, last: float = math.inf) -> _Search:
         """The routing state towards ``target`` (a mapping node -> widest equal-cost next
         hops, evaluated on demand — the search extends itself as far as a lookup needs; see
         :class:`_Search`), cached per target, least recently used dropped beyond
         :data:`MAX_CACHED_MAPS`. ``fabric``: only nodes outside the hosts forward (the
-        NIC-to-NIC part of a route)."""
-        memo = (target, fabric)
+        NIC-to-NIC part of a route). ``last``: capacity of the hop every path takes after
+        ``target`` (bytes/s; an anchored destination, see :meth:`_anchor`)."""
+        memo = (target, fabric, last)
         search = self._maps.get(memo)
         if search is None:
-            search = _Search(self, target, self._fabric_forwards if fabric else self._forwards)
+            search = _Search(self, target, self._fabric_forwards if fabric else self._forwards, last)
             self._maps[memo] = search
             if len(self._maps) > MAX_CACHED_MAPS:
                 self._maps.popitem(last=False)
@@ -344,8 +357,7 @@ class Router:
         out: set[tuple[str, str]] = set()
         waypoints = self._waypoints(src, dst, path)
         for u, v in zip(waypoints, waypoints[1:]):
-            target, via_anchor = self._anchor(v)
-            hops = self._segment_hops(target, u, u in self._nics and v in self._nics)
+            target, via_anchor, hops = self._segment_search(u, v, u in self._nics and v in self._nics)
             seen, stack = {u}, [u]
             while stack:
                 a = stack.pop()
@@ -358,21 +370,24 @@ class Router:
                 out.add((target, v))
         return out
 
-    def _segment_hops(self, target: str, src: str, fabric: bool) -> _Search:
-        """The search a walk from ``src`` uses: through the fabric only between two NICs,
-        unless no such path exists (then through any forwarding node, as elsewhere)."""
+    def _segment_search(self, src: str, dst: str, fabric: bool) -> tuple[str, bool, _Search]:
+        """The search a walk from ``src`` to ``dst`` uses — through the fabric only between two
+        NICs, unless no such path exists (then through any forwarding node, as elsewhere) —
+        with its target and whether ``dst`` hangs off the target (:meth:`_anchor`)."""
         if fabric:
-            hops = self._next_hops(target, fabric=True)
-            if src in hops:
-                return hops
-        return self._next_hops(target)
+            target, via_anchor = self._anchor(dst, fabric=True)
+            hops = self._next_hops(target, True, self._capacity[target, dst] if via_anchor else math.inf)
+            if src in hops and not (via_anchor and src == target):
+                return target, via_anchor, hops
+        target, via_anchor = self._anchor(dst)
+        return target, via_anchor, self._next_hops(target, False,
+                                                   self._capacity[target, dst] if via_anchor else math.inf)
 
     def _walk(self, src: str, dst: str, key: int, fabric: bool = False) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""
-        target, via_anchor = self._anchor(dst)
+        target, via_anchor, hops = self._segment_search(src, dst, fabric)
         if via_anchor and src == target:
             return (src, dst), True
-        hops = self._segment_hops(target, src, fabric)
         if src not in hops:
             raise TopologyError(f"{self.topology.name}: no route from {src!r} to {dst!r} "
                                 "through transit nodes (check the links and transit flags)")
