@@ -42,7 +42,8 @@ def peak_rss_bytes() -> int:
 
 
 def run(case: str, dp: int, global_batch: int | None, network: str, granularity: str = "layer",
-        schedule: str | None = None, fold: bool = False, algo: str | None = None) -> dict:
+        schedule: str | None = None, fold: bool = False, algo: str | None = None,
+        stream: bool = False) -> dict:
     from dessim.engine import EngineOptions, simulate
     from dessim.workload import build_taskgraph, plan_workload
 
@@ -56,14 +57,14 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
     t0 = time.perf_counter()
     plan, topo = plan_workload(preset, f"{builder}:nodes={gpus // 8}", overrides=overrides)
     t1 = time.perf_counter()
-    options = EngineOptions(network=network, record_links=False, algo=algo)
+    options = EngineOptions(network=network, record_links=False, algo=algo, stream_rings=stream)
     graph = build_taskgraph(plan, topo, engine=options)
     t2 = time.perf_counter()
     sim = simulate(graph, topo, options)
     t3 = time.perf_counter()
     fold_meta = sim.meta.get("fold") or {}
     return {"case": case, "preset": preset, "gpus": gpus, "layout": plan.layout.describe(),
-            "network": network, "algo": algo or "auto", "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
+            "network": network, "algo": algo or "auto", "stream_rings": stream, "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
             "generate_s": round(t2 - t1, 3), "simulate_s": round(t3 - t2, 3), "events": sim.events,
             "events_per_s": round(sim.events / (t3 - t2)), "tasks_per_s_generate": round(len(graph) / (t2 - t1)),
             "iteration_s": sim.makespan_s, "fold_lanes": fold_meta.get("lanes", 1),
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="replica folding: simulate TP rank 0 of DP replica 0 per stage, all traffic on the network")
     ap.add_argument("--algo", default=None,
                     help="collective algorithm for every collective (default: each task's, auto)")
+    ap.add_argument("--stream-rings", action="store_true",
+                    help="rings as one coupled flow per channel (an approximation; docs/performance.md)")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; print the top 25 functions")
     args = ap.parse_args(argv)
     if args.case is None:  # the default ladder: each run in a fresh process keeps peak RSS honest
@@ -97,12 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         prof = cProfile.Profile()
         out = prof.runcall(run, args.case, args.dp, args.global_batch, args.network,
-                           args.granularity, args.schedule, args.fold, args.algo)
+                           args.granularity, args.schedule, args.fold, args.algo, args.stream_rings)
         print(json.dumps(out))
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         return
     print(json.dumps(run(args.case, args.dp, args.global_batch, args.network, args.granularity,
-                         args.schedule, args.fold, args.algo)), flush=True)
+                         args.schedule, args.fold, args.algo, args.stream_rings)), flush=True)
 
 
 if __name__ == "__main__":

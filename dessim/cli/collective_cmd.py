@@ -51,10 +51,15 @@ def _algo_help() -> str:
               help="Print the N busiest links (JSON: all with --links > 0).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Write every transfer as a span to a Chrome/Perfetto trace JSON.")
+@click.option("--stream-rings", is_flag=True,
+              help="Run each ring channel as one coupled flow (fast for thousands of ranks; "
+                   "on an idle network the same time as step by step where the slowest "
+                   "connection is also the one with the largest latency; docs/performance.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(op: str, algo: str, size: str, topology: str, ranks: str | None, root: int | None,
             chunks: int, channels: int, network: str, reduction_bw: str | None,
-            inner: str | None, show_links: int, timeline: str | None, as_json: bool) -> None:
+            inner: str | None, show_links: int, timeline: str | None, stream_rings: bool,
+            as_json: bool) -> None:
     """Simulate collective OP (allreduce, reducescatter, allgather, broadcast, reduce,
     alltoall, sendrecv) on an idle network and print time, algbw and busbw
     (nccl-tests definitions, GB/s = 1e9 B/s)."""
@@ -63,7 +68,7 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     options = {"inner": inner} if inner else {}
     res = run_collective(op, size, topology, algo=algo, ranks=ranks, chunks=chunks,
                          channels=channels, network=network, reduction_bw=reduction_bw,
-                         root=root, **options)
+                         root=root, stream=stream_rings, **options)
     if timeline:
         from dessim.outputs import write_chrome_trace
         from dessim.outputs.collective_trace import collective_result_as_run

@@ -26,7 +26,7 @@ from dessim.cli.common import (build_engine_options, engine_options, output_opti
                    "dessim.task attributes), e.g. after editing it with Chakra tools.")
 @output_options
 def command(trace_prefix: str, topology: str, network: str, algo: str | None, chunks: int,
-            channels: int, device: str | None, slowdown: tuple[str, ...],
+            channels: int, stream_rings: bool, device: str | None, slowdown: tuple[str, ...],
             straggler_sigma: float, seed: int, rank_map: str | None, cost_compute: bool,
             mem_node: str | None, ignore_dessim_attrs: bool, timeline: str | None,
             gantt: str | None, spans: str | None, as_json: bool) -> None:
@@ -55,7 +55,8 @@ def command(trace_prefix: str, topology: str, network: str, algo: str | None, ch
     # The algorithm was applied per collective (GATHER/SCATTER keep "direct"), so the engine
     # must not override it again.
     options = build_engine_options(network, None, chunks, channels, device, slowdown,
-                                   straggler_sigma, seed, record_links=bool(timeline))
+                                   straggler_sigma, seed, record_links=bool(timeline),
+                                   stream_rings=stream_rings)
     result = simulate(graph, topo, options)
     written = write_outputs(result, timeline, gantt, spans)
     trace_info = {"prefix": trace.prefix, "ranks": trace.num_ranks,

@@ -13,7 +13,7 @@ from dessim.cli.common import (build_engine_options, engine_options, output_opti
 @engine_options()
 @output_options
 def command(graph: str, topology: str, network: str, algo: str | None, chunks: int,
-            channels: int, device: str | None, slowdown: tuple[str, ...],
+            channels: int, stream_rings: bool, device: str | None, slowdown: tuple[str, ...],
             straggler_sigma: float, seed: int, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool) -> None:
     """Replay the task graph GRAPH (dessim JSON format) on a topology.
@@ -31,7 +31,8 @@ def command(graph: str, topology: str, network: str, algo: str | None, chunks: i
     topo = load_topology(topology)
     tg = load_taskgraph(graph)
     options = build_engine_options(network, algo, chunks, channels, device, slowdown,
-                                   straggler_sigma, seed, record_links=bool(timeline))
+                                   straggler_sigma, seed, record_links=bool(timeline),
+                                   stream_rings=stream_rings)
     result = simulate(tg, topo, options)
     written = write_outputs(result, timeline, gantt, spans)
     report_run(result, f"{tg.name}: {len(tg)} tasks on {topo.name}", written, as_json)

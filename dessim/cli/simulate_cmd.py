@@ -80,7 +80,7 @@ LARGE_GRAPH_TASKS = 200_000
 def command(workload: str | None, granularity: str, fold: bool, no_comm: bool, uniform_stages: bool,
             no_memory_check: bool, save_graph: str | None, export_chakra: str | None,
             topology: str, network: str,
-            algo: str | None, chunks: int, channels: int, device: str | None, slowdown: tuple[str, ...],
+            algo: str | None, chunks: int, channels: int, stream_rings: bool, device: str | None, slowdown: tuple[str, ...],
             straggler_sigma: float, seed: int, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool, **kw: Any) -> None:
     """Simulate one training iteration of WORKLOAD on a topology.
@@ -109,7 +109,8 @@ def command(workload: str | None, granularity: str, fold: bool, no_comm: bool, u
     if device:
         overrides["device"] = device
     options = build_engine_options(network, algo, chunks, channels, device, slowdown, straggler_sigma,
-                                   seed, record_links=bool(timeline or gantt))
+                                   seed, record_links=bool(timeline or gantt),
+                                   stream_rings=stream_rings)
     result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
                                options=options)
     written = write_outputs(result.simulation, timeline, gantt, spans)

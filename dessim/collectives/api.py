@@ -151,7 +151,8 @@ def _link_table(net, elapsed: float) -> list[dict]:
 def run_collective(op: str, size: object, topology: Topology | str, *, algo: str = "ring",
                    ranks: str | Iterable[int] | None = None, chunks: int = 1, channels: int = 1,
                    network: str = "flow", reduction_bw: object = None, root: int | None = None,
-                   bundles: bool = True, compact: bool = True, **options) -> CollectiveResult:
+                   bundles: bool = True, compact: bool = True, stream: bool = False,
+                   **options) -> CollectiveResult:
     """Simulate one collective from time 0 on an idle network and report its figures.
 
     ``algo="auto"`` picks with :func:`dessim.collectives.auto.choose` (its estimates are in
@@ -160,6 +161,8 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     Exact speed shortcuts, on by default (docs/performance.md): ``compact`` stores uniform-step
     algorithms (ring) as steps, ``bundles`` runs a step as one network bundle while its flows
     provably see identical, private bottlenecks. Switching them off changes no result.
+    ``stream`` (off by default, an approximation): rings run as one coupled flow per channel
+    (:func:`~dessim.collectives.executor.run_schedule`).
     """
     start_wall = time.perf_counter()
     op_ = get_op(op)
@@ -179,7 +182,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
                            topology=topo, compact=compact, **options)
     env = simpy.Environment()
     net = make_network(network, env, topo, bundles=bundles)
-    run = run_schedule(net, sched, reduction_bw=red_bw, bundles=bundles)
+    run = run_schedule(net, sched, reduction_bw=red_bw, bundles=bundles, stream=stream)
     env.run(run.done)
     elapsed = run.duration
     wall = time.perf_counter() - start_wall

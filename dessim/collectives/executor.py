@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
 import simpy
 
-from dessim.collectives.schedule import CompactSchedule, Schedule, StepPattern
+from dessim.collectives.schedule import CompactSchedule, Schedule, StepPattern, pipelines
 from dessim.errors import CollectiveError
 from dessim.network.flow import WAKE_PRIORITY
 
@@ -80,18 +80,29 @@ class ScheduleRun:
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,
                  reduction_bw: float | None = None, key_base: int = 0,
-                 bundles: bool = True) -> ScheduleRun:
+                 bundles: bool = True, stream: bool = False) -> ScheduleRun:
     """Start ``schedule`` on ``network`` (a :class:`~dessim.network.base.Network`) now.
 
     Returns at once with a :class:`ScheduleRun`; run the environment to make progress.
     ``bundles``: start whole steps of a compact schedule as network bundles where the network
     allows it (exact; ``False`` switches the shortcut off).
+
+    ``stream`` (off by default; an approximation, see :class:`_StreamRun`): a compact
+    schedule whose channels are all forwarding pipelines (rings:
+    :func:`~dessim.collectives.schedule.pipelines`) runs each channel as ONE coupled flow
+    instead of step by step, when reductions are free and the network can couple the
+    connections (:meth:`~dessim.network.base.Network.coupled_route`); otherwise the
+    schedule runs step by step as usual.
     """
     if reduction_bw is not None and not (isinstance(reduction_bw, (int, float))
                                          and reduction_bw > 0 and math.isfinite(reduction_bw)):
         raise CollectiveError(f"reduction bandwidth {reduction_bw!r} must be a finite number "
                               "> 0 bytes/second (or None for free reductions)")
     if isinstance(schedule, CompactSchedule):
+        if stream and reduction_bw is None:
+            routes = _stream_routes(network, schedule, key_base)
+            if routes is not None:
+                return _StreamRun(network, schedule, routes, arrivals).run
         return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles).run
     env: simpy.Environment = network.env
     n = len(schedule)
@@ -492,3 +503,101 @@ class _PlanRun:
             w[i] -= 1
             if w[i] == 0:
                 self._ready(s, i)
+
+
+def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[tuple[object, float, int]] | None:
+    """Per channel of a pipelined ``schedule``: (coupled route with its latency scaled to the
+    channel's steps, bytes per connection, channel); None if it cannot be streamed."""
+    found = pipelines(schedule.plan)
+    if found is None:
+        return None
+    out = []
+    for pipe in found:
+        route = network.coupled_route(pipe.src.tolist(), pipe.dst.tolist(), key_base + pipe.channel)
+        if route is None:
+            return None
+        out.append((replace(route, latency=pipe.hops * route.latency), pipe.nbytes, pipe.channel))
+    return out
+
+
+class _StreamRun:
+    """A pipelined schedule (rings) replayed as one coupled flow per channel.
+
+    Model (NCCL's ring is a pipeline of flow-controlled connections: a rank forwards each
+    slice as soon as it arrives, and a connection's bounded FIFO keeps it from running ahead
+    of its upstream, so in steady state every connection of a channel moves data at the pace
+    of the slowest): once every member has arrived, each channel starts ONE flow over all its
+    connections' channels (:meth:`~dessim.network.base.Network.coupled_route`) carrying the
+    bytes of one connection (``hops`` steps' worth), after a latency phase of
+    ``hops × (largest connection latency)``. The network shares each channel between the
+    coupled flow and other traffic as it would with one connection; the flow's rate is its
+    max-min share at its tightest channel. Every member finishes when all channels have.
+
+    Relation to the step-by-step replay (the default): on an idle network where the
+    connection with the largest latency also has the smallest bottleneck — every switch,
+    DGX node and rail fabric preset — both take ``hops × (latency + step bytes / rate)``
+    exactly (tests/test_stream_rings.py). Otherwise they differ by latency terms (the step
+    replay pays each step's slowest connection) and by how a ring's connections share a
+    link with other traffic between steps: a stream is continuous, a step-by-step
+    connection idles while it waits for its upstream. Per-transfer records: each transfer of
+    a channel is recorded with its channel's flow interval.
+    """
+
+    def __init__(self, network, schedule: CompactSchedule, routes: list[tuple[object, float, int]],
+                 arrivals: dict[int, simpy.Event] | None) -> None:
+        self.net = network
+        self.env: simpy.Environment = network.env
+        self.schedule = schedule
+        self.routes = routes
+        env = self.env
+        n_chan = len(routes)
+        self.flow_start = [math.nan] * n_chan
+        self.flow_finish = [math.nan] * n_chan
+        self.run = ScheduleRun(schedule, env.now, env.event(), self._times(self.flow_start),
+                               self._times(self.flow_finish))
+        for r in schedule.group:
+            self.run.rank_events[r] = env.event()
+        self.left = n_chan
+        absent = sorted(r for r, ev in (arrivals or {}).items()
+                        if r in self.run.rank_events and not (ev.triggered and ev.processed))
+        self.absent = len(absent)
+        for r in absent:
+            arrivals[r].callbacks.append(self._arrived)  # type: ignore[index]
+        if not absent:
+            self._start()
+
+    def _times(self, per_channel: list[float]) -> Callable[[], array]:
+        def build() -> array:
+            plan = self.schedule.plan
+            out = np.empty(plan.transfers)
+            index = {c: k for k, (_, _, c) in enumerate(self.routes)}
+            for s, (a, b) in enumerate(zip(plan.offset, plan.offset[1:])):
+                out[a:b] = per_channel[index[plan.channel[s]]]
+            col = array("d")
+            col.frombytes(out.tobytes())
+            return col
+        return build
+
+    def _arrived(self, _event: simpy.Event) -> None:
+        self.absent -= 1
+        if self.absent == 0:
+            self._start()
+
+    def _start(self) -> None:
+        now = self.env.now
+        for k, (route, nbytes, _) in enumerate(self.routes):
+            self.flow_start[k] = now
+            self.net.transfer_on(route, nbytes).callbacks.append(lambda _e, k=k: self._finished(k))
+
+    def _finished(self, k: int) -> None:
+        now = self.env.now
+        self.flow_finish[k] = now
+        self.left -= 1
+        if self.left:
+            return
+        run = self.run
+        for r in self.schedule.group:
+            run.rank_finish[r] = now
+            run.rank_events[r].succeed(now)
+        run.finish_time = now
+        run.done.succeed(now)

@@ -36,7 +36,7 @@ from dessim.collectives.ops import Op
 from dessim.errors import CollectiveError
 
 __all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane", "StepPattern", "StepPlan",
-           "StepPlanBuilder", "CompactSchedule"]
+           "StepPlanBuilder", "CompactSchedule", "Pipeline", "pipelines"]
 
 #: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
 _REL_TOL = 1e-9
@@ -337,6 +337,55 @@ class StepPlanBuilder:
     def build(self) -> StepPlan:
         cols = list(zip(*self.rows)) if self.rows else [(), (), (), (), ()]
         return StepPlan(tuple(self.patterns), *(tuple(c) for c in cols), tuple(self.offset))
+
+
+@dataclass(frozen=True, eq=False)
+class Pipeline:
+    """One channel of a :class:`StepPlan` that is a forwarding pipeline: every step moves
+    data over the same connections ``src[i] -> dst[i]`` — a permutation (each member sends
+    on one connection and receives on one) — and each step of a connection waits for the
+    upstream connection's previous step (the data it forwards arrives there), as in a ring.
+    See :func:`pipelines`."""
+
+    channel: int
+    src: np.ndarray          #: global ranks (int64)
+    dst: np.ndarray          #: global ranks (int64)
+    hops: int                #: steps: transfers per connection
+    nbytes: float            #: bytes per connection over all steps
+
+
+def pipelines(plan: StepPlan) -> tuple[Pipeline, ...] | None:
+    """The channels of ``plan`` as :class:`Pipeline` s, or None unless every channel is one:
+    its steps form one chain (each depends on the channel's previous step), at least two of
+    them, all over the same connections, which form a permutation, and every member of every
+    later step depends on its upstream member (the one whose destination is its source)."""
+    steps_of: dict[int, list[int]] = {}
+    for s, c in enumerate(plan.channel):
+        steps_of.setdefault(c, []).append(s)
+    out = []
+    checked: set[int] = set()
+    for c, steps in steps_of.items():
+        if len(steps) < 2 or any(plan.prev[b] != a for a, b in zip([-1, *steps], steps)):
+            return None
+        first = plan.patterns[plan.pattern[steps[0]]]
+        src, dst = first.src, first.dst
+        if len(np.unique(src)) != len(src) or not np.array_equal(np.sort(src), np.sort(dst)):
+            return None
+        where = {int(r): i for i, r in enumerate(dst.tolist())}
+        upstream = np.fromiter((where[int(r)] for r in src), dtype=np.int64, count=len(src))
+        for s in steps[1:]:
+            pid = plan.pattern[s]
+            if pid in checked:
+                continue
+            pat = plan.patterns[pid]
+            if not (np.array_equal(pat.src, src) and np.array_equal(pat.dst, dst)):
+                return None
+            for i, u in enumerate(upstream.tolist()):
+                if u not in pat.dep_index[pat.dep_start[i]:pat.dep_start[i + 1]]:
+                    return None
+            checked.add(pid)
+        out.append(Pipeline(c, src, dst, len(steps), float(sum(plan.nbytes[s] for s in steps))))
+    return tuple(out) if out else None
 
 
 _COLUMNS = ("src", "dst", "nbytes", "reduce_bytes", "channel", "dep_start", "dep_index")

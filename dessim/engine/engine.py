@@ -67,6 +67,9 @@ class EngineOptions:
     compact_schedules: bool = True        #: ring/direct collectives stored as uniform steps
     bundles: bool = True                  #: transfers that provably share one rate run as a bundle
     shape_memo: bool = True               #: auto decides once per group shape (auto.group_shape)
+    #: Approximation, off by default: ring collectives run as one coupled flow per channel
+    #: instead of step by step (collectives.executor._StreamRun; docs/performance.md).
+    stream_rings: bool = False
 
 
 def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
@@ -303,7 +306,8 @@ class _Run:
                 runs.append(run_schedule(self.net, self._schedule(t, inst), arrivals=arr,
                                          reduction_bw=self.options.reduction_bw,
                                          key_base=self._key_base(inst),
-                                         bundles=self.options.bundles))
+                                         bundles=self.options.bundles,
+                                         stream=self.options.stream_rings))
                 arrivals.append(arr)
             members = self.colls[t.coll_id]
             state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where}

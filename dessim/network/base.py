@@ -186,6 +186,34 @@ class Network(abc.ABC):
         None: ordinary flows); None when this model has no bundles (always here)."""
         return None
 
+    def coupled_route(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                      key: int = 0) -> Route | None:
+        """ONE route over every connection ``sources[i] -> destinations[i]`` (ECMP ``key``),
+        for connections that move data at one common rate — a pipelined ring, whose
+        flow-controlled connections all run at the pace of the slowest (see
+        :func:`~dessim.collectives.executor.run_schedule`, ``stream``).
+
+        Its channels are all the connections' channels, so a model shares each of them
+        between the coupled flow and the other traffic exactly as it would share it with one
+        connection; its latency is the largest connection latency (s), its bottleneck the
+        smallest capacity (bytes/s). None when a connection is a local copy or two
+        connections load the same channel (a coupled flow crosses each channel once)."""
+        routes = self.keyed_routes(sources, destinations, key)
+        if not routes or any(r is None for r in routes):
+            return None
+        chans = tuple(c for r in routes for c in r.channels)  # type: ignore[union-attr]
+        if len(set(chans)) != len(chans):
+            return None
+        return Route((), tuple(d for r in routes for d in r.directions), chans,  # type: ignore[union-attr]
+                     max(r.latency for r in routes), min(r.bottleneck for r in routes))  # type: ignore[union-attr]
+
+    def transfer_on(self, route: Route, nbytes: float) -> simpy.Event:
+        """Start ``nbytes`` on ``route`` now (e.g. a :meth:`coupled_route`, whose latency the
+        caller may have scaled): the :meth:`transfer` semantics on a given route."""
+        n = self._size(nbytes, "route", f"{len(route.channels)} channels")
+        self.flows_started += 1
+        return self._start(route, float(n))
+
     def start_bundle(self, template: BundleTemplate, nbytes: float,
                      on_done: Callable[[Sequence[int]], None]) -> None:
         """Start ``nbytes`` on every member route of ``template`` now; ``on_done(members)``

@@ -1,0 +1,176 @@
+"""Streamed rings (``stream=True`` / ``EngineOptions(stream_rings=True)``): a ring channel as
+ONE coupled flow. An approximation of the step-by-step replay: exact on an idle network
+whose slowest connection is also its highest-latency one, within 0.1% under contention,
+and a plain step-by-step replay wherever the coupling does not apply."""
+
+from __future__ import annotations
+
+import simpy
+import pytest
+
+from dessim.collectives import build_schedule, get_op, run_collective, run_schedule
+from dessim.collectives.schedule import pipelines
+from dessim.engine import EngineOptions, simulate
+from dessim.network import make_network
+from dessim.topology import load_topology
+from dessim.workload import build_taskgraph, plan_workload
+
+SWITCH = "switch:n=8,bw=50GB/s,lat=1us"
+#: one GPU per node (a DP group under TP 8) across two scalable units of a rail fabric
+RAIL_RANKS = ",".join(str(8 * n + 3) for n in range(64))
+
+
+def _plan(op: str, group: tuple[int, ...], **kw):
+    return build_schedule(get_op(op), kw.pop("algo", "ring"), group, 1e9,
+                          topology=load_topology(SWITCH), compact=True, **kw).plan
+
+
+@pytest.mark.parametrize("op, steps", [("allreduce", 14), ("reducescatter", 7), ("allgather", 7)])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_ring_channels_are_pipelines(op, steps, channels):
+    found = pipelines(_plan(op, tuple(range(8)), channels=channels))
+    assert found is not None and [p.channel for p in found] == list(range(channels))
+    for p in found:
+        assert p.hops == steps
+        assert p.nbytes == pytest.approx(steps * 1e9 / 8 / channels)
+        assert sorted(p.src.tolist()) == sorted(p.dst.tolist()) == list(range(8))
+    if channels == 2:   # the odd channel runs the ring the other way round
+        forward = set(zip(found[0].src.tolist(), found[0].dst.tolist()))
+        assert set(zip(found[1].dst.tolist(), found[1].src.tolist())) == forward
+
+
+def test_a_one_step_plan_is_not_a_pipeline():
+    assert pipelines(_plan("reducescatter", tuple(range(8)), algo="direct")) is None
+
+
+@pytest.mark.parametrize("topo, ranks", [(SWITCH, None), ("dgx-h100:nodes=1", None),
+                                         ("dgx-a100:nodes=8", "0,8,16,24,32,40,48,56"),
+                                         ("dgx-h100:nodes=64", RAIL_RANKS)])
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter", "allgather"])
+@pytest.mark.parametrize("size", [1e5, 1e9])
+def test_idle_network_times_are_exact(topo, ranks, op, size):
+    step = run_collective(op, size, topo, algo="ring", ranks=ranks)
+    stream = run_collective(op, size, topo, algo="ring", ranks=ranks, stream=True)
+    assert stream.time_s == pytest.approx(step.time_s, rel=1e-12)
+    assert stream.events == 3                      # one flow: start, finish, one solve
+    assert stream.events < step.events
+    # every link carries the same bytes (each connection moves all its steps' blocks)
+    carried = {row["link"]: row["bytes"] for row in stream.link_util}
+    assert carried == pytest.approx({row["link"]: row["bytes"] for row in step.link_util}, rel=1e-9)
+
+
+def test_two_channels_differ_by_latency_terms_only():
+    # Step by step, one channel's data fills the other's latency gaps; a stream pays its
+    # latency up front. The gap is bounded by steps x largest latency.
+    step = run_collective("reducescatter", 1e9, "dgx-h100:nodes=64", algo="ring",
+                          ranks=RAIL_RANKS, channels=2)
+    stream = run_collective("reducescatter", 1e9, "dgx-h100:nodes=64", algo="ring",
+                            ranks=RAIL_RANKS, channels=2, stream=True)
+    assert 0 <= stream.time_s - step.time_s <= 63 * 1.5e-6
+    assert stream.time_s == pytest.approx(step.time_s, rel=2e-3)
+
+
+def test_rings_that_load_a_link_twice_run_step_by_step():
+    # A flat ring over two DGX nodes crosses from rail 7 to rail 0 twice in the same
+    # direction: no coupled flow, the ordinary replay (same times, same work).
+    step = run_collective("allreduce", 1e8, "dgx-h100:nodes=2", algo="ring")
+    stream = run_collective("allreduce", 1e8, "dgx-h100:nodes=2", algo="ring", stream=True)
+    assert (stream.time_s, stream.events) == (step.time_s, step.events)
+
+
+@pytest.mark.parametrize("kw", [{"reduction_bw": "200GB/s"},   # charged reductions
+                                {"chunks": 2},                  # pipelined chunks
+                                {"algo": "tree"}])              # not a ring
+def test_other_cases_run_step_by_step(kw):
+    kw = {"algo": "ring", **kw}
+    step = run_collective("allreduce", 1e8, SWITCH, **kw)
+    stream = run_collective("allreduce", 1e8, SWITCH, stream=True, **kw)
+    assert (stream.time_s, stream.events) == (step.time_s, step.events)
+
+
+def _ring_with_cross_traffic(stream: bool, cross: list[tuple[int, int, float, float]]):
+    topo = load_topology(SWITCH)
+    env = simpy.Environment()
+    net = make_network("flow", env, topo)
+    sched = build_schedule(get_op("allreduce"), "ring", tuple(range(8)), 1e9, topology=topo,
+                           compact=True)
+
+    def send(a: int, b: int, nbytes: float, at: float):
+        yield env.timeout(at)
+        yield net.transfer(a, b, nbytes)
+
+    for a, b, nbytes, at in cross:
+        env.process(send(a, b, nbytes, at))
+    run = run_schedule(net, sched, stream=stream)
+    env.run()
+    return run.duration, env.now, sum(net.link_bytes().values())
+
+
+@pytest.mark.parametrize("cross", [[(0, 1, 5e8, 0.0)],                    # on a ring link
+                                   [(0, 1, 2e8, 0.005)],                  # joins mid-way
+                                   [(0, 1, 1e8, 0.0), (3, 5, 3e8, 0.01)],
+                                   [(0, 4, 1e9, 0.0)]])                   # across the ring
+def test_contention_agrees_within_a_tenth_of_a_percent(cross):
+    ring_a, end_a, bytes_a = _ring_with_cross_traffic(False, cross)
+    ring_b, end_b, bytes_b = _ring_with_cross_traffic(True, cross)
+    assert ring_b == pytest.approx(ring_a, rel=1e-3)
+    assert end_b == pytest.approx(end_a, rel=1e-3)
+    assert bytes_b == pytest.approx(bytes_a, rel=1e-12)     # bytes sent = bytes received
+    assert ring_b > 0.035028                                 # slower than on an idle switch
+
+
+def test_a_stream_starts_when_the_last_member_arrives():
+    topo = load_topology(SWITCH)
+    env = simpy.Environment()
+    net = make_network("flow", env, topo)
+    sched = build_schedule(get_op("allgather"), "ring", tuple(range(8)), 1e9, topology=topo,
+                           compact=True)
+    arrivals = {r: env.event() for r in range(8)}
+    run = run_schedule(net, sched, arrivals=arrivals, stream=True)
+    for r in range(8):
+        env.timeout(1e-3 * r).callbacks.append(lambda _e, r=r: arrivals[r].succeed())
+    env.run()
+    idle = run_collective("allgather", 1e9, SWITCH, algo="ring").time_s
+    assert run.finish_time == pytest.approx(7e-3 + idle, rel=1e-12)
+    assert set(run.rank_finish.values()) == {run.finish_time}
+    assert len(run.transfer_finish) == len(sched)
+
+
+def _iteration(stream: bool, fold: bool) -> tuple[float, int]:
+    # TP 8 inside a node, so the DP rings have one GPU per node across 4 nodes
+    plan, topo = plan_workload("gpt3-1.3b", "dgx-h100:nodes=8",
+                               overrides={"tp": 8, "pp": 2, "dp": 4, "global_batch": 16,
+                                          "generator": {"granularity": "stage", "fold": fold}})
+    options = EngineOptions(algo="ring", stream_rings=stream, record_links=False)
+    result = simulate(build_taskgraph(plan, topo, engine=options), topo, options)
+    return result.makespan_s, result.events
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_training_iteration_agrees_within_a_tenth_of_a_percent(fold):
+    (step, step_events), (stream, stream_events) = _iteration(False, fold), _iteration(True, fold)
+    assert stream == pytest.approx(step, rel=1e-3)
+    assert stream_events < step_events / 2
+    assert _iteration(True, fold)[0] == stream                # deterministic
+
+
+def test_cli_stream_rings_flag_reaches_the_engine_and_the_collective_command():
+    import json
+
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    runner = CliRunner()
+    args = ["simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=8", "--tp", "8", "--pp", "2",
+            "--global-batch", "16", "--granularity", "stage", "--algo", "ring", "--json"]
+    step = json.loads(runner.invoke(cli, args).output)
+    stream = json.loads(runner.invoke(cli, [*args, "--stream-rings"]).output)
+    assert stream["iteration_s"] == pytest.approx(step["iteration_s"], rel=1e-3)
+    assert stream["events"] < step["events"]
+    ranks = ",".join(str(8 * n) for n in range(8))
+    coll = ["collective", "allreduce", "--size", "1GiB", "-t", "dgx-a100:nodes=8", "--ranks", ranks,
+            "--json", "--links", "0"]
+    a = json.loads(runner.invoke(cli, coll).output)
+    b = json.loads(runner.invoke(cli, [*coll, "--stream-rings"]).output)
+    assert b["time_s"] == pytest.approx(a["time_s"], rel=1e-12) and b["events"] == 3
