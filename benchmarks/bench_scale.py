@@ -6,12 +6,16 @@ Cases (each point runs in a fresh subprocess, so ``ru_maxrss`` is that point's p
   for each ``--ranks``; target 1,024 ranks <= 3.5 s, 4,096 ranks <= 60 s and <= 2 GiB.
   Prints transfers, wall (topology + schedule + simulation), transfers/s, events, peak RSS,
   busbw, and the fitted exponent of wall time vs simulated transfers (log-log least squares).
-* ``gpt3``: one iteration of GPT-3 175B on 1,024 GPUs (TP 8, PP 16, DP 8, 1F1B,
-  ``dgx-a100:nodes=128``); ``llama3``: Llama-3 405B on 8,192 GPUs (TP 8, PP 16, DP 64,
-  ``dgx-h100:nodes=1024``). Generation and simulation are timed separately.
+* ``gpt3``: one iteration of GPT-3 175B on 1,024 GPUs (TP 8, PP 16, DP 8, 1F1B, 192
+  micro-batches, ``dgx-a100:nodes=128``), stage granularity with replica folding (target
+  <= 10 s, <= 2 GiB); ``llama3``: Llama-3 405B on 8,192 GPUs (TP 8, PP 16, DP 64,
+  ``dgx-h100:nodes=1024``), the same plus rings for the collectives, streamed (target
+  <= 60 s). Generation and simulation are timed separately. ``bench_workload.py`` runs the
+  same cases with every knob exposed (``--dp`` ladders, ``--profile``).
 
 ``--off`` runs with every exact shortcut switched off (compact schedules, flow bundles) for
-before/after comparisons; results are identical (tests/test_scale_equivalence.py).
+before/after comparisons; results are identical (tests/test_scale_equivalence.py). Folding
+and streamed rings are part of a case's definition and stay on.
 
     python benchmarks/bench_scale.py ring --ranks 128,256,512,1024,2048,4096
     python benchmarks/bench_scale.py ring --ranks 128,256,512 --off
@@ -28,12 +32,15 @@ import subprocess
 import sys
 import time
 
+_STAGE_FOLD = {"generator": {"granularity": "stage", "fold": True}}
 WORKLOADS = {
-    # name: (preset, topology, overrides)
+    # name: (preset, topology, workload overrides, engine options)
     "gpt3": ("gpt3-175b", "dgx-a100:nodes=128",
-             {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b", "virtual_stages": 1}),
+             {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b", "virtual_stages": 1,
+              "global_batch": 1536, **_STAGE_FOLD}, {}),
     "llama3": ("llama3-405b", "dgx-h100:nodes=1024",
-               {"tp": 8, "pp": 16, "dp": 64, "schedule": "1f1b", "virtual_stages": 1}),
+               {"tp": 8, "pp": 16, "dp": 64, "schedule": "1f1b", "virtual_stages": 1,
+                **_STAGE_FOLD}, {"algo": "ring", "stream_rings": True}),
 }
 
 
@@ -72,15 +79,17 @@ def workload_point(case: str, off: bool) -> dict:
     from dessim.engine import EngineOptions, simulate
     from dessim.workload import build_taskgraph, plan_workload
 
-    preset, topo_spec, overrides = WORKLOADS[case]
+    preset, topo_spec, overrides, engine = WORKLOADS[case]
+    options = EngineOptions(record_links=False, bundles=not off, compact_schedules=not off,
+                            **engine)
     t0 = time.perf_counter()
     plan, topo = plan_workload(preset, topo_spec, overrides=overrides)
-    graph = build_taskgraph(plan, topo)
+    graph = build_taskgraph(plan, topo, engine=options)
     t1 = time.perf_counter()
-    sim = simulate(graph, topo, EngineOptions(record_links=False, bundles=not off,
-                                              compact_schedules=not off))
+    sim = simulate(graph, topo, options)
     t2 = time.perf_counter()
-    return {"case": case, "gpus": topo.num_gpus, "shortcuts": not off, "tasks": len(graph),
+    return {"case": case, "gpus": topo.num_gpus, "layout": plan.layout.describe(),
+            "engine": engine, "shortcuts": not off, "tasks": len(graph),
             "generate_s": t1 - t0, "sim_s": t2 - t1, "wall_s": t2 - t0, "events": sim.events,
             "events_per_s": sim.events / (t2 - t1), "iteration_s": sim.makespan_s,
             "peak_rss_MiB": peak_rss_mib()}
