@@ -505,9 +505,9 @@ class _PlanRun:
                 self._ready(s, i)
 
 
-def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[tuple[object, float, int]] | None:
-    """Per channel of a pipelined ``schedule``: (coupled route with its latency scaled to the
-    channel's steps, bytes per connection, channel); None if it cannot be streamed."""
+def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[tuple[object, float, int, float]] | None:
+    """Per channel of a pipelined ``schedule``: (coupled route, bytes per connection, channel,
+    latency of the remaining hops in s); None if it cannot be streamed."""
     found = pipelines(schedule.plan)
     if found is None:
         return None
@@ -516,7 +516,7 @@ def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[tu
         route = network.coupled_route(pipe.src.tolist(), pipe.dst.tolist(), key_base + pipe.channel)
         if route is None:
             return None
-        out.append((replace(route, latency=pipe.hops * route.latency), pipe.nbytes, pipe.channel))
+        out.append((route, pipe.nbytes, pipe.channel, (pipe.hops - 1) * route.latency))
     return out
 
 
@@ -528,22 +528,26 @@ class _StreamRun:
     of its upstream, so in steady state every connection of a channel moves data at the pace
     of the slowest): once every member has arrived, each channel starts ONE flow over all its
     connections' channels (:meth:`~dessim.network.base.Network.coupled_route`) carrying the
-    bytes of one connection (``hops`` steps' worth), after a latency phase of
-    ``hops × (largest connection latency)``. The network shares each channel between the
-    coupled flow and other traffic as it would with one connection; the flow's rate is its
-    max-min share at its tightest channel. Every member finishes when all channels have.
+    bytes of one connection (``hops`` steps' worth). Latency ``L`` = the largest connection
+    latency: the flow pays one ``L`` before its bytes move (the first slices reach the next
+    rank) and ``(hops - 1) × L`` after (the last slices still travel the remaining hops), so
+    its bandwidth phase starts when the step-by-step ring's does. The network shares each
+    channel between the coupled flow and other traffic as it would with one connection; the
+    flow's rate is its max-min share at its tightest channel. Every member finishes when all
+    channels have.
 
     Relation to the step-by-step replay (the default): on an idle network where the
     connection with the largest latency also has the smallest bottleneck — every switch,
     DGX node and rail fabric preset — both take ``hops × (latency + step bytes / rate)``
     exactly (tests/test_stream_rings.py). Otherwise they differ by latency terms (the step
     replay pays each step's slowest connection) and by how a ring's connections share a
-    link with other traffic between steps: a stream is continuous, a step-by-step
-    connection idles while it waits for its upstream. Per-transfer records: each transfer of
-    a channel is recorded with its channel's flow interval.
+    link with other traffic: a stream holds every connection at the slowest one's rate, a
+    step-by-step connection runs at its own rate and then idles while it waits for its
+    upstream, and other flows take the gap. Per-transfer records: each transfer of a channel
+    is recorded with its channel's flow interval (bytes moving, then the tail latency).
     """
 
-    def __init__(self, network, schedule: CompactSchedule, routes: list[tuple[object, float, int]],
+    def __init__(self, network, schedule: CompactSchedule, routes: list[tuple[object, float, int, float]],
                  arrivals: dict[int, simpy.Event] | None) -> None:
         self.net = network
         self.env: simpy.Environment = network.env
@@ -570,7 +574,7 @@ class _StreamRun:
         def build() -> array:
             plan = self.schedule.plan
             out = np.empty(plan.transfers)
-            index = {c: k for k, (_, _, c) in enumerate(self.routes)}
+            index = {c: k for k, (_, _, c, _) in enumerate(self.routes)}
             for s, (a, b) in enumerate(zip(plan.offset, plan.offset[1:])):
                 out[a:b] = per_channel[index[plan.channel[s]]]
             col = array("d")
@@ -585,9 +589,11 @@ class _StreamRun:
 
     def _start(self) -> None:
         now = self.env.now
-        for k, (route, nbytes, _) in enumerate(self.routes):
+        for k, (route, nbytes, _, tail) in enumerate(self.routes):
             self.flow_start[k] = now
-            self.net.transfer_on(route, nbytes).callbacks.append(lambda _e, k=k: self._finished(k))
+            self.net.transfer_on(route, nbytes).callbacks.append(
+                lambda _e, k=k, tail=tail: self.env.timeout(tail).callbacks.append(
+                    lambda _e2, k=k: self._finished(k)))
 
     def _finished(self, k: int) -> None:
         now = self.env.now
