@@ -180,6 +180,9 @@ def test_cli_stream_rings_flag_reaches_the_engine_and_the_collective_command():
     stream = json.loads(runner.invoke(cli, [*args, "--stream-rings"]).output)
     assert stream["iteration_s"] == pytest.approx(step["iteration_s"], rel=1e-3)
     assert stream["events"] < step["events"]
+    # the summary says when the approximation was used, and how often
+    assert step["stream_rings"] is None
+    assert 0 < stream["stream_rings"]["streamed"] <= stream["stream_rings"]["collective_runs"]
     ranks = ",".join(str(8 * n) for n in range(8))
     coll = ["collective", "allreduce", "--size", "1GiB", "-t", "dgx-a100:nodes=8", "--ranks", ranks,
             "--json", "--links", "0"]

@@ -43,6 +43,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     elif s["tasks"] > LARGE_GRAPH_TASKS:
         click.echo(f"  tip: {s['tasks']} tasks; try --granularity stage --fold, which simulate the same "
                    "iteration with far fewer where they are exact and say why where not (docs/workloads.md)")
+    streamed = s.get("stream_rings")
+    if streamed:
+        click.echo(f"  streamed rings      {streamed['streamed']} of {streamed['collective_runs']} "
+                   "collective runs as coupled flows (an approximation: docs/collectives.md)")
     click.echo(f"  {s['tasks']} tasks ({s['granularity']} granularity"
                f"{', communication free' if not s['comm'] else ''}), {s['events']} events, "
                f"{s['wall_s']:.2f} s simulation wall time")

@@ -63,6 +63,7 @@ class ScheduleRun:
     rank_finish: dict[int, float] = field(default_factory=dict)  #: filled as ranks finish
     finish_time: float = math.nan      #: set when ``done`` succeeds
     bundles_started: int = 0           #: steps started as one network bundle (compact only)
+    streamed: bool = False             #: channels ran as coupled flows (``stream=True``)
 
     @property
     def transfer_start(self) -> array:
@@ -559,6 +560,7 @@ class _StreamRun:
         self.flow_finish = [math.nan] * n_chan
         self.run = ScheduleRun(schedule, env.now, env.event(), self._times(self.flow_start),
                                self._times(self.flow_finish))
+        self.run.streamed = True
         for r in schedule.group:
             self.run.rank_events[r] = env.event()
         self.left = n_chan

@@ -170,6 +170,8 @@ class _Run:
         self.fold = graph.fold
         self.lane_skew = 0.0          #: largest spread of lane finish times of one task (s)
         self.skewed_tasks = 0         #: tasks whose lanes did not finish together
+        self.collective_runs = 0      #: schedules started (one per collective instance)
+        self.streamed_runs = 0        #: of which ran as coupled flows (stream_rings)
         #: ranks that hold tasks of a folded graph (its representatives)
         self.simulated_ranks = (sorted({t.rank for t in self.tasks}) if self.fold is not None
                                 else list(range(topology.num_gpus)))
@@ -309,6 +311,8 @@ class _Run:
                                          bundles=self.options.bundles,
                                          stream=self.options.stream_rings))
                 arrivals.append(arr)
+            self.collective_runs += len(runs)
+            self.streamed_runs += sum(run.streamed for run in runs)
             members = self.colls[t.coll_id]
             state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where}
             self.coll_state[t.coll_id] = state
@@ -421,7 +425,16 @@ class _Run:
             network=self.options.network,
             meta={"graph": self.graph.name, "topology": self.topology.name,
                   "rank_nodes": {r: self.topology.node_of(r) for r in range(n)},
-                  "flows": self._cross_rank_flows(), **self._fold_meta(makespan)})
+                  "flows": self._cross_rank_flows(), **self._fold_meta(makespan),
+                  **self._stream_meta()})
+
+    def _stream_meta(self) -> dict:
+        """How many collective runs were streamed (empty unless ``stream_rings`` is on): the
+        approximation is visible in every result that used it."""
+        if not self.options.stream_rings:
+            return {}
+        return {"stream_rings": {"streamed": self.streamed_runs,
+                                 "collective_runs": self.collective_runs}}
 
     def _fold_meta(self, makespan: float) -> dict:
         """What folding did (empty when the graph is not folded): lanes, simulated ranks and

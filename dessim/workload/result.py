@@ -180,6 +180,7 @@ class WorkloadResult:
             "tasks": len(self.taskgraph),
             "fold": sim.meta.get("fold"),
             "fold_fallback": self.taskgraph.meta.get("fold_fallback"),
+            "stream_rings": sim.meta.get("stream_rings"),
             "events": sim.events,
             "wall_s": sim.wall_s,
         }
