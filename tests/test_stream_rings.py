@@ -1,4 +1,4 @@
-"""Streamed rings (``stream=True`` / ``EngineOptions(stream_rings=True)``): a ring channel as
+"""Streamed rings (``stream_rings=True``: run_schedule, run_collective, EngineOptions): a ring channel as
 ONE coupled flow. An approximation of the step-by-step replay: exact on an idle network
 whose slowest connection is also its highest-latency one, within 0.1% under contention,
 and a plain step-by-step replay wherever the coupling does not apply."""
@@ -53,7 +53,7 @@ def test_a_one_step_plan_is_not_a_pipeline():
 @pytest.mark.parametrize("size", [1e5, 1e9])
 def test_idle_network_times_are_exact(topo, ranks, op, size):
     step = run_collective(op, size, topo, algo="ring", ranks=ranks)
-    stream = run_collective(op, size, topo, algo="ring", ranks=ranks, stream=True)
+    stream = run_collective(op, size, topo, algo="ring", ranks=ranks, stream_rings=True)
     assert stream.time_s == pytest.approx(step.time_s, rel=1e-12)
     assert stream.events <= 4                      # one flow: start, finish, its solves
     assert stream.events < step.events
@@ -66,7 +66,7 @@ def test_the_analytical_model_streams_too():
     step = run_collective("allreduce", 1e9, "dgx-h100:nodes=64", algo="ring", ranks=RAIL_RANKS,
                           network="analytical")
     stream = run_collective("allreduce", 1e9, "dgx-h100:nodes=64", algo="ring", ranks=RAIL_RANKS,
-                            network="analytical", stream=True)
+                            network="analytical", stream_rings=True)
     assert stream.time_s == pytest.approx(step.time_s, rel=1e-12)
     assert stream.events == 2 < step.events
 
@@ -77,7 +77,7 @@ def test_two_channels_differ_by_latency_terms_only():
     step = run_collective("reducescatter", 1e9, "dgx-h100:nodes=64", algo="ring",
                           ranks=RAIL_RANKS, channels=2)
     stream = run_collective("reducescatter", 1e9, "dgx-h100:nodes=64", algo="ring",
-                            ranks=RAIL_RANKS, channels=2, stream=True)
+                            ranks=RAIL_RANKS, channels=2, stream_rings=True)
     assert 0 <= stream.time_s - step.time_s <= 63 * 1.5e-6
     assert stream.time_s == pytest.approx(step.time_s, rel=2e-3)
 
@@ -86,7 +86,7 @@ def test_rings_that_load_a_link_twice_run_step_by_step():
     # A flat ring over two DGX nodes crosses from rail 7 to rail 0 twice in the same
     # direction: no coupled flow, the ordinary replay (same times, same work).
     step = run_collective("allreduce", 1e8, "dgx-h100:nodes=2", algo="ring")
-    stream = run_collective("allreduce", 1e8, "dgx-h100:nodes=2", algo="ring", stream=True)
+    stream = run_collective("allreduce", 1e8, "dgx-h100:nodes=2", algo="ring", stream_rings=True)
     assert (stream.time_s, stream.events) == (step.time_s, step.events)
 
 
@@ -96,7 +96,7 @@ def test_rings_that_load_a_link_twice_run_step_by_step():
 def test_other_cases_run_step_by_step(kw):
     kw = {"algo": "ring", **kw}
     step = run_collective("allreduce", 1e8, SWITCH, **kw)
-    stream = run_collective("allreduce", 1e8, SWITCH, stream=True, **kw)
+    stream = run_collective("allreduce", 1e8, SWITCH, stream_rings=True, **kw)
     assert (stream.time_s, stream.events) == (step.time_s, step.events)
 
 
@@ -113,7 +113,7 @@ def _ring_with_cross_traffic(stream: bool, cross: list[tuple[int, int, float, fl
 
     for a, b, nbytes, at in cross:
         env.process(send(a, b, nbytes, at))
-    run = run_schedule(net, sched, stream=stream)
+    run = run_schedule(net, sched, stream_rings=stream)
     env.run()
     return run.duration, env.now, sum(net.link_bytes().values())
 
@@ -138,7 +138,7 @@ def test_a_stream_starts_when_the_last_member_arrives():
     sched = build_schedule(get_op("allgather"), "ring", tuple(range(8)), 1e9, topology=topo,
                            compact=True)
     arrivals = {r: env.event() for r in range(8)}
-    run = run_schedule(net, sched, arrivals=arrivals, stream=True)
+    run = run_schedule(net, sched, arrivals=arrivals, stream_rings=True)
     for r in range(8):
         env.timeout(1e-3 * r).callbacks.append(lambda _e, r=r: arrivals[r].succeed())
     env.run()
@@ -216,7 +216,7 @@ def test_streams_keep_the_network_invariants(p, size, op, cross):
 
         for c in cross:
             env.process(send(*c))
-        run = run_schedule(net, sched, stream=stream)
+        run = run_schedule(net, sched, stream_rings=stream)
         env.run()
         return run, net
 
@@ -230,3 +230,18 @@ def test_streams_keep_the_network_invariants(p, size, op, cross):
     assert set(stream.rank_finish) == set(range(p))
     again, _ = replay(True)
     assert again.finish_time == stream.finish_time
+
+
+def test_a_collective_sweep_can_put_streamed_rings_on_an_axis():
+    from dessim.sweep.points import EVALUATORS
+    from dessim.sweep.spec import parse_sweep
+
+    spec = parse_sweep({"kind": "collective",
+                        "base": {"topology": "dgx-a100:nodes=8",
+                                 "collective": {"op": "allreduce", "size": "1GiB",
+                                                "ranks": "0,8,16,24,32,40,48,56"}},
+                        "axes": {"engine.stream_rings": [False, True]}})
+    rows = [EVALUATORS["collective"].evaluate(EVALUATORS["collective"].config(spec.base, p.params))
+            for p in spec.points()]
+    assert rows[0]["time_s"] == pytest.approx(rows[1]["time_s"], rel=1e-12)
+    assert rows[1]["events"] < rows[0]["events"]

@@ -68,7 +68,7 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     options = {"inner": inner} if inner else {}
     res = run_collective(op, size, topology, algo=algo, ranks=ranks, chunks=chunks,
                          channels=channels, network=network, reduction_bw=reduction_bw,
-                         root=root, stream=stream_rings, **options)
+                         root=root, stream_rings=stream_rings, **options)
     if timeline:
         from dessim.outputs import write_chrome_trace
         from dessim.outputs.collective_trace import collective_result_as_run

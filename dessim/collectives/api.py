@@ -151,7 +151,7 @@ def _link_table(net, elapsed: float) -> list[dict]:
 def run_collective(op: str, size: object, topology: Topology | str, *, algo: str = "ring",
                    ranks: str | Iterable[int] | None = None, chunks: int = 1, channels: int = 1,
                    network: str = "flow", reduction_bw: object = None, root: int | None = None,
-                   bundles: bool = True, compact: bool = True, stream: bool = False,
+                   bundles: bool = True, compact: bool = True, stream_rings: bool = False,
                    **options) -> CollectiveResult:
     """Simulate one collective from time 0 on an idle network and report its figures.
 
@@ -161,7 +161,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     Exact speed shortcuts, on by default (docs/performance.md): ``compact`` stores uniform-step
     algorithms (ring) as steps, ``bundles`` runs a step as one network bundle while its flows
     provably see identical, private bottlenecks. Switching them off changes no result.
-    ``stream`` (off by default, an approximation): rings run as one coupled flow per channel
+    ``stream_rings`` (off by default, an approximation): rings run as one coupled flow per channel
     (:func:`~dessim.collectives.executor.run_schedule`).
     """
     start_wall = time.perf_counter()
@@ -182,7 +182,8 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
                            topology=topo, compact=compact, **options)
     env = simpy.Environment()
     net = make_network(network, env, topo, bundles=bundles)
-    run = run_schedule(net, sched, reduction_bw=red_bw, bundles=bundles, stream=stream)
+    run = run_schedule(net, sched, reduction_bw=red_bw, bundles=bundles,
+                       stream_rings=stream_rings)
     env.run(run.done)
     elapsed = run.duration
     wall = time.perf_counter() - start_wall

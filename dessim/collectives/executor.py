@@ -63,7 +63,7 @@ class ScheduleRun:
     rank_finish: dict[int, float] = field(default_factory=dict)  #: filled as ranks finish
     finish_time: float = math.nan      #: set when ``done`` succeeds
     bundles_started: int = 0           #: steps started as one network bundle (compact only)
-    streamed: bool = False             #: channels ran as coupled flows (``stream=True``)
+    streamed: bool = False             #: channels ran as coupled flows (``stream_rings=True``)
 
     @property
     def transfer_start(self) -> array:
@@ -81,14 +81,14 @@ class ScheduleRun:
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,
                  reduction_bw: float | None = None, key_base: int = 0,
-                 bundles: bool = True, stream: bool = False) -> ScheduleRun:
+                 bundles: bool = True, stream_rings: bool = False) -> ScheduleRun:
     """Start ``schedule`` on ``network`` (a :class:`~dessim.network.base.Network`) now.
 
     Returns at once with a :class:`ScheduleRun`; run the environment to make progress.
     ``bundles``: start whole steps of a compact schedule as network bundles where the network
     allows it (exact; ``False`` switches the shortcut off).
 
-    ``stream`` (off by default; an approximation, see :class:`_StreamRun`): a compact
+    ``stream_rings`` (off by default; an approximation, see :class:`_StreamRun`): a compact
     schedule whose channels are all forwarding pipelines (rings:
     :func:`~dessim.collectives.schedule.pipelines`) runs each channel as ONE coupled flow
     instead of step by step, when reductions are free and the network can couple the
@@ -100,7 +100,7 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
         raise CollectiveError(f"reduction bandwidth {reduction_bw!r} must be a finite number "
                               "> 0 bytes/second (or None for free reductions)")
     if isinstance(schedule, CompactSchedule):
-        if stream and reduction_bw is None:
+        if stream_rings and reduction_bw is None:
             routes = _stream_routes(network, schedule, key_base)
             if routes is not None:
                 return _StreamRun(network, schedule, routes, arrivals).run

@@ -309,7 +309,7 @@ class _Run:
                                          reduction_bw=self.options.reduction_bw,
                                          key_base=self._key_base(inst),
                                          bundles=self.options.bundles,
-                                         stream=self.options.stream_rings))
+                                         stream_rings=self.options.stream_rings))
                 arrivals.append(arr)
             self.collective_runs += len(runs)
             self.streamed_runs += sum(run.streamed for run in runs)

@@ -10,7 +10,8 @@ selects from.
     One collective (``collective.op``, ``collective.size``, optionally ``collective.ranks`` and
     ``collective.root``) on a topology, run with
     :func:`dessim.collectives.run_collective`; ``engine.algo`` / ``engine.network`` /
-    ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` choose how. Metrics:
+    ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` /
+    ``engine.stream_rings`` choose how. Metrics:
     ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (nccl-tests definitions, reference README §2.4),
     ``algorithm``, ``transfers``, ``events``, ``link_util_max``, ``gpus``.
 ``workload``
@@ -293,7 +294,7 @@ class Evaluator:
 
 # ---------------------------------------------------------------- collective
 _COLLECTIVE_KEYS = ("op", "size", "ranks", "root")
-_COLLECTIVE_ENGINE_KEYS = ("algo", "network", "chunks", "channels", "reduction_bw")
+_COLLECTIVE_ENGINE_KEYS = ("algo", "network", "chunks", "channels", "reduction_bw", "stream_rings")
 
 
 def _evaluate_collective(cfg: Mapping[str, Any]) -> dict[str, Any]:
