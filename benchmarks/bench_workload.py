@@ -12,7 +12,9 @@ Usage::
     python benchmarks/bench_workload.py --case gpt3 --dp 8 --global-batch 1536   # the full target
     python benchmarks/bench_workload.py --case gpt3 --dp 1 --global-batch 64 --profile
     python benchmarks/bench_workload.py --case gpt3 --dp 8 --global-batch 1536 --schedule 1f1b \
-        --granularity stage                                  # the issue-9 target, 1F1B
+        --granularity stage --fold                           # issue 9: GPT-3 175B, 1,024 GPUs
+    python benchmarks/bench_workload.py --case llama405 --dp 64 --granularity stage --fold \
+        --algo ring --stream-rings                           # issue 9: Llama-3 405B, 8,192 GPUs
 
 Each run prints one JSON line: tasks, generation and simulation wall time, events, events/s,
 iteration time, peak RSS (``ru_maxrss``, the whole process).
