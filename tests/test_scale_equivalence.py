@@ -20,6 +20,7 @@ from dessim.collectives.schedule import CompactSchedule
 from dessim.engine import EngineOptions, simulate
 from dessim.network import FlowNetwork, make_network
 from dessim.taskgraph import Task, TaskGraph
+from dessim.topology import load_topology
 from dessim.topology.builders import switch
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
@@ -172,6 +173,27 @@ def test_ecmp_ring_steps_run_as_bundle_groups_with_the_same_times(network):
         out.append(run)
     grouped, single = out
     assert grouped.bundles_started > 0 and single.bundles_started == 0
+    assert list(grouped.transfer_finish) == pytest.approx(list(single.transfer_finish), rel=1e-12)
+
+
+@pytest.mark.parametrize("network", ["flow", "analytical"])
+def test_a_ring_out_of_lockstep_starts_its_ready_members_as_bundle_groups(network):
+    # One GPU per node over two scalable units: the two crossing connections have more
+    # latency, so no step completes at one instant; members ready together (the same
+    # distance from the crossings) start as exact bundle groups, with the same times.
+    topo = load_topology("dgx-h100:nodes=64")
+    group = [8 * n + 3 for n in range(64)]
+    out = []
+    for bundles in (True, False):
+        sched = build_schedule("reducescatter", "ring", group, 8e8, topology=topo)
+        env = simpy.Environment()
+        net = make_network(network, env, topo, bundles=bundles)
+        run = run_schedule(net, sched, bundles=bundles, key_base=7 << 20)
+        env.run()
+        out.append(run)
+    grouped, single = out
+    assert grouped.bundles_started > 63 and single.bundles_started == 0
+    assert grouped.finish_time == pytest.approx(single.finish_time, rel=1e-12)
     assert list(grouped.transfer_finish) == pytest.approx(list(single.transfer_finish), rel=1e-12)
 
 

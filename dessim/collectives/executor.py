@@ -376,8 +376,34 @@ class _PlanRun:
                 continue
             if s not in self.member_start:
                 self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
+            self._start_members(s, members)
+
+    def _start_members(self, s: int, members: list[int]) -> None:
+        """Start the members of step ``s`` that became ready together now (not the whole
+        step): as exact bundle groups where the network has them, else one by one. In a ring
+        that fell out of lockstep (connections of unequal latency), the members ready at one
+        instant are those at the same distance from the slow connections."""
+        groups = None
+        if self.bundles and len(members) >= MIN_GROUPED_STEP:
+            pat = self.plan.patterns[self.plan.pattern[s]]
+            groups = self.net.bundle_groups(pat.src[members].tolist(), pat.dst[members].tolist(),
+                                            self.key_base + self.plan.channel[s], cache=False)
+        if groups is None:
             for i in members:
                 self._start_member(s, i)
+            return
+        now, starts = self.env.now, self.member_start[s]
+        for template, idx in groups:
+            if template is None:
+                for k in idx:
+                    self._start_member(s, members[k])
+                continue
+            for k in idx:
+                starts[members[k]] = now
+            mine = [members[k] for k in idx]
+            self.run.bundles_started += 1
+            self.net.start_bundle(template, self.plan.nbytes[s],
+                                  lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]))
 
     def _template(self, pid: int):
         if pid not in self.templates:

@@ -65,7 +65,8 @@ class AnalyticalNetwork(Network):
         return None if routes is None else _same_timing(routes)
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int | Sequence[int] = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+                      key: int | Sequence[int] = 0, *,
+                      cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """Transfers grouped by (latency, bottleneck) of their routes with ``key`` (one for
         all or one per transfer): each group ends at one time. Local copies stay single."""
         if not self.bundles or self.record:

@@ -180,10 +180,12 @@ class Network(abc.ABC):
         return routes
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int | Sequence[int] = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+                      key: int | Sequence[int] = 0, *,
+                      cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """The transfers ``sources[i] -> destinations[i]`` (ECMP ``key``: one for all, or one
         per transfer) split into groups that can each travel as one exact bundle (template
-        None: ordinary flows); None when this model has no bundles (always here)."""
+        None: ordinary flows); None when this model has no bundles (always here). A model may
+        cache the answer per pair list; ``cache=False`` says the list is a one-off."""
         return None
 
     def coupled_route(self, sources: Sequence[str | int], destinations: Sequence[str | int],

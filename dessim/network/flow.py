@@ -254,7 +254,8 @@ class FlowNetwork(Network):
         return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck, rate)
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int | Sequence[int] = 0) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+                      key: int | Sequence[int] = 0, *,
+                      cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """Transfers ``sources[i] -> destinations[i]``, all started now with ECMP ``key``
         (one for all, or one per transfer), split into exact bundles: members that share
         channels form one group (transitively), groups touching nothing else with equal
@@ -262,10 +263,10 @@ class FlowNetwork(Network):
         members as ordinary flows). Every transfer is in exactly one group; their routes are
         those ``transfer(..., key=...)`` takes, so the bundles carry exactly what the
         individual flows would. None when bundles are off or utilisation is recorded. Cached
-        per pair list when one key serves all."""
+        per pair list when one key serves all (unless ``cache=False``: one-off lists)."""
         if not self.bundles or self.record:
             return None
-        single = isinstance(key, int)
+        single = cache and isinstance(key, int)
         memo = ("groups", tuple(sources), tuple(destinations), key) if single else None
         got = self._templates.get(memo) if single else None
         if got is not None:
