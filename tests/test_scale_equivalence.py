@@ -160,18 +160,24 @@ def _leaf_spine_ecmp() -> Topology:
     return Topology(g, "leaf-spine-ecmp")
 
 
-@pytest.mark.parametrize("network", ["flow", "analytical"])
-def test_ecmp_ring_steps_run_as_bundle_groups_with_the_same_times(network):
-    topo = _leaf_spine_ecmp()
+def _with_and_without_bundles(network: str, topo, op: str, group: list[int], size: float,
+                              key_base: int):
+    """The runs of one ring schedule with bundles on, then off."""
     out = []
     for bundles in (True, False):
-        sched = build_schedule("allreduce", "ring", list(range(8)), 8e6)
+        sched = build_schedule(op, "ring", group, size, topology=topo)
         env = simpy.Environment()
         net = make_network(network, env, topo, bundles=bundles)
-        run = run_schedule(net, sched, bundles=bundles, key_base=5 << 20)
+        run = run_schedule(net, sched, bundles=bundles, key_base=key_base)
         env.run()
         out.append(run)
-    grouped, single = out
+    return out
+
+
+@pytest.mark.parametrize("network", ["flow", "analytical"])
+def test_ecmp_ring_steps_run_as_bundle_groups_with_the_same_times(network):
+    grouped, single = _with_and_without_bundles(network, _leaf_spine_ecmp(), "allreduce",
+                                                list(range(8)), 8e6, 5 << 20)
     assert grouped.bundles_started > 0 and single.bundles_started == 0
     assert list(grouped.transfer_finish) == pytest.approx(list(single.transfer_finish), rel=1e-12)
 
@@ -181,17 +187,9 @@ def test_a_ring_out_of_lockstep_starts_its_ready_members_as_bundle_groups(networ
     # One GPU per node over two scalable units: the two crossing connections have more
     # latency, so no step completes at one instant; members ready together (the same
     # distance from the crossings) start as exact bundle groups, with the same times.
-    topo = load_topology("dgx-h100:nodes=64")
-    group = [8 * n + 3 for n in range(64)]
-    out = []
-    for bundles in (True, False):
-        sched = build_schedule("reducescatter", "ring", group, 8e8, topology=topo)
-        env = simpy.Environment()
-        net = make_network(network, env, topo, bundles=bundles)
-        run = run_schedule(net, sched, bundles=bundles, key_base=7 << 20)
-        env.run()
-        out.append(run)
-    grouped, single = out
+    grouped, single = _with_and_without_bundles(network, load_topology("dgx-h100:nodes=64"),
+                                                "reducescatter", [8 * n + 3 for n in range(64)],
+                                                8e8, 7 << 20)
     assert grouped.bundles_started > 63 and single.bundles_started == 0
     assert grouped.finish_time == pytest.approx(single.finish_time, rel=1e-12)
     assert list(grouped.transfer_finish) == pytest.approx(list(single.transfer_finish), rel=1e-12)
