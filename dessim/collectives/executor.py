@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import simpy
 
 from dessim.collectives.schedule import CompactSchedule, Schedule, StepPattern, pipelines
 from dessim.errors import CollectiveError
+from dessim.network.base import Route
 from dessim.network.flow import WAKE_PRIORITY
 
 __all__ = ["ScheduleRun", "run_schedule"]
@@ -532,9 +533,17 @@ class _PlanRun:
                 self._ready(s, i)
 
 
-def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[tuple[object, float, int, float]] | None:
-    """Per channel of a pipelined ``schedule``: (coupled route, bytes per connection, channel,
-    latency of the remaining hops in s); None if it cannot be streamed."""
+class _Stream(NamedTuple):
+    """One streamed channel of a pipelined schedule."""
+
+    route: Route        #: the coupled route of its connections (latency: one hop's, s)
+    nbytes: float       #: bytes per connection over all steps
+    channel: int
+    tail_s: float       #: latency of the remaining hops, paid after the last byte (s)
+
+
+def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[_Stream] | None:
+    """The streamed channels of a pipelined ``schedule``; None if it cannot be streamed."""
     found = pipelines(schedule.plan)
     if found is None:
         return None
@@ -543,7 +552,7 @@ def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[tu
         route = network.coupled_route(pipe.src.tolist(), pipe.dst.tolist(), key_base + pipe.channel)
         if route is None:
             return None
-        out.append((route, pipe.nbytes, pipe.channel, (pipe.hops - 1) * route.latency))
+        out.append(_Stream(route, pipe.nbytes, pipe.channel, (pipe.hops - 1) * route.latency))
     return out
 
 
@@ -574,7 +583,7 @@ class _StreamRun:
     is recorded with its channel's flow interval (bytes moving, then the tail latency).
     """
 
-    def __init__(self, network, schedule: CompactSchedule, routes: list[tuple[object, float, int, float]],
+    def __init__(self, network, schedule: CompactSchedule, routes: list[_Stream],
                  arrivals: dict[int, simpy.Event] | None) -> None:
         self.net = network
         self.env: simpy.Environment = network.env
@@ -602,7 +611,7 @@ class _StreamRun:
         def build() -> array:
             plan = self.schedule.plan
             out = np.empty(plan.transfers)
-            index = {c: k for k, (_, _, c, _) in enumerate(self.routes)}
+            index = {stream.channel: k for k, stream in enumerate(self.routes)}
             for s, (a, b) in enumerate(zip(plan.offset, plan.offset[1:])):
                 out[a:b] = per_channel[index[plan.channel[s]]]
             col = array("d")
@@ -617,10 +626,10 @@ class _StreamRun:
 
     def _start(self) -> None:
         now = self.env.now
-        for k, (route, nbytes, _, tail) in enumerate(self.routes):
+        for k, stream in enumerate(self.routes):
             self.flow_start[k] = now
-            self.net.transfer_on(route, nbytes).callbacks.append(
-                lambda _e, k=k, tail=tail: self.env.timeout(tail).callbacks.append(
+            self.net.transfer_on(stream.route, stream.nbytes).callbacks.append(
+                lambda _e, k=k, tail=stream.tail_s: self.env.timeout(tail).callbacks.append(
                     lambda _e2, k=k: self._finished(k)))
 
     def _finished(self, k: int) -> None:
