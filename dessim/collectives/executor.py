@@ -102,9 +102,9 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
                               "> 0 bytes/second (or None for free reductions)")
     if isinstance(schedule, CompactSchedule):
         if stream_rings and reduction_bw is None:
-            routes = _stream_routes(network, schedule, key_base)
-            if routes is not None:
-                return _StreamRun(network, schedule, routes, arrivals).run
+            streams = _streams(network, schedule, key_base)
+            if streams is not None:
+                return _StreamRun(network, schedule, streams, arrivals).run
         return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles).run
     env: simpy.Environment = network.env
     n = len(schedule)
@@ -221,6 +221,17 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
 MIN_GROUPED_STEP = 4
 
 
+def _per_transfer(plan, of_step: Callable[[int], object]) -> array:
+    """A per-transfer column of a compact plan from per-step values: ``of_step(s)`` is a
+    number for every member of step ``s``, or one value per member."""
+    out = np.empty(plan.transfers)
+    for s, (a, b) in enumerate(zip(plan.offset, plan.offset[1:])):
+        out[a:b] = of_step(s)
+    col = array("d")
+    col.frombytes(out.tobytes())
+    return col
+
+
 class _PlanRun:
     """Replay of a :class:`CompactSchedule` step by step (see the module docstring)."""
 
@@ -290,16 +301,9 @@ class _PlanRun:
 
     # ------------------------------------------------------------ records
     def _transfer_times(self, starts: bool) -> Callable[[], array]:
-        def build() -> array:
-            whole = self.step_start if starts else self.step_finish
-            parts = self.member_start if starts else self.member_finish
-            out = np.empty(self.plan.transfers)
-            for s, (a, b) in enumerate(zip(self.plan.offset, self.plan.offset[1:])):
-                out[a:b] = parts[s] if s in parts else whole[s]
-            col = array("d")
-            col.frombytes(out.tobytes())
-            return col
-        return build
+        whole = self.step_start if starts else self.step_finish
+        parts = self.member_start if starts else self.member_finish
+        return lambda: _per_transfer(self.plan, lambda s: parts[s] if s in parts else whole[s])
 
     # ------------------------------------------------------------ starting
     def _start_step(self, s: int) -> None:
@@ -322,34 +326,48 @@ class _PlanRun:
             self.net.start_bundle(template, self.plan.nbytes[s],
                                   lambda members, s=s: self._transfer_done(s, members))
             return
-        groups = self._groups(s) if self.bundles else None
-        if groups is None:
-            for i in range(self.sizes[s]):
-                self._start_member(s, i)
-            return
         # routes depend on each transfer's ECMP key: exact bundle groups, the rest one by one
-        self.member_finish.setdefault(s, array("d", [math.nan]) * self.sizes[s])
-        for template, members in groups:
-            if template is None:
-                for i in members:
-                    self._start_member(s, i)
-                continue
-            self.run.bundles_started += 1
-            self.net.start_bundle(template, self.plan.nbytes[s],
-                                  lambda idx, s=s, ms=members: self._transfer_done(s, [ms[k] for k in idx]))
+        members = range(self.sizes[s])
+        groups = self._groups(s, None)
+        if groups is not None:
+            self.member_finish.setdefault(s, array("d", [math.nan]) * self.sizes[s])
+        self._start_grouped(s, members, groups)
 
-    def _groups(self, s: int):
-        """Exact bundle groups of step ``s`` with each member's own ECMP key (None when the
-        network has no bundles or the step is too small to gain)."""
-        m = self.sizes[s]
-        if m < MIN_GROUPED_STEP:
+    def _groups(self, s: int, members: list[int] | None):
+        """Exact bundle groups of ``members`` of step ``s`` (None: the whole step, whose
+        answer the network may cache), each with its own ECMP route; None when bundles are
+        off, the network has none, no group is one, or there are too few to gain."""
+        count = self.sizes[s] if members is None else len(members)
+        if not self.bundles or count < MIN_GROUPED_STEP:
             return None
         pat = self.plan.patterns[self.plan.pattern[s]]
-        groups = self.net.bundle_groups(pat.src.tolist(), pat.dst.tolist(),
-                                        self.key_base + self.plan.channel[s])
+        src, dst = (pat.src, pat.dst) if members is None else (pat.src[members], pat.dst[members])
+        groups = self.net.bundle_groups(src.tolist(), dst.tolist(),
+                                        self.key_base + self.plan.channel[s], cache=members is None)
         if groups is None or all(t is None for t, _ in groups):
             return None
         return groups
+
+    def _start_grouped(self, s: int, members: Sequence[int], groups) -> None:
+        """Start ``members`` of step ``s`` now: by ``groups`` (indices into ``members``;
+        template None: one by one) or, without groups, one by one."""
+        if groups is None:
+            for i in members:
+                self._start_member(s, i)
+            return
+        now, starts = self.env.now, self.member_start.get(s)
+        for template, idx in groups:
+            mine = [members[k] for k in idx]
+            if template is None:
+                for i in mine:
+                    self._start_member(s, i)
+                continue
+            if starts is not None:
+                for i in mine:
+                    starts[i] = now
+            self.run.bundles_started += 1
+            self.net.start_bundle(template, self.plan.nbytes[s],
+                                  lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]))
 
     def _ready(self, s: int, i: int) -> None:
         """Member ``i`` of step ``s`` became ready now (member-by-member tracking). Starts are
@@ -377,34 +395,11 @@ class _PlanRun:
                 continue
             if s not in self.member_start:
                 self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
-            self._start_members(s, members)
+            # members ready together, not the whole step: in a ring that fell out of
+            # lockstep (connections of unequal latency), those at the same distance from
+            # the slow connections — exact bundle groups where the network has them
+            self._start_grouped(s, members, self._groups(s, members))
 
-    def _start_members(self, s: int, members: list[int]) -> None:
-        """Start the members of step ``s`` that became ready together now (not the whole
-        step): as exact bundle groups where the network has them, else one by one. In a ring
-        that fell out of lockstep (connections of unequal latency), the members ready at one
-        instant are those at the same distance from the slow connections."""
-        groups = None
-        if self.bundles and len(members) >= MIN_GROUPED_STEP:
-            pat = self.plan.patterns[self.plan.pattern[s]]
-            groups = self.net.bundle_groups(pat.src[members].tolist(), pat.dst[members].tolist(),
-                                            self.key_base + self.plan.channel[s], cache=False)
-        if groups is None:
-            for i in members:
-                self._start_member(s, i)
-            return
-        now, starts = self.env.now, self.member_start[s]
-        for template, idx in groups:
-            if template is None:
-                for k in idx:
-                    self._start_member(s, members[k])
-                continue
-            for k in idx:
-                starts[members[k]] = now
-            mine = [members[k] for k in idx]
-            self.run.bundles_started += 1
-            self.net.start_bundle(template, self.plan.nbytes[s],
-                                  lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]))
 
     def _template(self, pid: int):
         if pid not in self.templates:
@@ -542,7 +537,7 @@ class _Stream(NamedTuple):
     tail_s: float       #: latency of the remaining hops, paid after the last byte (s)
 
 
-def _stream_routes(network, schedule: CompactSchedule, key_base: int) -> list[_Stream] | None:
+def _streams(network, schedule: CompactSchedule, key_base: int) -> list[_Stream] | None:
     """The streamed channels of a pipelined ``schedule``; None if it cannot be streamed."""
     found = pipelines(schedule.plan)
     if found is None:
@@ -583,14 +578,14 @@ class _StreamRun:
     is recorded with its channel's flow interval (bytes moving, then the tail latency).
     """
 
-    def __init__(self, network, schedule: CompactSchedule, routes: list[_Stream],
+    def __init__(self, network, schedule: CompactSchedule, streams: list[_Stream],
                  arrivals: dict[int, simpy.Event] | None) -> None:
         self.net = network
         self.env: simpy.Environment = network.env
         self.schedule = schedule
-        self.routes = routes
+        self.streams = streams
         env = self.env
-        n_chan = len(routes)
+        n_chan = len(streams)
         self.flow_start = [math.nan] * n_chan
         self.flow_finish = [math.nan] * n_chan
         self.run = ScheduleRun(schedule, env.now, env.event(), self._times(self.flow_start),
@@ -608,16 +603,9 @@ class _StreamRun:
             self._start()
 
     def _times(self, per_channel: list[float]) -> Callable[[], array]:
-        def build() -> array:
-            plan = self.schedule.plan
-            out = np.empty(plan.transfers)
-            index = {stream.channel: k for k, stream in enumerate(self.routes)}
-            for s, (a, b) in enumerate(zip(plan.offset, plan.offset[1:])):
-                out[a:b] = per_channel[index[plan.channel[s]]]
-            col = array("d")
-            col.frombytes(out.tobytes())
-            return col
-        return build
+        plan = self.schedule.plan
+        index = {stream.channel: k for k, stream in enumerate(self.streams)}
+        return lambda: _per_transfer(plan, lambda s: per_channel[index[plan.channel[s]]])
 
     def _arrived(self, _event: simpy.Event) -> None:
         self.absent -= 1
@@ -626,7 +614,7 @@ class _StreamRun:
 
     def _start(self) -> None:
         now = self.env.now
-        for k, stream in enumerate(self.routes):
+        for k, stream in enumerate(self.streams):
             self.flow_start[k] = now
             self.net.transfer_on(stream.route, stream.nbytes).callbacks.append(
                 lambda _e, k=k, tail=stream.tail_s: self.env.timeout(tail).callbacks.append(

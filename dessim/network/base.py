@@ -193,7 +193,7 @@ class Network(abc.ABC):
         """ONE route over every connection ``sources[i] -> destinations[i]`` (ECMP ``key``),
         for connections that move data at one common rate — a pipelined ring, whose
         flow-controlled connections all run at the pace of the slowest (see
-        :func:`~dessim.collectives.executor.run_schedule`, ``stream``).
+        :func:`~dessim.collectives.executor.run_schedule`, ``stream_rings``).
 
         Its channels are all the connections' channels, so a model shares each of them
         between the coupled flow and the other traffic exactly as it would share it with one
@@ -210,8 +210,8 @@ class Network(abc.ABC):
                      max(r.latency for r in routes), min(r.bottleneck for r in routes))  # type: ignore[union-attr]
 
     def transfer_on(self, route: Route, nbytes: float) -> simpy.Event:
-        """Start ``nbytes`` on ``route`` now (e.g. a :meth:`coupled_route`, whose latency the
-        caller may have scaled): the :meth:`transfer` semantics on a given route."""
+        """Start ``nbytes`` on ``route`` now (e.g. a :meth:`coupled_route`): the
+        :meth:`transfer` semantics on a given route."""
         n = self._size(nbytes, "route", f"{len(route.channels)} channels")
         self.flows_started += 1
         return self._start(route, float(n))
