@@ -32,15 +32,13 @@ import subprocess
 import sys
 import time
 
-_STAGE_FOLD = {"generator": {"granularity": "stage", "fold": True}}
+#: The iteration targets: keyword arguments of bench_workload.run (the one place that plans
+#: and simulates a workload case).
 WORKLOADS = {
-    # name: (preset, topology, workload overrides, engine options)
-    "gpt3": ("gpt3-175b", "dgx-a100:nodes=128",
-             {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b", "virtual_stages": 1,
-              "global_batch": 1536, **_STAGE_FOLD}, {}),
-    "llama3": ("llama3-405b", "dgx-h100:nodes=1024",
-               {"tp": 8, "pp": 16, "dp": 64, "schedule": "1f1b", "virtual_stages": 1,
-                **_STAGE_FOLD}, {"algo": "ring", "stream_rings": True}),
+    "gpt3": {"case": "gpt3", "dp": 8, "global_batch": 1536, "schedule": "1f1b",
+             "granularity": "stage", "fold": True},
+    "llama3": {"case": "llama405", "dp": 64, "global_batch": None, "granularity": "stage",
+               "fold": True, "algo": "ring", "stream": True},
 }
 
 
@@ -76,23 +74,9 @@ def ring_point(p: int, size: float, off: bool) -> dict:
 
 
 def workload_point(case: str, off: bool) -> dict:
-    from dessim.engine import EngineOptions, simulate
-    from dessim.workload import build_taskgraph, plan_workload
+    from bench_workload import run
 
-    preset, topo_spec, overrides, engine = WORKLOADS[case]
-    options = EngineOptions(record_links=False, bundles=not off, compact_schedules=not off,
-                            **engine)
-    t0 = time.perf_counter()
-    plan, topo = plan_workload(preset, topo_spec, overrides=overrides)
-    graph = build_taskgraph(plan, topo, engine=options)
-    t1 = time.perf_counter()
-    sim = simulate(graph, topo, options)
-    t2 = time.perf_counter()
-    return {"case": case, "gpus": topo.num_gpus, "layout": plan.layout.describe(),
-            "engine": engine, "shortcuts": not off, "tasks": len(graph),
-            "generate_s": t1 - t0, "sim_s": t2 - t1, "wall_s": t2 - t0, "events": sim.events,
-            "events_per_s": sim.events / (t2 - t1), "iteration_s": sim.makespan_s,
-            "peak_rss_MiB": peak_rss_mib()}
+    return run(network="flow", shortcuts=not off, **WORKLOADS[case])
 
 
 def exponent(points: list[dict]) -> float:

@@ -45,7 +45,9 @@ def peak_rss_bytes() -> int:
 
 def run(case: str, dp: int, global_batch: int | None, network: str, granularity: str = "layer",
         schedule: str | None = None, fold: bool = False, algo: str | None = None,
-        stream: bool = False) -> dict:
+        stream: bool = False, shortcuts: bool = True) -> dict:
+    """One iteration of ``case``; ``shortcuts=False`` switches the exact speed shortcuts
+    (compact schedules, flow bundles) off for before/after comparisons."""
     from dessim.engine import EngineOptions, simulate
     from dessim.workload import build_taskgraph, plan_workload
 
@@ -59,14 +61,15 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
     t0 = time.perf_counter()
     plan, topo = plan_workload(preset, f"{builder}:nodes={gpus // 8}", overrides=overrides)
     t1 = time.perf_counter()
-    options = EngineOptions(network=network, record_links=False, algo=algo, stream_rings=stream)
+    options = EngineOptions(network=network, record_links=False, algo=algo, stream_rings=stream,
+                            bundles=shortcuts, compact_schedules=shortcuts)
     graph = build_taskgraph(plan, topo, engine=options)
     t2 = time.perf_counter()
     sim = simulate(graph, topo, options)
     t3 = time.perf_counter()
     fold_meta = sim.meta.get("fold") or {}
     return {"case": case, "preset": preset, "gpus": gpus, "layout": plan.layout.describe(),
-            "network": network, "algo": algo or "auto", "stream_rings": stream, "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
+            "network": network, "algo": algo or "auto", "stream_rings": stream, "shortcuts": shortcuts, "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
             "generate_s": round(t2 - t1, 3), "simulate_s": round(t3 - t2, 3), "events": sim.events,
             "events_per_s": round(sim.events / (t3 - t2)), "tasks_per_s_generate": round(len(graph) / (t2 - t1)),
             "iteration_s": sim.makespan_s, "fold_lanes": fold_meta.get("lanes", 1),
