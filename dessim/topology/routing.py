@@ -67,7 +67,7 @@ class _Search:
     __slots__ = ("router", "target", "forwards", "dist", "frontier", "depth", "memo", "width")
 
     def __init__(self, router: "Router", target: str, forwards: np.ndarray,
-                 last: float = float("inf")) -> None:
+                 last: float = math.inf) -> None:
         self.router = router
         self.target = target
         self.forwards = forwards               #: which nodes may be inner nodes of a path
@@ -374,14 +374,16 @@ class Router:
         """The search a walk from ``src`` to ``dst`` uses — through the fabric only between two
         NICs, unless no such path exists (then through any forwarding node, as elsewhere) —
         with its target and whether ``dst`` hangs off the target (:meth:`_anchor`)."""
+        def search(through_fabric: bool) -> tuple[str, bool, _Search]:
+            target, via_anchor = self._anchor(dst, through_fabric)
+            last = self._capacity[target, dst] if via_anchor else math.inf
+            return target, via_anchor, self._next_hops(target, through_fabric, last)
+
         if fabric:
-            target, via_anchor = self._anchor(dst, fabric=True)
-            hops = self._next_hops(target, True, self._capacity[target, dst] if via_anchor else math.inf)
+            target, via_anchor, hops = search(True)
             if src in hops and not (via_anchor and src == target):
                 return target, via_anchor, hops
-        target, via_anchor = self._anchor(dst)
-        return target, via_anchor, self._next_hops(target, False,
-                                                   self._capacity[target, dst] if via_anchor else math.inf)
+        return search(False)
 
     def _walk(self, src: str, dst: str, key: int, fabric: bool = False) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""
