@@ -245,3 +245,11 @@ def test_a_collective_sweep_can_put_streamed_rings_on_an_axis():
             for p in spec.points()]
     assert rows[0]["time_s"] == pytest.approx(rows[1]["time_s"], rel=1e-12)
     assert rows[1]["events"] < rows[0]["events"]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_switch_that_is_not_true_or_false_is_refused(value):
+    from dessim.errors import CollectiveError
+
+    with pytest.raises(CollectiveError, match="stream_rings must be true or false"):
+        run_collective("allreduce", 1e6, SWITCH, algo="ring", stream_rings=value)

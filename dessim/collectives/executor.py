@@ -100,6 +100,9 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
                                          and reduction_bw > 0 and math.isfinite(reduction_bw)):
         raise CollectiveError(f"reduction bandwidth {reduction_bw!r} must be a finite number "
                               "> 0 bytes/second (or None for free reductions)")
+    for name, value in (("bundles", bundles), ("stream_rings", stream_rings)):
+        if not isinstance(value, bool):
+            raise CollectiveError(f"{name} must be true or false, got {value!r}")
     if isinstance(schedule, CompactSchedule):
         if stream_rings and reduction_bw is None:
             streams = _streams(network, schedule, key_base)
