@@ -55,8 +55,19 @@ def test_dgx_gpus_leave_the_node_through_their_own_nic():
         path = router.path("n0.gpu0", "n1.gpu0", key)
         assert path == ("n0.gpu0", "n0.pcie0", "n0.nic0", "leaf.su0.r0", "n1.nic0",
                         "n1.pcie0", "n1.gpu0")
-        cross = router.path("n0.gpu0", "n1.gpu1", key)        # cross-rail: own NICs at both ends
-        assert cross[2] == "n0.nic0" and cross[-3] == "n1.nic1"
+        # cross-rail with PXN (default): the sender uses the receiver's rail (NIC 1 is one
+        # PCIe switch away from GPU 0); the receiver its own NIC
+        cross = router.path("n0.gpu0", "n1.gpu1", key)
+        assert cross == ("n0.gpu0", "n0.pcie0", "n0.nic1", "leaf.su0.r1", "n1.nic1",
+                         "n1.pcie0", "n1.gpu1")
+        # a rail farther away: over NVLink to the NIC's local GPU, which forwards (PATH_PXN)
+        far = router.path("n0.gpu0", "n1.gpu5", key)
+        assert far == ("n0.gpu0", "n0.nvsw", "n0.gpu5", "n0.pcie2", "n0.nic5", "leaf.su0.r5",
+                       "n1.nic5", "n1.pcie2", "n1.gpu5")
+    # without PXN: own NICs at both ends, crossing rails through a spine
+    plain = Router(load_topology("dgx-h100:nodes=2,pxn=false"))
+    cross = plain.path("n0.gpu0", "n1.gpu1")
+    assert cross[2] == "n0.nic0" and cross[-3] == "n1.nic1" and cross[4].startswith("spine")
     assert router.key_independent("n0.gpu0", "n1.gpu0")
     # traffic that stays in the node is untouched
     assert router.path("n0.gpu0", "n0.gpu1") == ("n0.gpu0", "n0.nvsw", "n0.gpu1")
@@ -83,11 +94,16 @@ def test_possible_hops_cover_every_ecmp_choice_and_respect_nic_affinity():
     for key in range(20):   # every chosen path lies inside the union
         p = router.path("gpu0", "gpu4", key)
         assert set(zip(p, p[1:])) <= hops
-    dgx = Router(load_topology("dgx-h100:nodes=2"))
+    dgx = Router(load_topology("dgx-h100:nodes=2,pxn=false"))
     cross = dgx.possible_hops("n0.gpu0", "n1.gpu1")
     for key in range(20):   # affinity: every choice leaves and enters through the GPUs' own NICs
         p = dgx.path("n0.gpu0", "n1.gpu1", key)
         assert p[2] == "n0.nic0" and p[-3] == "n1.nic1" and set(zip(p, p[1:])) <= cross
+    pxn = Router(load_topology("dgx-h100:nodes=2"))
+    far = pxn.possible_hops("n0.gpu0", "n1.gpu5")   # PXN: through the proxy GPU, one rail
+    for key in range(20):
+        p = pxn.path("n0.gpu0", "n1.gpu5", key)
+        assert p[2] == "n0.gpu5" and set(zip(p, p[1:])) <= far
 
 
 def _reference_next_hops(topo, target):
@@ -166,7 +182,7 @@ def test_traffic_between_nics_stays_in_the_fabric():
     from dessim.topology import load_topology
     from dessim.topology.routing import Router
 
-    topo = load_topology("dgx-a100:nodes=8")
+    topo = load_topology("dgx-a100:nodes=8,pxn=false")   # PXN would keep it on rail 1
     router = Router(topo)
     src, dst = topo.node_of(0), topo.node_of(9)
     hops = router.possible_hops(src, dst)

@@ -10,6 +10,9 @@ Nodes
     YAML file says ``transit: false`` (the DGX presets do: GPUs there do not route IB traffic).
     A GPU may name its own NIC with ``nic`` (a node of kind ``nic``): routing then sends the
     GPU's traffic that leaves the host through that NIC (see :mod:`dessim.topology.routing`).
+    A NIC may name its ``rail`` (an int or a string): NICs of one rail in different hosts are
+    cabled to the same rail switch, and routing keeps traffic between GPUs on the receiver's
+    rail (PXN, :mod:`dessim.topology.hosts`) unless the topology's ``meta["pxn"]`` is False.
 
 Links
     An undirected edge ``a — b`` with ``type`` (a link type from :mod:`dessim.catalog.links`),

@@ -13,7 +13,8 @@ Node layout of one DGX node ``n<k>`` (reference README §1.5)::
                    per-GPU NVLink bandwidth (300 / 450 GB/s per direction)
     n<k>.pcie0..3  PCIe switches; pcie<j> holds gpu2j, gpu2j+1, nic2j, nic2j+1 (Gen4 on A100,
                    Gen5 on H100) and links to cpu<j // 2>
-    n<k>.nic0..7   compute NICs, one per GPU (IB HDR 200 Gb/s on A100, NDR 400 Gb/s on H100)
+    n<k>.nic0..7   compute NICs, one per GPU (IB HDR 200 Gb/s on A100, NDR 400 Gb/s on H100);
+                   NIC i is on rail i (node attribute ``rail``: the rail leaf it is cabled to)
     n<k>.cpu0..1   CPU sockets, joined by a socket link (UPI/xGMI, [U] figure)
     n<k>.mem0..1   host memory (kind host_mem, capacity bytes) behind a ddr link per socket
 
@@ -78,7 +79,7 @@ def _add_scaleup(g: nx.Graph, prefix: str, gpus: list[str], dev: GPUSpec, ideal:
 def _add_host(g: nx.Graph, prefix: str, gpus: list[str], nics: list[str], pcie: LinkTech,
               ddr: LinkTech, mem_per_socket: float, gpus_per_switch: int,
               ideal: bool) -> list[str]:
-    """PCIe switches (``gpus_per_switch`` GPUs and as many NICs each), 2 CPU sockets joined
+    """PCIe switches (``gpus_per_switch`` GPUs and an equal share of the NICs each), 2 CPU sockets joined
     by a socket link, one host memory per socket. Switch j hangs off cpu ``2j // switches``.
     Returns the PCIe switch names."""
     if len(gpus) % gpus_per_switch:
@@ -99,7 +100,7 @@ def _add_host(g: nx.Graph, prefix: str, gpus: list[str], nics: list[str], pcie: 
         switches.append(sw)
         g.add_node(sw, kind="switch")
         members = gpus[j * gpus_per_switch:(j + 1) * gpus_per_switch]
-        members += nics[j * gpus_per_switch:(j + 1) * gpus_per_switch]
+        members += nics[j * len(nics) // n_sw:(j + 1) * len(nics) // n_sw]
         for m in members:
             g.add_edge(m, sw, **_attrs(pcie, ideal))
         g.add_edge(sw, cpus[(2 * j) // n_sw], **_attrs(pcie, ideal))
@@ -131,9 +132,14 @@ DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "d
 
 def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,
          gpu: object, su_size: object, name: str | None, nic: object = None,
-         nic_bw: object = None) -> Topology:
+         nic_bw: object = None, nics: object = DGX_GPUS, pxn: bool = True) -> Topology:
     where = design.system
     nodes = parse_count(nodes, f"{where} nodes", minimum=1)
+    n_nics = parse_count(nics, f"{where} nics", minimum=1)
+    if n_nics not in (DGX_GPUS, DGX_GPUS // 2):
+        raise TopologyError(f"{where}: nics={n_nics}; valid: {DGX_GPUS} (one NIC per GPU) or "
+                            f"{DGX_GPUS // 2} (one NIC per GPU pair)")
+    per_nic = DGX_GPUS // n_nics
     su_size = parse_count(su_size, f"{where} su_size", minimum=1)
     dev = get_device(gpu if gpu is not None else design.default_gpu, f"{where} gpu")
     if dev.name not in design.allowed_gpus:
@@ -158,18 +164,18 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
     for k in range(nodes):
         p = f"n{k}."
         gpus = [f"{p}gpu{i}" for i in range(DGX_GPUS)]
-        nics = [f"{p}nic{i}" for i in range(DGX_GPUS)]
+        nic_names = [f"{p}nic{i}" for i in range(n_nics)]
         for i, name_ in enumerate(gpus):
             g.add_node(name_, kind="gpu", rank=DGX_GPUS * k + i, device=dev.name, transit=False,
-                       nic=nics[i])
-        for name_ in nics:
-            g.add_node(name_, kind="nic")
+                       nic=nic_names[i // per_nic])
+        for i, name_ in enumerate(nic_names):
+            g.add_node(name_, kind="nic", rail=i)
         _add_scaleup(g, p, gpus, dev, ideal)
-        _add_host(g, p, gpus, nics, pcie, ddr, design.host_mem_per_socket, 2, ideal)
+        _add_host(g, p, gpus, nic_names, pcie, ddr, design.host_mem_per_socket, 2, ideal)
     n_spines = 0
     if nodes > 1:
         n_su = math.ceil(nodes / su_size)
-        n_leaves = n_su * DGX_GPUS
+        n_leaves = n_su * n_nics
         per_leaf = min(nodes, su_size)  # nodes (NIC ports) under the fullest leaf
         # Default: uplinks at port speed or wider. A leaf needs ceil(per_leaf / oversub) port-speed
         # uplinks; the SuperPOD (32 leaves, 16 spines, 2 x 400G per leaf-spine pair) caps the
@@ -181,7 +187,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
             g.add_node(f"spine{s}", kind="switch")
         for su in range(n_su):
             members = range(su * su_size, min(nodes, (su + 1) * su_size))
-            for r in range(DGX_GPUS):
+            for r in range(n_nics):
                 leaf = f"leaf.su{su}.r{r}"
                 g.add_node(leaf, kind="switch")
                 for k in members:
@@ -190,33 +196,38 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
                 for s in range(n_spines):
                     g.add_edge(leaf, f"spine{s}", **_attrs(nic, ideal, up))
     params = {"nodes": nodes, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
-              "spines": n_spines, "su_size": su_size, "nic": nic.name, "pcie": pcie.name,
+              "spines": n_spines, "su_size": su_size, "nic": nic.name, "nics": n_nics,
+              "pxn": bool(pxn), "pcie": pcie.name,
               "ddr": ddr.name, "host_mem_source": design.host_mem_source}
     default = f"{where.replace('_', '-')}" + (f"-{nodes}node" if nodes > 1 else "")
     return Topology(g, name=name or default, dims=(DGX_GPUS, nodes),
-                    meta={"builder": design.system, "params": params,
+                    meta={"builder": design.system, "params": params, "pxn": bool(pxn),
                           "notes": "NVSwitch chips aggregated into one logical switch per node"})
 
 
 def dgx_a100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
-             nic_bw: float | str | None = None) -> Topology:
+             nic_bw: float | str | None = None, nics: int = DGX_GPUS,
+             pxn: bool = True) -> Topology:
     """DGX A100 node(s): 8 x A100 (``gpu``: A100-80GB default or A100-40GB), NVLink3 via one
     logical NVSwitch (6 chips aggregated), PCIe Gen4 switches, 8 x IB HDR NICs, DDR4 host
     memory; ``nodes > 1`` adds the rail-optimised fabric (see module docstring)."""
-    return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw)
+    return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
+                pxn)
 
 
 def dgx_h100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
-             nic_bw: float | str | None = None) -> Topology:
+             nic_bw: float | str | None = None, nics: int = DGX_GPUS,
+             pxn: bool = True) -> Topology:
     """DGX H100 node(s): 8 x H100 (or ``gpu="H200"``), NVLink4 via one logical NVSwitch (4
     chips aggregated), PCIe Gen5 switches, 8 x IB NDR NICs, DDR5 host memory (2 TB);
     ``nodes > 1`` adds the rail-optimised fabric (see module docstring); ``nic`` and ``nic_bw``
     as for :func:`dgx_a100`."""
-    return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw)
+    return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
+                pxn)
 
 
 def _host_techs(dev: GPUSpec, gen: object | None, where: str) -> tuple[LinkTech, LinkTech]:

@@ -43,6 +43,7 @@ import numpy as np
 
 from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
+from dessim.topology.hosts import host_map
 
 __all__ = ["Router", "router_for", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
 
@@ -176,6 +177,13 @@ class Router:
         self._affinity: dict[str, str] = {n: d["nic"] for n, d in graph.nodes(data=True)
                                           if d.get("nic")}
         self._nics = frozenset(n for n, d in graph.nodes(data=True) if d["kind"] == "nic")
+        #: NIC -> rail (node attribute ``rail``), GPU -> rank, and whether PXN is on
+        self._rail: dict[str, object] = {n: d["rail"] for n, d in graph.nodes(data=True)
+                                          if d["kind"] == "nic" and d.get("rail") is not None}
+        self._gpu_rank: dict[str, int] = {n: d["rank"] for n, d in graph.nodes(data=True)
+                                          if d["kind"] == "gpu"}
+        self._pxn = bool(topology.meta.get("pxn", True)) and bool(self._rail)
+        self._hosts = host_map(topology) if self._pxn else None
         #: Host domains: the connected parts of the graph without its NICs (one per server, one
         #: per fabric). Two nodes in different domains can only be joined through a NIC.
         self._domain: dict[str, int] = {}
@@ -337,13 +345,48 @@ class Router:
         return self._pinned(src, dst)
 
     def _pinned(self, src: str, dst: str) -> list[str]:
-        """[src, (src's NIC), (dst's NIC), dst] for a path that leaves the host."""
-        pins = [w for w in (self._affinity.get(src), self._affinity.get(dst)) if w is not None]
+        """[src, (proxy GPU), (src NIC), (dst's NIC), dst] for a path that leaves the host.
+
+        The receiver takes traffic through its own NIC. The sender sends through its own NIC
+        unless PXN applies (see :meth:`_exit_nic`): then through the NIC of the receiver's
+        rail, forwarded over NVLink by that NIC's local GPU (the *proxy*) when the sender is
+        not one PCIe switch away from the NIC."""
+        src_nic, proxy = self._exit_nic(src, dst)
+        pins = [w for w in (proxy, src_nic, self._affinity.get(dst)) if w is not None]
         waypoints = [src]
         for w in (*pins, dst):
             if w != waypoints[-1]:
                 waypoints.append(w)
         return waypoints
+
+    def _exit_nic(self, src: str, dst: str) -> tuple[str | None, str | None]:
+        """(NIC the traffic of ``src`` leaves its host through, proxy GPU or None).
+
+        PXN (NCCL ``src/graph/paths.cc``, ``ncclTopoComputePaths``; on unless the topology
+        says ``pxn: false``): when ``dst``'s own NIC is on a rail and ``src``'s host has a
+        NIC on that rail, the traffic leaves through it, so it stays on one rail of a
+        rail-optimised fabric (one leaf hop, no spine). A sender one PCIe switch away from
+        that NIC (NCCL's ``PIX``) uses it directly; any other sender hands the data over
+        NVLink to the NIC's local GPU, which forwards it (NCCL's ``PATH_PXN``). Otherwise
+        the sender's own NIC (None if it names none)."""
+        own = self._affinity.get(src)
+        dst_nic = self._affinity.get(dst)
+        if not self._pxn or dst_nic is None or src not in self._gpu_rank:
+            return own, None
+        rail = self._rail.get(dst_nic)
+        if rail is None:
+            return own, None
+        hosts = self._hosts
+        host = hosts.host_of(self._gpu_rank[src])
+        nic = host.nic_on_rail(rail)
+        if nic is None or nic == own:
+            return own, None
+        if self._gpu_rank[src] in host.pix.get(nic, ()):
+            return nic, None
+        proxy = host.local_gpu.get(nic)
+        if proxy is None:
+            return own, None
+        return nic, self.topology.node_of(proxy)
 
     def possible_hops(self, src: str, dst: str) -> set[tuple[str, str]]:
         """Every hop ``(u, v)`` that ``path(src, dst, key)`` takes for some ``key``: the union

@@ -262,10 +262,13 @@ def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
          Param("su_size", _p_count(1), presets.SU_SIZE, "nodes per scalable unit"),
          Param("nic", _p_str, None, "scale-out link technology (catalog key, e.g. ib_ndr, eth400)"),
          Param("nic_bw", _P_BW, None, "scale-out port bandwidth per direction (e.g. 400Gb/s)"),
+         Param("nics", _p_count(1), presets.DGX_GPUS, "compute NICs per node (8: one per GPU; "
+               "4: one per GPU pair)"),
+         Param("pxn", _p_bool, True, "route to a receiver's rail over NVLink (NCCL's PXN)"),
          _NAME),
         lambda v: fn(v["nodes"], ideal=v["ideal"], oversub=v["oversub"], spines=v["spines"],
                      gpu=v["gpu"], su_size=v["su_size"], name=v["name"], nic=v["nic"],
-                     nic_bw=v["nic_bw"]),
+                     nic_bw=v["nic_bw"], nics=v["nics"], pxn=v["pxn"]),
         _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",))
 
 
@@ -468,7 +471,7 @@ def parse_inline(spec: str) -> Topology:
 
 # ---------------------------------------------------------------- YAML / dict
 _TOP_KEYS = ("name", "description", "dims", "builder", "nodes", "links")
-_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic")
+_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic", "rail")
 _LINK_KEYS = ("a", "b", "bw", "lat", "type", "duplex", "efficiency", "tech")
 
 
@@ -505,6 +508,13 @@ def _node_attrs(item: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any
         attrs["capacity"] = parse_size(item["capacity"], f"{where} ({name}) capacity")
     if item.get("nic") is not None:
         attrs["nic"] = _p_str(item["nic"], f"{where} ({name}) nic")
+    if item.get("rail") is not None:
+        rail = item["rail"]
+        if kind != "nic":
+            raise SpecError(f"{where} ({name}): only a nic has a rail (kind is {kind!r})")
+        if isinstance(rail, bool) or not isinstance(rail, (int, str)) or rail == "":
+            raise SpecError(f"{where} ({name}): rail must be an integer or a name, got {rail!r}")
+        attrs["rail"] = rail
     return name, attrs
 
 
