@@ -28,6 +28,8 @@ GEN = DATA / "chakra_generator_8npu"
 ALPHA = 500e-9          # s, one link
 BW = 50e9               # bytes/s per direction
 RING8 = "ring:8,bw=50GB/s,lat=500ns"
+#: The textbook collective model: the hand-computed times below hold exactly.
+RAW = EngineOptions(protocol="raw", record_links=False)
 MiB = 2**20
 
 
@@ -103,7 +105,7 @@ def test_lone_send_and_recv_are_rejected(name, node_id, attr, role):
 @pytest.mark.parametrize("size", [MiB, 64 * MiB])
 def test_single_allreduce_on_a_ring(size):
     name = {MiB: "allreduce_1MiB_8npu", 64 * MiB: "allreduce_64MiB_8npu"}[size]
-    result = replay_chakra(str(DATA / name / "ALL_REDUCE"), RING8, algo="ring")
+    result = replay_chakra(str(DATA / name / "ALL_REDUCE"), RING8, RAW, algo="ring")
     assert result.makespan_s == approx(ring_allreduce(8, size))
 
 
@@ -118,7 +120,7 @@ def test_single_allreduce_on_a_ring(size):
     ("BARRIER", ring_allreduce(8, 4)),
 ])
 def test_generator_collectives_follow_chakra_size_semantics(comm_type, expected):
-    result = replay_chakra(str(GEN / comm_type), RING8, algo="ring")
+    result = replay_chakra(str(GEN / comm_type), RING8, RAW, algo="ring")
     assert result.makespan_s == approx(expected)
 
 
@@ -135,7 +137,7 @@ def test_dependency_chain_of_two_compute_nodes():
 
 
 def test_ctrl_deps_order_the_allreduce_after_the_compute():
-    result = replay_chakra(fixture("ctrl_chain"), RING8, algo="ring")
+    result = replay_chakra(fixture("ctrl_chain"), RING8, RAW, algo="ring")
     assert result.makespan_s == approx(20e-6 + ring_allreduce(8, MiB))
     spans = result.spans()
     ar = spans[spans["kind"] == "collective"]
@@ -148,7 +150,7 @@ def test_dp_overlap_makespan_by_hand():
     # stream (one NCCL stream per process group) -> starts at 150us + T; optimizer after it.
     t = ring_allreduce(8, 64 * MiB)
     assert t > 50e-6  # so AR_L1 really waits for AR_L2, not for bwd_L1
-    result = replay_chakra(fixture("dp_overlap"), RING8, algo="ring")
+    result = replay_chakra(fixture("dp_overlap"), RING8, RAW, algo="ring")
     assert result.makespan_s == approx(150e-6 + 2 * t + 10e-6)
     per_rank = result.rank_table()
     assert per_rank["exposed_comm_s"].iloc[0] == approx(2 * t - 50e-6)
@@ -163,7 +165,7 @@ def test_involved_dim_makes_eight_rank_groups_on_a_2d_network():
     assert groups[13] == tuple(range(8, 16))
     assert groups[31] == tuple(range(24, 32))
     assert len({t.coll_id for t in graph}) == 4
-    result = simulate(graph, topo, EngineOptions(record_links=False))
+    result = simulate(graph, topo, EngineOptions(record_links=False, protocol="raw"))
     # Four disjoint 8-GPU rings at once: each is a plain ring all-reduce.
     assert result.makespan_s == approx(ring_allreduce(8, 64 * MiB))
 

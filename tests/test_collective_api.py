@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from dessim.cli.collective_cmd import command as collective_cmd
 from dessim.cli.compare_cmd import command as compare_cmd
 from dessim.collectives import compare_collectives, parse_ranks, run_collective
+from dessim.collectives import CollectiveSettings
 from dessim.collectives.auto import choose
 from dessim.collectives.ops import get_op
 from dessim.errors import CollectiveError
@@ -60,29 +61,44 @@ def test_result_figures_are_consistent():
     assert "gpu5->sw0" not in {r["link"] for r in res.link_util}   # outside the group
 
 
-def test_auto_prefers_latency_algorithms_for_small_and_explains():
-    choice = choose(get_op("allreduce"), tuple(range(64)), 1024.0,
-                    load_topology("switch:64,bw=50GB/s,lat=500ns"))
-    assert choice.algorithm != "ring"
-    names = [e.algorithm for e in choice.estimates]
-    assert names[0] == choice.algorithm and "ring" in names and "pairwise" not in names
-    est = {e.algorithm: e.time_s for e in choice.estimates if e.time_s is not None}
-    assert est["tree"] < est["ring"]
-    assert "auto chose" in choice.explanation()
+def test_auto_chooses_as_nccls_model_and_explains():
+    from dessim.collectives.nccl import algo_time, allowed, nccl_system
+
+    topo = load_topology("dgx-a100:nodes=4")
+    group = tuple(range(32))
+    small = choose(get_op("allreduce"), group, 1024.0, topo)
+    large = choose(get_op("allreduce"), group, 2.0**30, topo)
+    assert (small.algorithm, small.protocol) == ("dbtree", "LL")     # NCCL's Tree, LL
+    assert (large.algorithm, large.protocol) == ("ring", "Simple")
+    assert "auto chose dbtree with protocol LL" in small.explanation()
+    assert "NCCL 2.30.7" in small.explanation()
+    # the choice is the argmin of NCCL's estimates over what its rules allow
+    system = nccl_system(group, topo)
+    best = min((algo_time("allreduce", a, p, 2.0**30, system), a, p)
+               for a, p in allowed("allreduce", system)
+               if algo_time("allreduce", a, p, 2.0**30, system) is not None)
+    assert (best[1], best[2]) == ("ring", "Simple")
+    assert large.estimates[0].time_s == pytest.approx(best[0])
 
 
-def test_auto_estimate_is_exact_on_an_idle_contention_free_ring():
-    res = run_collective("allreduce", "256MiB", SPEC, algo="auto")
-    ring_est = next(e for e in res.auto.estimates if e.algorithm == "ring").time_s
-    assert ring_est == pytest.approx(run_collective("allreduce", "256MiB", SPEC).time_s,
-                                     rel=1e-9)
-    assert res.time_s <= ring_est * (1 + 1e-9)   # the choice is at least as good as ring
+def test_a_forced_algorithm_gets_ncclss_best_protocol_and_non_nccl_ones_simple():
+    topo = load_topology("dgx-h100:nodes=1")
+    ring = choose(get_op("allreduce"), tuple(range(8)), 8.0, topo,
+                  CollectiveSettings(algo="ring"))
+    assert (ring.algorithm, ring.protocol) == ("ring", "LL")
+    hd = choose(get_op("allreduce"), tuple(range(8)), 8.0, topo, CollectiveSettings(algo="hd"))
+    assert (hd.algorithm, hd.protocol) == ("hd", "Simple")
+    a2a = choose(get_op("alltoall"), tuple(range(8)), 8 * 2.0**20, topo)
+    assert (a2a.algorithm, a2a.protocol) == ("direct", "Simple")      # NCCL's p2p
 
 
 def test_auto_reports_algorithms_that_cannot_run_the_group():
-    res = run_collective("allreduce", "1MiB", "dgx-h100:nodes=2", algo="auto", ranks="0-5")
+    # NVLSTree needs the same number of ranks on every node
+    res = run_collective("allreduce", "64MiB", "dgx-h100:nodes=2", algo="auto",
+                         ranks="0-7,8-11")
     reasons = {e.algorithm: e.reason for e in res.auto.estimates}
-    assert "whole dimensions" in reasons["hierarchical"]
+    assert "same number of ranks" in reasons["nvlstree"]
+    assert res.algorithm != "nvlstree"
 
 
 def test_compare_gives_a_winner_per_size():

@@ -18,13 +18,14 @@ TOPO = "switch:4,bw=50GB/s,lat=0,device=H100"
 
 
 def one_bucket(compression: Compression):
-    """Every rank exchanges one bucket; returns (graph, simulation) with ring algorithms."""
+    """Every rank exchanges one bucket; returns (graph, simulation) with ring algorithms and
+    the textbook protocol (no LL framing on the wire)."""
     topo = load_topology(TOPO)
     em = TaskEmitter("bucket", topo, ["H100"] * W, "bf16")
     sync = GradSync({r: tuple(range(W)) for r in range(W)}, 2, compression)
     for r in range(W):
         sync.bucket(em, r, BUCKET, [], "b0")
-    return em.graph, simulate(em.graph, topo, EngineOptions(algo="ring"))
+    return em.graph, simulate(em.graph, topo, EngineOptions(algo="ring", protocol="raw"))
 
 
 def uplink_bytes(sim, rank):

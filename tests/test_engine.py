@@ -161,15 +161,19 @@ def grad_allreduce(overlap: bool) -> TaskGraph:
     return g
 
 
+#: The textbook collective model: closed forms below hold exactly (no NCCL protocol latency).
+RAW = EngineOptions(protocol="raw")
+
+
 def test_compute_then_allreduce_without_overlap():
-    res = simulate(grad_allreduce(False), line(2))
+    res = simulate(grad_allreduce(False), line(2), RAW)
     assert res.makespan_s == pytest.approx(2e-3 + AR_TIME, rel=1e-12)
     assert res.ranks[0].exposed_comm_s == pytest.approx(AR_TIME)
     assert res.ranks[0].exposed_by_category == {"dp": pytest.approx(AR_TIME)}
 
 
 def test_compute_then_allreduce_with_overlap():
-    res = simulate(grad_allreduce(True), line(2))
+    res = simulate(grad_allreduce(True), line(2), RAW)
     # the all-reduce starts at 1 ms, beside the second half of the backward
     assert res.makespan_s == pytest.approx(1e-3 + AR_TIME, rel=1e-12)
     assert res.ranks[0].exposed_comm_s == pytest.approx(AR_TIME - 1e-3)
@@ -182,7 +186,7 @@ def test_collective_waits_for_the_late_member():
         g.add(Task(f"c{r}", r, "compute", duration=dur))
         g.add(Task(f"ar{r}", r, "collective", op="allreduce", algo="ring", size=AR_BYTES,
                    group=(0, 1), coll_id="x"), [f"c{r}"])
-    res = simulate(g, line(2))
+    res = simulate(g, line(2), RAW)
     assert res.makespan_s == pytest.approx(3e-3 + AR_TIME)
     assert res.ranks[0].wait_s == pytest.approx(2e-3)
     assert res.ranks[1].wait_s == 0.0
@@ -196,7 +200,7 @@ def test_concurrent_collectives_share_the_link():
         for r in (0, 1):
             g.add(Task(f"{cid}{r}", r, "collective", op="allreduce", algo="ring", size=AR_BYTES,
                        group=(0, 1), coll_id=cid, stream=f"comm_{cid}"))
-    res = simulate(g, line(2))
+    res = simulate(g, line(2), RAW)
     assert res.makespan_s == pytest.approx(2 * (LAT + 2 * (AR_BYTES / 2) / BW), rel=1e-9)
 
 

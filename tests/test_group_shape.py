@@ -9,7 +9,8 @@ import pytest
 from dessim.collectives import get_op
 from dessim.collectives.auto import choose, group_shape
 from dessim.topology import load_topology
-from dessim.workload.tp_islands import CollectiveTiming, TPIslands
+from dessim.engine import EngineOptions
+from dessim.workload.tp_islands import TPIslands
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +35,21 @@ def test_different_sub_networks_get_different_shapes(dgx):
 
 @pytest.mark.parametrize("op,size", [("allreduce", 64e6), ("allgather", 1e6),
                                      ("reducescatter", 4e5), ("broadcast", 8e6)])
-def test_memoised_choice_equals_a_fresh_estimate_for_every_group_of_a_shape(dgx, op, size):
+def test_groups_of_one_shape_get_the_same_choice(dgx, op, size):
     o = get_op(op)
-    for group in [tuple(range(8 * n, 8 * n + 8)) for n in range(4)] + [(1, 9, 17, 25), (0, 8, 16, 24)]:
-        memo = choose(o, group, size, dgx)
-        fresh = choose(o, group, size, dgx, memo=False)
-        assert memo.algorithm == fresh.algorithm
-        assert [(e.algorithm, e.time_s) for e in memo.estimates] == \
-               [(e.algorithm, e.time_s) for e in fresh.estimates]
+    for groups in ([tuple(range(8 * n, 8 * n + 8)) for n in range(4)],
+                   [(1, 9, 17, 25), (0, 8, 16, 24)]):
+        assert len({group_shape(g, dgx) for g in groups}) == 1
+        choices = [choose(o, g, size, dgx) for g in groups]
+        assert len({(c.algorithm, c.protocol, tuple((e.algorithm, e.protocol, e.time_s)
+                                                     for e in c.estimates))
+                    for c in choices}) == 1
 
 
 def test_closed_form_tp_times_per_shape_equal_the_per_group_simulation(dgx):
     tp = [tuple(range(8 * n, 8 * n + 8)) for n in range(4)]
     memo = TPIslands(dgx, tp)
-    fresh = TPIslands(dgx, tp, timing=CollectiveTiming(shape_memo=False))
+    fresh = TPIslands(dgx, tp, options=EngineOptions(record_links=False, shape_memo=False))
     for g in tp:
         for op, size in (("allreduce", 3e7), ("allgather", 5e6), ("reducescatter", 5e6)):
             assert memo.time(op, size, g) == fresh.time(op, size, g)

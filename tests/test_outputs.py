@@ -116,6 +116,7 @@ def test_collective_timeline_passes_the_schema_check(tmp_path):
     path = tmp_path / "coll.json"
     res = CliRunner().invoke(cli, ["collective", "allreduce", "--algo", "ring", "--size", "8MiB",
                                    "-t", "ring:4,bw=10GB/s,lat=1us", "--channels", "2",
+                                   "--protocol", "raw",
                                    "--timeline", str(path)])
     assert res.exit_code == 0, res.output
     trace = json.loads(path.read_text())

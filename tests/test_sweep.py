@@ -93,7 +93,7 @@ def test_topology_axes_compose_into_the_builder_of_an_inline_spec():
                                                   "oversub": 2}}
     assert [load_topology(c["topology"]).num_gpus for c in configs] == [8, 16]
     assert configs[0]["collective"] == {"op": "allgather", "size": "1MiB"}  # as written
-    assert configs[0]["engine"]["algo"] == "ring"  # the evaluator's default
+    assert configs[0]["engine"]["algo"] == "auto"  # the evaluator's default: NCCL's choice
 
 
 def test_engine_and_collective_axes_land_in_their_sections():
@@ -122,7 +122,7 @@ def test_engine_and_collective_axes_land_in_their_sections():
                                                          r"axes.topology.n\[1\].*1 must be >= 2"),
     (lambda d: d["axes"].update({"topology.bw": ["100GB"]}), r"axes.topology.bw\[0\].*lacks '/s'"),
     (lambda d: d["axes"].update({"engine.chunk": [2]}), r"unknown key 'chunk' in engine; valid keys: "
-                                                        r"algo, network, chunks"),
+                                                        r"algo, protocol, network, chunks"),
     (lambda d: d["axes"].update(parallelism="auto"), r"axes.parallelism: 'auto' is not available "
                                                      r"for kind 'collective'"),
     (lambda d: d.update(mode="random"), r"mode 'random' is unknown; valid modes: grid, zip"),

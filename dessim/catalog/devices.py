@@ -45,6 +45,9 @@ class GPUSpec:
     host_link: str                     #: LINK_TECHS key of the host (PCIe) interface
     aliases: tuple[str, ...] = ()      #: other accepted names (case-insensitive)
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: architecture generation (volta, ampere, hopper, blackwell, cdna3): which rows of
+    #: NCCL's tuning tables apply, and which kernels exist (FP8, FlashAttention-3)
+    generation: str = ""
 
     def peak_flops(self, precision: str = "bf16") -> float:
         """Dense peak FLOP/s at ``precision``; a SpecError if the device lacks it."""
@@ -56,11 +59,15 @@ class GPUSpec:
                               f"(it has: {have})") from None
 
 
+_GENERATION = {"V100": "volta", "A100-40GB": "ampere", "A100-80GB": "ampere", "H100": "hopper",
+               "H200": "hopper", "B200": "blackwell", "MI300X": "cdna3"}
+
+
 def _spec(name: str, flops: dict[str, float], hbm: float, hbm_bw: float, scaleup: float,
           scaleup_link: str, host_link: str, aliases: tuple[str, ...],
           sources: dict[str, str]) -> GPUSpec:
     return GPUSpec(name, MappingProxyType(dict(flops)), hbm, hbm_bw, scaleup, scaleup_link,
-                   host_link, aliases, MappingProxyType(dict(sources)))
+                   host_link, aliases, MappingProxyType(dict(sources)), _GENERATION[name])
 
 
 _FP32_TF32_U = ("[U] vendor datasheet figure, not in the reference store")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.common import compose
+from dessim.cli.common import calibration_option, collective_options, compose
 from dessim.units import format_bandwidth, format_size, format_time
 
 TOPOLOGY_HELP = ("Topology: an inline spec (ring:8,bw=50GB/s,lat=500ns; switch:64; "
@@ -18,10 +18,8 @@ group_options = compose(
     click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP),
     click.option("--ranks", default=None,
                  help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all)."),
-    click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Pieces per channel sent one after another (pipelines trees and chains)."),
-    click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Parallel channels, each with 1/C of the data (ring: alternate directions)."),
+    collective_options,
+    calibration_option,
     click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
                  show_default=True, help="Network model: max-min fair flows or no sharing."),
     click.option("--reduction-bw", default=None,
@@ -32,13 +30,14 @@ group_options = compose(
 def _algo_help() -> str:
     from dessim.collectives import ALGORITHMS
 
-    return "Algorithm: auto, " + ", ".join(ALGORITHMS) + " (default ring)."
+    return ("Algorithm: auto (NCCL's choice: NCCL 2.30.7's tuning model on this topology), "
+            + ", ".join(ALGORITHMS) + ".")
 
 
 @click.command(name="collective", epilog="Example: dessim collective allreduce --algo ring "
                "--size 1GiB --topology switch:8,bw=50GB/s,lat=500ns")
 @click.argument("op")
-@click.option("--algo", default="ring", show_default=True, help=_algo_help())
+@click.option("--algo", default="auto", show_default=True, help=_algo_help())
 @click.option("--size", required=True, help="Bytes in nccl-tests semantics: per-rank buffer "
               "(allreduce, broadcast, reduce, alltoall, sendrecv) or the whole array "
               "(allgather, reducescatter). E.g. 1MiB, 1GB.")
@@ -57,18 +56,19 @@ def _algo_help() -> str:
                    "connection is also the one with the largest latency; docs/performance.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(op: str, algo: str, size: str, topology: str, ranks: str | None, root: int | None,
-            chunks: int, channels: int, network: str, reduction_bw: str | None,
-            inner: str | None, show_links: int, timeline: str | None, stream_rings: bool,
-            as_json: bool) -> None:
+            protocol: str, chunks: int, channels: int | None, calibration: str | None,
+            network: str, reduction_bw: str | None, inner: str | None, show_links: int,
+            timeline: str | None, stream_rings: bool, as_json: bool) -> None:
     """Simulate collective OP (allreduce, reducescatter, allgather, broadcast, reduce,
     alltoall, sendrecv) on an idle network and print time, algbw and busbw
     (nccl-tests definitions, GB/s = 1e9 B/s)."""
     from dessim.collectives import run_collective
 
     options = {"inner": inner} if inner else {}
-    res = run_collective(op, size, topology, algo=algo, ranks=ranks, chunks=chunks,
-                         channels=channels, network=network, reduction_bw=reduction_bw,
-                         root=root, stream_rings=stream_rings, **options)
+    res = run_collective(op, size, topology, algo=algo, protocol=protocol, ranks=ranks,
+                         chunks=chunks, channels=channels, network=network,
+                         reduction_bw=reduction_bw, root=root, stream_rings=stream_rings,
+                         calibration=calibration, **options)
     if timeline:
         from dessim.outputs import write_chrome_trace
         from dessim.outputs.collective_trace import collective_result_as_run
@@ -83,8 +83,8 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     if res.auto:
         click.echo(res.explanation)
     click.echo(f"{res.op} {format_size(res.size)} on {len(res.ranks)} ranks, algorithm "
-               f"{res.algorithm}, {res.network} network, {res.channels} channel(s) x "
-               f"{res.chunks} chunk(s)")
+               f"{res.algorithm}, protocol {res.protocol}, {res.network} network, "
+               f"{res.channels} lane(s) x {res.chunks} chunk(s)")
     click.echo(f"time    {format_time(res.time_s)}  ({res.time_s:.9g} s)")
     click.echo(f"algbw   {res.algbw_GBps:.4f} GB/s")
     click.echo(f"busbw   {res.busbw_GBps:.4f} GB/s")

@@ -6,6 +6,7 @@ outputs; they are defined once here and applied with the decorators below.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable
 
@@ -15,8 +16,9 @@ from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
 from dessim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["report_run", "compose", "engine_options", "output_options", "build_engine_options", "write_outputs",
-           "print_json", "print_run_summary", "parse_slowdown"]
+__all__ = ["report_run", "compose", "engine_options", "output_options", "build_engine_options",
+           "write_outputs", "print_json", "print_run_summary", "parse_slowdown",
+           "collective_options", "calibration_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -34,11 +36,49 @@ _TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (d
 
 def engine_options(topology_default: str | None = None) -> Callable:
     """Decorator adding ``--topology`` (required unless ``topology_default`` is given) and
-    the engine options: network model, collective algorithm override, stragglers, device."""
+    the engine options (network model, collective settings, calibration, stragglers,
+    device). The command receives them as ONE :class:`~dessim.engine.EngineOptions`
+    argument ``engine`` (validated before any work starts; ``record_links`` off — commands
+    that write timelines switch it on)."""
     topology = click.option(
         "--topology", "-t", "topology", required=topology_default is None, default=topology_default,
         help=_TOPOLOGY_HELP + (f" Default: {topology_default}." if topology_default else ""))
-    return compose(topology, _engine_only)
+
+    def collect(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            values = {k: kw.pop(k) for k in _ENGINE_PARAMS}
+            kw["engine"] = build_engine_options(**values)
+            return f(*args, **kw)
+        return wrapper
+
+    return compose(topology, _engine_only, collect)
+
+
+#: The command-line engine options, by the EngineOptions field (or input) each one sets.
+_ENGINE_PARAMS = ("network", "algo", "protocol", "chunks", "channels", "stream_rings",
+                  "calibration", "device", "slowdown", "straggler_sigma", "seed")
+
+#: Collective settings as command-line options (the CollectiveSettings field names; --algo
+#: is each command's own: its default and help differ).
+collective_options = compose(
+    click.option("--protocol", type=click.Choice(["auto", "LL", "LL128", "Simple", "raw"],
+                                                 case_sensitive=False),
+                 default="auto", show_default=True,
+                 help="NCCL protocol of every collective: auto (NCCL's choice), LL, LL128, "
+                      "Simple, or raw (the textbook alpha-beta model)."),
+    click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Pipelining chunks per collective lane."),
+    click.option("--channels", type=click.IntRange(min=1), default=None,
+                 help="Lanes per collective (default: as NCCL lays them out, one per rail "
+                      "across nodes)."),
+)
+
+#: Where the model constants come from.
+calibration_option = click.option(
+    "--calibration", type=click.Path(dir_okay=False), default=None,
+    help="Calibration YAML (from dessim calibrate): measured constants that replace the "
+         "built-in ones (docs/calibration.md).")
 
 
 _engine_only = compose(
@@ -46,16 +86,14 @@ _engine_only = compose(
                  show_default=True,
                  help="flow: max-min fair link sharing; analytical: no sharing (latency + n/bw)."),
     click.option("--algo", default=None,
-                 help="Force this collective algorithm for every collective (default: each "
-                      "task's own, usually auto)."),
-    click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Pipelining chunks per collective."),
-    click.option("--channels", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Parallel rings/trees per collective."),
+                 help="Force this collective algorithm for every collective (default: auto, "
+                      "NCCL's choice)."),
+    collective_options,
     click.option("--stream-rings", is_flag=True,
                  help="Run each ring channel as one coupled flow instead of step by step: an "
                       "approximation (exact on an idle network, within 0.1% in the tests) that "
                       "makes rings across thousands of GPUs cheap. See docs/performance.md."),
+    calibration_option,
     click.option("--device", default=None,
                  help="GPU model (H100, A100, ...) for ranks whose topology names none."),
     click.option("--slowdown", multiple=True, metavar="RANK=FACTOR",
@@ -91,14 +129,21 @@ def parse_slowdown(items: tuple[str, ...]) -> dict[int, float]:
     return out
 
 
-def build_engine_options(network: str, algo: str | None, chunks: int, channels: int,
-                         device: str | None, slowdown: tuple[str, ...], straggler_sigma: float,
-                         seed: int, record_links: bool = True,
-                         stream_rings: bool = False) -> EngineOptions:
-    return EngineOptions(network=network, algo=algo, chunks=chunks, channels=channels,
-                         device=device, slowdown=parse_slowdown(slowdown),
-                         straggler_sigma=straggler_sigma, seed=seed, record_links=record_links,
-                         stream_rings=stream_rings)
+def build_engine_options(*, network: str = "flow", algo: str | None = None,
+                         protocol: str = "auto", chunks: int = 1, channels: int | None = None,
+                         stream_rings: bool = False, calibration: str | None = None,
+                         device: str | None = None, slowdown: tuple[str, ...] = (),
+                         straggler_sigma: float = 0.0, seed: int = 0,
+                         record_links: bool = False) -> EngineOptions:
+    """The :class:`EngineOptions` of the command-line engine options (the calibration file
+    is read and checked here, before any work)."""
+    from dessim.catalog.calibration import load_calibration
+
+    return EngineOptions(network=network, algo=algo, protocol=protocol, chunks=chunks,
+                         channels=channels, calibration=load_calibration(calibration)
+                         if calibration else None, device=device,
+                         slowdown=parse_slowdown(slowdown), straggler_sigma=straggler_sigma,
+                         seed=seed, record_links=record_links, stream_rings=stream_rings)
 
 
 def write_outputs(result: SimulationResult, timeline: str | None, gantt: str | None,

@@ -20,20 +20,23 @@ from dessim.units import format_size, format_time
               help="Write the table as CSV.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of busbw vs size per algorithm.")
-def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None, chunks: int,
-            channels: int, network: str, reduction_bw: str | None, csv_path: str | None,
-            plot_path: str | None) -> None:
+def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None, protocol: str,
+            chunks: int, channels: int | None, calibration: str | None, network: str,
+            reduction_bw: str | None, csv_path: str | None, plot_path: str | None) -> None:
     """Compare algorithms for collective OP over sizes: time and busbw, winner per size."""
     from dessim.collectives import compare_collectives
 
-    df = compare_collectives(op, algos, sizes, topology, ranks=ranks, chunks=chunks,
-                             channels=channels, network=network, reduction_bw=reduction_bw)
-    header = f"{'size':>10}  {'algorithm':<13} {'time':>12} {'busbw GB/s':>11}  winner"
+    df = compare_collectives(op, algos, sizes, topology, ranks=ranks, protocol=protocol,
+                             chunks=chunks, channels=channels, network=network,
+                             reduction_bw=reduction_bw, calibration=calibration)
+    header = (f"{'size':>10}  {'algorithm':<16} {'protocol':<8} {'time':>12} {'busbw GB/s':>11}"
+              "  winner")
     click.echo(header)
     for row in df.itertuples(index=False):
         name = row.algorithm if row.algorithm == row.chosen else f"{row.algorithm}={row.chosen}"
-        click.echo(f"{format_size(row.size_bytes):>10}  {name:<13} {format_time(row.time_s):>12} "
-                   f"{row.busbw_GBps:>11.3f}  {'*' if row.winner else ''}")
+        click.echo(f"{format_size(row.size_bytes):>10}  {name:<16} {row.protocol:<8} "
+                   f"{format_time(row.time_s):>12} {row.busbw_GBps:>11.3f}  "
+                   f"{'*' if row.winner else ''}")
     winners = df[df["winner"]]
     click.echo("winners: " + ", ".join(f"{format_size(r.size_bytes)} {r.algorithm}"
                                        for r in winners.itertuples(index=False)))

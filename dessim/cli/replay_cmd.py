@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
-from dessim.cli.common import (build_engine_options, engine_options, output_options, report_run,
-                               write_outputs)
+from dessim.cli.common import engine_options, output_options, report_run, write_outputs
+from dessim.engine import EngineOptions
 
 
 @click.command("replay")
@@ -25,9 +27,8 @@ from dessim.cli.common import (build_engine_options, engine_options, output_opti
               help="Replay only the Chakra fields of a trace dessim wrote (ignore its "
                    "dessim.task attributes), e.g. after editing it with Chakra tools.")
 @output_options
-def command(trace_prefix: str, topology: str, network: str, algo: str | None, chunks: int,
-            channels: int, stream_rings: bool, device: str | None, slowdown: tuple[str, ...],
-            straggler_sigma: float, seed: int, rank_map: str | None, cost_compute: bool,
+def command(trace_prefix: str, topology: str, engine: EngineOptions, rank_map: str | None,
+            cost_compute: bool,
             mem_node: str | None, ignore_dessim_attrs: bool, timeline: str | None,
             gantt: str | None, spans: str | None, as_json: bool) -> None:
     """Replay the Chakra execution trace TRACE_PREFIX on a topology.
@@ -50,13 +51,11 @@ def command(trace_prefix: str, topology: str, network: str, algo: str | None, ch
     topo = load_topology(topology)
     trace = read_chakra(trace_prefix)
     graph = chakra_to_taskgraph(trace, topo, rank_map=rank_map, cost_compute=cost_compute,
-                                algo=algo, mem_node=mem_node,
+                                algo=engine.algo, mem_node=mem_node,
                                 use_dessim_attrs=not ignore_dessim_attrs)
     # The algorithm was applied per collective (GATHER/SCATTER keep "direct"), so the engine
     # must not override it again.
-    options = build_engine_options(network, None, chunks, channels, device, slowdown,
-                                   straggler_sigma, seed, record_links=bool(timeline),
-                                   stream_rings=stream_rings)
+    options = replace(engine, algo=None, record_links=bool(timeline))
     result = simulate(graph, topo, options)
     written = write_outputs(result, timeline, gantt, spans)
     trace_info = {"prefix": trace.prefix, "ranks": trace.num_ranks,

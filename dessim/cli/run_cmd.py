@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
-from dessim.cli.common import (build_engine_options, engine_options, output_options, report_run,
-                               write_outputs)
+from dessim.cli.common import engine_options, output_options, report_run, write_outputs
+from dessim.engine import EngineOptions
 
 
 @click.command("run")
 @click.argument("graph", type=click.Path(exists=True, dir_okay=False))
 @engine_options()
 @output_options
-def command(graph: str, topology: str, network: str, algo: str | None, chunks: int,
-            channels: int, stream_rings: bool, device: str | None, slowdown: tuple[str, ...],
-            straggler_sigma: float, seed: int, timeline: str | None, gantt: str | None,
-            spans: str | None, as_json: bool) -> None:
+def command(graph: str, topology: str, engine: EngineOptions, timeline: str | None,
+            gantt: str | None, spans: str | None, as_json: bool) -> None:
     """Replay the task graph GRAPH (dessim JSON format) on a topology.
 
     Prints the makespan and where the time went (compute, communication, exposed
@@ -30,9 +30,7 @@ def command(graph: str, topology: str, network: str, algo: str | None, chunks: i
 
     topo = load_topology(topology)
     tg = load_taskgraph(graph)
-    options = build_engine_options(network, algo, chunks, channels, device, slowdown,
-                                   straggler_sigma, seed, record_links=bool(timeline),
-                                   stream_rings=stream_rings)
+    options = replace(engine, record_links=bool(timeline))
     result = simulate(tg, topo, options)
     written = write_outputs(result, timeline, gantt, spans)
     report_run(result, f"{tg.name}: {len(tg)} tasks on {topo.name}", written, as_json)

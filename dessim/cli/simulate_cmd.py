@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
 
-from dessim.cli.common import build_engine_options, engine_options, output_options, print_json, write_outputs
+from dessim.cli.common import engine_options, output_options, print_json, write_outputs
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
 from dessim.workload.api import DEFAULT_TOPOLOGY
@@ -83,9 +84,7 @@ LARGE_GRAPH_TASKS = 200_000
 @output_options
 def command(workload: str | None, granularity: str, fold: bool, no_comm: bool, uniform_stages: bool,
             no_memory_check: bool, save_graph: str | None, export_chakra: str | None,
-            topology: str, network: str,
-            algo: str | None, chunks: int, channels: int, stream_rings: bool, device: str | None, slowdown: tuple[str, ...],
-            straggler_sigma: float, seed: int, timeline: str | None, gantt: str | None,
+            topology: str, engine: Any, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool, **kw: Any) -> None:
     """Simulate one training iteration of WORKLOAD on a topology.
 
@@ -110,11 +109,9 @@ def command(workload: str | None, granularity: str, fold: bool, no_comm: bool, u
     overrides["comm"] = not no_comm
     overrides["embedding_head"] = not uniform_stages
     overrides["check_memory"] = not no_memory_check
-    if device:
-        overrides["device"] = device
-    options = build_engine_options(network, algo, chunks, channels, device, slowdown, straggler_sigma,
-                                   seed, record_links=bool(timeline or gantt),
-                                   stream_rings=stream_rings)
+    if engine.device:
+        overrides["device"] = engine.device
+    options = replace(engine, record_links=bool(timeline or gantt))
     result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
                                options=options)
     written = write_outputs(result.simulation, timeline, gantt, spans)

@@ -1,7 +1,11 @@
 """Run one collective on a topology, or compare algorithms over sizes.
 
-:func:`run_collective` builds the schedule, replays it on a fresh network model from time 0
-and reports the nccl-tests figures (reference README §2.4): ``algbw = size / time`` and
+:func:`plan_collective` decides how a collective runs — NCCL's choice of algorithm and
+protocol (:mod:`dessim.collectives.auto`) within what :class:`CollectiveSettings` forces,
+its schedule and the protocol charges with the calibrated per-call overhead — for every
+caller alike: :func:`run_collective`, the engine and the TP closed forms.
+:func:`run_collective` replays the plan on a fresh network model from time 0 and reports
+the nccl-tests figures (docs/collectives.md): ``algbw = size / time`` and
 ``busbw = algbw × factor(op, n)``, in GB/s (1 GB = 1e9 bytes).
 """
 
@@ -10,22 +14,61 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import simpy
 
-from dessim.collectives.algorithms import build_schedule, get_algorithm
+from dessim.catalog.calibration import Calibration, load_calibration
+from dessim.collectives.algorithms import build_schedule
 from dessim.collectives.auto import AutoChoice, choose
 from dessim.collectives.executor import ScheduleRun, run_schedule
-from dessim.collectives.ops import get_op
+from dessim.collectives.ops import Op, get_op
+from dessim.collectives.protocols import Protocol, make_protocol
+from dessim.collectives.schedule import Schedule
+from dessim.collectives.settings import CollectiveSettings
 from dessim.errors import CollectiveError, UnitError
 from dessim.network import make_network
 from dessim.topology import load_topology
 from dessim.topology.graph import Topology
-from dessim.units import parse_bandwidth, parse_size
+from dessim.units import parse_size
 
-__all__ = ["CollectiveResult", "run_collective", "compare_collectives", "parse_ranks",
-           "resolve_topology", "parse_collective_size"]
+__all__ = ["CollectiveResult", "CollectivePlan", "plan_collective", "run_collective",
+           "compare_collectives", "parse_ranks", "resolve_topology", "parse_collective_size"]
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    """How one collective runs: its schedule, the protocol the executor charges, and
+    ``auto``'s decision (None when both algorithm and protocol were forced)."""
+
+    schedule: Schedule
+    protocol: Protocol
+    choice: AutoChoice | None = None
+
+    @property
+    def algorithm(self) -> str:
+        return self.schedule.algorithm
+
+
+def plan_collective(op: str | Op, group: tuple[int, ...], size: float, topology: Topology,
+                    settings: CollectiveSettings | Mapping[str, Any] | None = None, *,
+                    root: int | None = None, compact: bool = True,
+                    calibration: Calibration | None = None, **options) -> CollectivePlan:
+    """The :class:`CollectivePlan` of ``op`` (``size`` bytes, nccl-tests semantics) on
+    ``group``: ``auto`` resolved as NCCL would, the schedule built, the protocol charged with
+    ``calibration``'s per-call overhead (None: the built-in calibration)."""
+    op_ = get_op(op)
+    settings = CollectiveSettings.of(settings)
+    choice = None
+    algo, proto = settings.algo, settings.protocol
+    if algo == "auto" or proto == "auto":
+        choice = choose(op_, tuple(group), size, topology, settings, **options)
+        algo, proto = choice.algorithm, choice.protocol
+    schedule = build_schedule(op_, algo, group, size, chunks=settings.chunks,
+                              channels=settings.channels, root=root, topology=topology,
+                              compact=compact, **options)
+    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    return CollectivePlan(schedule, make_protocol(proto, cal.nccl.call_overhead or 0.0), choice)
 
 
 @dataclass
@@ -44,27 +87,30 @@ class CollectiveResult:
     transfers: int
     network: str
     chunks: int
-    channels: int
+    channels: int               #: lanes simulated
     link_util_max: float        #: busiest channel: bytes / (capacity × time)
+    protocol: str = "raw"
     link_util: list[dict] = field(default_factory=list)  #: per used channel, busiest first
     auto: AutoChoice | None = None
     run: ScheduleRun | None = field(default=None, repr=False)
 
     @property
     def explanation(self) -> str:
-        """auto's estimates per candidate ("" if the algorithm was given)."""
+        """auto's estimates per candidate ("" if algorithm and protocol were given)."""
         return self.auto.explanation() if self.auto else ""
 
     def to_dict(self, links: bool = False) -> dict[str, Any]:
         """A JSON-ready summary (``links``: include the per-channel utilisation table)."""
-        out = {"op": self.op, "algorithm": self.algorithm, "ranks": len(self.ranks),
-               "size_bytes": self.size, "time_s": self.time_s, "algbw_GBps": self.algbw_GBps,
-               "busbw_GBps": self.busbw_GBps, "events": self.events, "wall_s": self.wall_s,
-               "transfers": self.transfers, "network": self.network, "chunks": self.chunks,
-               "channels": self.channels, "link_util_max": self.link_util_max}
+        out = {"op": self.op, "algorithm": self.algorithm, "protocol": self.protocol,
+               "ranks": len(self.ranks), "size_bytes": self.size, "time_s": self.time_s,
+               "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
+               "events": self.events, "wall_s": self.wall_s, "transfers": self.transfers,
+               "network": self.network, "chunks": self.chunks, "channels": self.channels,
+               "link_util_max": self.link_util_max}
         if self.auto:
-            out["auto"] = [{"algorithm": e.algorithm, "estimate_s": e.time_s,
-                            "reason": e.reason} for e in self.auto.estimates]
+            out["auto"] = [{"algorithm": e.algorithm, "protocol": e.protocol,
+                            "estimate_s": e.time_s, "reason": e.reason}
+                           for e in self.auto.estimates]
         if links:
             out["links"] = self.link_util
         return out
@@ -124,15 +170,6 @@ def parse_collective_size(size: object) -> float:
     return float(value)
 
 
-def _reduction_bw(value: object) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_bandwidth(value, "reduction bandwidth")
-    except UnitError as exc:
-        raise CollectiveError(str(exc)) from None
-
-
 def _link_table(net, elapsed: float) -> list[dict]:
     chmap = net.channels
     per_channel = [0.0] * len(chmap.capacity)
@@ -148,16 +185,19 @@ def _link_table(net, elapsed: float) -> list[dict]:
     return rows
 
 
-def run_collective(op: str, size: object, topology: Topology | str, *, algo: str = "ring",
-                   ranks: str | Iterable[int] | None = None, chunks: int = 1, channels: int = 1,
-                   network: str = "flow", reduction_bw: object = None, root: int | None = None,
-                   bundles: bool = True, compact: bool = True, stream_rings: bool = False,
-                   **options) -> CollectiveResult:
+def run_collective(op: str, size: object, topology: Topology | str, *, algo: str = "auto",
+                   protocol: str = "auto", chunks: int = 1, channels: int | None = None,
+                   reduction_bw: object = None, ranks: str | Iterable[int] | None = None,
+                   network: str = "flow", root: int | None = None, bundles: bool = True,
+                   compact: bool = True, stream_rings: bool = False,
+                   calibration: Calibration | str | None = None, **options) -> CollectiveResult:
     """Simulate one collective from time 0 on an idle network and report its figures.
 
-    ``algo="auto"`` picks with :func:`dessim.collectives.auto.choose` (its estimates are in
-    ``result.auto``). ``reduction_bw`` (bytes/s or ``"100GB/s"``) charges reductions
-    (default: free). ``options`` go to the algorithm (hierarchical: ``inner="ring,tree"``).
+    ``algo``, ``protocol``, ``chunks``, ``channels`` and ``reduction_bw`` are the fields of
+    :class:`CollectiveSettings` (``"auto"``: NCCL's choice, in ``result.auto`` with every
+    candidate's estimate; ``protocol="raw"``: the textbook model). ``calibration``: a file or
+    :class:`~dessim.catalog.calibration.Calibration` (None: the built-in one).
+    ``options`` go to the algorithm (hierarchical: ``inner="ring,tree"``).
     Exact speed shortcuts, on by default (docs/performance.md): ``compact`` stores uniform-step
     algorithms (ring) as steps, ``bundles`` runs a step as one network bundle while its flows
     provably see identical, private bottlenecks. Switching them off changes no result.
@@ -169,32 +209,30 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     topo = resolve_topology(topology)
     group = parse_ranks(ranks, topo)
     nbytes = parse_collective_size(size)
-    red_bw = _reduction_bw(reduction_bw)
     if len(group) < 2:
         raise CollectiveError(f"{op_.name}: a collective needs at least 2 ranks, got {list(group)}")
-    auto = None
-    if str(algo).strip().lower() == "auto":
-        auto = choose(op_, group, nbytes, topo, chunks=chunks, channels=channels, root=root,
-                      reduction_bw=red_bw, **options)
-        algo = auto.algorithm
-    alg = get_algorithm(algo)
-    sched = build_schedule(op_, alg, group, nbytes, chunks=chunks, channels=channels, root=root,
-                           topology=topo, compact=compact, **options)
+    settings = CollectiveSettings(algo=algo, protocol=protocol, channels=channels, chunks=chunks,
+                                  reduction_bw=reduction_bw)
+    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    plan = plan_collective(op_, group, nbytes, topo, settings, root=root, compact=compact,
+                           calibration=cal, **options)
+    sched = plan.schedule
     env = simpy.Environment()
     net = make_network(network, env, topo, bundles=bundles)
-    run = run_schedule(net, sched, reduction_bw=red_bw, bundles=bundles,
-                       stream_rings=stream_rings)
+    run = run_schedule(net, sched, protocol=plan.protocol, reduction_bw=settings.reduction_bw,
+                       bundles=bundles, stream_rings=stream_rings)
     env.run(run.done)
     elapsed = run.duration
     wall = time.perf_counter() - start_wall
     algbw = nbytes / elapsed / 1e9 if elapsed > 0 else math.inf
     links = _link_table(net, elapsed)
     return CollectiveResult(
-        op=op_.name, algorithm=alg.name, ranks=group, size=nbytes, time_s=elapsed,
+        op=op_.name, algorithm=sched.algorithm, ranks=group, size=nbytes, time_s=elapsed,
         algbw_GBps=algbw, busbw_GBps=algbw * op_.busbw_factor(len(group)), events=net.events,
-        wall_s=wall, transfers=len(sched), network=network, chunks=chunks, channels=channels,
+        wall_s=wall, transfers=len(sched), network=network, chunks=chunks,
+        channels=int(sched.params.get("channels", 1)),
         link_util_max=max((r["utilisation"] for r in links), default=0.0), link_util=links,
-        auto=auto, run=run)
+        protocol=plan.protocol.name, auto=plan.choice, run=run)
 
 
 def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[object] | str,
@@ -223,7 +261,7 @@ def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[obj
         for algo in algos:
             res = run_collective(op_.name, nbytes, topo, algo=algo, **kwargs)
             block.append({"size_bytes": nbytes, "algorithm": str(algo).lower(),
-                          "chosen": res.algorithm, "time_s": res.time_s,
+                          "chosen": res.algorithm, "protocol": res.protocol, "time_s": res.time_s,
                           "algbw_GBps": res.algbw_GBps, "busbw_GBps": res.busbw_GBps,
                           "events": res.events})
         best = min(range(len(block)), key=lambda i: block[i]["time_s"])

@@ -1,87 +1,183 @@
-"""``auto``: pick an algorithm per op, size, group and topology the way a tuner does.
+"""``auto``: choose a collective's algorithm and protocol as NCCL's tuner does.
 
-NCCL's tuner evaluates a cost model per (algorithm, protocol) and takes the cheapest
-(reference README §2.5). dessim's :func:`choose` builds each candidate's schedule (every
-registered algorithm that can run the op on the group) and estimates its time on the
-*topology* without running a simulation:
+NCCL evaluates its cost model for every (algorithm, protocol) its rules allow on the
+communicator and runs the cheapest (``ncclTopoTuneModel``, ``topoGetAlgoInfo``; NCCL 2.30.7,
+docs/references.md). :func:`choose` does the same with :mod:`dessim.collectives.nccl`: it
+derives what NCCL's topology search would find for the group on the topology
+(:func:`~dessim.collectives.nccl.nccl_system`), evaluates NCCL's estimate of each candidate,
+and returns the cheapest with every estimate (:meth:`AutoChoice.explanation`).
 
-* **critical path** — each transfer costs its route's ``latency + nbytes / bottleneck``
-  (alpha-beta with the topology's real paths, ECMP key 0), plus its reduction time when a
-  ``reduction_bw`` is given; a transfer starts when its dependencies finish;
-* **link load** — the busiest channel's bytes / capacity, a lower bound that captures
-  contention the critical path ignores (e.g. halving-doubling on a physical ring).
+NCCL's algorithms map to dessim's: Ring → ``ring``, Tree → ``dbtree``, NVLS → ``nvls``,
+NVLSTree → ``nvlstree``. PAT and CollNet are not simulated; where NCCL's model would pick
+them, ``auto`` takes the best of the others and says so. Operations NCCL runs as point-to-point
+sends (all-to-all, send/recv) use ``direct`` with LL up to ``NCCL_P2P_LL_THRESHOLD`` =
+16 KiB per peer and Simple above (NCCL ``src/enqueue.cc``).
 
-The estimate is the larger of the two; it is exact for schedules without contention and a
-lower bound otherwise. Cost: O(transfers × path length), far below a simulation. Ties go
-to the candidate listed first in :data:`~dessim.collectives.algorithms.ALGORITHMS`.
+A forced algorithm with protocol ``auto`` gets NCCL's best protocol for it; an algorithm NCCL
+does not have (rd, hd, pairwise, tree, hierarchical, direct) runs with Simple. A forced
+protocol restricts the choice to that protocol. NCCL's estimates decide; the simulation
+times what was decided.
 
-Decisions are memoised per topology by the group's *shape* (:func:`group_shape`): groups
-whose members are joined by the same routes up to renaming — e.g. the TP groups of the
-nodes of a cluster — get the same candidates' estimates, so auto decides once for all.
+The older estimator of dessim's own algorithms by critical path and busiest link remains
+available as :func:`estimate_schedule` (``dessim compare`` ranks algorithms by simulation).
 """
 
 from __future__ import annotations
-
 
 from array import array
 from dataclasses import dataclass
 
 import simpy
 
-from dessim.collectives.algorithms import ALGORITHMS, build_schedule, check_supported
+from dessim.collectives.algorithms import ALGORITHMS, check_supported
+from dessim.collectives.nccl import NcclSystem, algo_time, allowed, nccl_system
 from dessim.collectives.ops import Op
 from dessim.collectives.schedule import Schedule
+from dessim.collectives.settings import CollectiveSettings
 from dessim.errors import CollectiveError, DessimError
 from dessim.network import make_network
 from dessim.topology.graph import Topology
 
-__all__ = ["Estimate", "AutoChoice", "estimate_schedule", "choose", "group_shape"]
+__all__ = ["Estimate", "AutoChoice", "choose", "estimate_schedule", "group_shape",
+           "NCCL_TO_DESSIM", "P2P_LL_THRESHOLD"]
+
+#: dessim's algorithm for each of NCCL's (None: not simulated).
+NCCL_TO_DESSIM: dict[str, str | None] = {"ring": "ring", "tree": "dbtree", "nvls": "nvls",
+                                         "nvls_tree": "nvlstree", "collnet_direct": None,
+                                         "collnet_chain": None, "pat": None}
+_DESSIM_TO_NCCL = {v: k for k, v in NCCL_TO_DESSIM.items() if v}
+#: Bytes per peer up to which NCCL sends point-to-point data with LL (NCCL_P2P_LL_THRESHOLD).
+P2P_LL_THRESHOLD = 16384
+_P2P_OPS = ("alltoall", "sendrecv")
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """One candidate's estimate (seconds) or the reason it cannot run."""
+    """NCCL's estimate (s) of one candidate, or why it cannot run."""
 
-    algorithm: str
+    algorithm: str          #: dessim name (NCCL's in parentheses when it is not simulated)
+    protocol: str
     time_s: float | None
-    critical_path_s: float | None = None
-    link_load_s: float | None = None
     reason: str = ""
 
     def describe(self) -> str:
         if self.time_s is None:
-            return f"{self.algorithm}: not applicable ({self.reason})"
-        return (f"{self.algorithm}: {self.time_s * 1e6:.3f} us (critical path "
-                f"{self.critical_path_s * 1e6:.3f} us, busiest link {self.link_load_s * 1e6:.3f} us)")
+            return f"{self.algorithm}/{self.protocol}: not used ({self.reason})"
+        return f"{self.algorithm}/{self.protocol}: {self.time_s * 1e6:.2f} us"
 
 
 @dataclass(frozen=True)
 class AutoChoice:
-    """The chosen algorithm and every candidate's estimate, best first."""
+    """The chosen algorithm and protocol, every candidate's estimate (best first) and what
+    NCCL would see of the group."""
 
     algorithm: str
+    protocol: str
     estimates: tuple[Estimate, ...]
+    system: NcclSystem | None = None
+    note: str = ""
 
     def explanation(self) -> str:
-        lines = [f"auto chose {self.algorithm} (estimated critical path vs busiest link):"]
+        head = f"auto chose {self.algorithm} with protocol {self.protocol}"
+        s = self.system
+        if s is not None:
+            head += (f" (NCCL 2.30.7 tuning model; {s.nodes} node(s) x {s.ppn} GPU(s), "
+                     f"{s.channels} search channels at {s.bw_intra:g}/{s.bw_inter:g} GB/s, "
+                     f"{s.execution_channels} executed"
+                     + (f", NVLS {s.nvls_channels} heads" if s.nvls else "") + ")")
+        lines = [head + ":"]
+        if self.note:
+            lines.append(f"  {self.note}")
         lines += [f"  {e.describe()}" for e in self.estimates]
         return "\n".join(lines)
 
 
+def _system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
+    memo = topology.derived("nccl_systems", lambda _t: {})
+    got = memo.get(group)
+    if got is None:
+        got = memo[group] = nccl_system(group, topology)
+    return got
+
+
+def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology,
+           settings: CollectiveSettings | None = None, **options) -> AutoChoice:
+    """NCCL's choice of (algorithm, protocol) for ``op`` of ``size`` bytes (nccl-tests
+    semantics) on ``group``, within what ``settings`` forces (see the module docstring)."""
+    settings = settings or CollectiveSettings()
+    group = tuple(group)
+    forced_algo = None if settings.algo == "auto" else settings.algo
+    forced_proto = None if settings.protocol == "auto" else settings.protocol
+    if op.name in _P2P_OPS:
+        algo = forced_algo or "direct"
+        per_peer = size / max(1, len(group) - 1) if op.name == "alltoall" else size
+        proto = forced_proto or ("LL" if per_peer <= P2P_LL_THRESHOLD else "Simple")
+        return AutoChoice(algo, proto, (Estimate(algo, proto, None, "point-to-point: NCCL "
+                                                 "sends it peer to peer"),))
+    if forced_algo is not None and forced_algo not in _DESSIM_TO_NCCL:
+        proto = forced_proto or "Simple"
+        return AutoChoice(forced_algo, proto, (Estimate(forced_algo, proto, None,
+                                                        "not an NCCL algorithm: Simple"),))
+    system = _system(group, topology)
+    estimates: list[Estimate] = []
+    unsimulated: list[tuple[float, str]] = []     # NCCL-only algorithms: (estimate, name)
+    for nccl_algo, proto in allowed(op.name, system):
+        name = NCCL_TO_DESSIM[nccl_algo]
+        if forced_algo is not None and name != forced_algo:
+            continue
+        if forced_proto is not None and proto != forced_proto:
+            continue
+        t = algo_time(op.name, nccl_algo, proto, size, system)
+        if name is None:
+            if t is not None:
+                unsimulated.append((t, nccl_algo))
+            estimates.append(Estimate(f"({nccl_algo})", proto, None,
+                                      f"NCCL's {nccl_algo} is not simulated"
+                                      + (f"; NCCL estimates {t * 1e6:.2f} us" if t else "")))
+            continue
+        reason = ""
+        if t is not None:
+            try:
+                check_supported(op, ALGORITHMS[name], group, topology, options)
+            except DessimError as exc:
+                t, reason = None, str(exc)
+        estimates.append(Estimate(name, proto, t, reason or ("" if t is not None else
+                                                              "disabled by NCCL's model")))
+    ok = sorted((e for e in estimates if e.time_s is not None), key=lambda e: e.time_s)
+    if not ok:
+        if forced_algo is not None:     # NCCL's model does not run it here: run it anyway
+            proto = forced_proto or "Simple"
+            return AutoChoice(forced_algo, proto, tuple(estimates), system,
+                              note=f"NCCL's model does not run {forced_algo} here; simulated "
+                                   f"with {proto} as asked")
+        raise CollectiveError(f"auto: no algorithm can run {op.name} on this group: "
+                              + "; ".join(e.describe() for e in estimates))
+    best = ok[0]
+    note = ""
+    if unsimulated and min(unsimulated)[0] < best.time_s:
+        note = (f"NCCL's model prefers {min(unsimulated)[1]} here, which dessim does not "
+                f"simulate; the best simulated candidate is used")
+    ranked = tuple(ok) + tuple(e for e in estimates if e.time_s is None)
+    return AutoChoice(best.algorithm, best.protocol, ranked, system, note)
+
+
+# ---------------------------------------------------------------------------------- helpers
 def _estimator(topology: Topology):
     """One analytical network per topology for estimates: its router and route caches are
-    shared by every auto decision on that topology (:meth:`Topology.derived`)."""
+    shared by every estimate on that topology (:meth:`Topology.derived`)."""
     return topology.derived("auto_estimator",
                             lambda t: make_network("analytical", simpy.Environment(), t))
 
 
 def estimate_schedule(schedule: Schedule, topology: Topology,
                       reduction_bw: float | None = None) -> tuple[float, float]:
-    """(critical-path time, busiest-link time) of ``schedule`` on ``topology`` in seconds."""
+    """(critical-path time, busiest-link time) of ``schedule`` on ``topology`` in seconds:
+    each transfer costs its route's ``latency + nbytes / bottleneck`` after its dependencies
+    (ECMP key 0), and the busiest channel's bytes / capacity bounds contention."""
     net = _estimator(topology)
     capacity = net.channels.capacity
     load: dict[int, float] = {}          # bytes per channel the schedule touches
-    routes: dict[tuple[int, int], tuple[float, float, tuple[int, ...]]] = {}
+    routes: dict[tuple, tuple[float, float, tuple[int, ...]]] = {}
     finish = array("d", [0.0]) * len(schedule)
     src, dst, nbytes, red = schedule.src, schedule.dst, schedule.nbytes, schedule.reduce_bytes
     dep_start, dep_index = schedule.dep_start, schedule.dep_index
@@ -90,7 +186,7 @@ def estimate_schedule(schedule: Schedule, topology: Topology,
         pair = (src[i], dst[i])
         r = routes.get(pair)
         if r is None:
-            route = net.route(topology.node_of(pair[0]), topology.node_of(pair[1]))
+            route = net.route(topology.resolve(pair[0]), topology.resolve(pair[1]))
             r = routes[pair] = (route.latency, route.bottleneck, route.channels)
         lat, bottleneck, chans = r
         n = nbytes[i]
@@ -110,11 +206,11 @@ def estimate_schedule(schedule: Schedule, topology: Topology,
 def group_shape(group: tuple[int, ...], topology: Topology) -> tuple:
     """Everything a collective on ``group`` depends on, with members named by their position
     in ``group`` and channels by their order of first use: per ordered member pair its route's
-    channels and latency (ECMP key 0, as the estimates use), the capacity of every channel,
-    and each algorithm's :meth:`~dessim.collectives.algorithms.base.Algorithm.topology_key`.
+    channels and latency (ECMP key 0), the capacity of every channel, the link types, and each
+    algorithm's :meth:`~dessim.collectives.algorithms.base.Algorithm.topology_key`.
 
     Two groups with equal shapes are the same sub-network up to renaming, so every schedule,
-    estimate and idle-network time of a collective is the same on both (its transfers use
+    choice and idle-network time of a collective is the same on both (its transfers use
     only these routes). Equal shapes are a sufficient condition, never a guess."""
     net = _estimator(topology)
     capacity = net.channels.capacity
@@ -127,53 +223,13 @@ def group_shape(group: tuple[int, ...], topology: Topology) -> tuple:
             if a != b:
                 r = net.route(na, node(b))
                 routes.append((tuple(chan_id.setdefault(c, len(chan_id)) for c in r.channels),
-                               r.latency))
+                               r.latency, r.path and _kinds(topology, r.path)))
     caps = tuple(capacity[c] for c in chan_id)
     keys = tuple(alg.topology_key(tuple(group), topology) for alg in ALGORITHMS.values())
-    return (len(group), tuple(routes), caps, keys)
+    devices = tuple(topology.device(r) for r in group)
+    return (len(group), tuple(routes), caps, keys, devices, topology.meta.get("cpu_vendor"))
 
 
-def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology, *,
-           chunks: int = 1, channels: int = 1, root: int | None = None,
-           reduction_bw: float | None = None, memo: bool = True, **options) -> AutoChoice:
-    """Estimate every applicable algorithm and return the fastest with the explanation
-    (memoised per topology by :func:`group_shape`; ``memo=False`` estimates afresh, with
-    the same result)."""
-    group = tuple(group)
-    if not memo:
-        return _choose(op, group, size, topology, chunks=chunks, channels=channels, root=root,
-                       reduction_bw=reduction_bw, **options)
-    memo = topology.derived("auto_choices", lambda _t: {})
-    rpos = None if root is None else (group.index(root) if root in group else ("not in group", root))
-    key = (op.name, float(size), chunks, channels, rpos,
-           reduction_bw, tuple(sorted((k, repr(v)) for k, v in options.items())),
-           group_shape(group, topology))
-    got = memo.get(key)
-    if got is None:
-        got = memo[key] = _choose(op, group, size, topology, chunks=chunks, channels=channels,
-                                  root=root, reduction_bw=reduction_bw, **options)
-    return got
-
-
-def _choose(op: Op, group: tuple[int, ...], size: float, topology: Topology, *,
-            chunks: int, channels: int, root: int | None, reduction_bw: float | None,
-            **options) -> AutoChoice:
-    estimates = []
-    for name, alg in ALGORITHMS.items():
-        if op.name not in alg.ops:
-            continue
-        try:
-            check_supported(op, alg, group, topology, options)
-            sched = build_schedule(op, alg, group, size, chunks=chunks, channels=channels,
-                                   root=root, topology=topology, **options)
-        except DessimError as exc:
-            estimates.append(Estimate(name, None, reason=str(exc)))
-            continue
-        cp, load = estimate_schedule(sched, topology, reduction_bw)
-        estimates.append(Estimate(name, max(cp, load), cp, load))
-    ok = [e for e in estimates if e.time_s is not None]
-    if not ok:
-        raise CollectiveError(f"auto: no algorithm can run {op.name} on this group: "
-                              + "; ".join(e.describe() for e in estimates))
-    ranked = sorted(ok, key=lambda e: e.time_s) + [e for e in estimates if e.time_s is None]
-    return AutoChoice(ranked[0].algorithm, tuple(ranked))
+def _kinds(topology: Topology, path: tuple[str, ...]) -> tuple:
+    g = topology.graph
+    return tuple(g.edges[a, b]["type"] for a, b in zip(path, path[1:]))

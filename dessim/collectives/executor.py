@@ -39,10 +39,13 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import simpy
 
-from dessim.collectives.schedule import CompactSchedule, Schedule, StepPattern, pipelines
+from dessim.collectives.protocols import RAW, Protocol, link_class, net_overhead
+from dessim.collectives.schedule import (CompactSchedule, FluidSchedule, Schedule, StepPattern,
+                                        pipelines)
 from dessim.errors import CollectiveError
 from dessim.network.base import Route
 from dessim.network.flow import WAKE_PRIORITY
+from dessim.topology.hosts import host_map
 
 __all__ = ["ScheduleRun", "run_schedule"]
 
@@ -81,11 +84,14 @@ class ScheduleRun:
 
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,
-                 reduction_bw: float | None = None, key_base: int = 0,
+                 protocol: Protocol = RAW, reduction_bw: float | None = None, key_base: int = 0,
                  bundles: bool = True, stream_rings: bool = False) -> ScheduleRun:
     """Start ``schedule`` on ``network`` (a :class:`~dessim.network.base.Network`) now.
 
     Returns at once with a :class:`ScheduleRun`; run the environment to make progress.
+    ``protocol`` (:mod:`dessim.collectives.protocols`; default ``raw``, the textbook model)
+    scales every transfer's bytes by its wire factor, delays every transfer by its software
+    step latency and every rank's start by the call latency.
     ``bundles``: start whole steps of a compact schedule as network bundles where the network
     allows it (exact; ``False`` switches the shortcut off).
 
@@ -103,12 +109,19 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     for name, value in (("bundles", bundles), ("stream_rings", stream_rings)):
         if not isinstance(value, bool):
             raise CollectiveError(f"{name} must be true or false, got {value!r}")
+    if not isinstance(protocol, Protocol):
+        raise CollectiveError(f"protocol must be a Protocol, got {protocol!r}")
+    charges = _Charges(network, protocol, schedule)
+    arrivals = _with_call_latency(network.env, schedule.group, arrivals,
+                                  protocol.call_latency(schedule.algorithm))
+    if isinstance(schedule, FluidSchedule):
+        return _FluidRun(network, schedule, arrivals, charges, key_base).run
     if isinstance(schedule, CompactSchedule):
         if stream_rings and reduction_bw is None:
-            streams = _streams(network, schedule, key_base)
+            streams = _streams(network, schedule, key_base, charges)
             if streams is not None:
                 return _StreamRun(network, schedule, streams, arrivals).run
-        return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles).run
+        return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles, charges).run
     env: simpy.Environment = network.env
     n = len(schedule)
     src, dst, nbytes, red = schedule.src, schedule.dst, schedule.nbytes, schedule.reduce_bytes
@@ -193,10 +206,19 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
         else:
             release(i)
 
+    factor = charges.factor
+
+    def send(i: int) -> None:
+        ev = network.transfer(src[i], dst[i], nbytes[i] * factor, key=key_base + schedule.channel[i])
+        ev.callbacks.append(lambda _e, i=i: finished(i))
+
     def start(i: int) -> None:
         run.transfer_start[i] = env.now
-        ev = network.transfer(src[i], dst[i], nbytes[i], key=key_base + schedule.channel[i])
-        ev.callbacks.append(lambda _e, i=i: finished(i))
+        extra = charges.extra(src[i], dst[i])
+        if extra > 0:
+            env.timeout(extra).callbacks.append(lambda _e, i=i: send(i))
+        else:
+            send(i)
 
     def arrived(r: int) -> None:
         absent.discard(r)
@@ -219,6 +241,74 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     return run
 
 
+class _Charges:
+    """What a protocol adds to each transfer of a schedule: the wire factor of its bytes and
+    its software step latency ``max(0, NCCL hop latency - route latency)`` (s), per
+    (source, destination), memoised (:mod:`dessim.collectives.protocols`)."""
+
+    def __init__(self, network, protocol: Protocol, schedule: Schedule) -> None:
+        self.net = network
+        self.protocol = protocol
+        self.algorithm = algorithm = schedule.algorithm
+        self.factor = protocol.wire_factor
+        self._extra: dict[tuple, float] = {}
+        self.overhead = 0.0
+        if not protocol.is_raw and algorithm == "ring":
+            topo = network.topology
+            if len(host_map(topo).split(schedule.group)) > 1:
+                self.overhead = net_overhead(protocol, algorithm,
+                                             topo.meta.get("cpu_vendor") == "amd")
+
+    def extra(self, src: int | str, dst: int | str) -> float:
+        if self.protocol.is_raw:
+            return 0.0
+        got = self._extra.get((src, dst))
+        if got is None:
+            resolve = self.net.topology.resolve
+            a, b = resolve(src), resolve(dst)
+            if a == b:
+                got = 0.0
+            else:
+                route = self.net.route(a, b)
+                step = self.protocol.step_latency(
+                    self.algorithm, link_class(self.net.topology.graph, route.path), self.overhead)
+                got = max(0.0, step - route.latency)
+            self._extra[(src, dst)] = got
+        return got
+
+    def hop_latency(self, src: int | str, dst: int | str) -> float:
+        """Route latency plus software latency of one transfer ``src -> dst`` (s)."""
+        resolve = self.net.topology.resolve
+        a, b = resolve(src), resolve(dst)
+        return (0.0 if a == b else self.net.route(a, b).latency) + self.extra(src, dst)
+
+    def step_extras(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray | float:
+        """Software latency of each member of a step (a float when they are all equal)."""
+        out = np.fromiter((self.extra(a, b) for a, b in zip(src.tolist(), dst.tolist())),
+                          dtype=float, count=len(src))
+        return float(out[0]) if len(out) and (out == out[0]).all() else out
+
+
+def _with_call_latency(env: simpy.Environment, group: tuple[int, ...],
+                       arrivals: dict[int, simpy.Event] | None, latency: float
+                       ) -> dict[int, simpy.Event] | None:
+    """Arrivals delayed by the call latency: a rank takes part ``latency`` seconds after it
+    arrives (now, for ranks without an arrival event)."""
+    if latency <= 0:
+        return arrivals
+    out: dict[int, simpy.Event] = {}
+    now_ready = env.timeout(latency)
+    for r in group:
+        ev = (arrivals or {}).get(r)
+        if ev is None or (ev.triggered and ev.processed):
+            out[r] = now_ready
+            continue
+        late = out[r] = env.event()
+        ev.callbacks.append(lambda _e, late=late: env.timeout(latency).callbacks.append(
+            lambda _e2, late=late: late.succeed()))
+    return out
+
+
 #: Steps with fewer members than this start member by member when their routes depend on
 #: the ECMP key: grouping a handful of transfers costs more than it saves (speed only).
 MIN_GROUPED_STEP = 4
@@ -239,10 +329,15 @@ class _PlanRun:
     """Replay of a :class:`CompactSchedule` step by step (see the module docstring)."""
 
     def __init__(self, network, schedule: CompactSchedule, arrivals: dict[int, simpy.Event] | None,
-                 reduction_bw: float | None, key_base: int, bundles: bool) -> None:
+                 reduction_bw: float | None, key_base: int, bundles: bool,
+                 charges: _Charges) -> None:
         self.net = network
         self.env: simpy.Environment = network.env
         self.plan = plan = schedule.plan
+        self.charges = charges
+        self.factor = charges.factor
+        #: per pattern: software latency of its members (0.0, a float, or one per member)
+        self.delays: dict[int, np.ndarray | float] = {}
         self.reduction_bw = reduction_bw
         self.key_base = key_base
         self.bundles = bundles
@@ -318,7 +413,45 @@ class _PlanRun:
                 if count == 0:
                     self._ready(s, i)
             return
-        self._start_whole(s)
+        self._launch(s, None)
+
+    def _delays(self, pid: int) -> np.ndarray | float:
+        got = self.delays.get(pid)
+        if got is None:
+            pat = self.plan.patterns[pid]
+            got = self.delays[pid] = self.charges.step_extras(pat.src, pat.dst)
+        return got
+
+    def _launch(self, s: int, members: list[int] | None) -> None:
+        """Start ``members`` of step ``s`` (None: the whole step) after their software
+        latency: at once when it is 0, else after one timeout per distinct latency."""
+        d = self._delays(self.plan.pattern[s])
+        if isinstance(d, float):
+            if d <= 0:
+                self._start_now(s, members)
+            else:
+                self.env.timeout(d).callbacks.append(lambda _e: self._start_now(s, members))
+            return
+        chosen = range(self.sizes[s]) if members is None else members
+        parts: dict[float, list[int]] = {}
+        for i in chosen:
+            parts.setdefault(float(d[i]), []).append(i)
+        if s not in self.member_start:
+            self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
+        for delay, part in sorted(parts.items()):
+            if delay <= 0:
+                self._start_now(s, part)
+            else:
+                self.env.timeout(delay).callbacks.append(
+                    lambda _e, part=part: self._start_now(s, part))
+
+    def _start_now(self, s: int, members: list[int] | None) -> None:
+        if members is None:
+            self._start_whole(s)
+            return
+        if s not in self.member_start:
+            self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
+        self._start_grouped(s, members, self._groups(s, members))
 
     def _start_whole(self, s: int) -> None:
         """Start all members of step ``s`` now: one bundle if the network can carry them so."""
@@ -326,7 +459,7 @@ class _PlanRun:
         template = self._template(self.plan.pattern[s]) if self.bundles else None
         if template is not None:
             self.run.bundles_started += 1
-            self.net.start_bundle(template, self.plan.nbytes[s],
+            self.net.start_bundle(template, self.plan.nbytes[s] * self.factor,
                                   lambda members, s=s: self._transfer_done(s, members))
             return
         # routes depend on each transfer's ECMP key: exact bundle groups, the rest one by one
@@ -369,7 +502,7 @@ class _PlanRun:
                 for i in mine:
                     starts[i] = now
             self.run.bundles_started += 1
-            self.net.start_bundle(template, self.plan.nbytes[s],
+            self.net.start_bundle(template, self.plan.nbytes[s] * self.factor,
                                   lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]))
 
     def _ready(self, s: int, i: int) -> None:
@@ -394,14 +527,12 @@ class _PlanRun:
         batch, self.batch = self.batch, {}
         for s, members in batch.items():
             if len(members) == self.sizes[s] and s not in self.member_start:
-                self._start_whole(s)
+                self._launch(s, None)
                 continue
-            if s not in self.member_start:
-                self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
             # members ready together, not the whole step: in a ring that fell out of
             # lockstep (connections of unequal latency), those at the same distance from
             # the slow connections — exact bundle groups where the network has them
-            self._start_grouped(s, members, self._groups(s, members))
+            self._launch(s, members)
 
 
     def _template(self, pid: int):
@@ -434,7 +565,7 @@ class _PlanRun:
         else:
             starts[i] = now
         pat = self.plan.patterns[self.plan.pattern[s]]
-        ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s],
+        ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s] * self.factor,
                                key=self.key_base + self.plan.channel[s])
         one = (i,)
         ev.callbacks.append(lambda _e: self._transfer_done(s, one))
@@ -535,13 +666,17 @@ class _Stream(NamedTuple):
     """One streamed channel of a pipelined schedule."""
 
     route: Route        #: the coupled route of its connections (latency: one hop's, s)
-    nbytes: float       #: bytes per connection over all steps
+    nbytes: float       #: wire bytes per connection over all steps
     channel: int
     tail_s: float       #: latency of the remaining hops, paid after the last byte (s)
+    head_s: float = 0.0  #: software latency of the first hop, before the bytes move (s)
 
 
-def _streams(network, schedule: CompactSchedule, key_base: int) -> list[_Stream] | None:
-    """The streamed channels of a pipelined ``schedule``; None if it cannot be streamed."""
+def _streams(network, schedule: CompactSchedule, key_base: int,
+             charges: "_Charges") -> list[_Stream] | None:
+    """The streamed channels of a pipelined ``schedule``; None if it cannot be streamed.
+    A hop's latency is the largest of the channel's connections' latencies, software step
+    latency included (:meth:`_Charges.hop_latency`)."""
     found = pipelines(schedule.plan)
     if found is None:
         return None
@@ -550,11 +685,46 @@ def _streams(network, schedule: CompactSchedule, key_base: int) -> list[_Stream]
         route = network.coupled_route(pipe.src.tolist(), pipe.dst.tolist(), key_base + pipe.channel)
         if route is None:
             return None
-        out.append(_Stream(route, pipe.nbytes, pipe.channel, (pipe.hops - 1) * route.latency))
+        step = max(charges.hop_latency(a, b) for a, b in zip(pipe.src.tolist(), pipe.dst.tolist()))
+        out.append(_Stream(route, pipe.nbytes * charges.factor, pipe.channel,
+                           (pipe.hops - 1) * step, step - route.latency))
     return out
 
 
-class _StreamRun:
+class _Together:
+    """A replay that starts once every member has arrived and ends for every member at
+    once (streamed rings, fluid pipelines): the arrival bookkeeping and the finish."""
+
+    def _wait_for_members(self, schedule: Schedule, arrivals: dict[int, simpy.Event] | None) -> None:
+        for r in schedule.group:
+            self.run.rank_events[r] = self.env.event()
+        absent = sorted(r for r, ev in (arrivals or {}).items()
+                        if r in self.run.rank_events and not (ev.triggered and ev.processed))
+        self.absent = len(absent)
+        for r in absent:
+            arrivals[r].callbacks.append(self._arrived)  # type: ignore[index]
+        if not absent:
+            self._start()
+
+    def _arrived(self, _event: simpy.Event) -> None:
+        self.absent -= 1
+        if self.absent == 0:
+            self._start()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _finish_all(self) -> None:
+        now = self.env.now
+        run = self.run
+        for r in run.schedule.group:
+            run.rank_finish[r] = now
+            run.rank_events[r].succeed(now)
+        run.finish_time = now
+        run.done.succeed(now)
+
+
+class _StreamRun(_Together):
     """A pipelined schedule (rings) replayed as one coupled flow per channel.
 
     Model (NCCL's ring is a pipeline of flow-controlled connections: a rank forwards each
@@ -594,44 +764,84 @@ class _StreamRun:
         self.run = ScheduleRun(schedule, env.now, env.event(), self._times(self.flow_start),
                                self._times(self.flow_finish))
         self.run.streamed = True
-        for r in schedule.group:
-            self.run.rank_events[r] = env.event()
         self.left = n_chan
-        absent = sorted(r for r, ev in (arrivals or {}).items()
-                        if r in self.run.rank_events and not (ev.triggered and ev.processed))
-        self.absent = len(absent)
-        for r in absent:
-            arrivals[r].callbacks.append(self._arrived)  # type: ignore[index]
-        if not absent:
-            self._start()
+        self._wait_for_members(schedule, arrivals)
 
     def _times(self, per_channel: list[float]) -> Callable[[], array]:
         plan = self.schedule.plan
         index = {stream.channel: k for k, stream in enumerate(self.streams)}
         return lambda: _per_transfer(plan, lambda s: per_channel[index[plan.channel[s]]])
 
-    def _arrived(self, _event: simpy.Event) -> None:
-        self.absent -= 1
-        if self.absent == 0:
-            self._start()
-
     def _start(self) -> None:
         now = self.env.now
         for k, stream in enumerate(self.streams):
             self.flow_start[k] = now
-            self.net.transfer_on(stream.route, stream.nbytes).callbacks.append(
-                lambda _e, k=k, tail=stream.tail_s: self.env.timeout(tail).callbacks.append(
-                    lambda _e2, k=k: self._finished(k)))
+            if stream.head_s > 0:
+                self.env.timeout(stream.head_s).callbacks.append(
+                    lambda _e, k=k, stream=stream: self._flow(k, stream))
+            else:
+                self._flow(k, stream)
+
+    def _flow(self, k: int, stream: _Stream) -> None:
+        self.net.transfer_on(stream.route, stream.nbytes).callbacks.append(
+            lambda _e, k=k, tail=stream.tail_s: self.env.timeout(tail).callbacks.append(
+                lambda _e2, k=k: self._finished(k)))
 
     def _finished(self, k: int) -> None:
         now = self.env.now
         self.flow_finish[k] = now
         self.left -= 1
-        if self.left:
+        if not self.left:
+            self._finish_all()
+
+
+class _FluidRun(_Together):
+    """Replay of a :class:`~dessim.collectives.schedule.FluidSchedule`: once every member has
+    arrived, every flow starts (after its software step latency), and when the last one
+    ends, after the tail latency, every member finishes (see FluidSchedule)."""
+
+    def __init__(self, network, schedule: FluidSchedule, arrivals: dict[int, simpy.Event] | None,
+                 charges: _Charges, key_base: int) -> None:
+        self.net = network
+        self.env: simpy.Environment = network.env
+        self.schedule = schedule
+        self.charges = charges
+        self.key_base = key_base
+        n = len(schedule.flows)
+        nan = math.nan
+        self.run = ScheduleRun(schedule, self.env.now, self.env.event(), array("d", [nan]) * n,
+                               array("d", [nan]) * n)
+        self.left = n
+        self.paid = 0.0           #: the largest latency a flow paid (route + software)
+        self._wait_for_members(schedule, arrivals)
+
+
+    def _start(self) -> None:
+        sched = self.schedule
+        if not sched.flows:
+            self._finish_all()
             return
-        run = self.run
-        for r in self.schedule.group:
-            run.rank_finish[r] = now
-            run.rank_events[r].succeed(now)
-        run.finish_time = now
-        run.done.succeed(now)
+        self.critical = sum(self.charges.hop_latency(a, b) for a, b in sched.critical)
+        factor = self.charges.factor
+        now = self.env.now
+        for i, f in enumerate(sched.flows):
+            self.run.transfer_start[i] = now
+            self.paid = max(self.paid, self.charges.hop_latency(f.src, f.dst))
+            extra = self.charges.extra(f.src, f.dst)
+            go = (lambda i=i, f=f: self.net.transfer(f.src, f.dst, f.nbytes * factor,
+                                                     key=self.key_base + f.channel)
+                  .callbacks.append(lambda _e, i=i: self._done(i)))
+            if extra > 0:
+                self.env.timeout(extra).callbacks.append(lambda _e, go=go: go())
+            else:
+                go()
+
+    def _done(self, i: int) -> None:
+        self.run.transfer_finish[i] = self.env.now
+        self.left -= 1
+        if self.left == 0:
+            tail = max(0.0, self.critical - self.paid)
+            if tail > 0:
+                self.env.timeout(tail).callbacks.append(lambda _e: self._finish_all())
+            else:
+                self._finish_all()

@@ -36,7 +36,7 @@ from dessim.collectives.ops import Op
 from dessim.errors import CollectiveError
 
 __all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane", "StepPattern", "StepPlan",
-           "StepPlanBuilder", "CompactSchedule", "Pipeline", "pipelines"]
+           "StepPlanBuilder", "CompactSchedule", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
 
 #: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
 _REL_TOL = 1e-9
@@ -145,15 +145,7 @@ class Schedule:
                 raise CollectiveError(f"{where}: transfer {i} depends on a later transfer")
         if n < 2:
             return
-        sent, received = self.bytes_sent(), self.bytes_received()
-        for r in self.group:
-            is_root = r == self.root
-            for what, got, need in (("sends", sent[r], self.op.min_sent(n, self.size, is_root)),
-                                    ("receives", received[r],
-                                     self.op.min_received(n, self.size, is_root))):
-                if got < need * (1 - _REL_TOL):
-                    raise CollectiveError(f"{where}: rank {r} {what} {got:g} bytes; "
-                                          f"{self.op.name} needs >= {need:g}")
+        self._check_bytes(where)
         reduced = self.total_reduce_bytes()
         need = (n - 1) * self.op.reduced_bytes(n, self.size)
         if self.op.reduces and reduced < need * (1 - _REL_TOL):
@@ -164,6 +156,19 @@ class Schedule:
                                   f"but reduces {reduced:g} bytes")
         if causality:
             self._check_causality(where)
+
+    def _check_bytes(self, where: str) -> None:
+        """Every rank sends and receives at least what the op needs."""
+        n = len(self.group)
+        sent, received = self.bytes_sent(), self.bytes_received()
+        for r in self.group:
+            is_root = r == self.root
+            for what, got, need in (("sends", sent[r], self.op.min_sent(n, self.size, is_root)),
+                                    ("receives", received[r],
+                                     self.op.min_received(n, self.size, is_root))):
+                if got < need * (1 - _REL_TOL):
+                    raise CollectiveError(f"{where}: rank {r} {what} {got:g} bytes; "
+                                          f"{self.op.name} needs >= {need:g}")
 
     def _check_causality(self, where: str) -> None:
         bit = {r: 1 << k for k, r in enumerate(self.group)}
@@ -200,15 +205,17 @@ class ScheduleBuilder:
         self._last_on_connection: dict[tuple[int, int, int], int] = {}
 
     def add(self, src: int, dst: int, nbytes: float, deps: Iterable[int] = (),
-            reduce_bytes: float = 0.0, channel: int = 0) -> int:
-        """Append a transfer and return its index; it also waits for the previous transfer
-        on the same ``(src, dst, channel)`` connection."""
+            reduce_bytes: float = 0.0, channel: int = 0, fifo: bool = True) -> int:
+        """Append a transfer and return its index; with ``fifo`` it also waits for the
+        previous transfer on the same ``(src, dst, channel)`` connection (without: only for
+        ``deps`` — a connection that keeps several steps in flight, as NCCL's 8-slot FIFOs
+        do in a ring)."""
         s = self.schedule
         idx = len(s.src)
         conn = (src, dst, channel)
         prev = self._last_on_connection.get(conn)
         dep_set = set(deps)
-        if prev is not None:
+        if prev is not None and fifo:
             dep_set.add(prev)
         self._last_on_connection[conn] = idx
         s.src.append(src)
@@ -458,3 +465,96 @@ def _materialize(plan: StepPlan) -> dict[str, array]:
         col.frombytes(np.ascontiguousarray(arr, dtype=np.float64 if code == "d" else i64).tobytes())
         out[name] = col
     return out
+
+
+# ----------------------------------------------------------------------------------- fluid
+class Flow(NamedTuple):
+    """One stream of a :class:`FluidSchedule`: ``nbytes`` (wire bytes) from ``src`` to
+    ``dst`` — a global rank, or a node name for a switch that reduces or multicasts in the
+    network (NVLS, SHARP) — on ECMP channel ``channel``."""
+
+    src: int | str
+    dst: int | str
+    nbytes: float
+    channel: int = 0
+
+
+class FluidSchedule(Schedule):
+    """A deeply pipelined collective as concurrent flows (trees, NVLS, in-network reduction).
+
+    NCCL runs trees and NVLS as pipelines of small chunks (64 KiB - 2 MiB) through every
+    edge at once; replaying each chunk would cost thousands of transfers per collective, and
+    a few large store-and-forward chunks would charge a pipeline fill NCCL does not pay.
+    A fluid schedule takes the pipeline's limit instead: every edge is one flow carrying all
+    its bytes, all flows start together (once every member has arrived) and share the links
+    max-min fairly with each other and with all other traffic, and the collective ends when
+    the last flow ends plus the *tail*: the latency of the pipeline's critical path
+    (``critical``, a list of hops ``(src, dst)`` a chunk crosses one after another) beyond
+    the latency the flows themselves paid. On an idle network a fluid collective therefore
+    takes ``call latency + critical-path latency + bytes / rate`` — the additive form of
+    NCCL's own model (``ncclTopoGetAlgoTime``).
+
+    Endpoints may be switch node names (``relays``): a flow into a switch is reduced there,
+    a flow out of it is the switch's multicast. Per-transfer columns (``src``, ``dst``, ...)
+    list the flows, with no dependencies.
+    """
+
+    def __init__(self, op: Op, algorithm: str, group: tuple[int, ...], size: float,
+                 root: int | None, flows: Iterable[Flow], critical: Iterable[tuple],
+                 params: dict | None = None) -> None:
+        self.op, self.algorithm, self.group, self.size, self.root = op, algorithm, group, size, root
+        self.params = dict(params or {})
+        self.flows: tuple[Flow, ...] = tuple(Flow(*f) for f in flows)
+        self.critical: tuple[tuple, ...] = tuple(tuple(h) for h in critical)
+        n = len(self.flows)
+        self.src = [f.src for f in self.flows]           # type: ignore[assignment]
+        self.dst = [f.dst for f in self.flows]           # type: ignore[assignment]
+        self.nbytes = array("d", (f.nbytes for f in self.flows))
+        self.reduce_bytes = array("d", bytes(8 * n))
+        self.channel = array("l", (f.channel for f in self.flows))
+        self.dep_start = array("l", bytes(8 * (n + 1)))
+        self.dep_index = array("l")
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return (f"FluidSchedule({self.algorithm} {self.op.name}, ranks={len(self.group)}, "
+                f"size={self.size:g}, flows={len(self.flows)})")
+
+    @property
+    def relays(self) -> tuple[str, ...]:
+        """Switch endpoints, in order of first use."""
+        return tuple(dict.fromkeys(e for f in self.flows for e in (f.src, f.dst)
+                                   if isinstance(e, str)))
+
+    def bytes_sent(self) -> dict[int, float]:
+        out = dict.fromkeys(self.group, 0.0)
+        for f in self.flows:
+            if not isinstance(f.src, str):
+                out[f.src] += f.nbytes
+        return out
+
+    def bytes_received(self) -> dict[int, float]:
+        out = dict.fromkeys(self.group, 0.0)
+        for f in self.flows:
+            if not isinstance(f.dst, str):
+                out[f.dst] += f.nbytes
+        return out
+
+    def validate(self, *, causality: bool = True) -> None:
+        """Endpoints are members or switches, sizes positive, and every member sends and
+        receives at least what the op needs (reductions and causality happen inside the
+        pipeline and are not checked)."""
+        where = f"{self.algorithm} {self.op.name} on {len(self.group)} ranks"
+        members = set(self.group)
+        for i, f in enumerate(self.flows):
+            for e in (f.src, f.dst):
+                if not isinstance(e, str) and e not in members:
+                    raise CollectiveError(f"{where}: flow {i} {f.src}->{f.dst} leaves the group")
+            if f.src == f.dst:
+                raise CollectiveError(f"{where}: flow {i} sends {f.src} to itself")
+            if not f.nbytes > 0:
+                raise CollectiveError(f"{where}: flow {i} has {f.nbytes} bytes")
+        if len(self.group) >= 2:
+            self._check_bytes(where)

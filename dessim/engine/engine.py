@@ -34,7 +34,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import simpy
 
-from dessim.collectives import build_schedule, choose, get_op, run_schedule
+from dessim.catalog.calibration import Calibration, load_calibration
+from dessim.collectives import CollectiveSettings, plan_collective, run_schedule
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import RankTimes, SimulationResult
@@ -53,10 +54,14 @@ class EngineOptions:
     """How to run a task graph. Units: seconds, bytes/second."""
 
     network: str = "flow"                 #: network model: "flow" (max-min sharing) or "analytical"
+    #: The collective settings (:class:`~dessim.collectives.CollectiveSettings`, same names):
     algo: str | None = None               #: force this algorithm for every collective (else each task's)
+    protocol: str = "auto"                #: NCCL protocol (auto: NCCL's choice; raw: textbook)
     chunks: int = 1                       #: pipelining chunks per collective
-    channels: int = 1                     #: parallel rings/trees per collective
+    channels: int | None = None           #: lanes per collective (None: as NCCL lays them out)
     reduction_bw: float | None = None     #: bytes/s a GPU reduces at; None = free reductions
+    #: measured model constants (None: the built-in calibration; dessim.catalog.calibration)
+    calibration: Calibration | None = None
     slowdown: Mapping[int, float] = field(default_factory=dict)  #: per-rank compute slowdown (>= 1 slower)
     straggler_sigma: float = 0.0          #: random slowdown 1 + |N(0, sigma)| per rank, from ``seed``
     seed: int = 0
@@ -70,6 +75,22 @@ class EngineOptions:
     #: Approximation, off by default: ring collectives run as one coupled flow per channel
     #: instead of step by step (collectives.executor._StreamRun; docs/performance.md).
     stream_rings: bool = False
+
+
+    def __post_init__(self) -> None:
+        self.collectives                  # validate the collective settings now
+
+    @property
+    def collectives(self) -> CollectiveSettings:
+        """The collective settings these options carry (validated)."""
+        return CollectiveSettings(algo=self.algo or "auto", protocol=self.protocol,
+                                  channels=self.channels, chunks=self.chunks,
+                                  reduction_bw=self.reduction_bw)
+
+    @property
+    def model_calibration(self) -> Calibration:
+        """The calibration to run with: the built-in one, overridden by ``calibration``."""
+        return load_calibration(self.calibration)
 
 
 def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
@@ -158,6 +179,10 @@ class _Run:
             self.partner[index[r]] = index[s]
         self.colls = {cid: [index[t.id] for t in members]
                       for cid, members in graph.collectives().items()}
+        self.settings = options.collectives
+        self.calibration = options.model_calibration
+        #: (algorithm, protocol) -> collectives planned with it (reported in the result)
+        self.choices: dict[tuple[str, str], int] = {}
         self.coll_state: dict[str, dict] = {}
         self.schedules: dict[tuple, object] = {}
         # records
@@ -239,28 +264,25 @@ class _Run:
         return base * self.factors[t.rank] if t.kind == "compute" else base
 
     def _schedule(self, t: Task, group: tuple[int, ...]):
-        """The transfer schedule of collective task ``t`` on ``group`` (its own group, or an
-        image of it in a folded graph). Cached: identical collectives on the same group share
-        one schedule; ``auto`` is decided once per such collective."""
+        """The :class:`~dessim.collectives.CollectivePlan` of collective task ``t`` on
+        ``group`` (its own group, or an image of it in a folded graph). Cached: identical
+        collectives on the same group share one plan; ``auto`` is decided once per such
+        collective."""
         algo = self.options.algo or t.algo
         key = (t.op, t.size, group, algo)
-        sched = self.schedules.get(key)
-        if sched is None:
-            op = get_op(t.op)
-            chosen = algo
-            if algo == "auto":
-                chosen = choose(op, group, t.size, self.topology, chunks=self.options.chunks,
-                                channels=self.options.channels,
-                                reduction_bw=self.options.reduction_bw,
-                                memo=self.options.shape_memo).algorithm
+        plan = self.schedules.get(key)
+        if plan is None:
             try:
-                sched = build_schedule(op, chosen, group, t.size, chunks=self.options.chunks,
-                                       channels=self.options.channels, topology=self.topology,
-                                       compact=self.options.compact_schedules)
+                plan = plan_collective(t.op, group, t.size, self.topology,
+                                       self.settings.with_(algo=algo),
+                                       compact=self.options.compact_schedules,
+                                       calibration=self.calibration)
             except DessimError as exc:
                 raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None
-            self.schedules[key] = sched
-        return sched
+            self.schedules[key] = plan
+            self.choices[(plan.schedule.algorithm, plan.protocol.name)] = \
+                self.choices.get((plan.schedule.algorithm, plan.protocol.name), 0) + 1
+        return plan
 
     def _start_p2p(self, i: int, j: int) -> None:
         """Both ends of a send/recv pair have started: move the bytes (on every lane of a
@@ -305,7 +327,9 @@ class _Run:
             runs = []
             for inst in instances:
                 arr = {r: self.env.event() for r in inst}
-                runs.append(run_schedule(self.net, self._schedule(t, inst), arrivals=arr,
+                plan = self._schedule(t, inst)
+                runs.append(run_schedule(self.net, plan.schedule, arrivals=arr,
+                                         protocol=plan.protocol,
                                          reduction_bw=self.options.reduction_bw,
                                          key_base=self._key_base(inst),
                                          bundles=self.options.bundles,
@@ -426,7 +450,11 @@ class _Run:
             meta={"graph": self.graph.name, "topology": self.topology.name,
                   "rank_nodes": {r: self.topology.node_of(r) for r in range(n)},
                   "flows": self._cross_rank_flows(), **self._fold_meta(makespan),
-                  **self._stream_meta()})
+                  **self._stream_meta(),
+                  "collectives": {"settings": self.settings.describe(),
+                                  "calibration": self.calibration.label(),
+                                  "chosen": {f"{a}/{p}": n for (a, p), n
+                                             in sorted(self.choices.items())}}})
 
     def _stream_meta(self) -> dict:
         """How many collective runs were streamed (empty unless ``stream_rings`` is on): the

@@ -9,9 +9,9 @@ selects from.
 ``collective``
     One collective (``collective.op``, ``collective.size``, optionally ``collective.ranks`` and
     ``collective.root``) on a topology, run with
-    :func:`dessim.collectives.run_collective`; ``engine.algo`` / ``engine.network`` /
-    ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` /
-    ``engine.stream_rings`` choose how. Metrics:
+    :func:`dessim.collectives.run_collective`; ``engine.algo`` / ``engine.protocol`` /
+    ``engine.network`` / ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` /
+    ``engine.stream_rings`` / ``engine.calibration`` choose how. Metrics:
     ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (nccl-tests definitions, reference README §2.4),
     ``algorithm``, ``transfers``, ``events``, ``link_util_max``, ``gpus``.
 ``workload``
@@ -294,7 +294,8 @@ class Evaluator:
 
 # ---------------------------------------------------------------- collective
 _COLLECTIVE_KEYS = ("op", "size", "ranks", "root")
-_COLLECTIVE_ENGINE_KEYS = ("algo", "network", "chunks", "channels", "reduction_bw", "stream_rings")
+_COLLECTIVE_ENGINE_KEYS = ("algo", "protocol", "network", "chunks", "channels", "reduction_bw",
+                           "stream_rings", "calibration")
 
 
 def _evaluate_collective(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -328,7 +329,7 @@ COLLECTIVE = Evaluator(
                                     help="how it runs")},
     evaluate=_evaluate_collective,
     default_metric="time_s",
-    defaults={"collective": {}, "engine": {"algo": "ring", "network": "flow"}},
+    defaults={"collective": {}, "engine": {"algo": "auto", "network": "flow"}},
 )
 
 

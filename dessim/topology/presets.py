@@ -119,12 +119,13 @@ class DGXDesign:
     ddr: str
     host_mem_per_socket: float
     host_mem_source: str
+    cpu_vendor: str = "intel"   #: "amd" or "intel": rows of NCCL's tuning tables
 
 
 DGX_A100 = DGXDesign("dgx_a100", "A100-80GB", ("A100-40GB", "A100-80GB"), "ib_hdr", "pcie4",
                      "ddr4", 512 * GB,
                      "[U] 1 TB system memory (DGX A100 user guide, not in the reference store) "
-                     "split over 2 sockets")
+                     "split over 2 sockets", cpu_vendor="amd")   # 2 x AMD EPYC 7742
 DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "ddr5",
                      1000 * GB,
                      "[C] 2 TB DDR5 (DGX BasePOD RA, reference README §1.5) split over 2 sockets")
@@ -202,6 +203,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
     default = f"{where.replace('_', '-')}" + (f"-{nodes}node" if nodes > 1 else "")
     return Topology(g, name=name or default, dims=(DGX_GPUS, nodes),
                     meta={"builder": design.system, "params": params, "pxn": bool(pxn),
+                          "cpu_vendor": design.cpu_vendor,
                           "notes": "NVSwitch chips aggregated into one logical switch per node"})
 
 

@@ -89,7 +89,7 @@ from dessim.workload.model import TransformerConfig
 from dessim.workload.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
                                     layer_points, merge_steps)
 from dessim.workload.stage_passes import PassTimeline, pass_timeline
-from dessim.workload.tp_islands import CollectiveTiming, TPIslands
+from dessim.workload.tp_islands import TPIslands
 from dessim.workload.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
 
 __all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "OFFLOAD_NODE_KINDS",
@@ -390,8 +390,7 @@ class _Generator:
         for target in (self.plan.memory.offload_optimizer, self.plan.memory.offload_activations):
             if target != "none":
                 pairs += [(node(r), self._mem_node(r, target)) for r in range(lo.world_size)]
-        self.islands = TPIslands(self.topo, lo.groups("tp"), others, pairs,
-                                 CollectiveTiming.from_engine(engine))
+        self.islands = TPIslands(self.topo, lo.groups("tp"), others, pairs, engine)
         for g, why in sorted(self.islands.fallbacks.items()):
             self.fallback.append(f"TP group {list(g)}: {why}")
         if opts.granularity == "stage":

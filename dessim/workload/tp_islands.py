@@ -14,9 +14,9 @@ stays on the GPU↔NVSwitch links of that node. When
 
 each TP collective of the group takes exactly its idle-network time, which depends only on
 (op, size, group). :class:`TPIslands` decides which groups qualify and computes those times
-once with the same schedule, algorithm choice (``auto`` resolved by
-:func:`dessim.collectives.choose` as the engine does), network model and options as
-:class:`dessim.engine.EngineOptions` would use. Per-rank finish times must coincide (a
+once with the same plan (:func:`dessim.collectives.plan_collective`: ``auto`` resolved
+as the engine does, the same protocol and calibration), network model and shortcuts as the
+:class:`dessim.engine.EngineOptions` of the run. Per-rank finish times must coincide (a
 symmetric collective); otherwise the group falls back to simulated collectives.
 
 The result is exact when the members of a group arrive together — always true after the
@@ -30,49 +30,24 @@ Units: seconds, bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import simpy
 
-from dessim.collectives import build_schedule, choose, get_op, run_schedule
+from dessim.collectives import plan_collective, run_schedule
 from dessim.collectives.auto import group_shape
+from dessim.engine import EngineOptions
 from dessim.network import make_network
 from dessim.network.channels import ChannelMap, channel_map_for
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
-__all__ = ["CollectiveTiming", "TPIslands", "route_channels"]
+__all__ = ["TPIslands", "route_channels"]
 
 _UNKNOWN = object()
 
 #: Relative spread of per-rank finish times still considered "one finish time" (float noise).
 _SAME_FINISH_RTOL = 1e-12
-
-
-@dataclass(frozen=True)
-class CollectiveTiming:
-    """The engine options that decide a collective's time (mirror of the fields of
-    :class:`dessim.engine.EngineOptions` that :meth:`Engine._schedule` and
-    :func:`run_schedule` use)."""
-
-    network: str = "flow"
-    algo: str | None = None
-    chunks: int = 1
-    channels: int = 1
-    reduction_bw: float | None = None
-    compact: bool = True
-    bundles: bool = True
-    shape_memo: bool = True
-
-    @classmethod
-    def from_engine(cls, options: object | None) -> "CollectiveTiming":
-        if options is None:
-            return cls()
-        return cls(network=options.network, algo=options.algo, chunks=options.chunks,  # type: ignore[attr-defined]
-                   channels=options.channels, reduction_bw=options.reduction_bw,  # type: ignore[attr-defined]
-                   compact=options.compact_schedules, bundles=options.bundles,  # type: ignore[attr-defined]
-                   shape_memo=options.shape_memo)  # type: ignore[attr-defined]
 
 
 def route_channels(router: Router, chmap: ChannelMap, src: str, dst: str) -> set[int]:
@@ -153,9 +128,9 @@ class TPIslands:
 
     def __init__(self, topology: Topology, tp_groups: Iterable[Sequence[int]],
                  other_groups: Iterable[Sequence[int]] = (), pairs: Iterable[tuple[str, str]] = (),
-                 timing: CollectiveTiming | None = None) -> None:
+                 options: EngineOptions | None = None) -> None:
         self.topology = topology
-        self.timing = timing or CollectiveTiming()
+        self.options = options or EngineOptions(record_links=False)
         self.router = router_for(topology)
         self.chmap = channel_map_for(topology)
         self._times: dict[tuple[str, float, tuple[int, ...]], float | None] = {}
@@ -225,26 +200,23 @@ class TPIslands:
         key = (op, float(size), tuple(group))
         if key in self._times:
             return self._times[key]
-        t = self.timing
+        o = self.options
+        memo = o.shape_memo
         g = tuple(group)
         # groups of one shape (same routes up to renaming) have the same idle-network time
-        shape_key = (op, float(size), group_shape(g, self.topology)) if t.shape_memo else None
-        known = self._by_shape.get(shape_key, _UNKNOWN) if t.shape_memo else _UNKNOWN
+        shape_key = (op, float(size), group_shape(g, self.topology)) if memo else None
+        known = self._by_shape.get(shape_key, _UNKNOWN) if memo else _UNKNOWN
         if known is not _UNKNOWN:
             if known is None:
                 self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
             self._times[key] = known
             return known
-        opx = get_op(op)
-        algo = t.algo or "auto"       # the generator's tasks use the Task default, "auto"
-        if algo == "auto":
-            algo = choose(opx, g, float(size), self.topology, chunks=t.chunks, channels=t.channels,
-                          reduction_bw=t.reduction_bw, memo=t.shape_memo).algorithm
-        sched = build_schedule(opx, algo, g, float(size), chunks=t.chunks, channels=t.channels,
-                               topology=self.topology, compact=t.compact)
+        plan = plan_collective(op, g, float(size), self.topology, o.collectives,
+                               compact=o.compact_schedules, calibration=o.model_calibration)
         env = simpy.Environment()
-        net = make_network(t.network, env, self.topology, record=False, bundles=t.bundles)
-        run = run_schedule(net, sched, reduction_bw=t.reduction_bw, bundles=t.bundles)
+        net = make_network(o.network, env, self.topology, record=False, bundles=o.bundles)
+        run = run_schedule(net, plan.schedule, protocol=plan.protocol,
+                           reduction_bw=o.reduction_bw, bundles=o.bundles)
         env.run(run.done)
         finishes = [run.rank_finish[r] for r in g]
         hi, lo = max(finishes), min(finishes)
@@ -253,6 +225,6 @@ class TPIslands:
             value = None
             self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
         self._times[key] = value
-        if t.shape_memo:
+        if memo:
             self._by_shape[shape_key] = value
         return value

@@ -1,7 +1,7 @@
 """Collective algorithms and :func:`build_schedule`.
 
 Importing this package registers every algorithm module in :data:`ALGORITHMS`:
-ring, tree, dbtree, rd, hd, direct, pairwise, hierarchical.
+ring, tree, dbtree, rd, hd, direct, pairwise, hierarchical, nvls, nvlstree.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dessim.collectives.algorithms.base import (ALGORITHMS, Algorithm, algorithm
 # Registration order = listing order = auto's tie-break order (simplest first).
 from dessim.collectives.algorithms import ring, tree, dbtree, rd, hd  # noqa: F401,E402,I001
 from dessim.collectives.algorithms import direct, pairwise, hierarchical  # noqa: F401,E402,I001
+from dessim.collectives.algorithms import nvls  # noqa: F401,E402,I001
 from dessim.collectives.ops import Op, get_op
 from dessim.collectives.schedule import CompactSchedule, Lane, Schedule, ScheduleBuilder
 from dessim.errors import CollectiveError
@@ -34,21 +35,25 @@ def check_supported(op: Op, alg: Algorithm, group: tuple[int, ...],
 
 
 def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] | list[int],
-                   size: float, *, chunks: int = 1, channels: int = 1, root: int | None = None,
-                   topology: Topology | None = None, compact: bool = True,
-                   **options) -> Schedule:
+                   size: float, *, chunks: int = 1, channels: int | None = None,
+                   root: int | None = None, topology: Topology | None = None,
+                   compact: bool = True, **options) -> Schedule:
     """The transfers of ``op`` over ``group`` (global ranks) with ``size`` bytes.
 
-    ``channels`` C splits the data over C independent lanes (ring: alternate directions);
-    ``chunks`` K splits each channel's data into K pieces sent one after the other on the
-    same connections, which pipelines trees and chains. Each lane carries ``size / (C·K)``.
+    ``channels`` C splits the data over C independent lanes (None: as the algorithm lays
+    them out — for rings, NCCL's one lane per rail across nodes, see
+    :mod:`~dessim.collectives.algorithms.ring`; 1 otherwise); ``chunks`` K splits each
+    lane's data into K pieces sent one after the other on the same connections, which
+    pipelines trees and chains. Each lane carries ``size / (lanes·K)``.
     ``root`` (broadcast, reduce; default ``group[0]``) is a global rank. ``options`` are
     algorithm options (hierarchical: ``inner``).
 
     ``compact`` (default): an algorithm with a ``plan`` method (ring all-reduce, reduce-scatter,
     all-gather) returns a :class:`~dessim.collectives.schedule.CompactSchedule` — the same
     transfers and dependencies stored as uniform steps, O(steps) to build instead of
-    O(transfers). ``compact=False`` always builds the per-transfer rows.
+    O(transfers). ``compact=False`` always builds the per-transfer rows. An algorithm with a
+    ``fluid`` method (trees across nodes, NVLS) returns a
+    :class:`~dessim.collectives.schedule.FluidSchedule`.
     """
     op = get_op(op)
     alg = get_algorithm(algo)
@@ -60,6 +65,8 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
     if not size > 0:
         raise CollectiveError(f"{op.name}: size {size!r} must be > 0 bytes")
     for what, value in (("chunks", chunks), ("channels", channels)):
+        if value is None and what == "channels":
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise CollectiveError(f"{op.name}: {what} {value!r} must be a whole number >= 1")
     check_supported(op, alg, group, topology, options)
@@ -69,16 +76,22 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
             raise CollectiveError(f"{op.name}: root rank {root} is not in the group")
     else:
         root = None
-    params = {"chunks": chunks, "channels": channels, **options}
+    fluid = getattr(alg, "fluid", None)
+    if fluid is not None:
+        found = fluid(op, group, float(size), root, topology, channels, options)
+        if found is not None:
+            return found
+    lanes = alg.lanes(group, topology, channels)
+    params = {"chunks": chunks, "channels": len(lanes), **options}
     plan_of = getattr(alg, "plan", None)
     if compact and plan_of is not None and not options:
-        plan = plan_of(op, group, float(size), chunks, channels)
+        plan = plan_of(op, group, float(size), chunks, lanes)
         if plan is not None:
             return CompactSchedule(op, alg.name, group, float(size), root, plan, params)
     schedule = Schedule(op, alg.name, group, float(size), root, params=params)
     builder = ScheduleBuilder(schedule)
-    lane_size = float(size) / (chunks * channels)
-    for c in range(channels):
+    lane_size = float(size) / (chunks * len(lanes))
+    for c, members in enumerate(lanes):
         for _ in range(chunks):
-            alg.emit(Lane(builder, c), op, group, lane_size, root, topology, options)
+            alg.emit(Lane(builder, c), op, members, lane_size, root, topology, options)
     return schedule

@@ -42,6 +42,13 @@ class Algorithm:
         """Add the transfers of one lane carrying ``size`` bytes (op semantics) to ``lane``."""
         raise NotImplementedError
 
+    def lanes(self, group: tuple[int, ...], topology: Topology | None,
+              channels: int | None) -> list[tuple[int, ...]]:
+        """The member order of each lane: :func:`~dessim.collectives.algorithms.build_schedule`
+        emits lane ``c`` with ``lanes[c]`` as its group. Default: ``channels`` lanes (None: 1)
+        over the group as given."""
+        return [group] * (channels or 1)
+
     def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
         """What :meth:`check` and :meth:`emit` read from ``topology`` beyond the routes
         between the members, with ranks given as positions in ``group`` (None: nothing).

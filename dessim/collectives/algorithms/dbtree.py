@@ -1,9 +1,20 @@
-"""NCCL's double binary tree (NCCL 2.4; reference README §2.3).
+"""NCCL's Tree: double binary trees (NCCL 2.4 and later; docs/references.md).
 
 Two complementary binary trees each carry half of the data: tree 0 is NCCL's in-order binary
 tree (``ncclGetBtree``: a rank's parent is found from its lowest set bit), tree 1 its mirror
 (``p`` even) or its shift by one (``p`` odd), as in ``ncclGetDtree``; a rank that is a leaf
 in one tree is an inner node of the other, so the per-rank traffic is balanced.
+
+* **Inside one host** the two trees run over the group's ranks, store and forward per step
+  (pipelined by ``chunks``), as before.
+* **Across hosts** (NCCL 2.30.7 ``connectTrees``, ``src/graph/connect.cc``) the trees run over
+  the *nodes*: in each node the channel's data goes through a chain of the node's GPUs,
+  headed by the GPU that owns the channel's NIC (one lane per rail of the first node), and
+  the heads exchange with their parent and child nodes. NCCL pipelines this in 64 KiB - 2 MiB
+  chunks through every edge at once, so it runs as a fluid pipeline
+  (:class:`~dessim.collectives.schedule.FluidSchedule`, :func:`tree_fluid`): every chain and
+  tree edge is a flow in both directions, and the latency is NCCL's
+  ``2·((ppn-1)·intra + log2(nodes)·inter)`` hops.
 """
 
 from __future__ import annotations
@@ -11,8 +22,9 @@ from __future__ import annotations
 from dessim.collectives.algorithms.base import SUB_CHANNEL, Algorithm, register
 from dessim.collectives.algorithms.trees import emit_tree
 from dessim.collectives.ops import Op
-from dessim.collectives.schedule import Lane
+from dessim.collectives.schedule import Flow, FluidSchedule, Lane
 from dessim.topology.graph import Topology
+from dessim.topology.hosts import host_map
 
 
 def btree_parent(p: int) -> list[int]:
@@ -39,11 +51,85 @@ def dtree_parents(p: int) -> tuple[list[int], list[int]]:
     return t0, t1
 
 
+def node_tree_edges(n_nodes: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """NCCL's two node trees as (tree, [(child, parent)]) with node positions."""
+    if n_nodes < 2:
+        return []
+    out = []
+    for t, parent in enumerate(dtree_parents(n_nodes)):
+        out.append((t, [(k, q) for k, q in enumerate(parent) if q >= 0]))
+    return out
+
+
+def tree_depth(n_nodes: int) -> int:
+    return max(0, int(n_nodes).bit_length() - 1)
+
+
+def tree_fluid(op: Op, group: tuple[int, ...], size: float, root: int | None,
+               topology: Topology, channels: int | None, name: str = "dbtree") -> FluidSchedule | None:
+    """NCCL's Tree across nodes (module docstring) for ``group``, or None when the group
+    lies in one host (then the double binary tree runs over the ranks)."""
+    hosts = host_map(topology)
+    parts = hosts.split(group)
+    if len(parts) < 2:
+        return None
+    first = hosts.host_of(group[0])
+    rails = sorted({first.rail[n] for r in parts[0] for n in (first.nic_of.get(r),)
+                    if n is not None and n in first.rail}, key=str) or [None]
+    lanes = len(rails) if channels is None else channels
+    per = size / lanes / 2            # per lane and tree
+    flows: list[Flow] = []
+    heads_of_lane = []
+    for c in range(lanes):
+        rail = rails[c % len(rails)]
+        chains = []
+        for part in parts:
+            host = hosts.host_of(part[0])
+            nic = host.nic_on_rail(rail) if rail is not None else None
+            head = next((r for r in part if nic is not None and host.nic_of.get(r) == nic), part[0])
+            i = part.index(head)
+            chains.append(part[i:] + part[:i])
+        heads_of_lane.append(chains)
+        for t, edges in node_tree_edges(len(parts)):
+            ch = 2 * c + t
+            for chain in chains:
+                for a, b in zip(chain, chain[1:]):
+                    flows.append(Flow(b, a, per, ch))     # reduce up the chain
+                    flows.append(Flow(a, b, per, ch))     # broadcast down
+            for child, parent in edges:
+                a, b = chains[child][0], chains[parent][0]
+                flows.append(Flow(a, b, per, ch))
+                flows.append(Flow(b, a, per, ch))
+    chain0 = heads_of_lane[0][0]
+    up_chain = list(zip(chain0[1:], chain0)) if len(chain0) > 1 else []
+    depth = tree_depth(len(parts))
+    net_hop = (heads_of_lane[0][1][0], heads_of_lane[0][0][0])
+    critical = 2 * (up_chain + [net_hop] * depth)
+    return FluidSchedule(op, name, group, size, root, flows, critical,
+                         {"channels": lanes * 2, "chunks": 1})
+
+
 @register
 class DoubleBinaryTree(Algorithm):
     name = "dbtree"
-    summary = "NCCL double binary tree: two complementary trees, each half the data"
+    summary = "NCCL Tree: double binary trees (over nodes, chains inside nodes, across hosts)"
     ops = frozenset({"allreduce"})
+
+    def fluid(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
+              topology: Topology | None, channels: int | None, options: dict) -> FluidSchedule | None:
+        """The pipelined tree over nodes when ``group`` spans several hosts, else None."""
+        if topology is None:
+            return None
+        return tree_fluid(op, group, size, root, topology, channels, self.name)
+
+    def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
+        """The host partition of the group (member positions) and its rails."""
+        hosts = host_map(topology)
+        pos = {r: i for i, r in enumerate(group)}
+        rails: dict[object, int] = {}          # rails named by order of first use
+        return tuple((tuple(pos[r] for r in part),
+                      tuple(rails.setdefault(hosts.rail_of(r), len(rails)) for r in part))
+                     for part in hosts.split(group))
 
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:

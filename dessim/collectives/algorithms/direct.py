@@ -38,7 +38,7 @@ class Direct(Algorithm):
                      "reduce", "sendrecv"})
 
     def plan(self, op: Op, group: tuple[int, ...], size: float, chunks: int,
-             channels: int) -> StepPlan | None:
+             lanes: list[tuple[int, ...]]) -> StepPlan | None:
         """The same transfers and dependencies as :meth:`emit` as uniform all-pairs steps
         (:class:`StepPlan`), so that a step can run as one network bundle; None for rooted
         ops and for ``chunks > 1`` (a chunk's gather would wait on two earlier steps).
@@ -46,6 +46,7 @@ class Direct(Algorithm):
         Dependencies, as :class:`Lane` produces them: the gather step's send ``s -> d`` waits
         for everything ``s`` and ``d`` sent and received in the reduce-scatter step."""
         phases = _STEPS.get(op.name)
+        channels = len(lanes)
         p = len(group)
         if phases is None or chunks != 1 or p < 2:
             return None

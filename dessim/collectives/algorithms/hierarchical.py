@@ -10,13 +10,17 @@ dimensions ``D0`` (fastest varying, e.g. the 8 GPUs of a node) ... ``Dm-1`` (e.g
 Each phase runs a flat algorithm (``inner``, default ``ring``; one name for all dimensions or
 one per dimension) on every line of ranks along that dimension at once. The group must span
 whole dimensions: for ``dims=(8, 4)``, ranks 0-31 (both) or 8-15 (the first, node 1).
+
+Each phase uses its own connections (a sub-channel), so with ``chunks`` k the chunks
+pipeline through the phases: while chunk 2 is reduce-scattered inside the nodes, chunk 1
+crosses the network — the NICs stay busy instead of idling during the intra-node phases.
 """
 
 from __future__ import annotations
 
 from math import prod
 
-from dessim.collectives.algorithms.base import Algorithm, get_algorithm, register
+from dessim.collectives.algorithms.base import SUB_CHANNEL, Algorithm, get_algorithm, register
 from dessim.collectives.ops import Op, get_op
 from dessim.collectives.schedule import Lane
 from dessim.errors import CollectiveError
@@ -109,9 +113,15 @@ class Hierarchical(Algorithm):
         if m == 0:
             return
 
+        phases = iter(range(1, 2 * m + 1))
+
         def phase(ph: str, d: int, nbytes: float) -> None:
+            # each phase on its own connections (sub-channel): chunk k+1's first phase
+            # waits only for chunk k's first phase there, so chunks pipeline through the
+            # phases (an in-node reduce-scatter overlaps the previous chunk's cross-node step)
+            sub = Lane(lane.builder, lane.channel + SUB_CHANNEL * next(phases), lane.pending)
             for line in lines[d]:
-                inner[d].emit(lane, get_op(ph), line, nbytes, None, topology, options)
+                inner[d].emit(sub, get_op(ph), line, nbytes, None, topology, options)
 
         cur = size
         if op.name in ("allreduce", "reducescatter"):

@@ -1,0 +1,234 @@
+"""Calibration: the measured constants of dessim's models, as one validated file.
+
+A calibration file (YAML) holds every constant that comes from a measurement rather than a
+datasheet: how fast kernels run on each GPU (:mod:`dessim.engine.kernels`), how much of a
+link's rate NCCL achieves and with what latency, and NCCL's per-call overhead. The built-in
+defaults are such a file, ``calibration/default.yaml``, with a public source for every
+value (docs/calibration.md); ``dessim calibrate`` writes one from a user's own measurements,
+and every simulating command takes ``--calibration FILE``: its values replace the defaults
+one by one (a file may hold only what it calibrated).
+
+Units: times are strings with units (``"20us"``), efficiencies plain fractions; inside dessim
+everything is SI. Unknown keys are errors ("did you mean"), so a typo never silently falls
+back to a default. :meth:`Calibration.json_schema` exports the schema for editors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Mapping, Union, get_args, get_origin
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from dessim.errors import SpecError, UnitError
+from dessim.resources import find_data_file, read_yaml
+from dessim.units import parse_time
+
+__all__ = ["Calibration", "NcclCalibration", "LinkCalibration", "DeviceCalibration",
+           "GemmCalibration", "AttentionTable", "default_calibration", "load_calibration",
+           "CALIBRATION_VERSION"]
+
+CALIBRATION_VERSION = 1
+
+
+def _time(value: object) -> float:
+    """A time with units (``"20us"``) in seconds; bare numbers are refused (say the unit)."""
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError(f"give a time with its unit, e.g. '20us' or '1.5ms' (got {value!r})")
+    try:
+        return parse_time(value)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _fraction(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    if not 0 < float(value) <= 1:
+        raise ValueError(f"must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+Seconds = Annotated[float, BeforeValidator(_time)]
+Fraction = Annotated[float, BeforeValidator(_fraction)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NcclCalibration(_Model):
+    """Constants of the collective model beyond NCCL's own tuning tables."""
+
+    #: Fixed cost of one collective call (kernel launch, peer synchronisation), seconds.
+    call_overhead: Seconds | None = None
+    source: str = ""
+
+
+class LinkCalibration(_Model):
+    """Achieved fraction of a link technology's rate, and its one-way latency."""
+
+    efficiency: Fraction | None = None
+    latency: Seconds | None = None
+    source: str = ""
+
+
+class GemmCalibration(_Model):
+    """Parameters of the GEMM model of one GPU (:mod:`dessim.engine.kernels`)."""
+
+    #: fraction of dense peak a large, well-shaped GEMM reaches (the ceiling)
+    peak_efficiency: Fraction | None = None
+    #: k at which the main loop reaches half its efficiency (tile prologue/epilogue)
+    k_half: float | None = Field(default=None, gt=0)
+    #: fixed time per GEMM kernel beyond launch (tail, epilogue), seconds
+    fixed: Seconds | None = None
+    source: str = ""
+
+
+class AttentionTable(_Model):
+    """Measured attention throughput of one implementation: TFLOP/s (forward + backward,
+    FlashAttention's FLOP convention) by head dim, causal flag and sequence length."""
+
+    #: keys "d<head_dim>" or "d<head_dim>-causal"; values map sequence length -> TFLOP/s
+    tflops: dict[str, dict[int, float]]
+    source: str = ""
+
+
+class DeviceCalibration(_Model):
+    """Kernel-model constants of one GPU."""
+
+    gemm: GemmCalibration | None = None
+    attention: dict[str, AttentionTable] = Field(default_factory=dict)
+    #: achieved fraction of HBM bandwidth of memory-bound kernels
+    memory_efficiency: Fraction | None = None
+    #: per-kernel launch and scheduling gap, seconds
+    launch_overhead: Seconds | None = None
+    source: str = ""
+
+
+class Calibration(_Model):
+    """A calibration file (see the module docstring)."""
+
+    version: int = CALIBRATION_VERSION
+    name: str = "calibration"
+    description: str = ""
+    nccl: NcclCalibration = NcclCalibration()
+    links: dict[str, LinkCalibration] = Field(default_factory=dict)
+    devices: dict[str, DeviceCalibration] = Field(default_factory=dict)
+
+    # ------------------------------------------------------------------ merging
+    def over(self, base: "Calibration") -> "Calibration":
+        """This calibration's values where given, ``base``'s elsewhere (field by field)."""
+        merged = _merge(base.model_dump(exclude_none=True), self.model_dump(exclude_none=True,
+                                                                            exclude_defaults=True))
+        merged["name"] = self.name
+        return Calibration.model_validate(merged)
+
+    def fingerprint(self) -> str:
+        """A short hash of the values (shown in summaries and sweep tables)."""
+        text = json.dumps(self.model_dump(exclude={"description"}), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        """``name@fingerprint`` for outputs."""
+        return f"{self.name}@{self.fingerprint()}"
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        return cls.model_json_schema()
+
+    # ------------------------------------------------------------------ lookups
+    def device(self, name: str) -> DeviceCalibration:
+        """The constants of GPU ``name`` (empty if the file has none)."""
+        return self.devices.get(name, DeviceCalibration())
+
+    def link(self, tech: str) -> LinkCalibration:
+        return self.links.get(tech, LinkCalibration())
+
+
+def _merge(base: dict, top: Mapping) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _readable(exc: ValidationError, where: str) -> SpecError:
+    """One line per problem, naming the key path, with a "did you mean" for unknown keys."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            key = str(err["loc"][-1])
+            parent = _fields_at(err["loc"][:-1])
+            hint = difflib.get_close_matches(key, parent, n=1)
+            lines.append(f"{loc}: unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                         + (f"; valid keys: {', '.join(parent)}" if parent else ""))
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{loc}: {msg}")
+    return SpecError(f"{where}: " + "; ".join(lines))
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """The valid keys of the mapping at ``loc`` in a :class:`Calibration` document."""
+    model: Any = Calibration
+    for part in loc:
+        if get_origin(model) is dict:           # a key of a dict: step to its values
+            model = get_args(model)[1]
+            continue
+        info = getattr(model, "model_fields", {}).get(str(part))
+        if info is None:
+            return []
+        model = info.annotation
+        if get_origin(model) in (Union, UnionType):   # X | None
+            model = next(a for a in get_args(model) if a is not type(None))
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def parse_calibration(doc: object, where: str = "calibration") -> Calibration:
+    """A :class:`Calibration` from a parsed document; :class:`SpecError` naming the keys."""
+    if not isinstance(doc, Mapping):
+        raise SpecError(f"{where}: expected a mapping with keys {', '.join(Calibration.model_fields)}, "
+                        f"got {type(doc).__name__}")
+    version = doc.get("version", CALIBRATION_VERSION)
+    if version != CALIBRATION_VERSION:
+        raise SpecError(f"{where}: version {version!r} is not supported (this dessim reads "
+                        f"version {CALIBRATION_VERSION})")
+    try:
+        return Calibration.model_validate(dict(doc))
+    except ValidationError as exc:
+        raise _readable(exc, where) from None
+
+
+@lru_cache(maxsize=1)
+def default_calibration() -> Calibration:
+    """The built-in calibration (``calibration/default.yaml``), read once."""
+    path = find_data_file("calibration", "default")
+    if path is None:
+        raise SpecError("the built-in calibration file calibration/default.yaml is missing "
+                        "from this installation")
+    return parse_calibration(read_yaml(path, "calibration file"), str(path))
+
+
+def load_calibration(source: "str | Path | Calibration | None" = None) -> Calibration:
+    """The calibration to run with: the built-in defaults, overridden by ``source`` (a file
+    path or a :class:`Calibration`) where it gives values."""
+    base = default_calibration()
+    if source is None:
+        return base
+    if isinstance(source, Calibration):
+        return source.over(base)
+    path = Path(source)
+    if path.is_dir() or not path.exists():
+        raise SpecError(f"calibration file {str(path)!r} "
+                        + ("is a directory" if path.is_dir() else "does not exist"))
+    return parse_calibration(read_yaml(path, "calibration file"), str(path)).over(base)

@@ -1,0 +1,153 @@
+"""In-switch reduction: NVLink SHARP (NVLS) inside an NVLink domain and NVLSTree across
+nodes, as fluid pipelines (:class:`~dessim.collectives.schedule.FluidSchedule`).
+
+**NVLS** (NCCL ``src/transport/nvls.cc``, ``connectNvls``; docs/references.md). The NVSwitch
+reduces and multicasts: for an all-reduce over ``n`` GPUs, GPU ``g`` owns shard ``g``
+(``S/n`` bytes) and reads it reduced from every GPU's copy through the switch
+(``multimem.ld_reduce``: every GPU sends each shard once, ``S`` up), gets it back (``S/n``
+down), then stores it once to the multicast object (``S/n`` up), which the switch delivers
+to every GPU (``S`` down). Each GPU's link to the switch therefore carries ``(1 + 1/n)·S``
+each way, against ``2(n-1)/n·S`` for a ring. NVLS moves data at ``nvlsEfficiency`` of the
+link rate (NCCL 2.30.7 ``tuning.cc``: 0.85 on Hopper, 0.74 on Blackwell), charged as extra
+wire bytes. Reduce-scatter is the first half (``S`` up, ``S/n`` down), all-gather the second
+(``S/n`` up, ``S`` down). The flows go between each GPU and the switch node. Needs sm90+
+GPUs that share one NVSwitch.
+
+On a DGX H100 (NVLink 450 GB/s, 82 % achieved by NCCL's ring) this gives
+``busbw = 2(n-1)/(n+1) × 0.85 × 370 GB/s ≈ 489 GB/s`` for 8 GPUs; nccl-tests measures
+≈ 480 (nccl-tests#212).
+
+**NVLSTree** (``connectNvls``): inside each node NVLS reduces every shard onto the GPU that
+owns a NIC (its *head*); heads of the same index across nodes all-reduce their shard over
+NCCL's double binary tree of nodes (half the data on each tree), then NVLS multicasts the
+result inside each node.
+
+Latency: the critical path of the pipeline (:class:`~dessim.collectives.schedule.FluidSchedule`):
+NVLS one hop into the switch; NVLSTree that plus ``2·log2(nodes)`` network hops — NCCL's
+latency formulas. NCCL's Tree across nodes is :mod:`~dessim.collectives.algorithms.dbtree`.
+"""
+
+from __future__ import annotations
+
+from dessim.collectives.algorithms.base import Algorithm, register
+from dessim.catalog.devices import get_device
+from dessim.collectives.algorithms.dbtree import node_tree_edges, tree_depth
+from dessim.collectives.ops import Op
+from dessim.collectives.schedule import Flow, FluidSchedule, Lane
+from dessim.errors import CollectiveError
+from dessim.topology.graph import Topology
+from dessim.topology.hosts import host_map
+
+__all__ = ["NVLS", "NVLSTree", "NVLS_EFFICIENCY", "nvswitch_of"]
+
+#: NCCL 2.30.7 ``nvlsEfficiency`` by GPU generation (tuning.cc).
+NVLS_EFFICIENCY: dict[str, float] = {"hopper": 0.85, "blackwell": 0.74}
+
+
+def nvswitch_of(group: tuple[int, ...], topology: Topology) -> str | None:
+    """The NVSwitch node every member of ``group`` links to over NVLink, or None."""
+    graph = topology.graph
+    common: set[str] | None = None
+    for r in group:
+        node = topology.node_of(r)
+        sw = {v for _, v, d in graph.edges(node, data=True)
+              if d["type"] == "nvlink" and graph.nodes[v]["kind"] == "switch"}
+        common = sw if common is None else common & sw
+        if not common:
+            return None
+    return min(common) if common else None
+
+
+def _nvls_efficiency(group: tuple[int, ...], topology: Topology, what: str) -> float:
+    gens = {get_device(d).generation for d in (topology.device(r) for r in group) if d}
+    effs = [NVLS_EFFICIENCY.get(g) for g in gens]
+    if not effs or any(e is None for e in effs):
+        raise CollectiveError(f"{what}: NVLink SHARP needs Hopper or Blackwell GPUs (sm90+); "
+                              f"this group has {', '.join(sorted(gens)) or 'no declared GPU model'}")
+    return min(e for e in effs if e is not None)
+
+
+def _nvls_flows(members: tuple[int, ...], switch: str, op: str, size: float, eff: float,
+                channel: int = 0) -> list[Flow]:
+    """Per member: its bytes into and out of the switch (module docstring)."""
+    n = len(members)
+    up, down = {"allreduce": ((1 + 1 / n) * size, (1 + 1 / n) * size),
+                "reducescatter": (size, size / n), "allgather": (size / n, size)}[op]
+    flows = []
+    for r in members:
+        flows.append(Flow(r, switch, up / eff, channel))
+        flows.append(Flow(switch, r, down / eff, channel))
+    return flows
+
+
+@register
+class NVLS(Algorithm):
+    name = "nvls"
+    summary = "NVLink SHARP: reduce and multicast in the NVSwitch (one NVLink domain, sm90+)"
+    ops = frozenset({"allreduce", "reducescatter", "allgather"})
+
+    def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
+              options: dict) -> None:
+        if topology is None or nvswitch_of(group, topology) is None:
+            raise CollectiveError("nvls: every rank of the group must link to one NVSwitch "
+                                  "(one NVLink domain); across nodes use nvlstree")
+        _nvls_efficiency(group, topology, "nvls")
+
+    def emit(self, lane: Lane, op: Op, group, size, root, topology, options) -> None:
+        raise CollectiveError("nvls runs as a fluid pipeline only")   # fluid() always answers
+
+    def fluid(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
+              topology: Topology | None, channels: int | None, options: dict) -> FluidSchedule:
+        switch = nvswitch_of(group, topology)  # type: ignore[arg-type]
+        eff = _nvls_efficiency(group, topology, "nvls")  # type: ignore[arg-type]
+        flows = _nvls_flows(group, switch, op.name, size, eff)  # type: ignore[arg-type]
+        return FluidSchedule(op, self.name, group, size, root, flows, [(group[0], switch)],
+                             {"channels": 1, "chunks": 1, "nvls_efficiency": eff})
+
+
+@register
+class NVLSTree(Algorithm):
+    name = "nvlstree"
+    summary = "NVLS inside each node + double binary tree of the NIC heads across nodes"
+    ops = frozenset({"allreduce"})
+
+    def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
+              options: dict) -> None:
+        if topology is None:
+            raise CollectiveError("nvlstree needs a topology")
+        parts = host_map(topology).split(group)
+        if len(parts) < 2:
+            raise CollectiveError("nvlstree runs across nodes; inside one NVLink domain use nvls")
+        if len({len(p) for p in parts}) != 1:
+            raise CollectiveError("nvlstree: every node must hold the same number of ranks of "
+                                  f"the group, got {sorted({len(p) for p in parts})}")
+        for p in parts:
+            if nvswitch_of(p, topology) is None:
+                raise CollectiveError(f"nvlstree: ranks {list(p)} of one node do not share an "
+                                      "NVSwitch")
+        _nvls_efficiency(group, topology, "nvlstree")
+
+    def emit(self, lane: Lane, op: Op, group, size, root, topology, options) -> None:
+        raise CollectiveError("nvlstree runs as a fluid pipeline only")
+
+    def fluid(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
+              topology: Topology | None, channels: int | None, options: dict) -> FluidSchedule:
+        parts = host_map(topology).split(group)  # type: ignore[arg-type]
+        eff = _nvls_efficiency(group, topology, "nvlstree")  # type: ignore[arg-type]
+        ppn = len(parts[0])
+        flows: list[Flow] = []
+        for part in parts:
+            flows += _nvls_flows(part, nvswitch_of(part, topology), "allreduce", size, eff)  # type: ignore[arg-type]
+        shard = size / ppn / 2          # per head, per tree
+        trees = node_tree_edges(len(parts))
+        for h in range(ppn):
+            for t, edges in trees:
+                for child, parent in edges:
+                    a, b = parts[child][h], parts[parent][h]
+                    flows.append(Flow(a, b, shard, 1 + 2 * h + t))
+                    flows.append(Flow(b, a, shard, 1 + 2 * h + t))
+        sw0 = nvswitch_of(parts[0], topology)  # type: ignore[arg-type]
+        depth = tree_depth(len(parts))
+        critical = [(parts[0][0], sw0)] + [(parts[0][0], parts[1][0])] * (2 * depth)
+        return FluidSchedule(op, self.name, group, size, root, flows, critical,
+                             {"channels": ppn * 2, "chunks": 1, "nvls_efficiency": eff})

@@ -1,0 +1,143 @@
+"""What NCCL's topology search finds for a communicator on a dessim topology.
+
+:func:`nccl_system` summarises a group of ranks on a :class:`~dessim.topology.graph.Topology`
+as the :class:`~dessim.collectives.nccl.tuning.NcclSystem` NCCL's tuning model reads: GPU
+architecture, nodes and GPUs per node, the ring/tree search result (channels and per-channel
+bandwidth), and whether NVLink SHARP (NVLS) applies. It follows NCCL 2.30.7
+(``src/graph/topo.cc``, ``search.cc``, ``connect.cc``; docs/references.md):
+
+* bandwidths in NCCL's units (GB/s): an NVLink counts ``SM80_NVLINK_BW`` = 20.0,
+  ``SM90_NVLINK_BW`` = 20.6 or ``SM100_NVLINK_BW`` = 40.1 GB/s per link (25 or 50 GB/s raw
+  per direction), a PCIe x16 link ``width * GT/s code / 80`` (Gen4 24, Gen5 48 GB/s, i.e.
+  24/31.5 of the raw rate), a NIC its line rate (400 Gb/s = 50 GB/s);
+* the ring search (``ncclTopoCompute``): the first speed of NCCL's speed list not above the
+  best path, as many channels as the links admit (each channel takes ``speed`` on every link
+  it crosses; a NIC admits ``floor(nic / speed)``), a lower speed only if strictly better,
+  then ``ncclTopoDupChannels`` (×2 channels at half the speed unless the speed is below 25,
+  or below 50 on sm90+ with more than 4 channels) and ``ncclTopoPostset`` (×2 execution
+  channels, ×2 more on sm90+ across nodes with fewer than 16 and speed above 45);
+* NVLS: sm90+ GPUs on one NVSwitch; one NVLS channel per GPU at the fastest intra speed that
+  fits (8 × 40 GB/s on a DGX H100).
+
+These reproduce the search results worked out from the source for DGX A100 (1 node: 12
+channels × 20 GB/s, 24 executed; multi-node: 8 × 24, 16 executed) and DGX H100 (1 node:
+12 × 30, 24 executed; multi-node: 8 × 48, 16 executed; NCCL debug logs in nccl-tests#100 and
+nccl#892 agree). Only NCCL's *choice* depends on them (:mod:`~dessim.collectives.nccl.tuning`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from dessim.catalog.devices import get_device
+from dessim.collectives.nccl.tuning import AMPERE, BLACKWELL, HOPPER, VOLTA, NcclSystem
+from dessim.topology.graph import Topology
+from dessim.topology.hosts import host_map
+
+__all__ = ["nccl_system", "ARCH_OF_GENERATION"]
+
+#: NCCL table row of each GPU generation; RCCL (MI300X) is given Ampere's rows [U].
+ARCH_OF_GENERATION = {"volta": VOLTA, "ampere": AMPERE, "hopper": HOPPER,
+                      "blackwell": BLACKWELL, "cdna3": AMPERE}
+#: NCCL's per-NVLink bandwidth (GB/s) over the raw per-link rate (25 or 50 GB/s).
+_NVLINK_FACTOR = {VOLTA: 20.0 / 25.0, AMPERE: 20.0 / 25.0, HOPPER: 20.6 / 25.0,
+                  BLACKWELL: 40.1 / 50.0}
+#: NCCL's PCIe x16 figure (Gen4: 16 * 120 / 80 = 24 GB/s) over the raw rate (31.5 GB/s).
+_PCI_FACTOR = 24.0 / 31.5
+_SPEED_INTRA = (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3)
+_SPEED_INTRA_SM90 = (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3)
+_SPEED_INTRA_SM100 = (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18)
+_SPEED_INTER = (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12)
+_SPEED_INTER_SM90 = (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)
+_SPEED_INTER_SM100 = (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4,
+                      1.2, 0.24, 0.12)
+#: MAXCHANNELS / 2: the most ring channels a search may find.
+_MAX_SEARCH_CHANNELS = 32
+_MAX_CHANNELS = 64
+#: NVLS channels NCCL launches (NVLS_NCHANNELS_SM90 / _SM100), for reports.
+_NVLS_EXEC_CHANNELS = {HOPPER: 16, BLACKWELL: 32}
+
+
+def _speeds(arch: int, inter: bool) -> tuple[float, ...]:
+    if arch >= BLACKWELL:
+        return _SPEED_INTER_SM100 if inter else _SPEED_INTRA_SM100
+    if arch >= HOPPER:
+        return _SPEED_INTER_SM90 if inter else _SPEED_INTRA_SM90
+    return _SPEED_INTER if inter else _SPEED_INTRA
+
+
+def _search(speeds: tuple[float, ...], best: float, channels_at) -> tuple[int, float]:
+    """NCCL's speed loop: the first speed <= ``best``, then lower speeds only while strictly
+    better (``nChannels * speed``) and within a factor 0.49 of the start."""
+    start = next((i for i, v in enumerate(speeds) if v <= best * (1 + 1e-9)), len(speeds) - 1)
+    n_best, bw_best = channels_at(speeds[start]), speeds[start]
+    for v in speeds[start + 1:]:
+        if v / speeds[start] <= 0.49:
+            break
+        n = channels_at(v)
+        if n * v > n_best * bw_best:
+            n_best, bw_best = n, v
+    return max(1, n_best), bw_best
+
+
+def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
+    """The :class:`NcclSystem` NCCL would see for a communicator of ``group`` on
+    ``topology`` (see the module docstring). Cached per group shape by the caller."""
+    hosts = host_map(topology)
+    parts = hosts.split(group)
+    nodes, ppn = len(parts), max(len(p) for p in parts)
+    graph = topology.graph
+    gpu = topology.node_of(group[0])
+    device = topology.device(group[0])
+    arch = ARCH_OF_GENERATION.get(get_device(device).generation, AMPERE) if device else AMPERE
+    # intra-node: NVLink bandwidth of a member (NCCL units) and whether an NVSwitch joins them
+    nvl_raw = sum(float(d["bw"]) for _, _, d in graph.edges(gpu, data=True) if d["type"] == "nvlink")
+    nvswitch = any(d["type"] == "nvlink" and graph.nodes[v]["kind"] == "switch"
+                   for _, v, d in graph.edges(gpu, data=True))
+    intra_nvlink = nvl_raw > 0
+    pcie_raw = max((float(d["bw"]) for _, _, d in graph.edges(gpu, data=True)
+                    if d["type"] == "pcie"), default=0.0)
+    total = (nvl_raw * _NVLINK_FACTOR[arch] if intra_nvlink else pcie_raw * _PCI_FACTOR) / 1e9
+    if total <= 0:   # a generic topology: the member's widest link, raw
+        total = max((float(d["bw"]) for _, _, d in graph.edges(gpu, data=True)), default=1e9) / 1e9
+    if nodes == 1:
+        n_ch, bw = _search(_speeds(arch, False), total,
+                           lambda v: min(_MAX_SEARCH_CHANNELS, math.floor(total / v + 1e-9)))
+        bw_inter = bw
+        pxn_ok = True
+    else:
+        host = hosts.host_of(group[0])
+        nics = [n for n in host.nics if any(host.nic_of.get(r) == n or r in host.pix.get(n, ())
+                                            for r in parts[0])] or list(host.nics)
+        nic_bw = min((float(graph.edges[n, m]["bw"]) for n in nics for m in graph.adj[n]
+                      if graph.nodes[m].get("kind") == "switch" and m not in hosts.domain),
+                     default=25e9) / 1e9
+        path = min(nic_bw, pcie_raw * _PCI_FACTOR / 1e9) if pcie_raw else nic_bw
+        per_nic = lambda v: math.floor(nic_bw / v + 1e-9)
+        n_ch, bw = _search(_speeds(arch, True), path,
+                           lambda v: min(_MAX_SEARCH_CHANNELS, len(nics) * per_nic(v)))
+        bw_inter = bw
+        pxn_ok = bool(topology.meta.get("pxn", True))
+    # ncclTopoDupChannels
+    if not (bw < 25.0 or (arch >= HOPPER and bw < 50.0 and n_ch > 4)):
+        dup = min(2 * n_ch, _MAX_SEARCH_CHANNELS)
+        bw /= math.ceil(dup / n_ch)
+        bw_inter /= math.ceil(dup / n_ch)
+        n_ch = dup
+    # ncclTopoPostset: execution channels
+    execution = min(_MAX_CHANNELS, 2 * n_ch)
+    if arch >= HOPPER and nodes > 1 and bw > 45.0 and execution < 16:
+        execution = min(_MAX_CHANNELS, 2 * execution)
+    nvls = arch >= HOPPER and nvswitch and ppn > 1
+    nvls_ch, nvls_bw = 0, 0.0
+    if nvls:
+        nvls_ch = min(32, ppn)
+        fits = [v for v in _speeds(arch, False) if nvls_ch * v <= total + 1e-9]
+        nvls_bw = fits[0] if fits else _speeds(arch, False)[-1]
+    return NcclSystem(arch=arch, ranks=len(group), nodes=nodes, ppn=ppn, channels=n_ch,
+                      bw_intra=bw, bw_inter=bw_inter, intra_nvlink=intra_nvlink,
+                      inter_pxn_or_better=pxn_ok, nvls=nvls, nvls_channels=nvls_ch,
+                      nvls_bw_intra=nvls_bw,
+                      nvls_bw_inter=(bw_inter if nodes > 1 else nvls_bw),
+                      collnet=False, amd_cpu=topology.meta.get("cpu_vendor") == "amd",
+                      execution_channels=execution)
