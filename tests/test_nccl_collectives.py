@@ -1,0 +1,231 @@
+"""Collectives as NCCL runs them (issue 16): NCCL's tuning model transcribed, what its
+topology search finds on DGX systems, rail-aligned rings, protocols, NVLS, trees across
+nodes, pipelined hierarchy, and the published nccl-tests figures (validation/)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dessim.collectives import CollectiveSettings, get_op, plan_collective, run_collective
+from dessim.collectives.algorithms.ring import ring_lanes
+from dessim.collectives.auto import choose
+from dessim.collectives.nccl import algo_time, allowed, nccl_system
+from dessim.collectives.nccl.tuning import NcclSystem
+from dessim.errors import CollectiveError
+from dessim.topology import load_topology
+
+US = 1e-6
+
+
+# --------------------------------------------------------------------- NCCL's tuning model
+def test_ring_ll_latency_is_nccls_formula():
+    # NCCL 2.30.7: baseLat[Ring][LL] 6.6 + 2(n-1) hops x hwLat[NVLink][Ring][LL] 0.6 us
+    system = nccl_system(tuple(range(8)), load_topology("dgx-a100:nodes=1"))
+    t = algo_time("allreduce", "ring", "LL", 8, system)
+    assert t == pytest.approx((6.6 + 14 * 0.6) * US + 8 / (1000 * min(87.7, 12 * 20 * 0.5)
+                                                          * 8 / 14) * US)
+
+
+def test_nvls_bus_bandwidth_on_a_dgx_h100_is_476():
+    # 8 heads x 40 GB/s x nvlsEfficiency 0.85 x 7/8 x 2 = 476 GB/s busBw (measured: ~480)
+    system = nccl_system(tuple(range(8)), load_topology("dgx-h100:nodes=1"))
+    assert (system.nvls, system.nvls_channels, system.nvls_bw_intra) == (True, 8, 40)
+    t = algo_time("allreduce", "nvls", "Simple", 2**30, system)
+    bus = 2**30 / ((t / US - 25.0) * 1000) * 14 / 8
+    assert bus == pytest.approx(8 * 40 * 0.85 * 7 / 8 * 2)
+
+
+@pytest.mark.parametrize("spec,search,bw,executed", [
+    ("dgx-a100:nodes=1", 12, 20, 24),      # 6 rings at 40 GB/s, duplicated, Postset x2
+    ("dgx-h100:nodes=1", 12, 30, 24),
+    ("dgx-a100:nodes=4", 8, 24, 16),       # one ring per HDR NIC at 24 GB/s, no duplication
+    ("dgx-h100:nodes=4", 8, 48, 16),       # one per NDR NIC at 48 GB/s (PXN), NCCL >= 2.20
+    ("dgx-a100:nodes=2,nics=4", 4, 24, 8),
+])
+def test_the_search_finds_what_nccl_finds_on_dgx_systems(spec, search, bw, executed):
+    topo = load_topology(spec)
+    s = nccl_system(tuple(range(topo.num_gpus)), topo)
+    assert (s.channels, s.bw_intra, s.execution_channels) == (search, bw, executed)
+
+
+def test_nvls_and_pat_follow_nccls_enable_rules():
+    h100 = nccl_system(tuple(range(16)), load_topology("dgx-h100:nodes=2"))
+    algos = {a for a, _ in allowed("allreduce", h100)}
+    assert "nvls_tree" in algos and "nvls" not in algos     # multi-node NVLS needs CollNet
+    assert all(p == "Simple" for a, p in allowed("allreduce", h100) if a.startswith("nvls"))
+    a100 = nccl_system(tuple(range(8)), load_topology("dgx-a100:nodes=1"))
+    assert not a100.nvls and not {a for a, _ in allowed("allreduce", a100)} & {"nvls", "nvls_tree"}
+    one_per_node = nccl_system((0, 8, 16, 24), load_topology("dgx-a100:nodes=4"))
+    assert "pat" in {a for a, _ in allowed("allgather", one_per_node)}
+
+
+# --------------------------------------------------------------------- auto
+@pytest.mark.parametrize("spec", ["dgx-a100:nodes=1", "dgx-h100:nodes=1", "dgx-h100:nodes=4"])
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("size", [8.0, 2.0**20, 2.0**26, 2.0**32])
+def test_auto_takes_the_cheapest_simulated_candidate_of_nccls_model(spec, op, size):
+    topo = load_topology(spec)
+    group = tuple(range(topo.num_gpus))
+    c = choose(get_op(op), group, size, topo)
+    timed = [e for e in c.estimates if e.time_s is not None]
+    assert timed and (c.algorithm, c.protocol) == (timed[0].algorithm, timed[0].protocol)
+    assert timed[0].time_s == min(e.time_s for e in timed)
+    assert c.algorithm in ("ring", "dbtree", "nvls", "nvlstree")
+
+
+def test_auto_never_picks_direct_for_data_parallel_reduce_scatters_at_scale():
+    # issue 16: a 64-rank reduce-scatter across 64 nodes (one GPU per node)
+    topo = load_topology("dgx-h100:nodes=64")
+    group = tuple(range(3, 512, 8))
+    for size in (2.0**20, 2.0**28, 2.0**32):
+        assert choose(get_op("reducescatter"), group, size, topo).algorithm == "ring"
+
+
+def test_a_forced_protocol_restricts_the_choice():
+    topo = load_topology("dgx-h100:nodes=1")
+    c = choose(get_op("allreduce"), tuple(range(8)), 2.0**30, topo, CollectiveSettings(protocol="LL"))
+    assert c.protocol == "LL" and c.algorithm in ("ring", "dbtree")
+
+
+# --------------------------------------------------------------------- rail-aligned rings
+@settings(max_examples=12, deadline=None)
+@given(nodes=st.integers(2, 6), kind=st.sampled_from(["dgx-a100", "dgx-h100"]),
+       nics=st.sampled_from([4, 8]))
+def test_rail_aligned_rings_load_every_nic_of_a_node_equally(nodes, kind, nics):
+    topo = load_topology(f"{kind}:nodes={nodes},nics={nics}")
+    group = tuple(range(topo.num_gpus))
+    lanes = ring_lanes(group, topo, None)
+    assert len(lanes) == nics
+    res = run_collective("reducescatter", 2.0**24, topo, algo="ring", protocol="Simple")
+    for k in range(nodes):
+        out = [_bytes(res, f"n{k}.nic{i}", "leaf") for i in range(nics)]
+        into = [_bytes(res, f"leaf", f"n{k}.nic{i}") for i in range(nics)]
+        assert max(out) == pytest.approx(min(out), rel=1e-9) and min(out) > 0
+        assert max(into) == pytest.approx(min(into), rel=1e-9)
+    # every network hop of a ring stays on one rail: no spine is ever used
+    assert not [r for r in res.link_util if "spine" in r["link"]]
+
+
+def _bytes(res, a_prefix: str, b_prefix: str) -> float:
+    return sum(r["bytes"] for r in res.link_util
+               if r["link"].split("->")[0].startswith(a_prefix)
+               and r["link"].split("->")[1].startswith(b_prefix))
+
+
+def test_each_ring_enters_and_leaves_a_node_on_one_rail():
+    topo = load_topology("dgx-a100:nodes=3")
+    for lane, rail in zip(ring_lanes(tuple(range(24)), topo, None), range(8)):
+        for k in range(3):
+            seg = lane[8 * k:8 * k + 8]
+            assert seg[0] == 8 * k + rail                 # enters at the GPU owning NIC <rail>
+            assert seg[-1] == 8 * k + (rail ^ 1)          # leaves from its PCIe sibling (PIX)
+
+
+# --------------------------------------------------------------------- protocols
+def test_protocol_charges_on_an_idle_node_are_nccls_latency_plus_the_bytes():
+    topo = load_topology("dgx-h100:nodes=1")
+    plan = plan_collective("allreduce", tuple(range(8)), 8.0, topo,
+                           CollectiveSettings(algo="ring", protocol="LL"))
+    res = run_collective("allreduce", 8, topo, algo="ring", protocol="LL")
+    call = plan.protocol.call_latency("ring")
+    assert call == pytest.approx(6.6 * US + 20 * US)       # baseLat + calibrated call overhead
+    block_wire = 2 * 8 / 8                                # LL doubles the bytes on the wire
+    link = 450e9 * 370 / 450
+    # 14 steps, each NCCL's NVLink LL hop (0.6 us > the 0.5 us route) + one block
+    assert res.time_s == pytest.approx(call + 14 * (0.6 * US + block_wire / link), rel=1e-12)
+
+
+@pytest.mark.parametrize("proto,factor", [("LL", 2.0), ("LL128", 1 / 0.92), ("Simple", 1.0)])
+def test_protocols_put_their_framing_on_the_wire(proto, factor):
+    res = run_collective("allgather", 2.0**24, "dgx-h100:nodes=1", algo="ring", protocol=proto)
+    raw = run_collective("allgather", 2.0**24, "dgx-h100:nodes=1", algo="ring", protocol="raw")
+    carried = sum(r["bytes"] for r in res.link_util)
+    assert carried == pytest.approx(factor * sum(r["bytes"] for r in raw.link_util))
+
+
+def test_ring_steps_across_nodes_pay_the_network_proxy_overhead():
+    # NCCL: intra-node steps of a ring crossing nodes cost at least getNetOverhead (AMD: 2 us)
+    small = run_collective("allreduce", 8, "dgx-a100:nodes=2", algo="ring", protocol="LL")
+    assert small.time_s > (6.6 + 20 + 30 * 2.0) * US
+
+
+# --------------------------------------------------------------------- NVLS and trees
+def test_nvls_on_an_idle_dgx_h100_is_its_closed_form():
+    size = 2.0**30
+    res = run_collective("allreduce", size, "dgx-h100:nodes=1", algo="nvls")
+    assert res.protocol == "Simple"
+    link = 450e9 * 370 / 450
+    bytes_per_link = (1 + 1 / 8) * size / 0.85            # nvlsEfficiency on Hopper
+    expect = 20 * US + 25 * US + bytes_per_link / link    # call, NVLS hop, bytes
+    assert res.time_s == pytest.approx(expect, rel=1e-9)
+    assert 470 < res.busbw_GBps < 490                     # nccl-tests: ~480 (#212)
+
+
+def test_nvls_needs_an_nvswitch_of_hopper_or_later():
+    with pytest.raises(CollectiveError, match="Hopper or Blackwell"):
+        run_collective("allreduce", 2.0**20, "dgx-a100:nodes=1", algo="nvls")
+    with pytest.raises(CollectiveError, match="one NVSwitch"):
+        run_collective("allreduce", 2.0**20, "dgx-h100:nodes=2", algo="nvls")
+
+
+def test_tree_across_nodes_has_nccls_latency():
+    # 2 nodes: 2((ppn-1) NVLink hops + log2(2) network hops) on the critical path
+    res = run_collective("allreduce", 8, "dgx-h100:nodes=2", algo="dbtree", protocol="LL")
+    route_net = 6 * 0.5 * US                              # GPU-PCIe-NIC-leaf-NIC-PCIe-GPU
+    expect = 20 * US + 6.8 * US + 2 * (7 * 0.6 * US + max(5.0 * US, route_net))
+    assert res.time_s == pytest.approx(expect, rel=1e-3)
+
+
+def test_two_node_nvlstree_crosses_the_network_once_per_byte():
+    # 2 nodes: every head exchanges its shard once each way, so busbw exceeds 8 NICs' rate
+    res = run_collective("allreduce", 2.0**32, "dgx-h100:nodes=2", algo="nvlstree")
+    assert res.busbw_GBps > 8 * 47
+
+
+def test_hierarchical_chunks_pipeline_the_phases():
+    topo = "dgx-h100:nodes=4"
+    one = run_collective("allreduce", "256MiB", topo, algo="hierarchical", protocol="raw")
+    eight = run_collective("allreduce", "256MiB", topo, algo="hierarchical", protocol="raw",
+                           chunks=8)
+    assert eight.time_s < one.time_s / 1.5
+
+
+# --------------------------------------------------------------------- published figures
+@pytest.fixture(scope="module")
+def validation():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import validate_collectives
+
+    return validate_collectives
+
+
+@pytest.mark.parametrize("dataset", ["together_h100_1n_allreduce_ring",
+                                     "together_h100_1n_allreduce_nvls",
+                                     "together_h100_1n_allgather_ring",
+                                     "azure_ND_A100_v4_allreduce"])
+def test_single_node_curves_match_nccl_tests(validation, dataset):
+    import pandas as pd
+
+    curves = pd.read_csv(validation.ROOT / "validation" / "nccl_tests_curves.csv")
+    r = validation.validate_dataset(dataset, curves[curves.dataset == dataset], quick=True)
+    assert abs(r["plateau_err"]) <= 0.10                  # plateau within 10 %
+    assert abs(r["lat_err"]) <= 0.25                      # small-message latency within 25 %
+
+
+def test_multi_node_plateaus_match_published_figures(validation):
+    import pandas as pd
+
+    points = pd.read_csv(validation.ROOT / "validation" / "nccl_tests_points.csv")
+    keep = ["h100_ndr_ring_per_nic", "dgxa100_8hdr_ring", "a100_4hdr_2node", "a100_4hdr_3node",
+            "a100_8gpu_plateau", "h100_8gpu_ring_plateau", "h100_8gpu_nvls_plateau",
+            "a100_8gpu_ring_1ch_8B"]
+    for p in validation.validate_points(points[points.id.isin(keep)]):
+        limit = 0.25 if p["metric"] == "time_us" else 0.10
+        assert abs(p["error"]) <= limit, p
