@@ -81,14 +81,16 @@ def test_memcpy_crosses_the_links_to_host_memory():
 
 
 def test_compute_costed_by_the_device_model():
-    # A memory-bound kernel: 1 GB on an H100 at 0.85 x 3.35 TB/s, plus the launch overhead.
+    # A memory-bound kernel: 1 GB on an H100 at the calibrated fraction of 3.35 TB/s, plus the
+    # calibrated launch overhead.
+    from dessim.catalog.calibration import load_calibration
     from dessim.catalog.devices import get_device
-    from dessim.engine.device import LAUNCH_OVERHEAD, MEMORY_EFF
 
+    h100 = load_calibration().device("H100")
     g = TaskGraph()
     g.add(Task("k", 0, "compute", bytes=1e9, kernel="elementwise"))
     res = simulate(g, line(1))
-    expected = 1e9 / (get_device("H100").hbm_bw * MEMORY_EFF) + LAUNCH_OVERHEAD
+    expected = 1e9 / (get_device("H100").hbm_bw * h100.memory_efficiency) + h100.launch_overhead
     assert res.makespan_s == pytest.approx(expected)
 
 

@@ -87,6 +87,8 @@ class GemmCalibration(_Model):
     k_half: float | None = Field(default=None, gt=0)
     #: fixed time per GEMM kernel beyond launch (tail, epilogue), seconds
     fixed: Seconds | None = None
+    #: the largest fraction of dense peak any shape reaches (a brute-force shape search)
+    ceiling: Fraction | None = None
     source: str = ""
 
 

@@ -37,6 +37,9 @@ layout_options = compose(
                  help="Model chunks per stage (implies --schedule interleaved when > 1)."),
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
                  help="Activation recomputation."),
+    click.option("--attention", type=click.Choice(["unfused", "flash2", "flash3"]), default=None,
+                 help="Attention implementation: unfused (Megatron-LM before FlashAttention), "
+                      "flash2, flash3 (Hopper)."),
     click.option("--bucket-size", default=None, metavar="SIZE",
                  help="Gradient bucket (25MiB, 0 = one all-reduce after the backward)."),
     click.option("--offload-optimizer", type=click.Choice(["none", "host", "cxl"]), default=None,
@@ -47,8 +50,8 @@ layout_options = compose(
 
 #: Keyword names that :data:`layout_options` adds to a command.
 LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch",
-                       "schedule", "virtual_stages", "recompute", "bucket_size", "offload_optimizer",
-                       "offload_activations")
+                       "schedule", "virtual_stages", "recompute", "attention", "bucket_size",
+                       "offload_optimizer", "offload_activations")
 
 
 def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +59,7 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
     vals = {name: kw.pop(name, None) for name in LAYOUT_OPTION_NAMES}
     out: dict[str, Any] = {}
     for name in ("tp", "pp", "dp", "cp", "ep", "sp", "micro_batch", "global_batch", "schedule",
-                 "recompute"):
+                 "recompute", "attention"):
         if vals[name] is not None:
             out[name] = vals[name]
     if vals["zero"] is not None:

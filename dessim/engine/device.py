@@ -1,121 +1,173 @@
-"""Device model: how long a compute kernel takes on a GPU.
+"""Device model: how long a compute kernel takes on one GPU.
 
-A roofline with efficiency factors::
+:class:`DeviceModel` costs kernels with the measured kernel models of
+:mod:`dessim.engine.kernel_model`, parameterised per GPU by the calibration
+(:mod:`dessim.catalog.calibration`: the built-in ``calibration/default.yaml`` or a user's
+file). Kernel kinds:
 
-    time = max(flops / (peak(precision) * compute_eff(kernel)),
-               bytes / (hbm_bw * memory_eff)) + launch_overhead
+``matmul``
+    ``shape = (m, n, k)`` or ``(m, n, k, batch)``: the GEMM model (tile and wave
+    quantization, k efficiency, measured ceiling, memory bound).
+``attention.<impl>.<phase>``
+    a fused attention kernel (``impl`` flash2 or flash3, ``phase`` fwd or bwd),
+    ``shape = (batch·heads, s_q, s_k, head_dim, causal)``: FLOPs in FlashAttention's convention
+    at the measured TFLOP/s of that implementation, head dimension and sequence length on
+    this GPU. GPUs without a table use H100's scaled by their dense peak ([U], said in
+    docs/validation.md); FlashAttention-2 needs Ampere or later, -3 Hopper.
+``attention`` (no implementation)
+    a fused attention kernel known only by its FLOPs (task graphs from files): costed at the
+    flash2 rate of head dimension 128, causal, sequence 4096 on this GPU.
+anything else (``elementwise``, ``norm``, ``softmax``, ``dropout``, ``optimizer``, ...)
+    memory-bound: ``bytes / (hbm · memory_efficiency)``, or its FLOPs at the 16-bit peak if
+    that is longer.
 
-``peak`` and ``hbm_bw`` come from :mod:`dessim.catalog.devices` (dense peaks). The
-efficiency factors come from kernel-level evidence, never from end-to-end training
-results (those are for validation only):
-
-Matrix multiplies (``kernel="matmul"``, ``shape=(m, n, k)``)
-    ``compute_eff = GEMM_PEAK_EFF * tile_eff * wave_eff * k_eff``.
-    *Tile quantization* and *wave quantization* follow NVIDIA's "Matrix Multiplication
-    Background User's Guide" (DU-09799-001, §2.3 and §3.1-3.2): the output is computed in
-    tiles (256x128 on A100-class GPUs in that guide's examples); partial tiles still cost a
-    full tile, and the tiles run in waves of one tile per SM, so the last partial wave idles
-    SMs. Like cuBLAS's heuristics, the model picks the best of :data:`GEMM_TILES`; smaller
-    tiles reuse less data, so they carry a lower relative efficiency (the guide, §2.3: larger
-    tiles are more efficient; the factors 1.0/0.9/0.75 are an assumption [U]). ``k_eff = k / (k + GEMM_K_HALF)`` models the fixed prologue/epilogue of each
-    tile relative to its main loop over k (an assumption: half efficiency at k = 64,
-    negligible loss at k >= 4096). ``GEMM_PEAK_EFF`` = 0.80 of dense peak for a large, well
-    shaped GEMM [U]: vendor cuBLAS benchmarks of large BF16 GEMMs are commonly reported at
-    roughly 75-90% of dense peak on A100/H100; override with ``DeviceModel(gemm_eff=...)``.
-Attention (``kernel="attention"``)
-    ``ATTENTION_EFF`` = 0.60 of dense peak [C2]: FlashAttention-2 reports 50-73% of the
-    theoretical maximum FLOP/s on A100 for the forward pass (Dao, 2023, abstract); we take the
-    middle. Backward passes use the same factor.
-Memory-bound kernels (``elementwise``, ``norm``, ``softmax``, ``optimizer``, ...)
-    Limited by HBM: ``memory_eff`` = 0.85 of HBM bandwidth [U] (STREAM-like copy kernels on
-    A100/H100 typically reach 80-90% of the marketed bandwidth).
-Every kernel
-    ``LAUNCH_OVERHEAD`` = 2 us per kernel [U] (typical CUDA kernel launch + scheduling gap
-    on a busy stream; set 0 to disable).
-
-Assumptions: a kernel has the whole GPU (no concurrent-kernel sharing between streams of
-one rank); its FLOPs and bytes are given by the workload generator.
+Every kernel adds the measured per-kernel launch overhead. A kernel has the whole GPU (no
+concurrent kernels of one rank); its FLOPs and bytes are given by the workload generator.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from dessim.catalog.calibration import Calibration, load_calibration
 from dessim.catalog.devices import GPUSpec, get_device
+from dessim.engine.kernel_model import AttentionRate, GemmParams, attention_flops_fa, gemm_time
 from dessim.errors import TaskGraphError
 from dessim.taskgraph.model import Task
 
-__all__ = ["DeviceModel", "SM_COUNT", "GEMM_TILES", "GEMM_PEAK_EFF", "ATTENTION_EFF",
-           "MEMORY_EFF", "LAUNCH_OVERHEAD", "GEMM_K_HALF"]
+__all__ = ["DeviceModel", "RankDevices", "SM_COUNT", "ATTENTION_IMPLS", "FLASH_GENERATIONS"]
 
-#: Streaming multiprocessors (compute units) per device: the number of GEMM tiles per wave.
-#: Sources: NVIDIA V100/A100/H100/Blackwell architecture whitepapers (80, 108, 132, 148 SMs)
-#: and AMD CDNA3 whitepaper (MI300X: 304 CUs) [U: not in the reference store].
+#: Streaming multiprocessors (AMD: compute units) per device: the number of GEMM tiles per
+#: wave. Vendor architecture whitepapers (V100 80, A100 108, H100/H200 132, B200 148 SMs;
+#: MI300X 304 CUs) [U: not in the reference store].
 SM_COUNT: dict[str, int] = {"V100": 80, "A100-40GB": 108, "A100-80GB": 108, "H100": 132,
                             "H200": 132, "B200": 148, "MI300X": 304}
-#: Candidate GEMM output tiles (rows, cols) and their efficiency relative to the largest.
-GEMM_TILES: tuple[tuple[int, int, float], ...] = ((256, 128, 1.0), (128, 128, 0.9), (128, 64, 0.75))
-GEMM_PEAK_EFF = 0.80
-GEMM_K_HALF = 64.0
-ATTENTION_EFF = 0.60
-MEMORY_EFF = 0.85
-LAUNCH_OVERHEAD = 2e-6
 
-_COMPUTE_KERNELS = {"matmul", "attention"}
+#: Attention implementations a workload can name (``training.attention``).
+ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")
+#: GPU generations each fused implementation runs on (FlashAttention-2 needs sm80+;
+#: FlashAttention-3 is Hopper-only, Shah et al. 2024).
+FLASH_GENERATIONS: dict[str, tuple[str, ...]] = {
+    "flash2": ("ampere", "hopper", "blackwell", "cdna3"), "flash3": ("hopper",)}
+#: The GPU whose measured attention tables stand in for GPUs that have none.
+_ATTENTION_PROXY = "H100"
+_GENERIC_ATTENTION = (128, True, 4096)      # head dim, causal, sequence of untagged attention
+
+
+@dataclass(frozen=True)
+class _Constants:
+    gemm: GemmParams
+    attention: dict[str, AttentionRate]
+    attention_scale: float          #: peak ratio when the tables are another GPU's
+    memory_efficiency: float
+    launch_overhead: float
+
+
+def _constants(device: GPUSpec, calibration: Calibration) -> _Constants:
+    own = calibration.device(device.name)
+    proxy = calibration.device(_ATTENTION_PROXY)
+    g = own.gemm
+    if g is None or None in (g.peak_efficiency, g.k_half, g.fixed):
+        raise TaskGraphError(f"calibration {calibration.name!r} has no GEMM model for "
+                             f"{device.name}: give devices.{device.name}.gemm (peak_efficiency, "
+                             "k_half, fixed) in a calibration file")
+    tables, scale = own.attention, 1.0
+    if not tables:
+        tables = proxy.attention
+        scale = device.peak_flops("bf16") / get_device(_ATTENTION_PROXY).peak_flops("bf16")
+    rates = {impl: AttentionRate(_table(t.tflops)) for impl, t in tables.items()}
+    return _Constants(GemmParams(g.peak_efficiency, g.k_half, g.fixed, g.ceiling or 1.0), rates,
+                      scale, own.memory_efficiency or 0.8, own.launch_overhead or 0.0)
+
+
+def _table(tflops: dict[str, dict[int, float]]) -> dict[tuple[int, bool], dict[int, float]]:
+    out = {}
+    for key, curve in tflops.items():
+        d, _, causal = key.partition("-")
+        out[(int(d.lstrip("d")), causal == "causal")] = {int(s): float(v) for s, v in curve.items()}
+    return out
 
 
 @dataclass(frozen=True)
 class DeviceModel:
-    """Costs compute tasks on one GPU type (see the module docstring for the model)."""
+    """Costs kernels on one GPU type (see the module docstring). Seconds."""
 
     device: GPUSpec
     precision: str = "bf16"
-    gemm_eff: float = GEMM_PEAK_EFF
-    attention_eff: float = ATTENTION_EFF
-    memory_eff: float = MEMORY_EFF
-    launch_overhead: float = LAUNCH_OVERHEAD
+    calibration: Calibration = field(default_factory=load_calibration)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_c", _constants(self.device, self.calibration))
 
     @classmethod
-    def for_device(cls, name: str | GPUSpec, precision: str = "bf16", **overrides) -> "DeviceModel":
+    def for_device(cls, name: str | GPUSpec, precision: str = "bf16",
+                   calibration: Calibration | None = None) -> "DeviceModel":
         """A model for a catalog device name (``"H100"``, ``"a100"``, ...)."""
-        return cls(get_device(name), precision, **overrides)
+        return cls(get_device(name), precision,
+                   calibration if calibration is not None else load_calibration())
 
     @property
     def peak(self) -> float:
         """Dense peak FLOP/s at this model's precision."""
         return self.device.peak_flops(self.precision)
 
-    def matmul_efficiency(self, m: int, n: int, k: int) -> float:
-        """Fraction of dense peak a GEMM of shape (m, n, k) achieves (tile x wave x k effects)."""
-        sms = SM_COUNT.get(self.device.name, 108)
-        best = 0.0
-        for tm, tn, relative in GEMM_TILES:
-            tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
-            tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
-            tiles = tiles_m * tiles_n
-            wave_eff = tiles / (math.ceil(tiles / sms) * sms)
-            best = max(best, relative * tile_eff * wave_eff)
-        k_eff = k / (k + GEMM_K_HALF)
-        return self.gemm_eff * best * k_eff
+    @property
+    def launch_overhead(self) -> float:
+        return self._c.launch_overhead  # type: ignore[attr-defined]
 
-    def compute_efficiency(self, task: Task) -> float:
-        if task.kernel == "matmul":
-            if len(task.shape) != 3 or min(task.shape) <= 0:
-                raise TaskGraphError(f"task {task.id!r}: a matmul needs shape (m, n, k) > 0, "
-                                     f"got {list(task.shape)}")
-            return self.matmul_efficiency(*task.shape)
-        if task.kernel == "attention":
-            return self.attention_eff
-        return self.gemm_eff  # unclassified FLOPs: as a large GEMM
+    def check_attention(self, impl: str) -> None:
+        """Raise :class:`TaskGraphError` if ``impl`` cannot run on this GPU."""
+        gens = FLASH_GENERATIONS.get(impl)
+        if gens is not None and self.device.generation not in gens:
+            raise TaskGraphError(f"attention {impl!r} does not run on {self.device.name} "
+                                 f"({self.device.generation}); it needs a "
+                                 f"{' or '.join(gens)} GPU — use attention: unfused"
+                                 + (" or flash2" if impl == "flash3" and
+                                    self.device.generation in FLASH_GENERATIONS["flash2"] else ""))
+
+    # ------------------------------------------------------------------ kernels
+    def kernel_time(self, kind: str, shape: tuple[int, ...], flops: float, nbytes: float) -> float:
+        """Seconds of one kernel of ``kind`` (module docstring), launch overhead included."""
+        c: _Constants = self._c  # type: ignore[attr-defined]
+        if kind == "matmul":
+            if len(shape) not in (3, 4) or min(shape) <= 0:
+                raise TaskGraphError(f"a matmul needs shape (m, n, k) or (m, n, k, batch) > 0, "
+                                     f"got {list(shape)}")
+            m, n, k = shape[:3]
+            batch = shape[3] if len(shape) == 4 else 1
+            t = gemm_time(m, n, k, batch, self.peak, SM_COUNT.get(self.device.name, 108), c.gemm,
+                          hbm_bw=self.device.hbm_bw, memory_efficiency=c.memory_efficiency)
+            return float(t) + c.launch_overhead
+        if kind.startswith("attention"):
+            return self._attention(kind, shape, flops, nbytes) + c.launch_overhead
+        t_mem = nbytes / (self.device.hbm_bw * c.memory_efficiency) if nbytes else 0.0
+        t_flop = flops / self.device.peak_flops("bf16" if "bf16" in self.device.flops else
+                                                self.precision) if flops else 0.0
+        return max(t_mem, t_flop) + c.launch_overhead
+
+    def _attention(self, kind: str, shape: tuple[int, ...], flops: float, nbytes: float) -> float:
+        c: _Constants = self._c  # type: ignore[attr-defined]
+        parts = kind.split(".")
+        impl = parts[1] if len(parts) > 1 else "flash2"
+        phase = parts[2] if len(parts) > 2 else "fwd+bwd"
+        self.check_attention(impl)
+        rate = c.attention.get(impl) or c.attention.get("flash2")
+        if rate is None:
+            raise TaskGraphError(f"calibration {self.calibration.name!r} has no attention table "
+                                 f"for {self.device.name} (devices.{self.device.name}.attention.{impl})")
+        if len(shape) == 5:
+            bh, s_q, s_k, d, causal = shape
+            work = attention_flops_fa(bh, s_q, s_k, d, bool(causal), phase)
+            tflops = rate.tflops(d, bool(causal), s_k)
+        else:                                   # known only by its FLOPs
+            d, causal, s = _GENERIC_ATTENTION
+            work = flops * (0.5 if causal else 1.0)
+            tflops = rate.tflops(d, causal, s)
+        return work / (tflops * 1e12 * c.attention_scale)
 
     def __call__(self, task: Task) -> float:
         """Seconds ``task`` takes (ignoring rank slowdown, which the engine applies)."""
-        t_compute = 0.0
-        if task.flops:
-            t_compute = task.flops / (self.peak * self.compute_efficiency(task))
-        t_memory = task.bytes / (self.device.hbm_bw * self.memory_eff) if task.bytes else 0.0
-        return max(t_compute, t_memory) + self.launch_overhead
+        return self.kernel_time(task.kernel, task.shape, task.flops, task.bytes)
 
 
 class RankDevices:
@@ -126,14 +178,16 @@ class RankDevices:
     first time one of its tasks needs costing.
     """
 
-    def __init__(self, topology, default: str | None = None, precision: str = "bf16") -> None:
+    def __init__(self, topology, default: str | None = None, precision: str = "bf16",
+                 calibration: Calibration | None = None) -> None:
         self._models: dict[str, DeviceModel] = {}
         self._by_rank: list[str | None] = [topology.device(r) or default
                                            for r in range(topology.num_gpus)]
         self.precision = precision
         self.topology_name = topology.name
+        cal = calibration if calibration is not None else load_calibration()
         for name in set(self._by_rank) - {None}:
-            self._models[name] = DeviceModel.for_device(name, precision)
+            self._models[name] = DeviceModel.for_device(name, precision, cal)
 
     def model(self, rank: int) -> DeviceModel:
         name = self._by_rank[rank]

@@ -151,7 +151,8 @@ class _Run:
         self.graph = graph
         self.topology = topology
         self.options = options
-        self.compute_cost = compute_cost or RankDevices(topology, options.device, options.precision)
+        self.compute_cost = compute_cost or RankDevices(topology, options.device, options.precision,
+                                                        options.model_calibration)
         self.env = simpy.Environment()
         self.net = make_network(options.network, self.env, topology, record=options.record_links,
                                 bundles=options.bundles)

@@ -84,7 +84,8 @@ _DOC_KEYS: dict[str, str] = {
     "tp": "parallelism", "pp": "parallelism", "dp": "parallelism", "cp": "parallelism",
     "ep": "parallelism", "sp": "parallelism", "order": "parallelism",
     "micro_batch": "training", "global_batch": "training", "schedule": "training",
-    "virtual_stages": "training", "recompute": "training", "zero_stage": "training",
+    "virtual_stages": "training", "recompute": "training", "attention": "training",
+    "zero_stage": "training",
     "bucket_size": "training",
 }
 _OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "offload_activations": "activations"}

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dessim.catalog.calibration import Calibration
 from dessim.errors import MemoryFitError, SpecError
 from dessim.catalog.devices import get_device
 from dessim.topology.graph import Topology
@@ -78,7 +79,7 @@ def parse_cnn(data: Any, origin: str, default_name: str) -> CNNSpec:
 
 
 def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
-                 device: str | None = None) -> Generated:
+                 device: str | None = None, calibration: Calibration | None = None) -> Generated:
     """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
     W = topology.num_gpus
     doc, flags = apply_overrides(spec.common, overrides, ("model",), W)
@@ -98,7 +99,8 @@ def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any]
         raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in "
                              f"{format_size(capacity)} of HBM; lower training.micro_batch ({mb})")
     em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
-                     meta={"workload": spec.name, "kind": "cnn", "generator": "dessim.workload.cnn"})
+                     meta={"workload": spec.name, "kind": "cnn", "generator": "dessim.workload.cnn"},
+                     calibration=calibration)
     group = tuple(range(W))
     sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
     hit = c.input.effective_hit_ratio(topology) if c.input else 0.0

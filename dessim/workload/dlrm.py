@@ -53,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dessim.catalog.calibration import Calibration
 from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.topology.graph import Topology
@@ -232,7 +233,7 @@ def _place_in_hbm(shards: list[Shard], budget: float, e: int, batch: int) -> tup
 
 
 def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
-                  device: str | None = None) -> Generated:
+                  device: str | None = None, calibration: Calibration | None = None) -> Generated:
     """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
     W = topology.num_gpus
     doc, flags = apply_overrides(spec.common, overrides, ("model", "embeddings"), W)
@@ -270,7 +271,8 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     group = tuple(range(W))
     sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
     em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
-                     meta={"workload": spec.name, "kind": "dlrm", "generator": "dessim.workload.dlrm"})
+                     meta={"workload": spec.name, "kind": "dlrm", "generator": "dessim.workload.dlrm"},
+                     calibration=calibration)
     hit = c.input.effective_hit_ratio(topology) if c.input else 0.0
     target = OFFLOAD_NODE_KINDS.get(opt.spill)
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dessim.engine.device import DeviceModel
+from dessim.catalog.calibration import Calibration
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 from dessim.workload.gradsync import nearest_node
-from dessim.workload.kernels import Kernel
+from dessim.workload.kernels import Kernel, KernelTimer
 
 __all__ = ["TaskEmitter"]
 
@@ -36,13 +36,12 @@ class TaskEmitter:
     """Builds one task graph; see the module docstring for the conventions."""
 
     def __init__(self, name: str, topology: Topology, devices: Sequence[str], precision: str,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None, calibration: Calibration | None = None) -> None:
         self.topology = topology
         self.devices = tuple(devices)
         self.precision = precision
         self.graph = TaskGraph(name, meta=meta)
-        self._models: dict[str, DeviceModel] = {}
-        self._ktime: dict[tuple[str, Kernel], float] = {}
+        self._timer = KernelTimer(precision, calibration)
         self._next: dict[int, int] = {}
         self._counts: dict[tuple[int, str], int] = {}
         self._last: dict[tuple[int, str], str] = {}
@@ -73,17 +72,7 @@ class TaskEmitter:
 
     def kernel_time(self, rank: int, kernel: Kernel) -> float:
         """Seconds the rank's GPU takes for ``kernel`` (device model, cached)."""
-        name = self.devices[rank]
-        key = (name, kernel)
-        t = self._ktime.get(key)
-        if t is None:
-            model = self._models.get(name)
-            if model is None:
-                model = self._models[name] = DeviceModel.for_device(name, self.precision)
-            t = model(Task("kernel", 0, "compute", flops=kernel.flops, bytes=kernel.bytes,
-                           kernel=kernel.kind, shape=kernel.shape or ()))
-            self._ktime[key] = t
-        return t
+        return self._timer(self.devices[rank], kernel)
 
     def nearest(self, rank: int, kind: str, what: str) -> str:
         """The ``kind`` node nearest to the rank's GPU (see :mod:`dessim.workload.gradsync`)."""

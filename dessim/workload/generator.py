@@ -49,9 +49,11 @@ over ``edp·cp``)
     an assumption). ZeRO 3 / FSDP: per-block gathers and reduce-scatters inside the passes
     (:mod:`dessim.workload.passes`), no final gather.
 Optimizer step
-    Memory-bound (``kernel="optimizer"``): reads the gradient and the optimizer state (``K``
-    bytes per parameter: fp32 master weights, momentum, variance) and writes the state and
-    the 16-bit weights, for the parameters the rank updates. With ``offload_optimizer`` the
+    Memory-bound (``kernel="optimizer"``, :func:`~dessim.workload.kernels.optimizer_kernel`):
+    the bytes of every pass of the mixed-precision step (unscale and inf check with fp16
+    loss scaling, gradient norm, Adam over the gradient and the ``K`` bytes of state per
+    parameter, copy of the fp32 master weights to the 16-bit weights), for the parameters
+    the rank updates. With ``offload_optimizer`` the
     state of each block is loaded into HBM, updated and stored back, block by block (loads
     run ahead on ``mem.in``, stores follow on ``mem.out``).
 Activation offload
@@ -73,7 +75,6 @@ import numpy as np
 from typing import Any, Sequence
 
 from dessim.catalog.devices import get_device
-from dessim.engine.device import DeviceModel
 from dessim.errors import MemoryFitError, WorkloadError
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
@@ -81,7 +82,8 @@ from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 from dessim.units import format_size
 from dessim.workload.gradsync import fill_buckets, nearest_node
-from dessim.workload.kernels import Kernel, embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.kernels import (Kernel, KernelTimer, embedding_kernels, head_kernels, layer_kernels,
+                                     optimizer_kernel)
 from dessim.workload.layout import ParallelLayout
 from dessim.workload.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                     layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
@@ -293,8 +295,10 @@ class _Generator:
         self.act_bytes = (layer_activation_bytes(self.model, lo)
                           if plan.memory.offload_activations != "none" else 0.0)
         self.templates: dict[tuple[int, int, str], _Template] = {}
-        self.models: dict[str, DeviceModel] = {}
-        self.kernel_time: dict[tuple[str, Kernel], float] = {}
+        calibration = engine.model_calibration if engine is not None else None
+        self.timer = KernelTimer(self.model.precision, calibration)
+        for name in set(plan.devices):        # a fused attention the GPU cannot run: say so now
+            self.timer.model(name).check_attention(lo.attention)
         self.graph = TaskGraph(f"{plan.name} {lo.describe()}", meta={
             "workload": plan.name, "layout": lo.describe(), "granularity": self.opts.granularity,
             "comm": self.comm, "generator": "dessim.workload.generator"})
@@ -492,22 +496,8 @@ class _Generator:
         self.next_id[rank] = n + 1
         return f"r{rank}.{n}"
 
-    def _device_model(self, rank: int) -> DeviceModel:
-        name = self.plan.devices[rank]
-        dm = self.models.get(name)
-        if dm is None:
-            dm = DeviceModel.for_device(name, self.model.precision)
-            self.models[name] = dm
-        return dm
-
     def _ktime(self, rank: int, k: Kernel) -> float:
-        name = self.plan.devices[rank]
-        key = (name, k)
-        t = self.kernel_time.get(key)
-        if t is None:
-            t = self._device_model(rank)(_kernel_task(k))
-            self.kernel_time[key] = t
-        return t
+        return self.timer(self.plan.devices[rank], k)
 
     def _mem_node(self, rank: int, target: str) -> str:
         key = (rank, target)
@@ -788,8 +778,7 @@ class _Generator:
         target = self.plan.memory.offload_optimizer
         if target == "none":
             total = sum(u for _, u in updates)
-            k = Kernel("optimizer.step", "optimizer", "optimizer", 0.0, total * (prec.grad_bytes + prec.optimizer_bytes),
-                       total * (prec.optimizer_bytes + prec.param_bytes))
+            k = optimizer_kernel("optimizer.step", total, prec)
             step = Step("compute", k.name, "optimizer", "compute", block="optimizer", kernels=[k])
             opt = self._compute(rank, step, "optimizer step", {"model_flops": 0.0}, deps)
             done = [opt]
@@ -798,9 +787,7 @@ class _Generator:
             for name, params in updates:
                 state = params * prec.optimizer_bytes
                 load = self._memcpy(rank, state, "to_hbm", target, f"optimizer load {name}", "mem.in", deps)
-                k = Kernel(f"optimizer.{name}", "optimizer", "optimizer", 0.0,
-                           params * (prec.grad_bytes + prec.optimizer_bytes),
-                           params * (prec.optimizer_bytes + prec.param_bytes))
+                k = optimizer_kernel(f"optimizer.{name}", params, prec)
                 step = Step("compute", k.name, "optimizer", "compute", block=name, kernels=[k])
                 opt = self._compute(rank, step, f"optimizer step {name}", {"model_flops": 0.0}, deps + [load])
                 done.append(self._memcpy(rank, state, "from_hbm", target, f"optimizer store {name}",
@@ -856,11 +843,6 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
         for b in range(lo.dp):
             perm[a * lo.dp + b] = tpart + ((dp + b) % lo.dp) * strides["dp"]
     return perm
-
-
-def _kernel_task(k: Kernel) -> Task:
-    """A throw-away compute task to cost one kernel with :class:`DeviceModel`."""
-    return Task("kernel", 0, "compute", flops=k.flops, bytes=k.bytes, kernel=k.kind, shape=k.shape or ())
 
 
 def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,

@@ -12,13 +12,25 @@ order and the kernels re-run before the backward under activation recomputation.
     is the sum of the groups' GEMMs along the token dimension (``m`` for forward and dgrad,
     ``k`` for wgrad) and FLOPs stay ``2mnk`` (balanced routing assumed).
 ``attention``
-    Fused attention core (scores ``QKᵀ``, softmax, context ``·V``) FlashAttention-style: FLOPs
-    ``4 · b · s_q · s_k · heads/tp · head_dim`` (two GEMMs of ``2·s_q·s_k·head_dim`` per
-    head; the full ``s²``, no causal halving, as in Megatron-LM's FLOP formula, reference
-    README §4); bytes: read Q, K, V, write O — the ``s²`` score matrix never touches HBM.
-``elementwise`` / ``norm``
-    Memory-bound kernels; FLOPs are rough estimates (see :mod:`dessim.workload.model`) and are
-    not model FLOPs.
+    The attention core by ``layout.attention`` (``training.attention``):
+
+    * ``flash2`` / ``flash3`` — one fused kernel (FlashAttention-2/3): FLOPs
+      ``4 · b · s_q · s_k · heads/tp · head_dim`` (two GEMMs of ``2·s_q·s_k·head_dim`` per
+      head; the full ``s²``, no causal halving, as in Megatron-LM's FLOP formula, Narayanan et
+      al. 2021 Eq. 3); bytes: read Q, K, V, write O — the ``s²`` score matrix never touches
+      HBM. ``shape = (b·heads/tp, s_q, s_k, head_dim, causal)``; the device model costs it at
+      the implementation's measured rate (causal: decoder language models).
+    * ``unfused`` — Megatron-LM before FlashAttention (its ``CoreAttention``, 2021-2022):
+      ``QKᵀ`` as a batched GEMM writing ``b·heads/tp·s_q·s_k`` scores, a fused
+      scale-mask-softmax kernel reading and writing them, dropout on the probabilities (when
+      the model has dropout: reads them, writes them and a 1-byte mask), and ``·V`` as a
+      batched GEMM reading them. The same FLOPs; ``s²``-sized HBM traffic in every kernel.
+``elementwise`` / ``norm`` / ``softmax`` / ``dropout``
+    Memory-bound kernels with their real bytes: norms read and write ``T·h`` and read their
+    weights; the residual adds are Megatron's fused bias-dropout-add (read the branch output
+    and the residual, write the sum and, with dropout, a 1-byte mask); the MLP activation is
+    the fused bias-GeLU / SwiGLU; FLOPs are rough estimates (:mod:`dessim.workload.model`)
+    and are not model FLOPs.
 
 Tokens per rank
     ``T = micro_batch · seq_len / cp`` (context parallelism splits every sequence; each rank's
@@ -31,10 +43,23 @@ Tokens per rank
 Backward (documented factors)
     Each matmul becomes two kernels with the forward's FLOPs each: ``dgrad``
     (``dX = dY · Wᵀ``, shape ``(m, k, n)``) and ``wgrad`` (``dW = Xᵀ · dY``, shape
-    ``(k, n, m)``). Attention backward has 2× the forward FLOPs (Megatron-LM's convention;
-    FlashAttention's own score recomputation, +0.5×, is not counted), reads Q, K, V, O, dO and
-    writes dQ, dK, dV. Other kernels: 2× FLOPs, read the forward inputs and the output
-    gradient, write the input gradients.
+    ``(k, n, m)``); a batched GEMM of two activations (unfused attention) likewise, both
+    gradients being activations. Fused attention backward has 2× the forward FLOPs
+    (Megatron-LM's convention for model FLOPs; its time comes from the implementation's
+    measured forward + backward rate), reads Q, K, V, O, dO and writes dQ, dK, dV. Dropout
+    backward reads the output gradient and the mask, writes the input gradient; softmax
+    backward reads its output and the output gradient. Other kernels: 2× FLOPs, read the
+    forward inputs and the output gradient, write the input gradients.
+
+Optimizer step (:func:`optimizer_kernel`)
+    One memory-bound kernel for the passes of Megatron-LM's mixed-precision optimizer step
+    over the parameters a rank updates (``MixedPrecisionOptimizer.step`` in
+    megatron/core/optimizer/optimizer.py; apex ``multi_tensor_adam``): with loss scaling
+    (fp16) unscale the gradients and check them for inf/NaN (read and write them); the
+    gradient norm for clipping (read them); Adam (read gradient, master weight, momentum and
+    variance, write the three); with master weights, copy them to the 16-bit model weights
+    (read fp32, write 16-bit). Clipping's rescale runs only when the norm exceeds the
+    threshold and is not counted.
 
 Recomputation: ``selective`` re-runs the attention core before its backward; ``full`` re-runs
 the whole layer forward (the embedding and LM head are never recomputed — Megatron-LM).
@@ -46,6 +71,8 @@ from dataclasses import dataclass, replace
 from math import ceil
 from typing import Iterable
 
+from dessim.catalog.calibration import Calibration, load_calibration
+from dessim.engine.device import DeviceModel
 from dessim.workload.layout import ParallelLayout
 from dessim.workload.model import Precision, TransformerConfig
 
@@ -54,6 +81,8 @@ __all__ = [
     "ATTENTION",
     "ELEMENTWISE",
     "NORM",
+    "SOFTMAX",
+    "DROPOUT",
     "KINDS",
     "PHASES",
     "Kernel",
@@ -64,13 +93,19 @@ __all__ = [
     "head_kernels",
     "sum_flops",
     "KernelBuilder",
+    "KernelTimer",
+    "optimizer_kernel",
 ]
 
 MATMUL = "matmul"
 ATTENTION = "attention"
 ELEMENTWISE = "elementwise"
 NORM = "norm"
-KINDS: tuple[str, ...] = (MATMUL, ATTENTION, ELEMENTWISE, NORM)
+SOFTMAX = "softmax"
+DROPOUT = "dropout"
+KINDS: tuple[str, ...] = (MATMUL, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, DROPOUT)
+#: Bytes of a dropout mask element (PyTorch keeps a bool per element).
+MASK_BYTES = 1
 #: Kernel phases: forward, backward, and forward kernels re-run for recomputation.
 PHASES: tuple[str, ...] = ("fwd", "bwd", "recompute")
 
@@ -85,13 +120,24 @@ class Kernel:
     flops: float
     bytes_read: float
     bytes_written: float
-    shape: tuple[int, int, int] | None = None
+    shape: tuple[int, ...] | None = None
     groups: int = 1
+    impl: str = ""                  #: attention implementation (flash2, flash3)
+    #: (read, written) bytes of the backward kernel when the generic rule does not apply
+    backward_bytes: tuple[float, float] | None = None
 
     @property
     def bytes(self) -> float:
         """Bytes moved to and from HBM (read + written)."""
         return self.bytes_read + self.bytes_written
+
+    @property
+    def device_kind(self) -> str:
+        """The kind the device model costs it as: ``attention.<impl>.<fwd|bwd>`` for fused
+        attention (recomputation is a forward), the kind otherwise."""
+        if self.kind == ATTENTION and self.impl:
+            return f"{ATTENTION}.{self.impl}.{'bwd' if self.phase == 'bwd' else 'fwd'}"
+        return self.kind
 
     @property
     def is_model_flops(self) -> bool:
@@ -162,25 +208,60 @@ class _Builder:
         read = (m * k + groups * k * n) * self.operand
         return Kernel(name, MATMUL, "fwd", 2 * m * n * k, read, m * n * self.act, (m, n, k), groups)
 
+    def bmm(self, name: str, batch: int, m: int, n: int, k: int) -> Kernel:
+        """``batch`` products of two activations ``[m×k]·[k×n]`` (unfused attention)."""
+        read = batch * (m * k + k * n) * self.act
+        return Kernel(name, MATMUL, "fwd", 2.0 * batch * m * n * k, read, batch * m * n * self.act,
+                      (m, n, k, batch))
+
     def elementwise(self, name: str, elements_in: int, elements_out: int, flops: float,
                     kind: str = ELEMENTWISE, extra_read: float = 0.0) -> Kernel:
         return Kernel(name, kind, "fwd", flops, elements_in * self.act + extra_read, elements_out * self.act)
+
+    def dropout(self, name: str, elements: int) -> Kernel:
+        """Dropout: read x, write y and a 1-byte mask; backward reads dy and the mask."""
+        n = float(elements)
+        return Kernel(name, DROPOUT, "fwd", n, n * self.act, n * (self.act + MASK_BYTES),
+                      backward_bytes=(n * (self.act + MASK_BYTES), n * self.act))
+
+    def bias_dropout_add(self, name: str, elements: int, bias: float, dropout: bool) -> Kernel:
+        """Megatron-LM's fused residual: out = residual + dropout(x + bias). Reads x, the
+        residual and the bias; writes out (and the mask); backward reads d_out (and the mask)
+        and writes dx (the residual's gradient is d_out itself)."""
+        n = float(elements)
+        mask = n * MASK_BYTES if dropout else 0.0
+        return Kernel(name, ELEMENTWISE, "fwd", n * (3 if dropout else 2), 2 * n * self.act + bias,
+                      n * self.act + mask, backward_bytes=(n * self.act + mask, n * self.act))
 
     def backward(self, fwd: Kernel) -> tuple[Kernel, ...]:
         """The backward kernels of a forward kernel (module docstring, "Backward")."""
         if fwd.kind == MATMUL:
             assert fwd.shape is not None
-            m, n, k = fwd.shape
+            m, n, k = fwd.shape[:3]
+            if len(fwd.shape) == 4:          # two activations: both gradients are activations
+                b = fwd.shape[3]
+                dgrad = Kernel(f"{fwd.name}.dgrad", MATMUL, "bwd", fwd.flops,
+                               b * (m * n + k * n) * self.act, b * m * k * self.act, (m, k, n, b))
+                wgrad = Kernel(f"{fwd.name}.wgrad", MATMUL, "bwd", fwd.flops,
+                               b * (m * k + m * n) * self.act, b * k * n * self.act, (k, n, m, b))
+                return (dgrad, wgrad)
             g = fwd.groups
             dgrad = Kernel(f"{fwd.name}.dgrad", MATMUL, "bwd", 2 * m * n * k,
                            (m * n + g * k * n) * self.operand, m * k * self.act, (m, k, n), g)
             wgrad = Kernel(f"{fwd.name}.wgrad", MATMUL, "bwd", 2 * m * n * k,
                            (m * k + m * n) * self.operand, g * k * n * self.grad, (k, n, m), g)
             return (dgrad, wgrad)
-        read = fwd.bytes_read + fwd.bytes_written  # forward inputs (and O) + output gradient
-        if fwd.kind == ATTENTION:
-            read += fwd.bytes_written              # attention also re-reads O
-        return (Kernel(f"{fwd.name}.bwd", fwd.kind, "bwd", 2 * fwd.flops, read, fwd.bytes_read),)
+        if fwd.backward_bytes is not None:
+            read, written = fwd.backward_bytes
+        else:
+            read = fwd.bytes_read + fwd.bytes_written  # forward inputs (and O) + output gradient
+            written = fwd.bytes_read
+            if fwd.kind == ATTENTION:
+                read += fwd.bytes_written              # attention also re-reads O
+            elif fwd.kind == SOFTMAX:
+                read, written = 2 * fwd.bytes_written, fwd.bytes_read   # reads y and dy
+        return (Kernel(f"{fwd.name}.bwd", fwd.kind, "bwd", 2 * fwd.flops, read, written,
+                       fwd.shape, fwd.groups, fwd.impl),)
 
 
 #: Public name of the kernel constructor, for the other model families (DLRM MLPs, ViT heads)
@@ -209,6 +290,28 @@ def _mlp(b: _Builder, model: TransformerConfig, prefix: str, tokens: int, ffn_t:
     return ks
 
 
+def _attention_core(b: _Builder, model: TransformerConfig, layout: ParallelLayout,
+                    sh: "TokenShard") -> list[Kernel]:
+    """The attention core of one layer by ``layout.attention`` (module docstring)."""
+    t = layout.tp
+    heads = model.heads // t
+    d = model.head_dim
+    q_t, kv_t = model.hidden // t, model.kv_dim // t
+    s_q, s_k, mb = sh.seq_local, sh.seq_len, layout.micro_batch
+    bh = mb * heads
+    if layout.attention == "unfused":
+        scores = bh * s_q * s_k
+        ks = [b.bmm("attn.scores", bh, s_q, s_k, d),            # QKᵀ (K expanded to every head)
+              Kernel("attn.softmax", SOFTMAX, "fwd", 5.0 * scores, scores * b.act, scores * b.act)]
+        if model.dropout:
+            ks.append(b.dropout("attn.dropout", scores))
+        ks.append(b.bmm("attn.context", bh, s_q, d, s_k))      # probabilities · V
+        return ks
+    read = (sh.tokens * q_t + 2 * mb * s_k * kv_t) * b.act
+    return [Kernel("attn.core", ATTENTION, "fwd", 4.0 * mb * s_q * s_k * q_t, read,
+                   sh.tokens * q_t * b.act, (bh, s_q, s_k, d, 1), impl=layout.attention)]
+
+
 def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
     """Kernels of one transformer layer for one micro-batch on one rank of ``layout``."""
     b = _Builder(model)
@@ -217,21 +320,20 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet
     T, Tsp = sh.tokens, sh.tokens_sp
     q_t, kv_t = h // t, model.kv_dim // t
     norm = model.norm_spec
-    norm_params = model.norm_params() * model.precision_spec.param_bytes
+    prec = model.precision_spec
+    norm_params = model.norm_params() * prec.param_bytes
+    bias = h * prec.param_bytes if model.bias else 0.0
 
     def norm_kernel(name: str) -> Kernel:
         return b.elementwise(name, Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM, norm_params)
 
-    attn_read = (T * q_t + 2 * layout.micro_batch * sh.seq_len * kv_t) * b.act
-    attention = Kernel("attn.core", ATTENTION, "fwd",
-                       4 * layout.micro_batch * sh.seq_local * sh.seq_len * q_t,
-                       attn_read, T * q_t * b.act)
+    core = _attention_core(b, model, layout, sh)
     fwd = [
         norm_kernel("attn.norm"),
         b.matmul("attn.qkv", T, q_t + 2 * kv_t, h),
-        attention,
+        *core,
         b.matmul("attn.proj", T, h, q_t),
-        b.elementwise("attn.residual", 2 * Tsp * h, Tsp * h, Tsp * h),
+        b.bias_dropout_add("attn.residual", Tsp * h, bias, model.dropout),
         norm_kernel("mlp.norm"),
     ]
     if model.is_moe:
@@ -243,12 +345,12 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet
         fwd.append(b.elementwise("moe.unpermute", routed * h, T * h, 2 * routed * h))
     else:
         fwd += _mlp(b, model, "mlp", T, model.ffn_hidden // t)
-    fwd.append(b.elementwise("mlp.residual", 2 * Tsp * h, Tsp * h, Tsp * h))
+    fwd.append(b.bias_dropout_add("mlp.residual", Tsp * h, bias, model.dropout))
 
     if layout.recompute == "full":
         recompute = fwd
     elif layout.recompute == "selective":
-        recompute = [attention]
+        recompute = core
     else:
         recompute = []
     return _assemble(b, fwd, recompute)
@@ -271,7 +373,7 @@ def embedding_kernels(model: TransformerConfig, layout: ParallelLayout) -> Kerne
 def head_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
     """Final norm, LM head (vocabulary-parallel GEMM) and softmax cross-entropy on the last
     stage. The loss kernel's FLOPs (≈ 5 per logit: max, subtract, exp, sum, log — our
-    estimate) are not model FLOPs; it writes one fp32 loss per token."""
+    estimate) are not model FLOPs."""
     b = _Builder(model)
     sh = TokenShard.of(model, layout)
     h, T, Tsp = model.hidden, sh.tokens, sh.tokens_sp
@@ -281,6 +383,49 @@ def head_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
         b.elementwise("head.norm", Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM,
                       model.norm_params() * model.precision_spec.param_bytes),
         b.matmul("head.logits", T, v_t, h),
-        Kernel("head.loss", ELEMENTWISE, "fwd", 5.0 * T * v_t, T * v_t * b.act, 4.0 * T),
+        # vocabulary-parallel cross-entropy (Megatron-LM): reads the logits, keeps the fp32
+        # softmax for the backward and writes one fp32 loss per token; the backward reads
+        # the softmax and writes the logits' gradient
+        Kernel("head.loss", SOFTMAX, "fwd", 5.0 * T * v_t, T * v_t * b.act, T * v_t * 4.0 + 4.0 * T,
+               backward_bytes=(T * v_t * 4.0, T * v_t * b.act)),
     ]
     return _assemble(b, fwd)
+
+
+def optimizer_kernel(name: str, params: float, precision: Precision) -> Kernel:
+    """The optimizer step over ``params`` parameters as one memory-bound kernel with the
+    bytes of every pass (module docstring, "Optimizer step")."""
+    g, k, p = precision.grad_bytes, precision.optimizer_bytes, precision.param_bytes
+    scale = 1 if precision.loss_scaling else 0
+    master = 4 if precision.master_weights else 0
+    # Adam: without master weights the parameters themselves are read and written
+    adam_read, adam_write = g + k + (0 if master else p), k + (0 if master else p)
+    read = scale * g + g + adam_read + master
+    written = scale * g + adam_write + (p if master else 0)
+    return Kernel(name, "optimizer", "optimizer", 0.0, params * read, params * written)
+
+
+class KernelTimer:
+    """Seconds a kernel takes on a named GPU: one :class:`~dessim.engine.device.DeviceModel`
+    per GPU model (with the run's calibration), each kernel costed once (memoised)."""
+
+    def __init__(self, precision: str, calibration: Calibration | None = None) -> None:
+        self.precision = precision
+        self.calibration = calibration if calibration is not None else load_calibration()
+        self._models: dict[str, DeviceModel] = {}
+        self._times: dict[tuple[str, Kernel], float] = {}
+
+    def model(self, device: str) -> DeviceModel:
+        got = self._models.get(device)
+        if got is None:
+            got = self._models[device] = DeviceModel.for_device(device, self.precision,
+                                                                self.calibration)
+        return got
+
+    def __call__(self, device: str, kernel: Kernel) -> float:
+        key = (device, kernel)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = self.model(device).kernel_time(
+                kernel.device_kind, kernel.shape or (), kernel.flops, kernel.bytes)
+        return t

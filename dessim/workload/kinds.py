@@ -53,7 +53,7 @@ def _generate_transformer(spec: WorkloadSpec, topology: Topology, overrides: Map
     from dessim.workload.result import WorkloadResult
 
     plan, topo = plan_workload(spec, topology, overrides=overrides, engine=options)
-    graph = build_taskgraph(plan, topo)
+    graph = build_taskgraph(plan, topo, engine=options)
     return Generated(spec.name, graph, topo, lambda sim: WorkloadResult(plan, graph, sim))
 
 
@@ -62,7 +62,8 @@ def _generate_dp(fn: Callable[..., Generated]) -> Callable[..., Generated]:
             options: EngineOptions | None) -> Generated:
         overrides = dict(overrides or {})
         device = overrides.pop("device", None) or (options.device if options else None)
-        return fn(spec, topology, overrides, device=device)
+        return fn(spec, topology, overrides, device=device,
+                  calibration=options.model_calibration if options else None)
     return gen
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_ORDER",
     "GROUP_DIMS",
     "RECOMPUTE_POLICIES",
+    "ATTENTION_IMPLS",
     "SCHEDULES",
     "PipelineSchedule",
     "RankCoords",
@@ -73,6 +74,9 @@ GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 #: none; selective = recompute the attention core (QKᵀ, softmax, dropout, ·V) in backward;
 #: full = keep only each layer's input and recompute the whole layer forward in backward.
 RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
+#: Attention implementations (dessim.workload.kernels): Megatron-LM's unfused core, or
+#: FlashAttention-2 / -3 (fused; -3 on Hopper only).
+ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")
 
 
 class RankCoords(NamedTuple):
@@ -180,6 +184,7 @@ class ParallelLayout:
     global_batch: int | None = None
     recompute: str = "none"
     order: tuple[str, ...] = DEFAULT_ORDER
+    attention: str = "flash2"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -196,6 +201,9 @@ class ParallelLayout:
         if self.recompute not in RECOMPUTE_POLICIES:
             raise WorkloadError(f"parallel layout: recompute={self.recompute!r} is unknown; "
                                 f"valid: {', '.join(RECOMPUTE_POLICIES)}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise WorkloadError(f"parallel layout: attention={self.attention!r} is unknown; "
+                                f"valid: {', '.join(ATTENTION_IMPLS)}")
         if SCHEDULES[self.schedule].interleaved:
             if self.virtual_stages < 2:
                 raise WorkloadError(f"parallel layout: schedule 'interleaved' needs virtual_stages >= 2 "
@@ -396,6 +404,7 @@ class ParallelLayout:
         parts += ["sp"] if self.sequence_parallel else []
         sched = self.schedule + (f"(v={self.virtual_stages})" if self.virtual_stages > 1 else "")
         parts += [sched, f"mb={self.micro_batch}", f"gb={self.global_batch}", f"m={self.num_micro_batches}",
-                  f"zero={self.zero_stage}", f"recompute={self.recompute}"]
+                  f"zero={self.zero_stage}", f"recompute={self.recompute}",
+                  f"attention={self.attention}"]
         return " ".join(parts)
 

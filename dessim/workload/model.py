@@ -60,11 +60,20 @@ class Precision:
     param_bytes: int        #: bytes per parameter held for forward/backward
     grad_bytes: int         #: bytes per gradient element
     optimizer_bytes: int    #: ZeRO's K: optimizer-state bytes per parameter
+    #: dynamic loss scaling (fp16): the optimizer unscales the gradients and checks them for
+    #: inf/NaN before the step (Micikevicius et al. 2018; Megatron-LM's MixedPrecisionOptimizer)
+    loss_scaling: bool = False
+
+    @property
+    def master_weights(self) -> bool:
+        """Whether the optimizer keeps fp32 master weights apart from the model's weights
+        (every recipe with 16-bit or 8-bit parameters)."""
+        return self.param_bytes < 4
 
 
 PRECISIONS: Mapping[str, Precision] = MappingProxyType({
     "bf16": Precision("bf16", 2, 2, 2, 2, 12),
-    "fp16": Precision("fp16", 2, 2, 2, 2, 12),
+    "fp16": Precision("fp16", 2, 2, 2, 2, 12, loss_scaling=True),
     "fp8": Precision("fp8", 1, 2, 2, 2, 12),
     "fp32": Precision("fp32", 4, 4, 4, 4, 8),
 })

@@ -39,6 +39,7 @@ the key, the file and the valid keys)::
       schedule: 1f1b                 # gpipe | 1f1b | interleaved
       virtual_stages: 1              # > 1 with interleaved
       recompute: selective           # none | selective | full
+      attention: flash2              # unfused | flash2 | flash3 (fused, Hopper)
       zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
       bucket_size: 25MiB             # gradient bucket (dessim.units sizes)
       offload:
@@ -103,6 +104,7 @@ class TrainingSpec:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     recompute: str = "none"
+    attention: str = "flash2"
     zero_stage: int = 0
     bucket_size: int = DEFAULT_BUCKET_SIZE
     offload_optimizer: str = "none"
@@ -139,7 +141,8 @@ class WorkloadSpec:
         kwargs: dict[str, Any] = dict(
             tp=par.tp, pp=par.pp, dp=par.dp, cp=par.cp, ep=par.ep, sp=par.sp, order=par.order,
             zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
-            micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute)
+            micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute,
+            attention=tr.attention)
         kwargs.update(overrides)
         if num_gpus is not None:
             model_par = kwargs["tp"] * kwargs["pp"] * kwargs["cp"]
@@ -211,7 +214,8 @@ _PARALLELISM_SCHEMA: Mapping[str, Converter] = {
 
 _TRAINING_SCHEMA: Mapping[str, Converter] = {
     "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": _str,
-    "virtual_stages": _count(), "recompute": _str, "zero_stage": _zero, "bucket_size": _size,
+    "virtual_stages": _count(), "recompute": _str, "attention": _str, "zero_stage": _zero,
+    "bucket_size": _size,
     "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
     "device": _str,
 }
