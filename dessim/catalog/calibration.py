@@ -23,7 +23,8 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Mapping, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      ValidationInfo)
 
 from dessim.errors import SpecError, UnitError
 from dessim.resources import find_data_file, read_yaml
@@ -36,8 +37,12 @@ __all__ = ["Calibration", "NcclCalibration", "LinkCalibration", "DeviceCalibrati
 CALIBRATION_VERSION = 1
 
 
-def _time(value: object) -> float:
-    """A time with units (``"20us"``) in seconds; bare numbers are refused (say the unit)."""
+def _time(value: object, info: ValidationInfo) -> float:
+    """A time with units (``"20us"``) in seconds; bare numbers are refused (say the unit) —
+    except when re-validating values already in seconds (:meth:`Calibration.over`)."""
+    if (info.context or {}).get("seconds") and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, str):
         raise ValueError(f"give a time with its unit, e.g. '20us' or '1.5ms' (got {value!r})")
     try:
@@ -129,7 +134,7 @@ class Calibration(_Model):
         merged = _merge(base.model_dump(exclude_none=True), self.model_dump(exclude_none=True,
                                                                             exclude_defaults=True))
         merged["name"] = self.name
-        return Calibration.model_validate(merged)
+        return Calibration.model_validate(merged, context={"seconds": True})
 
     def fingerprint(self) -> str:
         """A short hash of the values (shown in summaries and sweep tables)."""

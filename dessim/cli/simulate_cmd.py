@@ -16,6 +16,8 @@ from dessim.workload.api import DEFAULT_TOPOLOGY
 def _print_summary(s: dict[str, Any]) -> None:
     click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['layout']['describe']}")
     click.echo(f"  iteration           {format_time(s['iteration_s'])}")
+    click.echo(f"  compute model       attention {s['layout']['attention']}, calibration "
+               f"{s['calibration']}")
     tokens = f"{s['tokens_per_s']:,.0f} tokens/s, " if s["tokens_per_s"] else ""
     click.echo(f"  throughput          {tokens}{s['samples_per_s']:,.2f} samples/s")
     click.echo(f"  model FLOP/s        {s['model_tflops_per_gpu']:.1f} TFLOP/s per GPU, MFU {100 * s['mfu']:.1f}%")

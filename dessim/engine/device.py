@@ -74,10 +74,15 @@ def _constants(device: GPUSpec, calibration: Calibration) -> _Constants:
     tables, scale = own.attention, 1.0
     if not tables:
         tables = proxy.attention
-        scale = device.peak_flops("bf16") / get_device(_ATTENTION_PROXY).peak_flops("bf16")
+        scale = _peak16(device) / _peak16(get_device(_ATTENTION_PROXY))
     rates = {impl: AttentionRate(_table(t.tflops)) for impl, t in tables.items()}
     return _Constants(GemmParams(g.peak_efficiency, g.k_half, g.fixed, g.ceiling or 1.0), rates,
                       scale, own.memory_efficiency or 0.8, own.launch_overhead or 0.0)
+
+
+def _peak16(device: GPUSpec) -> float:
+    """Dense 16-bit peak FLOP/s (bf16, or fp16 on GPUs without bf16)."""
+    return device.peak_flops("bf16" if "bf16" in device.flops else "fp16")
 
 
 def _table(tflops: dict[str, dict[int, float]]) -> dict[tuple[int, bool], dict[int, float]]:
@@ -141,8 +146,7 @@ class DeviceModel:
         if kind.startswith("attention"):
             return self._attention(kind, shape, flops, nbytes) + c.launch_overhead
         t_mem = nbytes / (self.device.hbm_bw * c.memory_efficiency) if nbytes else 0.0
-        t_flop = flops / self.device.peak_flops("bf16" if "bf16" in self.device.flops else
-                                                self.precision) if flops else 0.0
+        t_flop = flops / _peak16(self.device) if flops else 0.0
         return max(t_mem, t_flop) + c.launch_overhead
 
     def _attention(self, kind: str, shape: tuple[int, ...], flops: float, nbytes: float) -> float:

@@ -112,13 +112,31 @@ class GemmFit:
         return float(np.median(np.abs(self.residuals)))
 
 
+def _golden(f, lo: float, hi: float, iters: int = 40) -> float:
+    """The minimiser of a unimodal ``f`` on ``[lo, hi]`` by golden-section search."""
+    g = (math.sqrt(5) - 1) / 2
+    a, c = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fc = f(a), f(c)
+    for _ in range(iters):
+        if fa < fc:
+            hi, c, fc = c, a, fa
+            a = hi - g * (hi - lo)
+            fa = f(a)
+        else:
+            lo, a, fa = a, c, fc
+            c = lo + g * (hi - lo)
+            fc = f(c)
+    return (lo + hi) / 2
+
+
 def fit_gemm(points: Sequence[tuple[float, float, float, float, float]], peak: float, sms: int,
              *, hbm_bw: float = math.inf, operand_bytes: float = 2.0,
              k_half: float | None = None) -> GemmFit:
     """Fit ``η``, ``k½`` and ``t₀`` to measured GEMMs ``(m, n, k, batch, seconds)`` by least
     squares on log time, each point weighted by its time (a training step's time is made of
     its large GEMMs: a 10 % error on a 2 µs GEMM matters less than on a 2 ms one): a grid over
-    ``k½`` and ``t₀``, and for each the best ``η`` by a one-dimensional golden-section search
+    ``k½`` and ``t₀``, and for each the best ``η`` by a one-dimensional golden-section search,
+    then ``t₀`` (and a free ``k½``) refined between their neighbouring grid values
     (deterministic). With one point, ``k½`` and ``t₀`` stay at defaults (64, 0) and only
     ``η`` is fitted."""
     pts = np.asarray(points, dtype=float)
@@ -134,20 +152,7 @@ def fit_gemm(points: Sequence[tuple[float, float, float, float, float]], peak: f
         return float(np.sum(weight * (np.log(pred) - log_t) ** 2))
 
     def best_eta(kh: float, t0: float) -> tuple[float, float]:
-        lo, hi = 0.05, 1.0
-        g = (math.sqrt(5) - 1) / 2
-        a, c = hi - g * (hi - lo), lo + g * (hi - lo)
-        fa, fc = loss(a, kh, t0), loss(c, kh, t0)
-        for _ in range(40):
-            if fa < fc:
-                hi, c, fc = c, a, fa
-                a = hi - g * (hi - lo)
-                fa = loss(a, kh, t0)
-            else:
-                lo, a, fa = a, c, fc
-                c = lo + g * (hi - lo)
-                fc = loss(c, kh, t0)
-        eta = (lo + hi) / 2
+        eta = _golden(lambda e: loss(e, kh, t0), 0.05, 1.0)
         return loss(eta, kh, t0), eta
 
     if len(pts) == 1:
@@ -156,12 +161,24 @@ def fit_gemm(points: Sequence[tuple[float, float, float, float, float]], peak: f
         params = GemmParams(round(eta, 4), kh, 0.0)
     else:
         best = None
-        for kh in (np.geomspace(8, 2048, 33) if k_half is None else [k_half]):
-            for t0 in np.concatenate([[0.0], np.geomspace(0.2e-6, 20e-6, 28)]):
+        t0_grid = np.concatenate([[0.0], np.geomspace(0.2e-6, 20e-6, 28)])
+        kh_grid = np.geomspace(8, 2048, 33) if k_half is None else np.array([float(k_half)])
+        for kh in kh_grid:
+            for t0 in t0_grid:
                 f, eta = best_eta(float(kh), float(t0))
                 if best is None or f < best[0]:
                     best = (f, eta, float(kh), float(t0))
         _, eta, kh, t0 = best
+        # refine t0 (and k_half when free) between the neighbouring grid values
+        for _ in range(2):
+            i = int(np.searchsorted(t0_grid, t0))
+            lo_t, hi_t = t0_grid[max(i - 1, 0)], t0_grid[min(i + 1, len(t0_grid) - 1)]
+            t0 = _golden(lambda x: best_eta(kh, x)[0], float(lo_t), float(hi_t))
+            if k_half is None:
+                j = int(np.searchsorted(kh_grid, kh))
+                lo_k, hi_k = kh_grid[max(j - 1, 0)], kh_grid[min(j + 1, len(kh_grid) - 1)]
+                kh = _golden(lambda x: best_eta(x, t0)[0], float(lo_k), float(hi_k))
+        _, eta = best_eta(kh, t0)
         params = GemmParams(round(eta, 4), round(kh, 1), round(t0 * 1e9) / 1e9)
     pred = gemm_time(m, n, k, b, peak, sms, params, operand_bytes=operand_bytes, hbm_bw=hbm_bw)
     return GemmFit(params, np.asarray(pred / t - 1.0))
