@@ -137,6 +137,21 @@ class WorkloadResult:
             out[kind] = {"count": len(gs), "size": len(gs[0]), "first": [list(g) for g in gs[:shown]]}
         return out
 
+    def shortcuts(self) -> dict[str, Any]:
+        """Which exact shortcuts this run took (issue 17): ``auto`` lists the generator options
+        chosen automatically; ``stage_merged`` whether passes were merged into stage tasks;
+        ``tp_closed_form_groups`` TP groups timed in closed form; ``folded`` whether replicas
+        were folded; ``refused`` the reasons a shortcut was refused."""
+        meta = self.taskgraph.meta
+        refused = list(meta.get("closed_form_fallback", []))
+        if meta.get("fold_fallback"):
+            refused.append(f"folding: {meta['fold_fallback']}")
+        return {"auto": list(self.plan.options.auto),
+                "stage_merged": bool(meta.get("stage_merged", False)),
+                "tp_closed_form_groups": int(meta.get("tp_closed_form_groups", 0)),
+                "folded": self.taskgraph.fold is not None,
+                "refused": refused}
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready headline figures (module docstring)."""
         plan, lo, model = self.plan, self.plan.layout, self.plan.model
@@ -177,6 +192,7 @@ class WorkloadResult:
             "groups": self.groups_summary(),
             "calibration": sim.meta.get("collectives", {}).get("calibration"),
             "granularity": plan.options.granularity,
+            "shortcuts": self.shortcuts(),
             "comm": plan.options.comm,
             "bucket_size": plan.bucket_size,
             "tasks": len(self.taskgraph),
