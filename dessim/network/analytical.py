@@ -1,10 +1,10 @@
 """Analytical (alpha-beta) network: no bandwidth sharing.
 
 Every transfer takes ``sum(lat of its path) + n / bottleneck capacity`` regardless of other
-traffic (simulation-notes §1c, first row): a baseline that shows what congestion costs in the
-flow model, and a fast mode (one simpy Timeout per transfer, no rate solves). Because links are
-never shared, the recorded utilisation of a channel may exceed 1.0 — that is the congestion
-this model ignores.
+traffic (the α + nβ model of Thakur et al. 2005, docs/references.md): a baseline that shows
+what congestion costs in the flow model, and a fast mode (one simpy Timeout per transfer, no
+rate solves). Because links are never shared, the recorded utilisation of a channel may exceed
+1.0 — that is the congestion this model ignores.
 
 Bundles: transfers started together whose routes have the same latency and bottleneck end
 together, so they travel as one timeout (:meth:`AnalyticalNetwork.bundle_groups` groups a

@@ -3,7 +3,7 @@
 Collectives and the engine code against exactly this interface: ``transfer()`` returns a simpy
 event that succeeds, with the finish time (s) as its value, when the last byte has arrived.
 
-Conventions (reference README, dessim conventions): sizes in bytes, times in seconds, link
+Conventions (dessim's, docs/network.md): sizes in bytes, times in seconds, link
 bandwidth per direction; a lone message of ``n`` bytes on a path takes
 ``sum(link latencies) + n / bottleneck capacity`` where capacity = ``bw * efficiency``.
 """

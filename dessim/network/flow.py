@@ -1,6 +1,7 @@
 """Flow-level network: transfers share channels max-min fairly (the SimGrid-style fluid model).
 
-Semantics (simulation-notes §1d, §2; SimGrid CM02 with cross traffic off):
+Semantics (SimGrid CM02 with ``network/crosstraffic:0``; "SimGrid CM02" and "SimGrid golden
+values" in docs/references.md):
 
 1. A transfer routed over path ``P`` first waits ``sum(lat of P)`` — the latency is paid
    *before* the flow joins bandwidth sharing, as in SimGrid — then
@@ -8,7 +9,8 @@ Semantics (simulation-notes §1d, §2; SimGrid CM02 with cross traffic off):
    recomputed whenever a flow joins or finishes. A lone message therefore takes exactly
    ``sum(lat) + n / bottleneck capacity``.
 
-Mechanics (simulation-notes §1d idiom 4, "one network-wide wake-up"):
+Mechanics (one network-wide wake-up, as SimGrid's lazy update: "SimGrid lazy update" in
+docs/references.md):
 
 * The network keeps its own min-heap of ``(time, kind, flow id, version)``: flows joining
   after their latency and flows' estimated finish times (ETAs). When a flow's rate changes its

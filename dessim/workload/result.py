@@ -7,9 +7,9 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
 * ``model_tflops_per_gpu = F_model / (iteration_s · gpus) / 1e12`` with ``F_model`` the
   model FLOPs of Megatron-LM's formula (72·B·s·l·h²·(1 + s/6h + V/12lh) for GPT models,
   generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.flops.model_flops_per_iteration`,
-  reference README §4); ``hardware_tflops_per_gpu`` the same with recomputation
-  (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the 96·B·s·l·h²·(...) form
-  under full recomputation).
+  "Megatron-LM FLOPs" in docs/references.md); ``hardware_tflops_per_gpu`` the same with
+  recomputation (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the
+  96·B·s·l·h²·(...) form of Narayanan et al. 2021, Eq. 3, under full recomputation).
 * ``mfu = F_model / (iteration_s · Σ_ranks dense peak)`` (the peak at the model's precision,
   :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs.
 * ``bubble_fraction`` — see :func:`bubble_fraction`.
@@ -50,7 +50,8 @@ def bubble_fraction(sim: SimulationResult) -> float:
     the rank is not working, divided by ``|W|``; it includes waiting for pipeline neighbours
     and exposed pipeline transfers. With free communication and identical stages it is
     ``(p-1)/(m+p-1)`` for GPipe and 1F1B and ``(p-1)/(v·m+p-1)`` for interleaved 1F1B
-    (reference README §4); 0 without pipelining when nothing else idles the GPU.
+    (GPipe (Huang et al. 2019), Narayanan et al. 2021 §2.2 in docs/references.md); 0 without
+    pipelining when nothing else idles the GPU.
     """
     per_rank: dict[int, list[tuple[float, float]]] = {}
     lo, hi = float("inf"), float("-inf")
