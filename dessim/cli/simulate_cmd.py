@@ -68,6 +68,9 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         took.append(f"closed-form TP on {sc['tp_closed_form_groups']} NVSwitch islands")
     if sc["folded"]:
         took.append("replica folding")
+    if sc.get("collective_memo"):
+        m = sc["collective_memo"]
+        took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×")
     how = "chosen automatically" if sc["auto"] else "as asked"
     fold = s.get("fold") or {}
     exact = ("exact" if not fold.get("max_lane_skew_s") else
@@ -99,7 +102,8 @@ LARGE_GRAPH_TASKS = 200_000
                    "in step; the summary reports the largest lane skew.")
 @click.option("--exact", is_flag=True,
               help="Turn every shortcut off (layer granularity, no folding, simulated TP, no "
-                   "bundles or compact schedules): the full replay, for checking a fast result.")
+                   "bundles, compact schedules or collective memo): the full replay, for checking "
+                   "a fast result.")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
@@ -138,7 +142,8 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
             raise click.UsageError("--exact turns every shortcut off: drop --granularity "
                                    f"{granularity} / --fold, or drop --exact")
         granularity, fold = "layer", False
-        engine = replace(engine, bundles=False, compact_schedules=False, shape_memo=False)
+        engine = replace(engine, bundles=False, compact_schedules=False, shape_memo=False,
+                         collective_memo=False)
     if export_chakra and fold is None:
         fold = False            # Chakra has one trace per rank: generate every rank
     overrides["granularity"] = granularity

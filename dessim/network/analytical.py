@@ -34,7 +34,6 @@ class AnalyticalNetwork(Network):
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
                  record: bool = False, bundles: bool = True) -> None:
         super().__init__(env, topology, router=router, record=record, bundles=bundles)
-        self._done_bytes = [0.0] * len(self.channels.directions)
         self._in_use = [0.0] * len(self.channels)   # bytes/s per channel (record=True only)
 
     def _start(self, route: Route, nbytes: float) -> simpy.Event:

@@ -181,7 +181,6 @@ class FlowNetwork(Network):
         self._next_fid = 0
         self._token = 0
         self._armed_at: float | None = None
-        self._done_bytes = [0.0] * len(self.channels.directions)
         self._last_util = [0.0] * n_chan
         # flow bundles: pending (latency phase) and active ones by id; per channel the number
         # of individual flows on it and the bundle owning it (-1: none), with numpy views
@@ -324,6 +323,9 @@ class FlowNetwork(Network):
         self._bpending[fid] = _Bundle(fid, template, float(n), join_at, event, on_done)
         heapq.heappush(self._heap, (join_at, _JOIN, fid, 0))
         self._arm(join_at)
+
+    def finished_bytes(self) -> np.ndarray:
+        return np.asarray(self._done_bytes, dtype=float) + self._bundle_bytes
 
     def link_bytes(self) -> dict[tuple[str, str], float]:
         carried = [a + b for a, b in zip(self._done_bytes, self._bundle_bytes.tolist())]

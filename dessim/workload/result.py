@@ -142,7 +142,9 @@ class WorkloadResult:
         """Which exact shortcuts this run took (issue 17): ``auto`` lists the generator options
         chosen automatically; ``stage_merged`` whether passes were merged into stage tasks;
         ``tp_closed_form_groups`` TP groups timed in closed form; ``folded`` whether replicas
-        were folded; ``refused`` the reasons a shortcut was refused."""
+        were folded; ``collective_memo`` how many exclusive collectives the engine simulated
+        once and replayed (None when it did not apply); ``refused`` the reasons a shortcut
+        was refused."""
         meta = self.taskgraph.meta
         refused = list(meta.get("closed_form_fallback", []))
         if meta.get("fold_fallback"):
@@ -151,6 +153,7 @@ class WorkloadResult:
                 "stage_merged": bool(meta.get("stage_merged", False)),
                 "tp_closed_form_groups": int(meta.get("tp_closed_form_groups", 0)),
                 "folded": self.taskgraph.fold is not None,
+                "collective_memo": self.simulation.meta.get("collective_memo"),
                 "refused": refused}
 
     def summary(self) -> dict[str, Any]:
