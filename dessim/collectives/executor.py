@@ -326,6 +326,49 @@ def _per_transfer(plan, of_step: Callable[[int], object]) -> array:
     return col
 
 
+@dataclass
+class _PlanStatic:
+    """What every replay of one :class:`CompactSchedule` shares (built once per schedule:
+    a training iteration replays the same collective thousands of times)."""
+
+    sizes: list[int]                 #: members per step
+    succ: list[list[int]]            #: steps that follow each step
+    pos: dict[int, int]              #: rank -> position in the group
+    src_pos: list[np.ndarray]        #: per pattern: group positions of the senders
+    dst_pos: list[np.ndarray]        #: per pattern: group positions of the receivers
+    left: np.ndarray                 #: per group position: transfers it takes part in
+    pattern_ranks: list[frozenset]   #: per pattern: the ranks it touches
+    #: per (network, protocol): software latency per pattern (filled lazily by the runs)
+    delays: dict = field(default_factory=dict)
+
+
+def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
+    got = schedule.__dict__.get("_run_static")
+    if got is not None:
+        return got
+    plan, group = schedule.plan, schedule.group
+    sizes = [len(plan.patterns[k]) for k in plan.pattern]
+    succ: list[list[int]] = [[] for _ in range(len(plan))]
+    for s, q in enumerate(plan.prev):
+        if q >= 0:
+            succ[q].append(s)
+    pos_arr = np.full(max(group) + 1, -1, dtype=np.int64)
+    pos_arr[list(group)] = np.arange(len(group))
+    src_pos = [pos_arr[p.src] for p in plan.patterns]
+    dst_pos = [pos_arr[p.dst] for p in plan.patterns]
+    left = np.zeros(len(group), dtype=np.int64)
+    uses = np.bincount(np.asarray(plan.pattern, dtype=np.int64), minlength=len(plan.patterns))
+    for k, times in enumerate(uses.tolist()):
+        if times:
+            left += times * (np.bincount(src_pos[k], minlength=len(group))
+                             + np.bincount(dst_pos[k], minlength=len(group)))
+    static = _PlanStatic(sizes, succ, {r: k for k, r in enumerate(group)}, src_pos, dst_pos,
+                         left, [frozenset(p.src.tolist()) | frozenset(p.dst.tolist())
+                                for p in plan.patterns])
+    schedule.__dict__["_run_static"] = static
+    return static
+
+
 class _PlanRun:
     """Replay of a :class:`CompactSchedule` step by step (see the module docstring)."""
 
@@ -338,17 +381,18 @@ class _PlanRun:
         self.charges = charges
         self.factor = charges.factor
         #: per pattern: software latency of its members (0.0, a float, or one per member)
-        self.delays: dict[int, np.ndarray | float] = {}
+        static = _plan_static(schedule)
+        #: per pattern: software latency of its members (0.0, a float, or one per member);
+        #: shared by the runs of this schedule with the same charges (same network and protocol)
+        self.delays: dict[int, np.ndarray | float] = static.delays.setdefault(
+            (network, charges.protocol), {})
         self.reduction_bw = reduction_bw
         self.key_base = key_base
         self.bundles = bundles
         env = self.env
         nsteps = len(plan)
-        self.sizes = [len(plan.patterns[k]) for k in plan.pattern]
-        self.succ: list[list[int]] = [[] for _ in range(nsteps)]
-        for s, q in enumerate(plan.prev):
-            if q >= 0:
-                self.succ[q].append(s)
+        self.sizes = static.sizes
+        self.succ = static.succ
         self.left_in_step = list(self.sizes)
         nan = math.nan
         self.step_start = [nan] * nsteps
@@ -363,20 +407,11 @@ class _PlanRun:
         # per-rank transfer counts, by position in the group
         group = schedule.group
         self.group = group
-        self.pos = {r: k for k, r in enumerate(group)}
-        pos_arr = np.full(max(group) + 1, -1, dtype=np.int64)
-        pos_arr[list(group)] = np.arange(len(group))
-        self.src_pos = [pos_arr[p.src] for p in plan.patterns]
-        self.dst_pos = [pos_arr[p.dst] for p in plan.patterns]
-        left = np.zeros(len(group), dtype=np.int64)
-        uses = np.bincount(np.asarray(plan.pattern, dtype=np.int64), minlength=len(plan.patterns))
-        for k, times in enumerate(uses.tolist()):
-            if times:
-                left += times * (np.bincount(self.src_pos[k], minlength=len(group))
-                                 + np.bincount(self.dst_pos[k], minlength=len(group)))
-        self.left = left
-        self.pattern_ranks = [frozenset(p.src.tolist()) | frozenset(p.dst.tolist())
-                              for p in plan.patterns]
+        self.pos = static.pos
+        self.src_pos = static.src_pos
+        self.dst_pos = static.dst_pos
+        self.left = left = static.left.copy()
+        self.pattern_ranks = static.pattern_ranks
         self.released = 0
         self.ranks_left = len(group)
         self.run = ScheduleRun(schedule, env.now, env.event(), self._transfer_times(True),

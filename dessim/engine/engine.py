@@ -26,6 +26,8 @@ task and the network's own events for communication. Runs are deterministic.
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -141,6 +143,9 @@ class _Join:
             self.done()
 
 
+#: Task kinds that move bytes over the network.
+_NET_KINDS = frozenset(("collective", "send", "recv", "memcpy"))
+
 #: Lane finish times closer than this (relative to the time) count as together (float noise).
 _SKEW_RTOL = 1e-12
 
@@ -185,11 +190,18 @@ class _Run:
                       for cid, members in graph.collectives().items()}
         self.settings = options.collectives
         self.calibration = options.model_calibration
-        #: exclusive collectives: key -> (duration, bytes per link direction)
-        self.memo_collectives = (options.collective_memo and not options.record_links
-                                 and self._exclusive_collectives())
+        #: collective memo (EngineOptions.collective_memo): key -> (duration, bytes per link
+        #: direction). ``memo_static``: every collective is exclusive by the graph's
+        #: structure; otherwise one is exclusive when it is the only running task.
+        self.memo_on = options.collective_memo and not options.record_links
+        self.memo_static = self.memo_on and self._exclusive_collectives()
         self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
         self.memo_hits = 0
+        self.net_running = 0              #: network tasks started and not finished
+        self.net_starts = 0               #: network tasks started so far
+        #: (end time, task) of started compute and delay tasks (finished ones popped lazily)
+        self.timed: list[tuple[float, int]] = []
+        self.deferred: list[int] = []     #: single-member collectives arrived this instant
         #: (algorithm, protocol) -> collectives planned with it (reported in the result)
         self.choices: dict[tuple[str, str], int] = {}
         self.coll_state: dict[str, dict] = {}
@@ -258,9 +270,14 @@ class _Run:
         self.start[i] = now
         self.engine_events += 1
         kind = t.kind
+        if kind in _NET_KINDS:
+            self.net_running += 1
+            self.net_starts += 1
         if kind == "compute" or kind == "delay":
             self.active[i] = now
             dur = self._duration(t)
+            if self.memo_on:
+                heapq.heappush(self.timed, (now + dur, i))
             ev = self.env.timeout(dur)
             ev.callbacks.append(lambda _e, i=i: self.finish(i))
         elif kind in ("send", "recv"):
@@ -360,21 +377,62 @@ class _Run:
         return True
 
     def _memo_recorder(self, i: int, key: tuple) -> Callable[[], None]:
-        """Finish member ``i`` and store its collective's duration and traffic."""
-        t0, before = self.env.now, self.net.finished_bytes()
+        """Finish member ``i`` and store its collective's duration and traffic, if it had
+        the network to itself (statically, or no network task started while it ran)."""
+        t0, before, starts = self.env.now, self.net.finished_bytes(), self.net_starts
 
         def done() -> None:
-            self.coll_memo[key] = (self.env.now - t0, self.net.finished_bytes() - before)
+            if self.memo_static or self.net_starts == starts:
+                self.coll_memo[key] = (self.env.now - t0, self.net.finished_bytes() - before)
             self.finish(i)
         return done
 
+    def _memo_key(self, t: Task) -> tuple:
+        return (t.op, t.size, t.group, self.options.algo or t.algo)
+
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]
-        memo_key = None
-        if self.memo_collectives:
-            memo_key = (t.op, t.size, t.group, self.options.algo or t.algo)
-            if self._replay_collective(i, memo_key):
+        if self.memo_on and len(self.colls[t.coll_id]) == 1:
+            if self.memo_static:
+                key = self._memo_key(t)
+                if not self._replay_collective(i, key):
+                    self._start_collective(i, key)
                 return
+            # whether it runs alone is known once everything starting now has started
+            self.deferred.append(i)
+            return
+        self._start_collective(i, None)
+
+    def _decide_deferred(self) -> None:
+        """Start the single-member collectives that arrived this instant. One that is the
+        only network task running has the network to itself until another network task
+        starts; none can start before a running compute or delay task ends (everything else
+        waits on those or on this collective). So when it is memoised and every running
+        task ends after it would, it is replayed; otherwise it is simulated, and memoised if
+        no network task started while it ran."""
+        if not self.deferred:
+            return
+        todo, self.deferred = self.deferred, []
+        alone = len(todo) == 1 and self.net_running == 1
+        for i in todo:
+            key = self._memo_key(self.tasks[i]) if alone else None
+            hit = self.coll_memo.get(key) if key is not None else None
+            if hit is not None and self._next_end() > self.env.now + hit[0]:
+                self._replay_collective(i, key)
+            else:
+                self._start_collective(i, key if hit is None else None)
+
+    def _next_end(self) -> float:
+        """Earliest end of a running compute or delay task (inf if none)."""
+        timed, end = self.timed, self.end
+        while timed and end[timed[0][1]] == end[timed[0][1]]:     # finished (not NaN)
+            heapq.heappop(timed)
+        return timed[0][0] if timed else math.inf
+
+    def _start_collective(self, i: int, memo_key: tuple | None) -> None:
+        """Start (or join) the run of collective task ``i``; with ``memo_key`` the run is
+        exclusive and its duration and traffic are memoised when it ends."""
+        t = self.tasks[i]
         state = self.coll_state.get(t.coll_id)
         if state is None:
             if self.fold is None:
@@ -423,6 +481,8 @@ class _Run:
     def finish(self, i: int) -> None:
         self.end[i] = self.env.now
         self.done_count += 1
+        if self.tasks[i].kind in _NET_KINDS:
+            self.net_running -= 1
         self.engine_events += 1
         key = self.stream_of[i]
         self.busy[key] = False
@@ -434,11 +494,13 @@ class _Run:
                 touched.append(self.stream_of[s])
         for k in touched:
             self.try_start(k)
+        self._decide_deferred()
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:
         for key in self.queues:
             self.try_start(key)
+        self._decide_deferred()
         self.env.run()
         if self.done_count != len(self.tasks):
             self._report_deadlock()
@@ -519,7 +581,7 @@ class _Run:
     def _memo_meta(self) -> dict:
         """How many exclusive collectives were replayed from the memo (empty when the
         shortcut did not apply)."""
-        if not self.memo_collectives:
+        if not self.coll_memo:
             return {}
         return {"collective_memo": {"simulated": len(self.coll_memo), "replayed": self.memo_hits}}
 
