@@ -42,6 +42,7 @@ from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.taskgraph.model import TaskGraph
 from dessim.topology import load_topology
+from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
@@ -285,6 +286,7 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
             options = EngineOptions(**{"record_links": False, **dict(spec.engine)})
         except TypeError as exc:
             raise SpecError(f"{where}: engine: {exc}") from None
+    topo = calibrated_topology(topo, options.calibration)   # before the jobs' views are cut
     gpu_sets = assign_gpus(spec.jobs, topo.num_gpus, where)
     parts = []
     for job, gpus in zip(spec.jobs, gpu_sets):
