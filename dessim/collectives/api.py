@@ -268,7 +268,7 @@ def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[obj
             block.append({"size_bytes": nbytes, "algorithm": str(algo).lower(),
                           "chosen": res.algorithm, "protocol": res.protocol, "time_s": res.time_s,
                           "algbw_GBps": res.algbw_GBps, "busbw_GBps": res.busbw_GBps,
-                          "events": res.events})
+                          "events": res.events, "calibration": res.calibration})
         best = min(range(len(block)), key=lambda i: block[i]["time_s"])
         for i, row in enumerate(block):
             row["winner"] = i == best
