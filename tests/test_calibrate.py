@@ -337,3 +337,13 @@ def test_the_base_file_stays_in_the_output_where_nothing_replaces_it(tmp_path):
     h100 = cal.devices["H100"]
     assert h100.launch_overhead == 3e-6                             # kept from the base
     assert h100.memory_efficiency == round(2**30 / 400e-6 / get_device("H100").hbm_bw, 3)
+
+
+def test_a_gemm_shorter_than_the_fixed_time_is_reported_not_fitted(tmp_path):
+    path = tmp_path / "k.csv"
+    path.write_text("kernel,shape,dtype,time_us,gpu\nmatmul,64x64x64,bf16,3,H100\n")
+    result = calibrate(read_inputs(kernels=[str(path)]))
+    assert result.calibration.devices == {} and not result.fitted
+    assert any(f"{path}:2: not fitted" in n and "fixed time" in n for n in result.notes)
+    [row] = result.residuals
+    assert row.fits == "" and row.residual > 0        # checked against the unchanged model

@@ -158,8 +158,9 @@ def _gemm_groups(points: Sequence[KernelPoint], notes: list[str]) -> list[_GemmG
     return groups
 
 
-def _fit_group(group: _GemmGroup, base: GemmParams) -> tuple[GemmParams, str]:
-    """GEMM parameters of one group and what was fitted (module docstring)."""
+def _fit_group(group: _GemmGroup, base: GemmParams) -> tuple[GemmParams | None, str]:
+    """GEMM parameters of one group and what was fitted (module docstring); None and the
+    reason when the group says nothing about the GEMM rate."""
     pts = group.arrays
     m, n, k, b, t = pts.T
     kw = dict(hbm_bw=group.gpu.hbm_bw, operand_bytes=group.operand_bytes)
@@ -173,9 +174,8 @@ def _fit_group(group: _GemmGroup, base: GemmParams) -> tuple[GemmParams, str]:
         q = gemm_quantization(m[0], n[0], b[0], group.sms) * k[0] / (k[0] + base.k_half)
         busy = t[0] - base.fixed
         if busy <= 0:
-            raise CalibrationError(f"{group.points[0].where}: the GEMM took {t[0]:.4g} s, no more "
-                                   f"than the model's fixed time {base.fixed:.4g} s: it says "
-                                   "nothing about the GEMM rate")
+            return None, (f"it took {t[0] * 1e6:.4g}us, no more than the model's fixed time "
+                          f"{base.fixed * 1e6:.4g}us: it says nothing about the GEMM rate")
         eta = 2.0 * b[0] * m[0] * n[0] * k[0] / (group.peak * busy * q)
         fit = GemmParams(round(eta, 4), base.k_half, base.fixed)
         fitted = "peak_efficiency (one point)"
@@ -199,15 +199,21 @@ def _fit_gemms(points: Sequence[KernelPoint], base: Calibration, part: PartFit,
     for g in groups:
         by_gpu[g.gpu.name].append(g)
     for name, gs in by_gpu.items():
-        own = base.device(name).gemm
-        if own is None or None in (own.peak_efficiency, own.k_half, own.fixed):
-            raise CalibrationError(f"{name}: the base calibration has no GEMM model to start "
-                                   "from (devices.{name}.gemm)")
+        own = base.device(name).gemm          # the built-in file has one for every catalog GPU
         start = GemmParams(own.peak_efficiency, own.k_half, own.fixed, own.ceiling or 1.0)
+        fits = {id(g): _fit_group(g, start) for g in gs}
+        for g in gs:
+            if fits[id(g)][0] is None:
+                part.notes.append(f"{name} {g.dtype} GEMM at {g.points[0].where}: not fitted "
+                                  f"({fits[id(g)][1]})")
+                part.residuals.extend(_gemm_residuals(g, start, ""))
+        gs = [g for g in gs if fits[id(g)][0] is not None]
+        if not gs:
+            continue
         chosen = next((g for g in gs if g.dtype == "bf16/fp16"),
                       max(gs, key=lambda g: (len(g.points), g.dtype)))
         for g in gs:
-            params, what = _fit_group(g, start)
+            params, what = fits[id(g)]
             key = f"devices.{name}.gemm"
             if g is chosen:
                 sources = sorted({p.file for p in g.points})
