@@ -23,7 +23,7 @@ def test_every_required_device_has_sourced_figures(name):
 
 
 def test_reference_figures():
-    # reference README §1.1 (dense, per direction)
+    # glennklockwood A100 / H100 in docs/references.md (dense, per direction)
     assert get_device("H100").flops["bf16"] == pytest.approx(989.4e12)
     assert get_device("H100").flops["fp8"] == pytest.approx(1978.9e12)
     assert get_device("A100-80GB").flops["bf16"] == pytest.approx(312e12)
@@ -70,7 +70,7 @@ def test_link_techs_are_sourced_and_valid(name):
 
 
 def test_efficiencies_follow_nccl_measurements():
-    # reference README §1.2/§1.4/§3: measured busbw / raw per-direction bandwidth
+    # nccl-tests#149, #212, #160, #290: measured busbw / raw per-direction bandwidth
     assert get_link_tech("nvlink3").capacity == pytest.approx(230e9)
     assert get_link_tech("nvlink4").capacity == pytest.approx(370e9)
     assert get_link_tech("ib_hdr").capacity == pytest.approx(24e9)

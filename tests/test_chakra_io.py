@@ -1,7 +1,7 @@
 """Chakra ET files: reading Chakra's own traces, rejecting malformed ones, writing them back.
 
-Fixtures in tests/data/chakra/ are copies of /work/shared/fixtures/chakra (made by Chakra's own
-generator and Python bindings); their README.txt lists what each holds.
+Fixtures in tests/data/chakra/ were made by Chakra's own generator and Python bindings
+(github.com/mlcommons/chakra); their README.txt lists what each holds.
 """
 
 from __future__ import annotations

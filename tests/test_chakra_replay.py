@@ -2,7 +2,7 @@
 
 Expected times are computed here from the alpha-beta formulas of the topologies used
 (a link: latency alpha + n / B per message; ring all-reduce on p ranks:
-2 (p - 1) (alpha + n / (p B)), reference README §2.1), never copied from a run.
+2 (p - 1) (alpha + n / (p B)), Thakur et al. 2005 in docs/references.md), never copied from a run.
 """
 
 from __future__ import annotations

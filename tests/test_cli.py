@@ -53,7 +53,28 @@ def test_simulate_stage_granularity_gives_the_layer_iteration_time():
     runner = CliRunner()
     args = ["simulate", "gpt3-1.3b", "-t", "dgx-a100:nodes=2", "--tp", "8", "--pp", "2",
             "--global-batch", "8", "--json"]
-    layer = json.loads(runner.invoke(cli, args).output)
+    layer = json.loads(runner.invoke(cli, args + ["--exact"]).output)
     stage = json.loads(runner.invoke(cli, args + ["--granularity", "stage"]).output)
     assert stage["iteration_s"] == pytest.approx(layer["iteration_s"], rel=1e-9)
     assert stage["tasks"] < layer["tasks"] / 5
+
+
+def test_simulate_takes_the_exact_shortcuts_by_itself_and_says_so():
+    runner = CliRunner()
+    args = ["simulate", "gpt3-1.3b", "-t", "dgx-a100:nodes=2", "--tp", "8", "--pp", "2",
+            "--global-batch", "8"]
+    fast = runner.invoke(cli, args)
+    assert fast.exit_code == 0, fast.output
+    assert "shortcuts           stage tasks, closed-form TP on 2 NVSwitch islands, replica folding " \
+           "(chosen automatically; exact" in fast.output
+    full = json.loads(runner.invoke(cli, args + ["--exact", "--json"]).output)
+    quick = json.loads(runner.invoke(cli, args + ["--json"]).output)
+    assert quick["iteration_s"] == pytest.approx(full["iteration_s"], rel=1e-9)
+    assert quick["tasks"] < full["tasks"] / 5
+    assert full["shortcuts"] == {"auto": [], "stage_merged": False, "tp_closed_form_groups": 0,
+                                 "folded": False, "collective_memo": None, "refused": []}
+
+
+def test_exact_refuses_a_shortcut_asked_for_at_the_same_time():
+    res = CliRunner().invoke(cli, ["simulate", "gpt3-1.3b", "--exact", "--fold"])
+    assert res.exit_code == 2 and "--exact turns every shortcut off" in res.output

@@ -33,7 +33,7 @@ def test_unknown_op_lists_valid_names():
                                        ("allgather", 7 / 8), ("broadcast", 1.0),
                                        ("reduce", 1.0), ("alltoall", 7 / 8), ("sendrecv", 1.0)])
 def test_busbw_factors_are_nccl_tests_ones(op, factor):
-    # reference README §2.4 for n = 8 ranks
+    # nccl-tests doc/PERFORMANCE.md for n = 8 ranks
     assert get_op(op).busbw_factor(8) == pytest.approx(factor)
 
 
@@ -102,7 +102,7 @@ def test_halving_doubling_is_2_lg_p_steps_and_bandwidth_optimal_for_power_of_two
 
 @pytest.mark.parametrize("p,steps", [(6, 2 * 2 + 2), (12, 2 * 3 + 2)])
 def test_halving_doubling_folds_extra_ranks(p, steps):
-    # (2⌊lg p⌋ + 2) steps (reference README §2.1, non-power-of-two)
+    # (2⌊lg p⌋ + 2) steps (Thakur et al. 2005, non-power-of-two)
     assert build_schedule("allreduce", "hd", range(p), float(S)).critical_path_length() == steps
 
 
@@ -114,7 +114,7 @@ def test_recursive_doubling_allreduce_is_lg_p_steps_of_the_whole_buffer():
 
 @pytest.mark.parametrize("k", [1, 4, 16])
 def test_chunked_chain_broadcast_pipelines(k):
-    # (p - 2 + k) sequential transfers (reference README §2.3)
+    # (p - 2 + k) sequential transfers ("Pipelined chain and tree" in docs/references.md)
     sched = build_schedule("broadcast", "ring", range(8), float(S), chunks=k)
     assert sched.critical_path_length() == 8 - 2 + k
 

@@ -4,9 +4,9 @@ qualitative behaviour, executor semantics (arrivals, reductions, per-rank times)
 Everything here runs with ``protocol="raw"``, the textbook model (no NCCL protocol latency
 or framing): the closed forms hold exactly. NCCL's protocols: tests/test_nccl_collectives.py.
 
-Closed forms: reference README §2.1 (Thakur–Rabenseifner–Gropp), §2.3 (pipelined chain),
-§2.4 (nccl-tests busbw). α is a path's latency (ring/fully connected: 1 link = lat; switch:
-2 links = 2·lat), β = 1/bw per direction.
+Closed forms (short names of docs/references.md): Thakur et al. 2005 (Thakur–Rabenseifner–
+Gropp), "Pipelined chain and tree", nccl-tests PERFORMANCE.md (busbw). α is a path's latency
+(ring/fully connected: 1 link = lat; switch: 2 links = 2·lat), β = 1/bw per direction.
 """
 
 from __future__ import annotations

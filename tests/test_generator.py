@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
+from dessim.errors import WorkloadError
 from dessim.taskgraph.io import taskgraph_to_dict
 from dessim.topology import load_topology
 from dessim.workload import (GeneratorOptions, ParallelLayout, TransformerConfig, build_taskgraph,
@@ -25,8 +27,16 @@ def topo(n: int):
     return load_topology(f"dgx-h100:nodes={n // 8}") if n >= 8 else load_topology(f"ring:{n},device=H100")
 
 
+def exact(options: GeneratorOptions | None = None) -> GeneratorOptions:
+    """``options`` with the automatic shortcuts off: every rank, one task per layer pass (these
+    tests read the structure of the full graph)."""
+    o = options or GeneratorOptions()
+    return replace(o, granularity="layer" if o.granularity == "auto" else o.granularity,
+                   fold=False if o.fold is None else o.fold)
+
+
 def graph(model, n=8, options=None, memory=None, **layout):
-    return build_taskgraph((model, ParallelLayout(**layout)), topo(n), options=options, memory=memory)
+    return build_taskgraph((model, ParallelLayout(**layout)), topo(n), options=exact(options), memory=memory)
 
 
 def tasks(g, rank=None, **match):
@@ -57,6 +67,27 @@ def test_interleaved_uses_megatron_chunk_order():
     assert [(o.phase, o.mb, o.chunk) for o in ops[:5]] == [
         ("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1), ("F", 2, 0)]
     assert (ops[5].phase, ops[5].mb, ops[5].chunk) == ("B", 0, 1)  # backward starts at the last chunk
+
+
+# ---------------------------------------------------------------- defaults
+def test_defaults_pick_stage_granularity_and_folding_and_say_they_did():
+    o = GeneratorOptions().resolved()
+    assert (o.granularity, o.fold, o.auto) == ("stage", True, ("granularity", "fold"))
+    explicit = GeneratorOptions(granularity="layer", fold=False).resolved()
+    assert (explicit.granularity, explicit.fold, explicit.auto) == ("layer", False, ())
+
+
+def test_default_graph_is_folded_and_merged_where_exact():
+    g = build_taskgraph((GPT, ParallelLayout(tp=2, pp=2, dp=2, global_batch=8)), topo(8))
+    assert g.fold is not None and g.meta["granularity"] == "stage"
+    full = graph(GPT, tp=2, pp=2, dp=2, global_batch=8)
+    assert len(g) <= len(full) / 4      # 2 of 8 ranks (TP x DP folded), merged passes
+
+
+@pytest.mark.parametrize("bad", [{"granularity": "fast"}, {"fold": "yes"}])
+def test_bad_generator_options_are_refused(bad):
+    with pytest.raises(WorkloadError):
+        GeneratorOptions(**bad)
 
 
 # ---------------------------------------------------------------- FLOPs

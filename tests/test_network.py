@@ -71,7 +71,7 @@ def test_n_and_2n_bytes_on_one_bottleneck_finish_at_2n_and_3n_over_b():
 
 
 def test_simgrid_dumbbell_golden_values():
-    # simulation-notes §2: SimGrid CM02 without cross traffic = hand max-min.
+    # "SimGrid golden values" (docs/references.md): SimGrid CM02 without cross traffic = hand max-min.
     res = simulate_transfers(dumbbell(), [("A1", "B", 100e6, 0), ("A2", "B", 100e6, 0),
                                           ("A3", "B", 50e6, 0)])
     a1, a2, a3 = res.finish_times
@@ -85,7 +85,7 @@ def test_simgrid_dumbbell_golden_values():
 
 
 def test_eight_host_ring_allreduce_matches_alpha_beta():
-    # simulation-notes §2: 8 hosts, 1 GB/s, 10 us, D = 80 MB, 2(N-1) steps of D/N -> 0.140140 s.
+    # "SimGrid golden values": 8 hosts, 1 GB/s, 10 us, D = 80 MB, 2(N-1) steps of D/N -> 0.140140 s.
     n, d, alpha, beta = 8, 80e6, 10e-6, 1e9
     env = simpy.Environment()
     net = FlowNetwork(env, ring(n, beta, alpha))

@@ -26,7 +26,8 @@ def topo(edges, gpus, *, switches=(), transit=None, name="t") -> Topology:
 
 
 def dumbbell() -> Topology:
-    """simulation-notes §2: A1, A2, A3 -> B through L (1 GB/s, 10 us); A1's access 250 MB/s."""
+    """The dumbbell of "SimGrid golden values" (docs/references.md): A1, A2, A3 -> B through L
+    (1 GB/s, 10 us); A1's access 250 MB/s."""
     return topo([("A1", "s1", 250e6, 0.0), ("A2", "s1", 10e9, 0.0), ("A3", "s1", 10e9, 0.0),
                  ("s1", "s2", 1e9, 10e-6), ("s2", "B", 10e9, 0.0)],
                 ["A1", "A2", "A3", "B"], switches=["s1", "s2"], name="dumbbell")

@@ -42,7 +42,10 @@ def _run(topo, overrides, generator):
     return simulate_workload("gpt3-1.3b", topo, overrides=dict(overrides, generator=generator))
 
 
-MODES = ({}, {"tp_closed_form": True}, {"granularity": "stage"})
+#: the exact replay (layer tasks, every rank, simulated TP), closed-form TP, stage merging
+MODES = ({"granularity": "layer", "fold": False},
+         {"granularity": "layer", "fold": False, "tp_closed_form": True},
+         {"granularity": "stage", "fold": False})
 
 CASES = [
     pytest.param({"tp": 8, "pp": 2, "global_batch": 8, "model": {"layers": 4}}, id="1f1b-pp2"),

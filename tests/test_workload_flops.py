@@ -1,4 +1,5 @@
-"""Kernel lists and FLOPs per iteration: the closed forms of reference README §4."""
+"""Kernel lists and FLOPs per iteration: the closed forms of Narayanan et al. 2021 and
+Megatron-LM (docs/references.md)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ from dessim.workload import (
 )
 from dessim.workload.kernels import ATTENTION, KINDS, MATMUL, sum_flops
 
-# The 1T-parameter GPT of Narayanan et al. (SC21), reference README §4's check example.
+# The 1T-parameter GPT of Narayanan et al. (SC21), the check example of its Eq. 3.
 GPT_1T = TransformerConfig("gpt-1t", layers=128, hidden=25600, heads=160, ffn_hidden=4 * 25600,
                            vocab=51200, seq_len=2048)
 
 
 def test_reference_check_value_5_1e19():
-    # Reference README §4: B=3072, s=2048, l=128, h=25600, V=51200 → ≈ 5.1e19 FLOPs (Eq. 3).
+    # Narayanan et al. 2021, Eq. 3: B=3072, s=2048, l=128, h=25600, V=51200 → ≈ 5.1e19 FLOPs.
     f = megatron_flops(3072, 2048, 128, 25600, 51200, full_recompute=True)
     assert f == pytest.approx(5.1e19, rel=0.01)
     # Eq. 3 by hand: 96·B·s·l·h² = 5.0665e19, times (1 + 2048/153600 + 51200/52428800).

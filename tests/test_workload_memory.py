@@ -34,7 +34,7 @@ BF16 = PRECISIONS["bf16"]
     (3, 1.875e9, 1.9),         # 16Ψ/64
 ])
 def test_zero_paper_figure_1(stage, expected, paper):
-    # ZeRO (Rajbhandari et al. SC20) Fig. 1: Ψ = 7.5B, N_d = 64; reference README §4.
+    # ZeRO (Rajbhandari et al. SC20) Fig. 1: Ψ = 7.5B, N_d = 64 (docs/references.md).
     b = zero_state_bytes(7.5e9, 64, stage, BF16)
     assert b.total == pytest.approx(expected, rel=1e-12)
     assert round(b.total / GB, 1) == paper
@@ -94,7 +94,7 @@ def test_first_stage_holds_p_micro_batches_with_1f1b_and_m_with_gpipe():
     est = [estimate_memory(GPT, layout, stage=s) for s in range(8)]
     per_layer = layer_activation_bytes(GPT, layout)
     assert [e.in_flight for e in est] == [8, 7, 6, 5, 4, 3, 2, 1]
-    # First stage: p micro-batches × L/p layers = L layers' worth (reference README §4) + embedding mask.
+    # First stage: p micro-batches × L/p layers = L layers' worth (Narayanan et al. 2021 §2.2) + embedding mask.
     mask = 2048 * 12288 // 8
     assert est[0].activations == pytest.approx(96 * per_layer + 8 * mask)
     gpipe = dataclasses.replace(layout, schedule="gpipe")
@@ -136,7 +136,7 @@ def test_offload_moves_bytes_out_of_hbm():
 
 @pytest.mark.parametrize("name", sorted(shipped_workloads()))
 def test_every_preset_fits_80_gb(name):
-    # 80 GB = the HBM of A100-80GB / H100 SXM (reference README §1.1), the presets' devices.
+    # 80 GB = the HBM of A100-80GB / H100 SXM (glennklockwood A100/H100), the presets' devices.
     spec = load_workload(name)
     est = estimate_memory(spec.model, spec.layout(), spec.memory_options())
     assert check_fit(est, 80e9) is est

@@ -1,9 +1,10 @@
 """GPU catalog: peak compute, HBM and scale-up bandwidth of common training accelerators.
 
-Every figure is in SI units (FLOP/s, bytes, bytes/second) and carries its source. Labels
-follow the reference collection (/work/shared/reference/README.md, "reference README"):
-[C] confirmed from a stored copy of the source, [C2] confirmed via a secondary page,
-[D] derived by arithmetic, [U] unconfirmed — a default to override, never a test oracle.
+Every figure is in SI units (FLOP/s, bytes, bytes/second) and carries its source, named by
+its short name in docs/references.md ("GPUs and datasheets"), with that file's labels:
+[C] confirmed in the source, [C2] confirmed via a secondary copy, [D] derived by arithmetic,
+[U] unconfirmed — a default to override with a calibration or topology file, never a test
+oracle.
 
 Conventions
     * FLOP/s are *dense* peaks (no 2:4 sparsity), keyed by precision: ``fp32`` (vector/FMA),
@@ -11,7 +12,7 @@ Conventions
     * HBM capacity is the marketed figure in GB = 1e9 bytes (what CUDA reports is slightly
       different; e.g. B200 shows ≈ 179-180 GB of its 192 GB).
     * ``scaleup_bw`` is the per-GPU NVLink / Infinity Fabric bandwidth **per direction**
-      (half the marketed bidirectional figure), reference README §1.1-1.2.
+      (half the marketed bidirectional figure; "Interconnect generations" in docs/references.md).
     * ``scaleup_link`` and ``host_link`` name entries of :data:`dessim.catalog.links.LINK_TECHS`.
 """
 
@@ -70,94 +71,104 @@ def _spec(name: str, flops: dict[str, float], hbm: float, hbm_bw: float, scaleup
                    host_link, aliases, MappingProxyType(dict(sources)), _GENERATION[name])
 
 
-_FP32_TF32_U = ("[U] vendor datasheet figure, not in the reference store")
+#: Appended to an [U] source: what to do about the unconfirmed default.
+_UNCONFIRMED = "unconfirmed; override with a calibration or topology file"
 
 _LIST = [
     _spec("V100", {"fp32": 15.7 * T, "fp16": 125 * T},
           32 * GB, 900 * GB, 150 * GB, "nvlink2", "pcie3",
           ("v100-sxm2", "v100-32gb", "tesla-v100"),
-          {"fp16": "[C2] reference README §1.1 (grokipedia V100: 125 TF tensor FP16)",
-           "fp32": _FP32_TF32_U + " (V100 SXM2 15.7 TF FP32); no TF32/BF16/FP8 on Volta",
-           "hbm_capacity": "[C2] reference README §1.1 (16/32 GB HBM2; 32 GB variant here)",
-           "hbm_bw": "[C2] reference README §1.1 (io-tech V100: 900 GB/s)",
-           "scaleup_bw": "[C2] reference README §1.2 (NVLink2 6 x 25 GB/s uni = 150)",
-           "host_link": "[U] PCIe 3.0 x16 host interface (vendor datasheet)"}),
+          {"fp16": "[C2] V100 datasheet (125 TF tensor FP16)",
+           "fp32": "[C2] V100 datasheet (15.7 TF FP32); no TF32/BF16/FP8 on Volta",
+           "hbm_capacity": "[C2] V100 datasheet (16/32 GB HBM2; 32 GB variant here)",
+           "hbm_bw": "[C2] V100 datasheet (900 GB/s)",
+           "scaleup_bw": "[C2] Interconnect generations (NVLink2: 6 links x 25 GB/s uni = 150)",
+           "host_link": "[C2] V100 datasheet (PCIe 3.0 host interface)"}),
     _spec("A100-40GB", {"fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T},
           40 * GB, 1555 * GB, 300 * GB, "nvlink3", "pcie4",
           ("a100-sxm4-40gb", "a100-40g"),
-          {"fp16": "[C2] reference README §1.1 (312 dense / 624 sparse)",
-           "bf16": "[C2] reference README §1.1 (312 dense)",
-           "fp32": _FP32_TF32_U + " (19.5 TF FP32)",
-           "tf32": _FP32_TF32_U + " (156 TF TF32 dense); A100 has no FP8 (reference README §1.1)",
-           "hbm_capacity": "[C2] reference README §1.5 (DGX A100: 40 or 80 GB variants)",
-           "hbm_bw": _FP32_TF32_U + " (A100 40GB HBM2: 1,555 GB/s)",
-           "scaleup_bw": "[C2] reference README §1.2 (NVLink3 12 x 25 GB/s uni = 300)",
-           "host_link": "[C2] reference README §1.5 (PCIe Gen4 switches in DGX A100)"}),
+          {"fp16": "[C2] glennklockwood A100 (312 dense / 624 sparse)",
+           "bf16": "[C2] glennklockwood A100 (312 dense)",
+           "fp32": "[C2] glennklockwood A100 (19.5 TF FP32)",
+           "tf32": "[C2] glennklockwood A100 (156 TF TF32 dense); A100 has no FP8",
+           "hbm_capacity": "[C2] glennklockwood A100 (40 GB HBM2)",
+           "hbm_bw": "[C2] glennklockwood A100 (A100 40GB HBM2: 1,555 GB/s)",
+           "scaleup_bw": "[C2] glennklockwood A100 ('300+300 GB/s'); Interconnect generations "
+                         "(NVLink3 12 x 25 GB/s uni = 300)",
+           "host_link": "[C2] glennklockwood A100 (PCIe Gen4 32+32 GB/s)"}),
     _spec("A100-80GB", {"fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T},
           80 * GB, 2039 * GB, 300 * GB, "nvlink3", "pcie4",
           ("a100", "a100-80g", "a100-sxm4-80gb", "a100-sxm"),
-          {"fp16": "[C2] reference README §1.1 (glennklockwood A100: 312 dense)",
-           "bf16": "[C2] reference README §1.1 (312 dense)",
-           "fp32": _FP32_TF32_U + " (19.5 TF FP32)",
-           "tf32": _FP32_TF32_U + " (156 TF TF32 dense); no FP8 (reference README §1.1)",
-           "hbm_capacity": "[C2] reference README §1.1 (80 GB HBM2e)",
-           "hbm_bw": "[C2] reference README §1.1 (2,039 GB/s)",
-           "scaleup_bw": "[C2] reference README §1.1 ('300+300 GB/s'), §1.2",
-           "host_link": "[C2] reference README §1.5 (PCIe Gen4 switches in DGX A100)"}),
+          {"fp16": "[C2] glennklockwood A100 (312 dense)",
+           "bf16": "[C2] glennklockwood A100 (312 dense)",
+           "fp32": "[C2] glennklockwood A100 (19.5 TF FP32)",
+           "tf32": "[C2] glennklockwood A100 (156 TF TF32 dense); no FP8",
+           "hbm_capacity": "[C2] glennklockwood A100 (80 GB HBM2e)",
+           "hbm_bw": "[C2] glennklockwood A100 (2,039 GB/s)",
+           "scaleup_bw": "[C2] glennklockwood A100 ('300+300 GB/s'); Interconnect generations",
+           "host_link": "[C2] glennklockwood A100 (PCIe Gen4 32+32 GB/s)"}),
     _spec("H100", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
                    "fp8": 1978.9 * T},
           80 * GB, 3350 * GB, 450 * GB, "nvlink4", "pcie5",
           ("h100-sxm", "h100-sxm5", "h100-80gb", "h100-sxm5-80gb"),
-          {"fp16": "[C2] reference README §1.1 (989.4 dense; datasheet 'specifications 1/2 lower "
-                   "without sparsity')",
-           "bf16": "[C2] reference README §1.1 (989.4 dense)",
-           "fp8": "[C2] reference README §1.1 (1,978.9 dense)",
-           "fp32": _FP32_TF32_U + " (H100 SXM 67 TF FP32 vector)",
-           "tf32": _FP32_TF32_U + " (989 TF sparse / 2 = 494.7 dense)",
-           "hbm_capacity": "[C2] reference README §1.1 (80 GB HBM3)",
-           "hbm_bw": "[C2] reference README §1.1 (3.35 TB/s)",
-           "scaleup_bw": "[C] reference README §1.1 (NVLink4 450 uni, nccl-tests#212)",
-           "host_link": "[C2] reference README §1.3 (H100 datasheet: PCIe Gen5 128 GB/s bidir)"}),
+          {"fp16": "[C2] glennklockwood H100 (989.4 dense; the datasheet's figures are with "
+                   "sparsity, dense is half)",
+           "bf16": "[C2] glennklockwood H100 (989.4 dense)",
+           "fp8": "[C2] glennklockwood H100 (1,978.9 dense)",
+           "fp32": "[C2] glennklockwood H100 (66.9 TF FP32 vector)",
+           "tf32": "[C2] glennklockwood H100 (494.7 dense = 989.4 sparse / 2)",
+           "hbm_capacity": "[C2] glennklockwood H100 (80 GB HBM3)",
+           "hbm_bw": "[C2] glennklockwood H100 (3.35 TB/s)",
+           "scaleup_bw": "[C] nccl-tests#212 (NVLink4 450 GB/s uni); glennklockwood H100 "
+                         "(900 GB/s bidir)",
+           "host_link": "[C2] glennklockwood H100 (PCIe Gen5 128 GB/s bidir)"}),
     _spec("H200", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
                    "fp8": 1978.9 * T},
           141 * GB, 4800 * GB, 450 * GB, "nvlink4", "pcie5",
           ("h200-sxm", "h200-141gb"),
-          {"fp16": "[C2] reference README §1.1 (same GH100 die as H100: 989 dense)",
-           "bf16": "[C2] reference README §1.1 (same as H100)",
-           "fp8": "[C2] reference README §1.1 (same as H100: 1,979 dense)",
-           "fp32": _FP32_TF32_U + " (same die as H100)",
-           "tf32": _FP32_TF32_U + " (same die as H100)",
-           "hbm_capacity": "[C2] reference README §1.1 (141 GB HBM3e)",
-           "hbm_bw": "[C2] reference README §1.1 (4.8 TB/s)",
-           "scaleup_bw": "[C2] reference README §1.1 (NVLink4 900 bidir = 450 uni)",
-           "host_link": "[U] PCIe Gen5 like H100"}),
+          {"fp16": "[C2] H200 specs (the GH100 die of H100); ml-engineering accelerators "
+                   "(H200 = H100: 989 dense)",
+           "bf16": "[C2] H200 specs, ml-engineering accelerators (same as H100)",
+           "fp8": "[C2] H200 specs, ml-engineering accelerators (same as H100: 1,979 dense)",
+           "fp32": "[C2] ml-engineering accelerators (same as H100; glennklockwood H100: 66.9)",
+           "tf32": "[C2] ml-engineering accelerators (same as H100; glennklockwood H100: 494.7)",
+           "hbm_capacity": "[C2] H200 specs (141 GB HBM3e)",
+           "hbm_bw": "[C2] H200 specs (4.8 TB/s)",
+           "scaleup_bw": "[C2] H200 specs (NVLink4 900 bidir = 450 uni)",
+           "host_link": "[U] PCIe Gen5 like H100; " + _UNCONFIRMED}),
     _spec("B200", {"fp32": 80 * T, "tf32": 1100 * T, "fp16": 2250 * T, "bf16": 2250 * T,
                    "fp8": 4500 * T},
           192 * GB, 8000 * GB, 900 * GB, "nvlink5", "pcie5",
           ("b200-sxm", "hgx-b200", "b200-192gb"),
-          {"fp16": "[C2] reference README §1.1 (HGX B200 1,000 W: 2,250 dense / 4,500 sparse)",
-           "bf16": "[C2] reference README §1.1 (2,250 dense)",
-           "fp8": "[C2] reference README §1.1 (4,500 dense)",
-           "fp32": _FP32_TF32_U + " (HGX B200 ~80 TF FP32)",
-           "tf32": _FP32_TF32_U + " (HGX B200 2.2 PF TF32 sparse / 2)",
-           "hbm_capacity": "[C2] reference README §1.1 (192 GB HBM3e; ≈179-180 GB visible)",
-           "hbm_bw": "[C2] reference README §1.1 (8 TB/s)",
-           "scaleup_bw": "[C] reference README §1.1-1.2 (NVLink5 18 x 50 GB/s = 900 uni)",
-           "host_link": "[U] PCIe Gen5 host interface assumed (HGX B200 hosts)"}),
+          {"fp16": "[C2] glennklockwood B200 (HGX B200 1,000 W: 2,250 dense / 4,500 sparse)",
+           "bf16": "[C2] glennklockwood B200 (2,250 dense)",
+           "fp8": "[C2] glennklockwood B200 (4,500 dense)",
+           "fp32": "[C2] glennklockwood B200 (HGX B200: 80 TF FP32)",
+           "tf32": "[C2] glennklockwood B200 (HGX B200: 1,100 dense / 2,200 sparse TF32)",
+           "hbm_capacity": "[C2] glennklockwood B200, ml-engineering accelerators (192 GB "
+                           "HBM3e; ≈179-180 GB visible)",
+           "hbm_bw": "[C2] glennklockwood B200 (8 TB/s)",
+           "scaleup_bw": "[C] DGX SuperPOD GB200 RA (NVLink5 18 links, 1.8 TB/s bidir = 900 "
+                         "uni); Interconnect generations (18 x 50 GB/s uni)",
+           "host_link": "[U] PCIe Gen5 host interface assumed (HGX B200 hosts; glennklockwood "
+                        "B200 lists PCIe Gen6 on the GPU); " + _UNCONFIRMED}),
     _spec("MI300X", {"fp32": 163.4 * T, "tf32": 653.7 * T, "fp16": 1307.4 * T, "bf16": 1307.4 * T,
                      "fp8": 2614.9 * T},
           192 * GB, 5300 * GB, 448 * GB, "if_mi300x", "pcie5",
           ("mi300", "amd-mi300x", "instinct-mi300x"),
-          {"fp16": "[C2] reference README §1.1 (~1.3 PF); exact 1,307.4 [U] AMD datasheet",
-           "bf16": "[C2] reference README §1.1 (~1.3 PF); exact 1,307.4 [U] AMD datasheet",
-           "fp8": "[C2] reference README §1.1 (~2.6 PF); exact 2,614.9 [U] AMD datasheet",
-           "fp32": _FP32_TF32_U + " (AMD: 163.4 TF FP32 matrix/vector)",
-           "tf32": _FP32_TF32_U + " (AMD: 653.7 TF TF32 dense)",
-           "hbm_capacity": "[C2] reference README §1.1 (192 GB HBM3)",
-           "hbm_bw": "[C2] reference README §1.1 (5.3 TB/s)",
-           "scaleup_bw": "[C2] reference README §1.1 (7 IF links x 128 GB/s bidir = 896 bidir, "
+          {"fp16": "[C2] MI300X specs, ml-engineering accelerators (~1.3 PF); exact 1,307.4 [U] "
+                   "AMD datasheet",
+           "bf16": "[C2] MI300X specs, ml-engineering accelerators (~1.3 PF); exact 1,307.4 [U] "
+                   "AMD datasheet",
+           "fp8": "[C2] MI300X specs, ml-engineering accelerators (~2.6 PF); exact 2,614.9 [U] "
+                  "AMD datasheet",
+           "fp32": "[C2] ml-engineering accelerators (AMD: 163.4 TF FP32)",
+           "tf32": "[C2] ml-engineering accelerators (AMD: 653.7 TF TF32 dense)",
+           "hbm_capacity": "[C2] MI300X specs (192 GB HBM3)",
+           "hbm_bw": "[C2] MI300X specs (5.3 TB/s)",
+           "scaleup_bw": "[C2] MI300X specs (7 IF links x 128 GB/s bidir = 896 bidir, "
                          "448 uni; one link to each of the 7 peers)",
-           "host_link": "[U] PCIe Gen5 x16 host interface (AMD datasheet)"}),
+           "host_link": "[C2] MI300X specs (PCIe Gen5 x16 host interface)"}),
 ]
 
 #: Every GPU of the catalog by canonical name (read-only).

@@ -34,13 +34,14 @@ def _print_summary(s: dict[str, Any]) -> None:
     for k, v in mem.items():
         if k != "total" and v:
             click.echo(f"    {k:<17} {format_size(v)}")
+    _print_shortcuts(s)
     fold = s.get("fold")
     if fold:
         click.echo(f"  replica folding     {fold['ranks_simulated']} ranks simulated × {fold['lanes']} lanes; "
                    f"largest lane skew {format_time(fold['max_lane_skew_s'])}"
                    + ("" if fold["max_lane_skew_s"] == 0 else
                       f" ({100 * fold['max_lane_skew_rel']:.3f}% of the iteration: lanes fell out of "
-                      "step, rerun without --fold for the exact figure)"))
+                      "step, rerun with --exact for the exact figure)"))
     elif s.get("fold_fallback"):
         click.echo(f"  replica folding     off: {s['fold_fallback']}")
     elif s["tasks"] > LARGE_GRAPH_TASKS:
@@ -55,6 +56,32 @@ def _print_summary(s: dict[str, Any]) -> None:
                f"{s['wall_s']:.2f} s simulation wall time")
 
 
+def _print_shortcuts(s: dict[str, Any]) -> None:
+    """One line: the shortcuts the run took, that they are exact, and what was refused."""
+    sc = s.get("shortcuts")
+    if not sc:
+        return
+    took = []
+    if sc["stage_merged"]:
+        took.append("stage tasks")
+    if sc["tp_closed_form_groups"]:
+        took.append(f"closed-form TP on {sc['tp_closed_form_groups']} NVSwitch islands")
+    if sc["folded"]:
+        took.append("replica folding")
+    if sc.get("collective_memo"):
+        m = sc["collective_memo"]
+        took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×")
+    how = "chosen automatically" if sc["auto"] else "as asked"
+    fold = s.get("fold") or {}
+    exact = ("exact" if not fold.get("max_lane_skew_s") else
+             "NOT exact: folded lanes fell out of step")
+    line = (f"{', '.join(took)} ({how}; {exact} — --exact replays every task)" if took
+            else "none (the full replay)")
+    click.echo(f"  shortcuts           {line}")
+    if sc["auto"] and sc["refused"] and s["granularity"] == "stage" and not sc["stage_merged"]:
+        click.echo(f"    stage merging refused: {sc['refused'][0]}")
+
+
 #: Above this many tasks the summary suggests stage granularity and replica folding.
 LARGE_GRAPH_TASKS = 200_000
 
@@ -62,17 +89,21 @@ LARGE_GRAPH_TASKS = 200_000
 @click.command("simulate")
 @click.argument("workload", required=False)
 @layout_options
-@click.option("--granularity", type=click.Choice(["layer", "kernel", "stage"]), default="layer",
+@click.option("--granularity", type=click.Choice(["auto", "layer", "kernel", "stage"]), default="auto",
               show_default=True,
-              help="One compute task per layer pass, per kernel (small cases, validation), or "
-                   "per stage pass with tensor-parallel collectives in closed form where the TP "
-                   "group's links carry nothing else (exact; falls back to layer otherwise; "
-                   "for large clusters).")
-@click.option("--fold", is_flag=True,
-              help="Replica folding: simulate TP rank 0 of DP replica 0 of each stage and carry "
-                   "every transfer and collective on all TP × DP lanes (all traffic stays on the "
-                   "network). Exact while the lanes stay in step; the summary reports the largest "
-                   "lane skew. With --granularity stage: thousands of GPUs in seconds.")
+              help="auto: stage where exact, else layer. layer: one compute task per layer pass; "
+                   "kernel: per kernel (small cases, validation); stage: one task per stage pass "
+                   "with tensor-parallel collectives in closed form where the TP group's links "
+                   "carry nothing else (exact; falls back to layer otherwise).")
+@click.option("--fold/--no-fold", default=None,
+              help="Replica folding (default: on where it applies): simulate TP rank 0 of DP "
+                   "replica 0 of each stage and carry every transfer and collective on all "
+                   "TP × DP lanes (all traffic stays on the network). Exact while the lanes stay "
+                   "in step; the summary reports the largest lane skew.")
+@click.option("--exact", is_flag=True,
+              help="Turn every shortcut off (layer granularity, no folding, simulated TP, no "
+                   "bundles, compact schedules or collective memo): the full replay, for checking "
+                   "a fast result.")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
@@ -84,7 +115,8 @@ LARGE_GRAPH_TASKS = 200_000
                    "(one per GPU of the topology).")
 @engine_options(topology_default=DEFAULT_TOPOLOGY)
 @output_options
-def command(workload: str | None, granularity: str, fold: bool, no_comm: bool, uniform_stages: bool,
+def command(workload: str | None, granularity: str, fold: bool | None, exact: bool, no_comm: bool,
+            uniform_stages: bool,
             no_memory_check: bool, save_graph: str | None, export_chakra: str | None,
             topology: str, engine: Any, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool, **kw: Any) -> None:
@@ -105,9 +137,18 @@ def command(workload: str | None, granularity: str, fold: bool, no_comm: bool, u
     from dessim.workload.api import DEFAULT_WORKLOAD
 
     overrides = collect_overrides(kw)
+    if exact:
+        if granularity not in ("auto", "layer") or fold:
+            raise click.UsageError("--exact turns every shortcut off: drop --granularity "
+                                   f"{granularity} / --fold, or drop --exact")
+        granularity, fold = "layer", False
+        engine = replace(engine, bundles=False, compact_schedules=False, shape_memo=False,
+                         collective_memo=False)
+    if export_chakra and fold is None:
+        fold = False            # Chakra has one trace per rank: generate every rank
     overrides["granularity"] = granularity
-    if fold:   # only transformer workloads fold; other kinds reject the key with a clear error
-        overrides["fold"] = True
+    if fold is not None:   # only transformer workloads fold; other kinds accept only false
+        overrides["fold"] = fold
     overrides["comm"] = not no_comm
     overrides["embedding_head"] = not uniform_stages
     overrides["check_memory"] = not no_memory_check

@@ -139,7 +139,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     from dessim.catalog.devices import get_device
     from dessim.errors import DessimError
     from dessim.workload import (estimate_memory, hardware_flops_per_iteration, model_flops_per_iteration)
-    from dessim.workload.api import resolve_workload
+    from dessim.workload.api import resolve_workload, suggested_topology
     from dessim.workload.memory import check_fit
 
     overrides = collect_overrides(kw)
@@ -173,13 +173,18 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
            "model_flops": f_model, "hardware_flops": f_hw,
            "memory_per_gpu_bytes": dict(est.breakdown()), "memory_stage": est.stage,
            "device": dev.name if dev else None, "capacity_bytes": dev.hbm_capacity if dev else None,
-           "fit": fit}
+           "fit": fit, "topology": suggested_topology(layout.world_size, dev_name)
+           if topology is None else topology}
     if as_json:
         print_json(out)
         return
     click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
                + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
     click.echo(f"  layout      {layout.describe()}")
+    if topology is None:
+        click.echo(f"  topology    {out['topology']} (suggested: this layout's GPUs on "
+                   f"{dev_name or 'H100'} DGX nodes; dessim simulate {spec.name} --topology "
+                   f"{out['topology']})")
     click.echo("  groups")
     for line in _groups_text(layout) or ["    (every group has one rank)"]:
         click.echo(line)

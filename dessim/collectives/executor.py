@@ -13,8 +13,9 @@ network's transfer events (no simpy process per transfer):
   over equal-cost paths;
 * optional reduction cost (off by default): when a transfer with ``reduce_bytes`` arrives,
   the receiver spends ``reduce_bytes / reduction_bw`` seconds reducing, and the transfers
-  that depend on it wait for that. This is the γ term of reference README §2.1 with
-  γ = 1 / ``reduction_bw`` (bytes/second). The reduction does not occupy the network.
+  that depend on it wait for that. This is the γ term of Thakur et al. 2005
+  (docs/references.md) with γ = 1 / ``reduction_bw`` (bytes/second). The reduction does not
+  occupy the network.
 
 A rank's part ends with the last transfer it sends or receives (for a receive, including its
 reduction). The run's ``done`` event succeeds when every transfer is complete.

@@ -1,7 +1,7 @@
 """Collective operations: names, nccl-tests size semantics, bus-bandwidth factors.
 
-Source of the definitions: nccl-tests ``doc/PERFORMANCE.md`` (reference README §2.4):
-``algbw = S / t`` and ``busbw = algbw * factor(n)``, where ``S`` is
+Source of the definitions: nccl-tests ``doc/PERFORMANCE.md`` ("nccl-tests PERFORMANCE.md" in
+docs/references.md): ``algbw = S / t`` and ``busbw = algbw * factor(n)``, where ``S`` is
 
 * the per-rank buffer for ``allreduce``, ``broadcast``, ``reduce``, ``alltoall``, ``sendrecv``;
 * the *whole* gathered / reduced array (``n`` blocks of ``S / n``) for ``allgather`` and
@@ -10,7 +10,8 @@ Source of the definitions: nccl-tests ``doc/PERFORMANCE.md`` (reference README �
 Each :class:`Op` also carries the lower bounds that :meth:`Schedule.validate
 <dessim.collectives.schedule.Schedule.validate>` checks (bytes every rank must send and
 receive, reductions needed, who must hear from whom); they follow from the op's definition
-and the lower bounds of Chan et al. 2007 (reference README §2.2).
+and the lower bounds of Chan et al. 2007, Table 1 ([U]: recalled, not checked in a copy of the
+paper; they match the best cases of Thakur et al. 2005).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Op:
     summary: str
     #: What ``size`` means (nccl-tests semantics).
     size_meaning: str
-    #: busbw / algbw as a function of the number of ranks n (reference README §2.4).
+    #: busbw / algbw as a function of the number of ranks n (nccl-tests PERFORMANCE.md).
     busbw_factor: Callable[[int], float]
     #: Whether the receiver of data combines it (sum) with its own.
     reduces: bool = False

@@ -74,6 +74,9 @@ class EngineOptions:
     compact_schedules: bool = True        #: ring/direct collectives stored as uniform steps
     bundles: bool = True                  #: transfers that provably share one rate run as a bundle
     shape_memo: bool = True               #: auto decides once per group shape (auto.group_shape)
+    #: a collective that provably has the network to itself (``_Run.exclusive_collectives``)
+    #: is simulated once per (op, size, group, algorithm) and replayed from that memo
+    collective_memo: bool = True
     #: Approximation, off by default: ring collectives run as one coupled flow per channel
     #: instead of step by step (collectives.executor._StreamRun; docs/performance.md).
     stream_rings: bool = False
@@ -187,6 +190,11 @@ class _Run:
                       for cid, members in graph.collectives().items()}
         self.settings = options.collectives
         self.calibration = options.model_calibration
+        #: exclusive collectives: key -> (duration, bytes per link direction)
+        self.memo_collectives = (options.collective_memo and not options.record_links
+                                 and self._exclusive_collectives())
+        self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
+        self.memo_hits = 0
         #: (algorithm, protocol) -> collectives planned with it (reported in the result)
         self.choices: dict[tuple[str, str], int] = {}
         self.coll_state: dict[str, dict] = {}
@@ -208,6 +216,21 @@ class _Run:
                                 else list(range(topology.num_gpus)))
         if self.fold is not None:
             self._check_fold_speeds()
+
+    def _exclusive_collectives(self) -> bool:
+        """Whether every collective has the network to itself for its whole run: the only
+        network tasks are collectives, all on one (rank, stream) — so the stream's FIFO
+        runs them one after another — and each has one member task (a folded graph's
+        representative), so a collective ends only when every lane of it has. Then a
+        collective's run depends on nothing but its own (op, size, group, algorithm), and
+        the engine simulates each such collective once and replays it (exact up to float
+        rounding of the start time)."""
+        net = [t for t in self.tasks if t.kind in ("collective", "send", "recv", "memcpy")]
+        if not net or any(t.kind != "collective" for t in net):
+            return False
+        if len({(t.rank, t.stream) for t in net}) != 1:
+            return False
+        return all(len(self.colls[t.coll_id]) == 1 for t in net)
 
     def _check_fold_speeds(self) -> None:
         fold = self.fold
@@ -321,8 +344,42 @@ class _Run:
         depend on the order collectives start in)."""
         return (zlib.crc32(repr(group).encode()) + 1) << 20
 
+    def _replay_collective(self, i: int, key: tuple) -> bool:
+        """Replay an exclusive collective from the memo; False if it is not there yet."""
+        hit = self.coll_memo.get(key)
+        if hit is None:
+            return False
+        duration, carried = hit
+        t = self.tasks[i]
+        instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
+        for inst in instances:
+            self._schedule(t, inst)
+        self.collective_runs += len(instances)
+        self.memo_hits += 1
+        self.active[i] = self.env.now
+
+        def done(_e: object) -> None:
+            self.net.add_finished_bytes(carried)
+            self.finish(i)
+        self.env.timeout(duration).callbacks.append(done)
+        return True
+
+    def _memo_recorder(self, i: int, key: tuple) -> Callable[[], None]:
+        """Finish member ``i`` and store its collective's duration and traffic."""
+        t0, before = self.env.now, self.net.finished_bytes()
+
+        def done() -> None:
+            self.coll_memo[key] = (self.env.now - t0, self.net.finished_bytes() - before)
+            self.finish(i)
+        return done
+
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]
+        memo_key = None
+        if self.memo_collectives:
+            memo_key = (t.op, t.size, t.group, self.options.algo or t.algo)
+            if self._replay_collective(i, memo_key):
+                return
         state = self.coll_state.get(t.coll_id)
         if state is None:
             if self.fold is None:
@@ -348,11 +405,13 @@ class _Run:
             self.coll_state[t.coll_id] = state
             for m in members:
                 rank = self.tasks[m].rank
+                on_done = (self._memo_recorder(m, memo_key) if memo_key is not None
+                           else (lambda m=m: self.finish(m)))
                 if where is None:
-                    runs[0].rank_events[rank].callbacks.append(lambda _e, m=m: self.finish(m))
+                    runs[0].rank_events[rank].callbacks.append(lambda _e, f=on_done: f())
                     continue
                 pairs = where[rank]
-                join = _Join(self, len(pairs), lambda m=m: self.finish(m))
+                join = _Join(self, len(pairs), on_done)
                 for inst, image in pairs:
                     runs[inst].rank_events[image].callbacks.append(join.one)
         state["arrived"] += 1
@@ -456,11 +515,18 @@ class _Run:
             meta={"graph": self.graph.name, "topology": self.topology.name,
                   "rank_nodes": {r: self.topology.node_of(r) for r in range(n)},
                   "flows": self._cross_rank_flows(), **self._fold_meta(makespan),
-                  **self._stream_meta(),
+                  **self._stream_meta(), **self._memo_meta(),
                   "collectives": {"settings": self.settings.describe(),
                                   "calibration": self.calibration.label(),
                                   "chosen": {f"{a}/{p}": n for (a, p), n
                                              in sorted(self.choices.items())}}})
+
+    def _memo_meta(self) -> dict:
+        """How many exclusive collectives were replayed from the memo (empty when the
+        shortcut did not apply)."""
+        if not self.memo_collectives:
+            return {}
+        return {"collective_memo": {"simulated": len(self.coll_memo), "replayed": self.memo_hits}}
 
     def _stream_meta(self) -> dict:
         """How many collective runs were streamed (empty unless ``stream_rings`` is on): the

@@ -1,10 +1,10 @@
 """Analytical (alpha-beta) network: no bandwidth sharing.
 
 Every transfer takes ``sum(lat of its path) + n / bottleneck capacity`` regardless of other
-traffic (simulation-notes §1c, first row): a baseline that shows what congestion costs in the
-flow model, and a fast mode (one simpy Timeout per transfer, no rate solves). Because links are
-never shared, the recorded utilisation of a channel may exceed 1.0 — that is the congestion
-this model ignores.
+traffic (the α + nβ model of Thakur et al. 2005, docs/references.md): a baseline that shows
+what congestion costs in the flow model, and a fast mode (one simpy Timeout per transfer, no
+rate solves). Because links are never shared, the recorded utilisation of a channel may exceed
+1.0 — that is the congestion this model ignores.
 
 Bundles: transfers started together whose routes have the same latency and bottleneck end
 together, so they travel as one timeout (:meth:`AnalyticalNetwork.bundle_groups` groups a
@@ -34,7 +34,6 @@ class AnalyticalNetwork(Network):
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
                  record: bool = False, bundles: bool = True) -> None:
         super().__init__(env, topology, router=router, record=record, bundles=bundles)
-        self._done_bytes = [0.0] * len(self.channels.directions)
         self._in_use = [0.0] * len(self.channels)   # bytes/s per channel (record=True only)
 
     def _start(self, route: Route, nbytes: float) -> simpy.Event:

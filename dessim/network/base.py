@@ -3,7 +3,7 @@
 Collectives and the engine code against exactly this interface: ``transfer()`` returns a simpy
 event that succeeds, with the finish time (s) as its value, when the last byte has arrived.
 
-Conventions (reference README, dessim conventions): sizes in bytes, times in seconds, link
+Conventions (dessim's, docs/network.md): sizes in bytes, times in seconds, link
 bandwidth per direction; a lone message of ``n`` bytes on a path takes
 ``sum(link latencies) + n / bottleneck capacity`` where capacity = ``bw * efficiency``.
 """
@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Sequence
 
+import numpy as np
 import simpy
 
 from dessim.errors import NetworkError, TopologyError
@@ -86,6 +87,8 @@ class Network(abc.ABC):
         self.record = bool(record)
         self.bundles = bool(bundles)
         self.utilisation: list[UtilisationPoint] = []
+        #: bytes per direction of finished transfers (subclasses add to it)
+        self._done_bytes: list[float] = [0.0] * len(self.channels.directions)
         self.flows_started = 0
         self.flows_finished = 0
         self.solves = 0
@@ -226,6 +229,17 @@ class Network(abc.ABC):
     @abc.abstractmethod
     def link_bytes(self) -> dict[tuple[str, str], float]:
         """Bytes carried so far per direction ``(a, b)`` of every link (0.0 if unused)."""
+
+    def finished_bytes(self) -> np.ndarray:
+        """Bytes per direction of the transfers finished so far (a copy; the order of
+        ``channels.directions``). With :meth:`add_finished_bytes`, lets the engine replay a
+        memoised collective's traffic without moving it (``dessim.engine``)."""
+        return np.asarray(self._done_bytes, dtype=float)
+
+    def add_finished_bytes(self, delta: np.ndarray) -> None:
+        """Count ``delta`` bytes per direction as carried (see :meth:`finished_bytes`)."""
+        for d in np.flatnonzero(delta):
+            self._done_bytes[d] += float(delta[d])
 
     # ------------------------------------------------------------------ for subclasses
     @abc.abstractmethod

@@ -1,6 +1,7 @@
 """Flow-level network: transfers share channels max-min fairly (the SimGrid-style fluid model).
 
-Semantics (simulation-notes §1d, §2; SimGrid CM02 with cross traffic off):
+Semantics (SimGrid CM02 with ``network/crosstraffic:0``; "SimGrid CM02" and "SimGrid golden
+values" in docs/references.md):
 
 1. A transfer routed over path ``P`` first waits ``sum(lat of P)`` — the latency is paid
    *before* the flow joins bandwidth sharing, as in SimGrid — then
@@ -8,7 +9,8 @@ Semantics (simulation-notes §1d, §2; SimGrid CM02 with cross traffic off):
    recomputed whenever a flow joins or finishes. A lone message therefore takes exactly
    ``sum(lat) + n / bottleneck capacity``.
 
-Mechanics (simulation-notes §1d idiom 4, "one network-wide wake-up"):
+Mechanics (one network-wide wake-up, as SimGrid's lazy update: "SimGrid lazy update" in
+docs/references.md):
 
 * The network keeps its own min-heap of ``(time, kind, flow id, version)``: flows joining
   after their latency and flows' estimated finish times (ETAs). When a flow's rate changes its
@@ -179,7 +181,6 @@ class FlowNetwork(Network):
         self._next_fid = 0
         self._token = 0
         self._armed_at: float | None = None
-        self._done_bytes = [0.0] * len(self.channels.directions)
         self._last_util = [0.0] * n_chan
         # flow bundles: pending (latency phase) and active ones by id; per channel the number
         # of individual flows on it and the bundle owning it (-1: none), with numpy views
@@ -322,6 +323,9 @@ class FlowNetwork(Network):
         self._bpending[fid] = _Bundle(fid, template, float(n), join_at, event, on_done)
         heapq.heappush(self._heap, (join_at, _JOIN, fid, 0))
         self._arm(join_at)
+
+    def finished_bytes(self) -> np.ndarray:
+        return np.asarray(self._done_bytes, dtype=float) + self._bundle_bytes
 
     def link_bytes(self) -> dict[tuple[str, str], float]:
         carried = [a + b for a, b in zip(self._done_bytes, self._bundle_bytes.tolist())]

@@ -1,16 +1,18 @@
 """Max-min fair rate allocation by progressive filling (water-filling).
 
 The textbook flow-level bandwidth-sharing model (SimGrid CM02 with cross traffic off, "raw" in
-SimGrid 4.1; simulation-notes §1c, §2): every flow gets the largest rate such that no channel
-exceeds its capacity and no flow can gain without taking from a flow whose rate is not larger.
+SimGrid 4.1; "SimGrid LMM" and "SimGrid CM02" in docs/references.md): every flow gets the
+largest rate such that no channel exceeds its capacity and no flow can gain without taking
+from a flow whose rate is not larger.
 
 Algorithm: all unfixed flows grow together; the channel with the smallest fair share
 ``remaining capacity / unfixed flows`` saturates first and fixes its flows at that share; repeat.
 Channels sit in a heap keyed by ``(share, channel id)`` with lazy invalidation — a channel's
 share never decreases while filling and every change pushes a fresh entry, so a popped entry
-whose share is out of date is simply dropped — which makes one
-solve ``O(sum of path lengths * log channels)`` instead of a linear scan per round
-(simulation-notes §1c: the scan is fine to ~1k coupled flows, the heap scales beyond).
+whose share is out of date is simply dropped — which makes one solve
+``O(sum of path lengths * log channels)`` instead of a linear scan per round (a linear scan is
+fine for the few coupled flows a collective step makes; the heap keeps large coupled sets
+tractable — docs/performance.md, ``bench_network.py``).
 
 Deterministic: ties are broken by channel id, then flows are fixed in the order given.
 """

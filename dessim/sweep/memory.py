@@ -11,8 +11,8 @@ Keys (``base: memory: {...}`` or axes ``memory.KEY``; values as written, parsed 
     Bytes of expansion memory **per GPU**; absent or 0: no expansion.
 ``expansion_bw`` / ``expansion_lat``
     Bandwidth per direction and one-way latency of the link from each GPU to its expansion
-    memory. Defaults: the catalog's CXL 2.0 x16 figures (``cxl2``: 63 GB/s, 200 ns [U];
-    reference README §1.3).
+    memory. Defaults: the catalog's CXL 2.0 x16 figures (``cxl2``: 63 GB/s [C2], 200 ns [U];
+    "CXL on PCIe PHYs" and "Wang et al. 2024 (CXL)" in docs/references.md).
 ``offload_optimizer``, ``offload_activations``, ``bucket_size``, ``overhead``
     :class:`~dessim.workload.memory.MemoryOptions` fields (the ``memory`` override of
     ``simulate_workload``).

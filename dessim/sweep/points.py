@@ -12,7 +12,7 @@ selects from.
     :func:`dessim.collectives.run_collective`; ``engine.algo`` / ``engine.protocol`` /
     ``engine.network`` / ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` /
     ``engine.stream_rings`` / ``engine.calibration`` choose how. Metrics:
-    ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (nccl-tests definitions, reference README §2.4),
+    ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (nccl-tests definitions, doc/PERFORMANCE.md),
     ``algorithm``, ``transfers``, ``events``, ``link_util_max``, ``gpus``.
 ``workload``
     A training iteration of ``base.workload`` (file or preset) on a topology with

@@ -5,7 +5,8 @@ Every figure comes from the catalog (:mod:`dessim.catalog`): link bandwidth, lat
 protocol efficiency from :data:`~dessim.catalog.links.LINK_TECHS`, GPU models from
 :data:`~dessim.catalog.devices.DEVICES`. ``ideal=True`` sets every link efficiency to 1.0.
 
-Node layout of one DGX node ``n<k>`` (reference README §1.5)::
+Node layout of one DGX node ``n<k>`` (DGX BasePOD RA for DGX H100, Microway DGX A100 review for
+DGX A100; short names of docs/references.md)::
 
     n<k>.gpu0..7   GPUs (rank 8k + i), transit=False: they do not forward IB/PCIe traffic
     n<k>.nvsw      ONE logical NVSwitch: the 6 (A100) or 4 (H100) NVSwitch chips are
@@ -18,7 +19,7 @@ Node layout of one DGX node ``n<k>`` (reference README §1.5)::
     n<k>.cpu0..1   CPU sockets, joined by a socket link (UPI/xGMI, [U] figure)
     n<k>.mem0..1   host memory (kind host_mem, capacity bytes) behind a ddr link per socket
 
-Scale-out (``nodes > 1``): rail-optimised fat tree (DGX SuperPOD RA, reference README §1.5):
+Scale-out (``nodes > 1``): rail-optimised fat tree (DGX SuperPOD H100 RA, "Network Fabrics"):
 NIC i of every node of scalable unit (SU) s (nodes 32s..32s+31) connects to rail leaf
 ``leaf.su<s>.r<i>``; every leaf links once (aggregated) to every spine ``spine<k>``. Default
 spine count = min(leaves / 2, ceil(nodes per leaf / oversub)), at least 1: the SuperPOD's 16
@@ -47,7 +48,7 @@ __all__ = ["dgx_a100", "dgx_h100", "pcie_server", "cxl_node", "PRESETS", "DGX_GP
 
 #: GPUs per DGX node.
 DGX_GPUS = 8
-#: Nodes per scalable unit of the rail-optimised fabric (DGX SuperPOD RA, reference README §1.5).
+#: Nodes per scalable unit of the rail-optimised fabric (DGX SuperPOD H100 RA).
 SU_SIZE = 32
 
 GB = 1e9
@@ -109,7 +110,8 @@ def _add_host(g: nx.Graph, prefix: str, gpus: list[str], nics: list[str], pcie: 
 
 @dataclass(frozen=True, slots=True)
 class DGXDesign:
-    """What differs between DGX generations (catalog keys; reference README §1.5)."""
+    """What differs between DGX generations (catalog keys; DGX BasePOD RA, Microway DGX A100
+    review in docs/references.md)."""
 
     system: str
     default_gpu: str
@@ -124,11 +126,11 @@ class DGXDesign:
 
 DGX_A100 = DGXDesign("dgx_a100", "A100-80GB", ("A100-40GB", "A100-80GB"), "ib_hdr", "pcie4",
                      "ddr4", 512 * GB,
-                     "[U] 1 TB system memory (DGX A100 user guide, not in the reference store) "
-                     "split over 2 sockets", cpu_vendor="amd")   # 2 x AMD EPYC 7742
+                     "[C2] 1 TB DDR4 (Microway DGX A100 review) split over 2 sockets",
+                     cpu_vendor="amd")   # 2 x AMD EPYC 7742
 DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "ddr5",
                      1000 * GB,
-                     "[C] 2 TB DDR5 (DGX BasePOD RA, reference README §1.5) split over 2 sockets")
+                     "[C] 2 TB DDR5 (DGX BasePOD RA) split over 2 sockets")
 
 
 def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,

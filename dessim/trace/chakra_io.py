@@ -3,7 +3,7 @@
 A Chakra trace is one file per rank, ``<prefix>.<rank>.et`` for ranks 0..N-1. Each file is a
 stream of length-delimited protobuf messages: a varint32 byte length, then the serialized
 message; first one ``ChakraProtoMsg.GlobalMetadata``, then any number of ``ChakraProtoMsg.Node``;
-no count, no footer (reference chakra-et.md §Schema; Chakra's ``protolib.encodeMessage`` /
+no count, no footer (Chakra's ``schema/protobuf/et_def.proto`` and ``protolib.encodeMessage`` /
 ``decodeMessage``). The schema comes from :mod:`dessim.trace.chakra_schema`; only the framing
 (the varint length prefix) is coded here. Like Chakra's ``protolib.openFileRd``, a rank file
 that starts with the gzip magic bytes is decompressed before decoding.
@@ -78,8 +78,8 @@ DEFAULT_VERSION = "1.0.0"
 #: (mlcommons/chakra src/feeder/et_feeder_node.cpp: is_cpu_op bool_val, num_ops int64_val,
 #: tensor_size uint64_val, comm_type/comm_size int64_val, comm_priority/comm_src/comm_dst/
 #: comm_tag int32_val, pg_name string_val) and as Chakra's generators write them (involved_dim
-#: bool_list; reference chakra-et.md). :func:`write_chakra` uses these unless a node says
-#: otherwise in ``attr_kinds``.
+#: bool_list; "Chakra generator" in docs/references.md). :func:`write_chakra` uses these
+#: unless a node says otherwise in ``attr_kinds``.
 KNOWN_ATTR_KINDS: dict[str, str] = {
     "is_cpu_op": "bool",
     "num_ops": "int64",
@@ -142,7 +142,7 @@ class ChakraNode:
 
     ``type`` is the NodeType name ("COMP_NODE", "COMM_COLL_NODE", ...). Dependencies are the
     parents' ids on the same rank: ``data_deps`` (data dependencies) and ``ctrl_deps``
-    (ordering); a replayer waits on both (reference chakra-et.md). Times are integer
+    (ordering); a replayer waits on both (ASTRA-sim's dependency resolver). Times are integer
     microseconds as in the file. ``attrs`` maps attribute name -> python value (lists become
     tuples on construction); ``attr_kinds`` maps a name to its protobuf value kind ("uint64",
     "bool_list", ...) only where it differs from :func:`default_attr_kind` (entries equal to the
@@ -940,7 +940,8 @@ def process_groups(trace: ChakraTrace) -> dict[str, tuple[int, ...]]:
 
 def resolve_group(pg_name: str | None, groups: Mapping[str, Sequence[int]], num_ranks: int) -> tuple[int, ...] | None:
     """Ranks of process group ``pg_name``: a declared group, else all ranks for None / "" / "0"
-    (reference chakra-et.md: empty or "0" = all ranks); None when the name is unknown."""
+    (ASTRA-sim Workload.cc, ``extract_comm_group``: empty or "0" = all ranks); None when the
+    name is unknown."""
     if pg_name is not None and pg_name in groups:
         return tuple(sorted(groups[pg_name]))
     if pg_name in (None, "", "0"):

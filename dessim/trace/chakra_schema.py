@@ -5,8 +5,8 @@ Chakra (github mlcommons/chakra, ``schema/protobuf/et_def.proto``, proto3, packa
 ``protoc`` output (which pins the protobuf version it was generated with), this module builds
 the same ``FileDescriptorProto`` with :mod:`google.protobuf.descriptor_pb2` and asks
 :mod:`google.protobuf.message_factory` for the message classes. Field names and numbers are
-exactly those of upstream (reference chakra-et.md §Schema), so the bytes on the wire are the
-same as those written by Chakra's own Python bindings.
+exactly those of upstream ("Chakra et_def.proto" in docs/references.md), so the bytes on the
+wire are the same as those written by Chakra's own Python bindings.
 
 Scope: the released schema — ``GlobalMetadata``, ``AttributeProto`` (its ``value`` oneof with
 all 30 value types) and the ``*List`` messages, ``IOInfo``, ``Tensor``, ``Node`` (fields 1..10),

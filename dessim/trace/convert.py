@@ -4,8 +4,9 @@
 :class:`~dessim.taskgraph.TaskGraph` that the engine replays; :func:`taskgraph_to_chakra` does
 the reverse, and :func:`export_chakra` writes the result as ``<prefix>.<rank>.et`` files.
 :func:`replay_chakra` reads, converts and simulates in one call. docs/chakra.md ("Replaying a
-trace") is the user-facing description; the facts about the format are in reference
-chakra-et.md and ASTRA-sim's ``Workload.cc`` (how its feeder consumes each node type).
+trace") is the user-facing description; the facts about the format come from Chakra's
+``et_def.proto`` and ASTRA-sim's ``Workload.cc`` (how its feeder consumes each node type; "Trace
+formats" in docs/references.md).
 
 Node -> task (one task per node; METADATA nodes make none)
     ``COMP_NODE``       ``compute``: ``duration_micros``; or, when that is 0 or ``cost_compute``
@@ -127,8 +128,10 @@ class CollectiveMapping:
     note: str = ""
 
 
-#: Chakra CollectiveCommType name -> dessim collective (reference chakra-et.md: ALL_REDUCE and
-#: REDUCE_SCATTER comm_size = whole buffer, ALL_GATHER = per-rank contribution).
+#: Chakra CollectiveCommType name -> dessim collective (ALL_REDUCE and REDUCE_SCATTER comm_size
+#: = whole buffer, ALL_GATHER = per-rank contribution, as ASTRA-sim's collectives read them:
+#: [U] — ASTRA-sim Workload.cc hands comm_size to ``Sys::generate_*`` unchanged, and how each
+#: collective reads it was not confirmed in a public copy).
 COLLECTIVES: dict[str, CollectiveMapping] = {m.comm_type: m for m in (
     CollectiveMapping("ALL_REDUCE", "allreduce"),
     CollectiveMapping("REDUCE_SCATTER", "reducescatter"),

@@ -19,8 +19,9 @@ Data parallelism spans every GPU of the topology. Overrides (``simulate_workload
 or ``dessim simulate`` flags): sections shaped like the file (merged, then the document is
 parsed again — same validation and units), flat ``global_batch``, ``micro_batch``,
 ``bucket_size``, ``device``; ``dp`` must equal the GPU count; the transformer generator's
-flags are accepted only at their defaults (``granularity: layer``, ``comm: true``,
-``embedding_head: true``); ``check_memory``. Anything else is a
+flags are accepted only at values that change nothing here (``granularity: layer`` or
+``auto``, ``comm: true``, ``embedding_head: true``, ``fold`` null or false);
+``check_memory``. Anything else is a
 :class:`~dessim.errors.WorkloadError` naming the key.
 """
 
@@ -60,7 +61,8 @@ _TRAINING_SCHEMA = {"global_batch": _positive, "micro_batch": _positive,
 _FLAT = {"global_batch": "training", "micro_batch": "training", "bucket_size": "training",
          "device": "training"}
 #: Transformer-generator flags and the only value they may take here.
-_FIXED = {"granularity": "layer", "comm": True, "embedding_head": True}
+_FIXED = {"granularity": ("layer", "auto"), "comm": (True,), "embedding_head": (True,),
+          "fold": (None, False)}
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,9 @@ def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sec
         elif key in _FLAT:
             merge_document(doc, {_FLAT[key]: {key: value}})
         elif key in _FIXED:
-            if value != _FIXED[key]:
-                raise WorkloadError(f"{where}: {key}={value!r} is not supported (only {_FIXED[key]!r})")
+            if value not in _FIXED[key]:
+                raise WorkloadError(f"{where}: {key}={value!r} is not supported (only "
+                                    f"{' or '.join(repr(v) for v in _FIXED[key])})")
         elif key == "check_memory":
             flags["check_memory"] = bool(value)
         elif key == "dp":

@@ -67,7 +67,7 @@ Free communication (``comm=False``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from math import ceil
 
@@ -121,25 +121,46 @@ class GeneratorOptions:
     (:mod:`dessim.workload.tp_islands`); groups that share channels keep simulated
     collectives. ``granularity="stage"`` implies it and merges each pass into one compute task
     per DP-bucket segment (:mod:`dessim.workload.stage_passes`), falling back to ``layer``
-    when a TP group is not isolated or a pass holds other communication. Both off by default.
+    when a TP group is not isolated or a pass holds other communication.
     ``fold=True``: replica folding (:mod:`dessim.taskgraph.fold`) — emit the tasks of the ranks
     with TP index 0 and DP index 0 only; the engine carries every transfer and collective on
     all TP × DP lanes, so the network sees all the traffic. Falls back to an unfolded graph
     (reason in ``graph.meta["fold_fallback"]``) with context or expert parallelism, offload,
-    mixed GPU models or per-rank slowdowns."""
+    mixed GPU models or per-rank slowdowns.
 
-    granularity: str = "layer"
+    Defaults pick the fastest exact path (issue 17): ``granularity="auto"`` is ``stage`` and
+    ``fold=None`` is on; both are exact where they apply (tests/test_tp_islands.py,
+    tests/test_fold.py) and fall back by themselves, saying why, where they do not.
+    :meth:`resolved` turns the automatic values into concrete ones and records which were
+    automatic in ``auto``; ``granularity="layer", fold=False`` is the exact replay of every
+    layer (``dessim simulate --exact``)."""
+
+    granularity: str = "auto"
     bucket_size: int | None = None
     comm: bool = True
     embedding_head: bool = True
     optimizer: bool = True
     check_memory: bool = True
     tp_closed_form: bool = False
-    fold: bool = False
+    fold: bool | None = None
+    #: the options :meth:`resolved` chose automatically (names of fields), for reports
+    auto: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.granularity not in GRANULARITIES:
-            raise WorkloadError(f"granularity={self.granularity!r} is unknown; valid: {', '.join(GRANULARITIES)}")
+        if self.granularity not in GRANULARITIES + ("auto",):
+            raise WorkloadError(f"granularity={self.granularity!r} is unknown; valid: auto, "
+                                f"{', '.join(GRANULARITIES)}")
+        if self.fold not in (None, True, False):
+            raise WorkloadError(f"fold={self.fold!r} must be true, false or null (automatic)")
+
+    def resolved(self) -> "GeneratorOptions":
+        """These options with the automatic values made concrete (class docstring)."""
+        auto = tuple(name for name, is_auto in (("granularity", self.granularity == "auto"),
+                                                ("fold", self.fold is None)) if is_auto)
+        if not auto:
+            return self
+        return replace(self, granularity="stage" if self.granularity == "auto" else self.granularity,
+                       fold=True if self.fold is None else self.fold, auto=self.auto + auto)
         b = self.bucket_size
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or b < 0):
             raise WorkloadError(f"bucket_size={b!r} must be a number of bytes >= 0 (0: no bucketing)")
@@ -198,7 +219,7 @@ def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topolo
     """Validate ``layout`` against ``model`` and the topology's GPU count, resolve the GPU
     model of each rank (topology, else ``device``, else ``workload_device``) and check the
     memory fit (raising :class:`~dessim.errors.MemoryFitError` with suggestions)."""
-    options = options or GeneratorOptions()
+    options = (options or GeneratorOptions()).resolved()
     memory = memory or MemoryOptions()
     name = name or model.name
     layout.validate(model, topology.num_gpus)

@@ -70,7 +70,7 @@ GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "mp": ("tp", "pp"),
 })
 
-#: Activation-recomputation policies (Korthikanti et al. 2022, reference README §4):
+#: Activation-recomputation policies (Korthikanti et al. 2022, arXiv:2205.05198, §4):
 #: none; selective = recompute the attention core (QKᵀ, softmax, dropout, ·V) in backward;
 #: full = keep only each layer's input and recompute the whole layer forward in backward.
 RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
@@ -92,7 +92,8 @@ class RankCoords(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PipelineSchedule:
-    """A pipeline schedule's closed forms (reference README §4, pipeline table).
+    """A pipeline schedule's closed forms (GPipe (Huang et al. 2019); Narayanan et al. 2021,
+    §2.2.1-2.2.2; docs/references.md, "Parallelism and memory").
 
     ``interleaved``: every stage holds ``v`` model chunks (virtual stages).
     """

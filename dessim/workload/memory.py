@@ -3,7 +3,7 @@
 Categories (bytes per GPU, for the worst pipeline stage unless a stage is asked for):
 
 weights, gradients, optimizer
-    Mixed-precision Adam by ZeRO (Rajbhandari et al., SC20; reference README §4): per
+    Mixed-precision Adam by ZeRO (Rajbhandari et al., SC20, §3.1; docs/references.md): per
     parameter ``param_bytes`` (2) of weights, ``grad_bytes`` (2) of gradients and *K* (12) of
     optimizer state, i.e. 16 bytes; ZeRO stage 1 shards the optimizer state over the
     data-parallel group, stage 2 also the gradients, stage 3 (FSDP) also the weights.
@@ -15,7 +15,7 @@ weights, gradients, optimizer
     embeddings and ``pp > 1``, Megatron-LM's copy of the embedding).
 activations
     Stored activations per layer and micro-batch from the component model of Korthikanti et
-    al. 2022 (reference README §4 table; see :func:`layer_activation_bytes`), times the
+    al. 2022 (Table 2; see :func:`layer_activation_bytes`), times the
     stage's layers, times the micro-batches in flight of the pipeline schedule
     (:meth:`~dessim.workload.layout.PipelineSchedule.in_flight`: GPipe ``m``, 1F1B ``p`` on
     the first stage, interleaved ``(p(v+1)-1)/v``). Plus: the embedding dropout mask on the
@@ -111,7 +111,8 @@ class ZeroStateBytes:
 
 def zero_state_bytes(params: float, dp: int, stage: int, precision: Precision) -> ZeroStateBytes:
     """Bytes of weights, gradients and optimizer state per rank for ``params`` parameters
-    replicated over ``dp`` ranks under ZeRO ``stage`` (reference README §4):
+    replicated over ``dp`` ranks under ZeRO ``stage`` (ZeRO §3.1 and Fig. 1;
+    docs/references.md):
     stage 0 ``(2 + 2 + K)Ψ``, 1 ``2Ψ + 2Ψ + KΨ/N_d``, 2 ``2Ψ + (2 + K)Ψ/N_d``,
     3 ``(2 + 2 + K)Ψ/N_d`` (with the byte sizes of ``precision``)."""
     if stage not in (0, 1, 2, 3):
@@ -128,7 +129,7 @@ def zero_state_bytes(params: float, dp: int, stage: int, precision: Precision) -
 def paper_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
                            recompute: str = "none") -> float:
     """Activation bytes per layer from Korthikanti et al. 2022, Table 2 (16-bit, GPT layer
-    with dropout; reference README §4): ``sbh(34 + 5as/h)`` without parallelism,
+    with dropout; arXiv:2205.05198): ``sbh(34 + 5as/h)`` without parallelism,
     ``sbh(10 + 24/t + 5as/(ht))`` with TP, ``sbh/t·(34 + 5as/h)`` with TP + SP; selective
     recompute drops the ``5as/h`` term (``sbh(10 + 24/t)``, and ``34·sbh/t`` with SP); full
     recompute keeps the layer input ``2sbh`` (``2sbh/t`` with SP — the input is then

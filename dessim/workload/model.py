@@ -48,10 +48,11 @@ class Precision:
 
     ``optimizer_bytes`` is ZeRO's *K*: bytes of optimizer state per parameter. For 16-bit
     mixed-precision Adam K = 12 (fp32 master weights 4 + momentum 4 + variance 4), so one
-    parameter costs 2 + 2 + 12 = 16 bytes (ZeRO paper, reference README §4). fp32 training
-    keeps no master copy: K = 8 (momentum + variance). FP8 (Transformer Engine recipe) casts
-    GEMM inputs to 8 bits on the fly but keeps bf16 weights, bf16 gradients, fp32 optimizer
-    state and bf16 saved activations — an assumption, documented in docs/workloads.md.
+    parameter costs 2 + 2 + 12 = 16 bytes (ZeRO paper §3.1; "ZeRO (Rajbhandari et al. 2020)"
+    in docs/references.md). fp32 training keeps no master copy: K = 8 (momentum + variance).
+    FP8 (Transformer Engine recipe) casts GEMM inputs to 8 bits on the fly but keeps bf16
+    weights, bf16 gradients, fp32 optimizer state and bf16 saved activations — an assumption,
+    documented in docs/workloads.md.
     """
 
     name: str

@@ -7,9 +7,9 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
 * ``model_tflops_per_gpu = F_model / (iteration_s · gpus) / 1e12`` with ``F_model`` the
   model FLOPs of Megatron-LM's formula (72·B·s·l·h²·(1 + s/6h + V/12lh) for GPT models,
   generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.flops.model_flops_per_iteration`,
-  reference README §4); ``hardware_tflops_per_gpu`` the same with recomputation
-  (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the 96·B·s·l·h²·(...) form
-  under full recomputation).
+  "Megatron-LM FLOPs" in docs/references.md); ``hardware_tflops_per_gpu`` the same with
+  recomputation (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the
+  96·B·s·l·h²·(...) form of Narayanan et al. 2021, Eq. 3, under full recomputation).
 * ``mfu = F_model / (iteration_s · Σ_ranks dense peak)`` (the peak at the model's precision,
   :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs.
 * ``bubble_fraction`` — see :func:`bubble_fraction`.
@@ -50,7 +50,8 @@ def bubble_fraction(sim: SimulationResult) -> float:
     the rank is not working, divided by ``|W|``; it includes waiting for pipeline neighbours
     and exposed pipeline transfers. With free communication and identical stages it is
     ``(p-1)/(m+p-1)`` for GPipe and 1F1B and ``(p-1)/(v·m+p-1)`` for interleaved 1F1B
-    (reference README §4); 0 without pipelining when nothing else idles the GPU.
+    (GPipe (Huang et al. 2019), Narayanan et al. 2021 §2.2 in docs/references.md); 0 without
+    pipelining when nothing else idles the GPU.
     """
     per_rank: dict[int, list[tuple[float, float]]] = {}
     lo, hi = float("inf"), float("-inf")
@@ -137,6 +138,24 @@ class WorkloadResult:
             out[kind] = {"count": len(gs), "size": len(gs[0]), "first": [list(g) for g in gs[:shown]]}
         return out
 
+    def shortcuts(self) -> dict[str, Any]:
+        """Which exact shortcuts this run took (issue 17): ``auto`` lists the generator options
+        chosen automatically; ``stage_merged`` whether passes were merged into stage tasks;
+        ``tp_closed_form_groups`` TP groups timed in closed form; ``folded`` whether replicas
+        were folded; ``collective_memo`` how many exclusive collectives the engine simulated
+        once and replayed (None when it did not apply); ``refused`` the reasons a shortcut
+        was refused."""
+        meta = self.taskgraph.meta
+        refused = list(meta.get("closed_form_fallback", []))
+        if meta.get("fold_fallback"):
+            refused.append(f"folding: {meta['fold_fallback']}")
+        return {"auto": list(self.plan.options.auto),
+                "stage_merged": bool(meta.get("stage_merged", False)),
+                "tp_closed_form_groups": int(meta.get("tp_closed_form_groups", 0)),
+                "folded": self.taskgraph.fold is not None,
+                "collective_memo": self.simulation.meta.get("collective_memo"),
+                "refused": refused}
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready headline figures (module docstring)."""
         plan, lo, model = self.plan, self.plan.layout, self.plan.model
@@ -177,6 +196,7 @@ class WorkloadResult:
             "groups": self.groups_summary(),
             "calibration": sim.meta.get("collectives", {}).get("calibration"),
             "granularity": plan.options.granularity,
+            "shortcuts": self.shortcuts(),
             "comm": plan.options.comm,
             "bucket_size": plan.bucket_size,
             "tasks": len(self.taskgraph),

@@ -24,9 +24,10 @@ to ``j + 1`` — from stage ``p - 1`` chunk ``c`` back to stage 0 chunk ``c + 1`
 interleaved — and gradients the other way.
 
 With uniform stages, free communication and forward/backward times ``F`` and ``B`` per
-stage (all chunks), these orders give the textbook bubbles (reference README §4, pipeline
-table): ``(p-1)(F+B)`` idle per stage out of ``(m+p-1)(F+B)`` for GPipe and 1F1B, and
-``(p-1)(F+B)/v`` out of ``m(F+B) + (p-1)(F+B)/v`` interleaved.
+stage (all chunks), these orders give the textbook bubbles (GPipe (Huang et al. 2019);
+Narayanan et al. 2021, §2.2; docs/references.md): ``(p-1)(F+B)`` idle per stage out of
+``(m+p-1)(F+B)`` for GPipe and 1F1B, and ``(p-1)(F+B)/v`` out of ``m(F+B) + (p-1)(F+B)/v``
+interleaved.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rabenseifner's halving-doubling (reference README §2.1).
+"""Rabenseifner's halving-doubling (Thakur et al. 2005; docs/references.md).
 
 * reducescatter: recursive halving, ``lg p α + (p-1)/p Sβ``;
 * allgather: recursive doubling (the same as ``rd``);

@@ -1,4 +1,4 @@
-"""Pairwise-exchange all-to-all (reference README §2.1): ``p-1`` steps; in step s rank i
+"""Pairwise-exchange all-to-all (Thakur et al. 2005): ``p-1`` steps; in step s rank i
 sends its block for rank i+s and receives from rank i-s: ``(p-1)α + (p-1)/p·Sβ``."""
 
 from __future__ import annotations

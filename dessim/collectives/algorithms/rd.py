@@ -1,4 +1,4 @@
-"""Recursive doubling (reference README §2.1): ``lg p`` exchange steps.
+"""Recursive doubling (Thakur et al. 2005): ``lg p`` exchange steps.
 
 * allreduce: each step exchanges and reduces the whole buffer, ``lg p(α + Sβ)`` — the
   latency-optimal choice for short messages;

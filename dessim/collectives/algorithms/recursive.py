@@ -1,6 +1,6 @@
 """Recursive doubling / halving on 2^k ranks, with the standard fold for other group sizes.
 
-Fold (MPICH, Thakur–Rabenseifner–Gropp 2005; reference README §2.1): with ``p' = 2^⌊lg p⌋``
+Fold (MPICH, Thakur–Rabenseifner–Gropp 2005; docs/references.md): with ``p' = 2^⌊lg p⌋``
 and ``r = p - p'``, among the first ``2r`` ranks the even ones are *extra*: each first hands
 its data to the next (odd) rank, the ``p'`` *core* ranks run the power-of-two algorithm —
 a core rank with an extra partner is responsible for both ranks' blocks — and finally each

@@ -1,8 +1,9 @@
 """Binary tree (heap order: position i has children 2i+1 and 2i+2), pipelined by chunks.
 
 allreduce = reduce up to the root, then broadcast down; reduce / broadcast use one half.
-Cost with k chunks ≈ (2⌈lg p⌉ + k - 1)(α + 2(S/k)β) per phase (reference README §2.3):
-a tree reaches the root in ⌈lg p⌉ steps, which beats the ring's p-1 for small messages.
+Cost with k chunks ≈ (2⌈lg p⌉ + k - 1)(α + 2(S/k)β) per phase ([D]; "Pipelined chain and
+tree" in docs/references.md): a tree reaches the root in ⌈lg p⌉ steps, which beats the ring's
+p-1 for small messages.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Shared by :mod:`~dessim.collectives.algorithms.tree` and
 :mod:`~dessim.collectives.algorithms.dbtree`. Chunks pipeline because each lane is one chunk
-and connections are FIFO (reference README §2.3).
+and connections are FIFO ("Pipelined chain and tree" in docs/references.md).
 """
 
 from __future__ import annotations
