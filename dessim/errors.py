@@ -22,6 +22,7 @@ __all__ = [
     "MemoryFitError",
     "TraceError",
     "SweepError",
+    "CalibrationError",
 ]
 
 
@@ -67,3 +68,7 @@ class TraceError(DessimError):
 
 class SweepError(DessimError):
     """A sweep specification is invalid."""
+
+
+class CalibrationError(DessimError):
+    """Measurements cannot calibrate the model: too few GPUs, no technology to fit, ..."""

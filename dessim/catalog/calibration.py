@@ -32,7 +32,7 @@ from dessim.units import parse_time
 
 __all__ = ["Calibration", "NcclCalibration", "LinkCalibration", "DeviceCalibration",
            "GemmCalibration", "AttentionTable", "default_calibration", "load_calibration",
-           "CALIBRATION_VERSION"]
+           "read_calibration", "parse_calibration", "CALIBRATION_VERSION"]
 
 CALIBRATION_VERSION = 1
 
@@ -57,6 +57,26 @@ def _fraction(value: object) -> float:
     if not 0 < float(value) <= 1:
         raise ValueError(f"must be in (0, 1], got {value!r}")
     return float(value)
+
+
+def _link_techs(value: object) -> object:
+    """Keys of ``links`` as catalog technology names (aliases resolved: ``ndr`` -> ``ib_ndr``);
+    an unknown name is an error listing the known ones."""
+    from dessim.catalog.links import get_link_tech
+
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[object, object] = {}
+    given: dict[str, object] = {}
+    for key, link in value.items():
+        try:
+            name = get_link_tech(key).name
+        except SpecError as exc:
+            raise ValueError(str(exc).removeprefix("link technology: ")) from None
+        if name in out:
+            raise ValueError(f"{given[name]!r} and {key!r} both name link technology {name!r}")
+        out[name], given[name] = link, key
+    return out
 
 
 Seconds = Annotated[float, BeforeValidator(_time)]
@@ -125,7 +145,9 @@ class Calibration(_Model):
     name: str = "calibration"
     description: str = ""
     nccl: NcclCalibration = NcclCalibration()
-    links: dict[str, LinkCalibration] = Field(default_factory=dict)
+    #: by catalog technology name (dessim.catalog.links; aliases are resolved)
+    links: Annotated[dict[str, LinkCalibration], BeforeValidator(_link_techs)] = \
+        Field(default_factory=dict)
     devices: dict[str, DeviceCalibration] = Field(default_factory=dict)
 
     # ------------------------------------------------------------------ merging
@@ -156,6 +178,41 @@ class Calibration(_Model):
 
     def link(self, tech: str) -> LinkCalibration:
         return self.links.get(tech, LinkCalibration())
+
+    # ------------------------------------------------------------------ writing
+    def to_document(self) -> dict[str, Any]:
+        """The file form of this calibration: what :func:`parse_calibration` reads back into an
+        equal calibration, with times as strings with units (``"20us"``) and unset values left
+        out."""
+        return _document(self)
+
+
+def _is_time(info: Any) -> bool:
+    """Whether a field holds :data:`Seconds` (optionally ``| None``)."""
+    return info.annotation == Seconds or Seconds in get_args(info.annotation)
+
+
+def _time_text(seconds: float) -> str:
+    """Seconds as microseconds with 9 significant digits (parse_time reads it back)."""
+    return f"{seconds * 1e6:.9g}us"
+
+
+def _document(model: BaseModel) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if value is None or value == "" or value == {}:
+            continue
+        if isinstance(value, BaseModel):
+            value = _document(value)
+            if not value:
+                continue
+        elif isinstance(value, dict):
+            value = {k: _document(v) if isinstance(v, BaseModel) else v for k, v in value.items()}
+        elif _is_time(info):
+            value = _time_text(value)
+        out[name] = value
+    return out
 
 
 def _merge(base: dict, top: Mapping) -> dict:
@@ -226,16 +283,23 @@ def default_calibration() -> Calibration:
     return parse_calibration(read_yaml(path, "calibration file"), str(path))
 
 
+def read_calibration(source: "str | Path | Calibration") -> Calibration:
+    """A user's calibration as it stands (a file path, or a :class:`Calibration` as is), not
+    merged with the built-in one: what ``--calibration FILE`` names. :class:`SpecError` for a
+    missing file or a bad value."""
+    if isinstance(source, Calibration):
+        return source
+    path = Path(source)
+    if path.is_dir() or not path.exists():
+        raise SpecError(f"calibration file {str(path)!r} "
+                        + ("is a directory" if path.is_dir() else "does not exist"))
+    return parse_calibration(read_yaml(path, "calibration file"), str(path))
+
+
 def load_calibration(source: "str | Path | Calibration | None" = None) -> Calibration:
     """The calibration to run with: the built-in defaults, overridden by ``source`` (a file
     path or a :class:`Calibration`) where it gives values."""
     base = default_calibration()
     if source is None:
         return base
-    if isinstance(source, Calibration):
-        return source.over(base)
-    path = Path(source)
-    if path.is_dir() or not path.exists():
-        raise SpecError(f"calibration file {str(path)!r} "
-                        + ("is a directory" if path.is_dir() else "does not exist"))
-    return parse_calibration(read_yaml(path, "calibration file"), str(path)).over(base)
+    return read_calibration(source).over(base)

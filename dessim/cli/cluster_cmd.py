@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dessim.cli.common import print_json, write_outputs
+from dessim.cli.common import calibration_option, print_json, write_outputs
 from dessim.units import format_time
 
 
@@ -20,8 +20,10 @@ from dessim.units import format_time
 @click.option("--gantt", type=click.Path(dir_okay=False), default=None, help="Gantt chart (.png or .html).")
 @click.option("--spans", type=click.Path(dir_okay=False), default=None, help="Span table (.csv or .parquet).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@calibration_option
 def command(spec: str, topology: str | None, network: str | None, algo: str | None, no_alone: bool,
-            timeline: str | None, gantt: str | None, spans: str | None, as_json: bool) -> None:
+            timeline: str | None, gantt: str | None, spans: str | None, as_json: bool,
+            calibration: str | None) -> None:
     """Simulate the jobs of cluster file SPEC together on one network, and each alone.
 
     SPEC places workloads (any kind: transformer, dlrm, cnn) on disjoint GPU sets of one
@@ -41,6 +43,8 @@ def command(spec: str, topology: str | None, network: str | None, algo: str | No
         engine["network"] = network
     if algo:
         engine["algo"] = algo
+    if calibration:
+        engine["calibration"] = calibration
     fields = {f.name for f in dataclasses.fields(EngineOptions)}
     bad = [k for k in engine if k not in fields]
     if bad:
@@ -53,7 +57,8 @@ def command(spec: str, topology: str | None, network: str | None, algo: str | No
         print_json(summary)
         return
     click.echo(f"{summary['cluster']} on {result.topology.name} ({summary['gpus']} GPUs), "
-               f"{len(result.jobs)} jobs, makespan {format_time(summary['makespan_s'])}")
+               f"{len(result.jobs)} jobs, makespan {format_time(summary['makespan_s'])}, "
+               f"calibration {summary['calibration']}")
     for j in result.jobs:
         gpus = ",".join(str(g) for g in j.gpus)
         click.echo(f"  {j.name:<10} {j.workload:<20} GPUs {gpus}")

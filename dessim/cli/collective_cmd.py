@@ -84,7 +84,7 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
         click.echo(res.explanation)
     click.echo(f"{res.op} {format_size(res.size)} on {len(res.ranks)} ranks, algorithm "
                f"{res.algorithm}, protocol {res.protocol}, {res.network} network, "
-               f"{res.channels} lane(s) x {res.chunks} chunk(s)")
+               f"{res.channels} lane(s) x {res.chunks} chunk(s), calibration {res.calibration}")
     click.echo(f"time    {format_time(res.time_s)}  ({res.time_s:.9g} s)")
     click.echo(f"algbw   {res.algbw_GBps:.4f} GB/s")
     click.echo(f"busbw   {res.busbw_GBps:.4f} GB/s")

@@ -40,6 +40,7 @@ def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None, p
     winners = df[df["winner"]]
     click.echo("winners: " + ", ".join(f"{format_size(r.size_bytes)} {r.algorithm}"
                                        for r in winners.itertuples(index=False)))
+    click.echo(f"calibration: {df['calibration'].iloc[0]}")
     if csv_path:
         df.to_csv(csv_path, index=False)
         click.echo(f"wrote {csv_path}")

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.sweep_cmd import backend_options
+from dessim.cli.common import calibration_option
+from dessim.cli.sweep_cmd import backend_options, calibration_engine
+from dessim.sweep.analysis import calibration_lines
 from dessim.sweep.runner import BACKENDS, run_sweep
 from dessim.sweep.spec import parse_sweep
 
@@ -17,10 +19,13 @@ RANKED_COLUMNS: tuple[str, ...] = ("layout", "offload", "iteration_s", "tokens_p
 
 
 def explore_spec(workload: str, topology: str, network: str = "flow",
-                 memory: dict | None = None, overrides: dict | None = None) -> dict:
+                 memory: dict | None = None, overrides: dict | None = None,
+                 engine: dict | None = None) -> dict:
     """The sweep ``dessim explore`` runs: every valid layout (``parallelism: auto``) of
-    ``workload`` on all GPUs of ``topology``."""
-    base: dict = {"workload": workload, "topology": topology, "engine": {"network": network}}
+    ``workload`` on all GPUs of ``topology``; ``engine``: further EngineOptions fields
+    (e.g. ``calibration``)."""
+    base: dict = {"workload": workload, "topology": topology,
+                  "engine": {"network": network, **(engine or {})}}
     if memory:
         base["memory"] = dict(memory)
     if overrides:
@@ -34,8 +39,9 @@ def ranked_text(result, top: int) -> str:
     from dessim.sweep.analysis import shorten, spread
 
     ok, failed, metric = result.ok(), result.failed(), result.metric
-    lines = [f"{len(ok)} layouts fit, {len(failed)} do not (of {result.points} valid layouts "
-             f"on {_gpus(result)} GPUs); fastest first:"]
+    lines = calibration_lines(result.table)
+    lines.append(f"{len(ok)} layouts fit, {len(failed)} do not (of {result.points} valid layouts "
+                 f"on {_gpus(result)} GPUs); fastest first:")
     if len(ok):
         cols = [c for c in dict.fromkeys(("layout", "offload", metric, *RANKED_COLUMNS)) if c in ok]
         ranked = ok.sort_values([metric, "index"], kind="mergesort")[cols].head(top)
@@ -85,9 +91,11 @@ def _gpus(result) -> str:
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Layouts to print.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@calibration_option
 def command(workload: str, topology: str, hbm: str | None, expansion: str | None,
             expansion_bw: str | None, global_batch: int | None, network: str, workers: int,
-            backend: str, address: str | None, out: str | None, top: int, progress: bool) -> None:
+            backend: str, address: str | None, out: str | None, top: int, progress: bool,
+            calibration: str | None) -> None:
     """Rank every parallel layout of WORKLOAD (file or preset) on a cluster.
 
     Enumerates the (tp, pp, dp, cp, ep) layouts that are valid for the model on all GPUs of
@@ -102,7 +110,8 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
     memory = {k: v for k, v in (("hbm_capacity", hbm), ("expansion_capacity", expansion),
                                 ("expansion_bw", expansion_bw)) if v is not None}
     overrides = {"training": {"global_batch": global_batch}} if global_batch else None
-    spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides), "dessim explore")
+    spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides,
+                                    calibration_engine(calibration)), "dessim explore")
     result = run_sweep(spec, out=out, workers=workers, backend=backend,
                        backend_options=backend_options(address), progress=progress)
     click.echo(ranked_text(result, top))

@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dessim.cli.sweep_cmd",
     "dessim.cli.explore_cmd",
     "dessim.cli.cluster_cmd",
+    "dessim.cli.calibrate_cmd",
 )
 
 

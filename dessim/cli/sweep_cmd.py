@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
+from dessim.cli.common import calibration_option
 from dessim.sweep.runner import BACKENDS, run_sweep
-from dessim.sweep.spec import load_sweep
+from dessim.sweep.spec import SweepSpec, load_sweep
 
 
 def default_out(spec_path: str) -> str:
@@ -18,6 +19,28 @@ def default_out(spec_path: str) -> str:
 
 def backend_options(address: str | None) -> dict:
     return {"address": address} if address else {}
+
+
+def calibration_engine(calibration: str | None) -> dict:
+    """The engine setting of ``--calibration``: the file, checked now and named by its absolute
+    path (workers may run elsewhere in the file system); {} without one."""
+    if calibration is None:
+        return {}
+    from dessim.catalog.calibration import read_calibration
+
+    read_calibration(calibration)
+    return {"calibration": str(Path(calibration).resolve())}
+
+
+def with_calibration(spec: SweepSpec, calibration: str | None) -> SweepSpec:
+    """``spec`` with every point run under ``calibration`` (its base engine section's
+    ``calibration``: an axis ``engine.calibration`` still varies it)."""
+    extra = calibration_engine(calibration)
+    if not extra:
+        return spec
+    base = dict(spec.base)
+    base["engine"] = {**dict(base.get("engine") or {}), **extra}
+    return dataclasses.replace(spec, base=base)
 
 
 def report(result, group_by: tuple[str, ...], top: int, plots: str | None) -> None:
@@ -63,19 +86,23 @@ _BACKEND_HELP = "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values())
               help="Rows of the best-configuration table to print.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress bar with ETA on stderr.")
+@calibration_option
 def command(spec: str, workers: int, backend: str, address: str | None, out: str | None,
             group_by: tuple[str, ...], metric: str | None, plots: str | None,
-            max_points: int | None, fresh: bool, top: int, progress: bool) -> None:
+            max_points: int | None, fresh: bool, top: int, progress: bool,
+            calibration: str | None) -> None:
     """Run every configuration of the sweep SPEC (YAML, see docs/sweeps.md).
 
     A point that does not fit or is invalid is recorded with status=failed and its reason;
     the sweep goes on. Interrupt it at any time: the same command resumes where it stopped.
+    --calibration runs every point with that file (the results' calibration column names it;
+    points are keyed by the file's content, so a journal of another calibration is not reused).
 
     \b
     Example:
       dessim sweep examples/comet/sweep.yaml --workers 2 --plots comet-plots
     """
-    parsed = load_sweep(spec)
+    parsed = with_calibration(load_sweep(spec), calibration)
     if metric:
         parsed = dataclasses.replace(parsed, analysis=dataclasses.replace(parsed.analysis,
                                                                           metric=metric))

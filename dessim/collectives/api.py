@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import simpy
 
-from dessim.catalog.calibration import Calibration, load_calibration
+from dessim.catalog.calibration import Calibration, load_calibration, read_calibration
 from dessim.collectives.algorithms import build_schedule
 from dessim.collectives.auto import AutoChoice, choose
 from dessim.collectives.executor import ScheduleRun, run_schedule
@@ -29,6 +29,7 @@ from dessim.collectives.settings import CollectiveSettings
 from dessim.errors import CollectiveError, UnitError
 from dessim.network import make_network
 from dessim.topology import load_topology
+from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.units import parse_size
 
@@ -93,6 +94,7 @@ class CollectiveResult:
     link_util: list[dict] = field(default_factory=list)  #: per used channel, busiest first
     auto: AutoChoice | None = None
     run: ScheduleRun | None = field(default=None, repr=False)
+    calibration: str = ""       #: label (name@fingerprint) of the calibration it ran with
 
     @property
     def explanation(self) -> str:
@@ -106,7 +108,7 @@ class CollectiveResult:
                "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
                "events": self.events, "wall_s": self.wall_s, "transfers": self.transfers,
                "network": self.network, "chunks": self.chunks, "channels": self.channels,
-               "link_util_max": self.link_util_max}
+               "link_util_max": self.link_util_max, "calibration": self.calibration}
         if self.auto:
             out["auto"] = [{"algorithm": e.algorithm, "protocol": e.protocol,
                             "estimate_s": e.time_s, "reason": e.reason}
@@ -195,8 +197,10 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
 
     ``algo``, ``protocol``, ``chunks``, ``channels`` and ``reduction_bw`` are the fields of
     :class:`CollectiveSettings` (``"auto"``: NCCL's choice, in ``result.auto`` with every
-    candidate's estimate; ``protocol="raw"``: the textbook model). ``calibration``: a file or
-    :class:`~dessim.catalog.calibration.Calibration` (None: the built-in one).
+    candidate's estimate; ``protocol="raw"``: the textbook model). ``calibration``: the user's
+    file or :class:`~dessim.catalog.calibration.Calibration` (None: the built-in one): its
+    ``links`` apply to the topology (:func:`~dessim.topology.calibrate.calibrated_topology`),
+    its other values replace the built-in ones.
     ``options`` go to the algorithm (hierarchical: ``inner="ring,tree"``).
     Exact speed shortcuts, on by default (docs/performance.md): ``compact`` stores uniform-step
     algorithms (ring) as steps, ``bundles`` runs a step as one network bundle while its flows
@@ -206,14 +210,15 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     """
     start_wall = time.perf_counter()
     op_ = get_op(op)
-    topo = resolve_topology(topology)
+    own = read_calibration(calibration) if calibration is not None else None
+    topo = calibrated_topology(resolve_topology(topology), own)
     group = parse_ranks(ranks, topo)
     nbytes = parse_collective_size(size)
     if len(group) < 2:
         raise CollectiveError(f"{op_.name}: a collective needs at least 2 ranks, got {list(group)}")
     settings = CollectiveSettings(algo=algo, protocol=protocol, channels=channels, chunks=chunks,
                                   reduction_bw=reduction_bw)
-    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    cal = load_calibration(own)
     plan = plan_collective(op_, group, nbytes, topo, settings, root=root, compact=compact,
                            calibration=cal, **options)
     sched = plan.schedule
@@ -232,7 +237,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
         wall_s=wall, transfers=len(sched), network=network, chunks=chunks,
         channels=int(sched.params.get("channels", 1)),
         link_util_max=max((r["utilisation"] for r in links), default=0.0), link_util=links,
-        protocol=plan.protocol.name, auto=plan.choice, run=run)
+        protocol=plan.protocol.name, auto=plan.choice, run=run, calibration=cal.label())
 
 
 def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[object] | str,
@@ -263,7 +268,7 @@ def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[obj
             block.append({"size_bytes": nbytes, "algorithm": str(algo).lower(),
                           "chosen": res.algorithm, "protocol": res.protocol, "time_s": res.time_s,
                           "algbw_GBps": res.algbw_GBps, "busbw_GBps": res.busbw_GBps,
-                          "events": res.events})
+                          "events": res.events, "calibration": res.calibration})
         best = min(range(len(block)), key=lambda i: block[i]["time_s"])
         for i, row in enumerate(block):
             row["winner"] = i == best

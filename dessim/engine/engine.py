@@ -36,7 +36,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import simpy
 
-from dessim.catalog.calibration import Calibration, load_calibration
+from dessim.catalog.calibration import Calibration, load_calibration, read_calibration
 from dessim.collectives import CollectiveSettings, plan_collective, run_schedule
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
@@ -44,6 +44,7 @@ from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.taskgraph.model import Task, TaskGraph
+from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 
 __all__ = ["EngineOptions", "simulate", "straggler_factors"]
@@ -62,7 +63,8 @@ class EngineOptions:
     chunks: int = 1                       #: pipelining chunks per collective
     channels: int | None = None           #: lanes per collective (None: as NCCL lays them out)
     reduction_bw: float | None = None     #: bytes/s a GPU reduces at; None = free reductions
-    #: measured model constants (None: the built-in calibration; dessim.catalog.calibration)
+    #: measured model constants: the user's file (a path is read here) or None for the
+    #: built-in calibration (dessim.catalog.calibration); its links apply to the topology
     calibration: Calibration | None = None
     slowdown: Mapping[int, float] = field(default_factory=dict)  #: per-rank compute slowdown (>= 1 slower)
     straggler_sigma: float = 0.0          #: random slowdown 1 + |N(0, sigma)| per rank, from ``seed``
@@ -84,6 +86,8 @@ class EngineOptions:
 
     def __post_init__(self) -> None:
         self.collectives                  # validate the collective settings now
+        if self.calibration is not None:  # a file name (sweep and cluster specs): read it now
+            object.__setattr__(self, "calibration", read_calibration(self.calibration))
 
     @property
     def collectives(self) -> CollectiveSettings:
@@ -155,6 +159,7 @@ class _Run:
 
     def __init__(self, graph: TaskGraph, topology: Topology, options: EngineOptions,
                  compute_cost: ComputeCost | None) -> None:
+        topology = calibrated_topology(topology, options.calibration)
         graph.validate(num_ranks=topology.num_gpus)
         self.graph = graph
         self.topology = topology

@@ -49,7 +49,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["TILES", "GemmParams", "gemm_quantization", "gemm_time", "fit_gemm", "GemmFit",
-           "AttentionRate", "attention_flops_fa"]
+           "AttentionRate", "attention_flops_fa", "ATTENTION_PHASE_FACTORS"]
 
 #: Candidate output tiles (rows, cols) and their efficiency relative to the largest [U]:
 #: larger tiles reuse more data (the guide's §2.3); cuBLAS picks the best per shape.
@@ -184,12 +184,18 @@ def fit_gemm(points: Sequence[tuple[float, float, float, float, float]], peak: f
     return GemmFit(params, np.asarray(pred / t - 1.0))
 
 
+#: Attention FLOPs per phase in units of the forward count (FlashAttention's convention:
+#: Dao-AILab/flash-attention ``benchmarks/benchmark_flash_attention.py``, ``flops()``).
+ATTENTION_PHASE_FACTORS: dict[str, float] = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+
+
 def attention_flops_fa(batch_heads: float, s_q: float, s_k: float, head_dim: float,
                        causal: bool, phase: str) -> float:
     """FLOPs of attention in FlashAttention's convention: forward ``4·s_q·s_k·d`` per head
-    (halved when causal), backward 2.5× the forward, ``fwd+bwd`` 3.5×."""
+    (halved when causal), backward 2.5× the forward, ``fwd+bwd`` 3.5×
+    (:data:`ATTENTION_PHASE_FACTORS`)."""
     fwd = 4.0 * batch_heads * s_q * s_k * head_dim * (0.5 if causal else 1.0)
-    return fwd * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[phase]
+    return fwd * ATTENTION_PHASE_FACTORS[phase]
 
 
 @dataclass(frozen=True)

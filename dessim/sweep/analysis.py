@@ -332,6 +332,19 @@ def shorten(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def calibration_lines(table) -> list[str]:
+    """The calibration(s) the points ran with (the ``calibration`` column of their results:
+    ``name@fingerprint``; several when an axis varies ``engine.calibration``)."""
+    if "calibration" not in table.columns:
+        return []
+    labels = sorted(str(v) for v in table.loc[table["status"] == "ok", "calibration"].dropna().unique())
+    if not labels:
+        return []
+    if len(labels) == 1:
+        return [f"calibration: {labels[0]}"]
+    return [f"calibrations: {', '.join(labels)}"]
+
+
 def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> str:
     """Plain-text report: counts, failures by reason, best per group, spread."""
     table, metric, minimize = result.table, result.metric, result.spec.analysis.minimize
@@ -340,6 +353,7 @@ def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> st
     lines = [f"sweep {result.spec.name!r}: {result.points} points, {n_ok} ok, "
              f"{len(table) - n_ok} failed, {result.pending} pending "
              f"({result.evaluated} evaluated now, {result.reused} from the journal)"]
+    lines.extend(calibration_lines(table))
     failed = table[table["status"] != "ok"]
     if len(failed):
         by_type = failed["error_type"].value_counts()

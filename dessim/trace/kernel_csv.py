@@ -49,6 +49,7 @@ import re
 from dataclasses import dataclass
 
 from dessim.catalog.devices import get_device
+from dessim.engine.kernel_model import ATTENTION_PHASE_FACTORS, attention_flops_fa
 from dessim.errors import DessimError, TraceError
 from dessim.trace.text_source import TextSource, load_text
 from dessim.units import parse_size, parse_time
@@ -63,8 +64,9 @@ KERNEL_KINDS: dict[str, str] = {
                      "softmax", "copy", "memcpy", "reduction", "activation"), "memory"),
 }
 
-#: Attention FLOPs per phase, in units of the forward count (flash-attention ``flops()``).
-ATTENTION_FLOP_FACTORS: dict[str, float] = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+#: Attention FLOPs per phase, in units of the forward count: the kernel model's
+#: (:data:`dessim.engine.kernel_model.ATTENTION_PHASE_FACTORS`), under the name readers know.
+ATTENTION_FLOP_FACTORS = ATTENTION_PHASE_FACTORS
 
 _DTYPES = {
     **dict.fromkeys(("bf16", "bfloat16"), "bf16"),
@@ -125,8 +127,7 @@ class KernelMeasurement:
             if self.causal is None or self.phase not in ATTENTION_FLOP_FACTORS:
                 return None
             b, h, sq, sk, d = self.shape
-            forward = 4.0 * b * h * sq * sk * d / (2 if self.causal else 1)
-            return forward * ATTENTION_FLOP_FACTORS[self.phase]
+            return attention_flops_fa(b * h, sq, sk, d, self.causal, self.phase)
         return None
 
     @property

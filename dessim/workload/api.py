@@ -157,8 +157,11 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
                   engine: EngineOptions | None = None) -> tuple[WorkloadPlan, Topology]:
     """Resolve, validate and memory-check ``workload`` on ``topology`` (no simulation)."""
     from dessim.topology import load_topology
+    from dessim.topology.calibrate import calibrated_topology
 
-    topo = load_topology(topology)
+    # the engine applies the calibration's links too; doing it here gives the generator
+    # (routes, closed-form TP collectives) the very topology the engine will run on
+    topo = calibrated_topology(load_topology(topology), engine.calibration if engine else None)
     spec, rest, explicit_dp = resolve_workload(workload, overrides, topo.num_gpus)
     mem_kw = dict(rest.pop("memory", None) or {})
     gen_kw = dict(rest.pop("generator", None) or {})

@@ -25,6 +25,7 @@ from dessim.engine import EngineOptions, simulate
 from dessim.errors import SpecError
 from dessim.resources import find_data_file, read_yaml
 from dessim.topology import load_topology
+from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.workload.cnn import CNNSpec, generate_cnn, parse_cnn
 from dessim.workload.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
@@ -129,7 +130,7 @@ def generate_workload(workload: Any, topology: Topology | str, *, overrides: Map
                       options: EngineOptions | None = None) -> Generated:
     """The not-yet-simulated task graph of one iteration of any kind of workload."""
     spec = workload if not isinstance(workload, (str, Path)) else load_any_workload(workload)
-    topo = load_topology(topology)
+    topo = calibrated_topology(load_topology(topology), options.calibration if options else None)
     return _kind_of_spec(spec).generate(spec, topo, overrides, options)
 
 

@@ -42,6 +42,7 @@ from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.taskgraph.model import TaskGraph
 from dessim.topology import load_topology
+from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
@@ -255,6 +256,7 @@ class ClusterResult:
     def summary(self) -> dict[str, Any]:
         return {"cluster": self.name, "topology": self.topology.name, "gpus": self.topology.num_gpus,
                 "makespan_s": self.simulation.makespan_s, "jobs": [j.summary() for j in self.jobs],
+                "calibration": self.simulation.meta.get("collectives", {}).get("calibration"),
                 "tasks": len(self.taskgraph), "events": self.simulation.events, "wall_s": self.simulation.wall_s}
 
 
@@ -285,6 +287,7 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
             options = EngineOptions(**{"record_links": False, **dict(spec.engine)})
         except TypeError as exc:
             raise SpecError(f"{where}: engine: {exc}") from None
+    topo = calibrated_topology(topo, options.calibration)   # before the jobs' views are cut
     gpu_sets = assign_gpus(spec.jobs, topo.num_gpus, where)
     parts = []
     for job, gpus in zip(spec.jobs, gpu_sets):
