@@ -59,3 +59,24 @@ def test_unknown_link_technology_in_a_calibration_is_refused_by_every_command(tm
     res = CliRunner().invoke(cli, ["collective", "allreduce", "--size", "1MiB", "--topology",
                                    "dgx-h100:nodes=1", "--calibration", str(bad)])
     assert res.exit_code == 2 and "nvlnk4" in res.output and "nvlink4" in res.output
+
+
+def test_calibrate_prints_the_json_schema_of_calibration_files():
+    import json as _json
+
+    from click.testing import CliRunner as _Runner
+
+    from dessim.cli.main import cli as _cli
+
+    res = _Runner().invoke(_cli, ["calibrate", "--schema"])
+    assert res.exit_code == 0, res.output
+    schema = _json.loads(res.output)
+    assert {"nccl", "links", "devices"} <= set(schema["properties"])
+
+
+def test_a_value_overridden_without_a_source_does_not_keep_the_builtin_source():
+    from dessim.catalog.calibration import default_calibration, load_calibration, parse_calibration
+
+    merged = load_calibration(parse_calibration({"links": {"ib_ndr": {"efficiency": 0.8}}}))
+    assert merged.link("ib_ndr").efficiency == 0.8 and merged.link("ib_ndr").source == ""
+    assert merged.link("nvlink4").source == default_calibration().link("nvlink4").source

@@ -216,10 +216,15 @@ def _document(model: BaseModel) -> dict[str, Any]:
 
 
 def _merge(base: dict, top: Mapping) -> dict:
+    """``top``'s values over ``base``'s, key by key. A section that ``top`` changes without
+    giving its own ``source`` loses ``base``'s: that text described the values replaced."""
     out = dict(base)
     for k, v in top.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), dict):
             out[k] = _merge(out[k], v)
+            if "source" not in v and "source" in out[k] and any(
+                    x != "source" and not isinstance(y, Mapping) for x, y in v.items()):
+                out[k]["source"] = ""
         else:
             out[k] = v
     return out

@@ -9,9 +9,21 @@ import click
 from dessim.cli.collective_cmd import TOPOLOGY_HELP
 
 
+def _print_schema(ctx: click.Context) -> None:
+    import json
+
+    from dessim.catalog.calibration import Calibration
+
+    click.echo(json.dumps(Calibration.json_schema(), indent=1))
+    ctx.exit(0)
+
+
 @click.command("calibrate", epilog="Example: dessim calibrate --nccl-tests ar_1node.txt "
                "--nccl-tests ar_2nodes.txt --topology dgx-h100:nodes=2 --kernels gemms.csv "
                "-o mycluster.yaml")
+@click.option("--schema", is_flag=True, is_eager=True, expose_value=False,
+              callback=lambda ctx, _p, v: _print_schema(ctx) if v else None,
+              help="Print the JSON Schema of calibration files (for editors) and exit.")
 @click.option("--nccl-tests", "nccl_tests", multiple=True, type=click.Path(dir_okay=False),
               help="nccl-tests output (all_reduce_perf and friends, as printed, or its -J JSON); "
                    "repeatable. Fits link efficiencies, NCCL's call overhead and, with a "
