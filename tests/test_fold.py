@@ -262,3 +262,41 @@ def test_folded_run_with_recorded_link_utilisation_matches():
     assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
     busy = lambda r: {link for _, link, u in r.simulation.link_series if u > 0}
     assert busy(folded) == busy(full)
+
+
+@pytest.mark.parametrize("workload, overrides", [
+    pytest.param("mixtral-8x7b", {"tp": 2, "pp": 1, "ep": 4, "global_batch": 16, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="ep4-tp2"),
+    pytest.param("mixtral-8x7b", {"tp": 1, "pp": 2, "ep": 8, "global_batch": 16, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="ep8-pp2"),
+    pytest.param("llama3-8b", {"tp": 2, "pp": 2, "cp": 2, "global_batch": 8, "micro_batch": 1,
+                               "model": {"layers": 4}}, id="cp2-pp2"),
+])
+@pytest.mark.parametrize("granularity", ["stage", "layer"])
+def test_expert_and_context_parallel_replicas_fold_exactly(workload, overrides, granularity):
+    """Balanced routing makes expert-parallel ranks replicas in time; lanes shift within and
+    across EP groups so every all-to-all maps onto an all-to-all (issue 17)."""
+    runs = [simulate_workload(workload, "dgx-h100:nodes=2", overrides=dict(
+        overrides, generator={"granularity": granularity, "fold": fold}),
+        options=EngineOptions(record_links=False)) for fold in (False, True)]
+    full, folded = runs
+    assert folded.taskgraph.fold is not None and full.taskgraph.fold is None
+    assert len(folded.taskgraph) < len(full.taskgraph)
+    assert folded.simulation.meta["fold"]["max_lane_skew_s"] == 0.0
+    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    a, b = full.summary(), folded.summary()
+    for cat, v in a["exposed_comm_s"].items():
+        assert b["exposed_comm_s"][cat] == pytest.approx(v, rel=1e-9, abs=1e-12), cat
+    for link, v in full.simulation.link_bytes.items():
+        assert folded.simulation.link_bytes[link] == pytest.approx(v, rel=1e-12, abs=1e-3), link
+
+
+def test_expert_parallel_lanes_map_ep_groups_onto_ep_groups():
+    from dessim.workload.generator import lane_permutations
+    from dessim.workload.layout import ParallelLayout
+
+    lo = ParallelLayout(tp=2, pp=1, dp=8, ep=4, global_batch=8)
+    groups = {frozenset(g) for kind in ("ep", "edp_cp", "tp") for g in lo.groups(kind)}
+    for perm in lane_permutations(lo):
+        assert sorted(perm.tolist()) == list(range(lo.world_size))
+        assert all(frozenset(perm[list(g)].tolist()) in groups for g in groups)

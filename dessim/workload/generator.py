@@ -125,8 +125,8 @@ class GeneratorOptions:
     ``fold=True``: replica folding (:mod:`dessim.taskgraph.fold`) — emit the tasks of the ranks
     with TP index 0 and DP index 0 only; the engine carries every transfer and collective on
     all TP × DP lanes, so the network sees all the traffic. Falls back to an unfolded graph
-    (reason in ``graph.meta["fold_fallback"]``) with context or expert parallelism, offload,
-    mixed GPU models or per-rank slowdowns.
+    (reason in ``graph.meta["fold_fallback"]``) with offload, mixed GPU models or per-rank
+    slowdowns; expert and context parallelism fold (:func:`lane_permutations`).
 
     Defaults pick the fastest exact path (issue 17): ``granularity="auto"`` is ``stage`` and
     ``fold=None`` is on; both are exact where they apply (tests/test_tp_islands.py,
@@ -350,8 +350,6 @@ class _Generator:
         why = None
         if lo.tp * lo.dp == 1:
             why = "tp = dp = 1: nothing to fold"
-        elif lo.cp > 1 or lo.ep > 1:
-            why = "context or expert parallelism: their exchanges are not folded"
         elif mem.offload_optimizer != "none" or mem.offload_activations != "none":
             why = "offload memcpys go to per-GPU memory nodes that have no lane images"
         elif len(set(self.plan.devices)) != 1:
@@ -851,18 +849,24 @@ class _Generator:
 def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     """The ``(tp·dp, world)`` rank permutations of TP × DP replica folding: lane
     ``a·dp + b`` maps the rank at (tp, cp, dp, pp) to the rank at ((tp + a) mod TP, cp,
-    (dp + b) mod DP, pp). Lane 0 is the identity. Needs ep = 1 (an expert-parallel rank is not
-    a replica of its DP peers)."""
+    dp', pp). Without expert parallelism ``dp' = (dp + b) mod DP``. With it, a DP index is
+    (e, r) — position ``e = dp mod EP`` in its expert-parallel group and group ``r = dp div
+    EP`` — and the lane shifts each separately, ``dp' = (e + b mod EP) mod EP + EP·((r + b
+    div EP) mod DP/EP)``, so every EP group (and every expert-data-parallel group) maps onto
+    one. Lane 0 is the identity."""
     n = lo.world_size
     strides = lo.strides()
     coords = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64)  # tp, cp, dp, pp
     tp, cp, dp, pp = coords.T
     fixed = cp * strides["cp"] + pp * strides["pp"]
+    ep = lo.ep
+    e, r = dp % ep, dp // ep
     perm = np.empty((lo.tp * lo.dp, n), dtype=np.int64)
     for a in range(lo.tp):
         tpart = fixed + ((tp + a) % lo.tp) * strides["tp"]
         for b in range(lo.dp):
-            perm[a * lo.dp + b] = tpart + ((dp + b) % lo.dp) * strides["dp"]
+            shifted = (e + b % ep) % ep + ep * ((r + b // ep) % (lo.dp // ep))
+            perm[a * lo.dp + b] = tpart + shifted * strides["dp"]
     return perm
 
 
