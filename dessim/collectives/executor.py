@@ -506,16 +506,18 @@ class _PlanRun:
         self._start_grouped(s, members, groups)
 
     def _groups(self, s: int, members: list[int] | None):
-        """Exact bundle groups of ``members`` of step ``s`` (None: the whole step, whose
-        answer the network may cache), each with its own ECMP route; None when bundles are
+        """Exact bundle groups of ``members`` of step ``s`` (None: the whole step), each with
+        its own ECMP route; None when bundles are
         off, the network has none, no group is one, or there are too few to gain."""
         count = self.sizes[s] if members is None else len(members)
         if not self.bundles or count < MIN_GROUPED_STEP:
             return None
         pat = self.plan.patterns[self.plan.pattern[s]]
         src, dst = (pat.src, pat.dst) if members is None else (pat.src[members], pat.dst[members])
+        # cached per pair list by the network: the same members of the same step recur in
+        # every run of this collective (their software latencies split steps the same way)
         groups = self.net.bundle_groups(src.tolist(), dst.tolist(),
-                                        self.key_base + self.plan.channel[s], cache=members is None)
+                                        self.key_base + self.plan.channel[s])
         if groups is None or all(t is None for t, _ in groups):
             return None
         return groups

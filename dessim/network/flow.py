@@ -145,6 +145,10 @@ class _WakeUp(simpy.Event):
         env.schedule(self, WAKE_PRIORITY, delay)
 
 
+#: Bound on cached bundle templates and groups (memory stays flat on huge runs).
+_MAX_CACHED_GROUPS = 100_000
+
+
 @register_network
 class FlowNetwork(Network):
     """Max-min fair flow-level network. See the module docstring for the exact semantics.
@@ -305,6 +309,8 @@ class FlowNetwork(Network):
             groups.append((self._template_of([routes[m] for m in members]), tuple(members)))
         got = tuple(sorted(groups, key=lambda g: g[1][0]))
         if single:
+            if len(self._templates) >= _MAX_CACHED_GROUPS:
+                self._templates.clear()
             self._templates[memo] = got
         return got
 
