@@ -50,14 +50,22 @@ def megatron_eq3_flops(model: dict, global_batch: int) -> float:
     return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
 
 
+def megatron_core_flops(model: dict, global_batch: int) -> float:
+    """Megatron-Core's num_floating_point_operations (core_r0.8.0) for a 4h GeLU MHA model:
+    model FLOPs per iteration, no recomputation counted."""
+    b, s, l, h, v = global_batch, model["seq_len"], model["layers"], model["hidden"], model["vocab"]
+    return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+
+
 def published_iteration_s(run: dict) -> float:
     m = run["measured"]
     if run["flops"] == "iteration-time":
         return float(m["iteration_time_s"])
-    if run["flops"] == "megatron-eq3":
+    formulas = {"megatron-eq3": megatron_eq3_flops, "megatron-core": megatron_core_flops}
+    if run["flops"] in formulas:
         wl = run["workload"]
         gpus = (wl["parallelism"]["tp"] * wl["parallelism"]["pp"] * wl["parallelism"]["dp"])
-        flops = megatron_eq3_flops(wl["model"], wl["training"]["global_batch"])
+        flops = formulas[run["flops"]](wl["model"], wl["training"]["global_batch"])
         return flops / (m["tflops_per_gpu"] * 1e12 * gpus)
     raise ValueError(f"run {run['id']}: unknown flops convention {run['flops']!r}")
 

@@ -41,7 +41,8 @@ def test_quick_subset_mape_is_no_worse_than_committed(validate, quick_rows):
 
 def test_every_run_names_its_source_and_a_known_flop_convention(validate):
     for run in validate.load_runs():
-        assert run["source"].strip() and run["flops"] in ("megatron-eq3", "iteration-time")
+        assert run["source"].strip() and run["flops"] in ("megatron-eq3", "megatron-core",
+                                                           "iteration-time")
         assert validate.published_iteration_s(run) > 0
 
 
