@@ -82,8 +82,8 @@ def _gpus(result) -> str:
               help="Global batch (sequences) instead of the workload's.")
 @click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
               show_default=True, help="Network model of every simulation.")
-@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Layouts simulated in parallel.")
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=None,
+              help="Layouts simulated in parallel [default: the machine's cores].")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="local", show_default=True)
 @click.option("--address", default=None, help="Dask/Ray cluster address (see dessim sweep).")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
@@ -93,7 +93,7 @@ def _gpus(result) -> str:
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @calibration_option
 def command(workload: str, topology: str, hbm: str | None, expansion: str | None,
-            expansion_bw: str | None, global_batch: int | None, network: str, workers: int,
+            expansion_bw: str | None, global_batch: int | None, network: str, workers: int | None,
             backend: str, address: str | None, out: str | None, top: int, progress: bool,
             calibration: str | None) -> None:
     """Rank every parallel layout of WORKLOAD (file or preset) on a cluster.
@@ -112,6 +112,10 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
     overrides = {"training": {"global_batch": global_batch}} if global_batch else None
     spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides,
                                     calibration_engine(calibration)), "dessim explore")
+    if workers is None:
+        import os
+
+        workers = max(1, os.cpu_count() or 1) if backend == "local" else 1
     result = run_sweep(spec, out=out, workers=workers, backend=backend,
                        backend_options=backend_options(address), progress=progress)
     click.echo(ranked_text(result, top))
