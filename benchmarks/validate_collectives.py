@@ -79,10 +79,13 @@ CASES: dict[str, Case] = {
     "gcp_a3mega_2n_allreduce": Case("dgx-h100:nodes=2,nic=eth200", "allreduce",
                                     note="8 x 200 Gb/s GPUDirect-TCPXO (Ethernet), not IB"),
     "issue812_2xdgxa100_ring_small": Case("dgx-a100:nodes=2", "allreduce", "ring"),
+    "coreweave_h100_8n_allreduce_sharp": Case("dgx-h100:nodes=8,sharp=true", "allreduce",
+                                              "collnet",
+                                              note="NCCL_ALGO=COLLNETCHAIN; NIC count and speed "
+                                                   "not stated: 8 x NDR assumed"),
 }
 #: Datasets dessim cannot express, with the reason.
 SKIPPED = {
-    "coreweave_h100_8n_allreduce_sharp": "CollNet (IB SHARP) is not simulated",
     "issue232_2n_1xh100_4nic_tree": "one GPU driving 4 NICs: dessim pins a GPU to one NIC",
     "xxrjun_h100_10n_sendrecv_perf": "80-rank sendrecv pattern (each rank to the next) with an "
                                      "unstated NIC: 15 GB/s is below one NDR NIC",

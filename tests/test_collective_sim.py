@@ -178,8 +178,8 @@ def test_rail_aligned_rings_and_pipelined_hierarchy_on_multi_node_dgx():
 # --------------------------------------------------------------------------- every algorithm runs
 def _runnable():
     for name, alg in ALGORITHMS.items():
-        if name in ("nvls", "nvlstree"):       # need an NVSwitch: tests/test_nccl_collectives.py
-            continue
+        if name in ("nvls", "nvlstree", "collnet", "collnetdirect"):
+            continue    # need an NVSwitch or SHARP: tests/test_nccl_collectives.py, test_collnet.py
         for op in sorted(alg.ops):
             for p in ([2] if op == "sendrecv" else [3, 5, 8]):
                 yield name, op, p

@@ -7,9 +7,12 @@ derives what NCCL's topology search would find for the group on the topology
 (:func:`~dessim.collectives.nccl.nccl_system`), evaluates NCCL's estimate of each candidate,
 and returns the cheapest with every estimate (:meth:`AutoChoice.explanation`).
 
-NCCL's algorithms map to dessim's: Ring → ``ring``, Tree → ``dbtree``, NVLS → ``nvls``,
-NVLSTree → ``nvlstree``. PAT and CollNet are not simulated; where NCCL's model would pick
-them, ``auto`` takes the best of the others and says so. Operations NCCL runs as point-to-point
+NCCL's algorithms map to dessim's: Ring → ``ring``, Tree → ``dbtree``, NVLS → ``nvls`` (across
+nodes: NVLS + IB SHARP), NVLSTree → ``nvlstree``, CollNetChain → ``collnet``, CollNetDirect →
+``collnetdirect``. CollNet (and NVLS across nodes) are candidates exactly where NCCL's model
+has them: on a group whose NICs reach switches that declare SHARP
+(:func:`~dessim.collectives.nccl.nccl_system`). PAT is not simulated; where NCCL's model would
+pick it, ``auto`` takes the best of the others and says so. Operations NCCL runs as point-to-point
 sends (all-to-all, send/recv) use ``direct`` with LL up to ``NCCL_P2P_LL_THRESHOLD`` =
 16 KiB per peer and Simple above (NCCL ``src/enqueue.cc``).
 
@@ -43,8 +46,9 @@ __all__ = ["Estimate", "AutoChoice", "choose", "estimate_schedule", "group_shape
 
 #: dessim's algorithm for each of NCCL's (None: not simulated).
 NCCL_TO_DESSIM: dict[str, str | None] = {"ring": "ring", "tree": "dbtree", "nvls": "nvls",
-                                         "nvls_tree": "nvlstree", "collnet_direct": None,
-                                         "collnet_chain": None, "pat": None}
+                                         "nvls_tree": "nvlstree",
+                                         "collnet_direct": "collnetdirect",
+                                         "collnet_chain": "collnet", "pat": None}
 _DESSIM_TO_NCCL = {v: k for k, v in NCCL_TO_DESSIM.items() if v}
 #: Bytes per peer up to which NCCL sends point-to-point data with LL (NCCL_P2P_LL_THRESHOLD).
 P2P_LL_THRESHOLD = 16384
@@ -84,7 +88,9 @@ class AutoChoice:
             head += (f" (NCCL 2.30.7 tuning model; {s.nodes} node(s) x {s.ppn} GPU(s), "
                      f"{s.channels} search channels at {s.bw_intra:g}/{s.bw_inter:g} GB/s, "
                      f"{s.execution_channels} executed"
-                     + (f", NVLS {s.nvls_channels} heads" if s.nvls else "") + ")")
+                     + (f", NVLS {s.nvls_channels} heads" if s.nvls else "")
+                     + (f", CollNet (IB SHARP) {s.collnet_heads} heads" if s.collnet else "")
+                     + ")")
         lines = [head + ":"]
         if self.note:
             lines.append(f"  {self.note}")

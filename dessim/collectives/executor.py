@@ -261,8 +261,8 @@ class _Charges:
                                              topo.meta.get("cpu_vendor") == "amd")
 
     def extra(self, src: int | str, dst: int | str) -> float:
-        if self.protocol.is_raw:
-            return 0.0
+        if self.protocol.is_raw or (isinstance(src, str) and isinstance(dst, str)):
+            return 0.0          # raw model, or a step inside the network (switch to switch)
         got = self._extra.get((src, dst))
         if got is None:
             resolve = self.net.topology.resolve
@@ -860,6 +860,8 @@ class _FluidRun(_Together):
             self._finish_all()
             return
         self.critical = sum(self.charges.hop_latency(a, b) for a, b in sched.critical)
+        if not self.charges.protocol.is_raw:
+            self.critical += sched.serial_s
         factor = self.charges.factor
         now = self.env.now
         for i, f in enumerate(sched.flows):

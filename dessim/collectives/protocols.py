@@ -50,7 +50,8 @@ WIRE_FACTOR: dict[str, float] = {"LL": 2.0, "LL128": 1.0 / 0.92, "Simple": 1.0, 
 LINK_CLASSES: dict[str, int] = {"nvlink": NVLINK, "pci": PCI, "net": NET}
 #: Algorithms of NCCL's table that dessim's algorithms take their latencies from.
 _NCCL_ALGO = {"ring": "ring", "dbtree": "tree", "tree": "tree", "nvls": "nvls",
-              "nvlstree": "nvls_tree", "collnet": "collnet_direct"}
+              "nvlstree": "nvls_tree", "collnet": "collnet_chain",
+              "collnetdirect": "collnet_direct"}
 
 
 @dataclass(frozen=True)

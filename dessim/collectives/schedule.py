@@ -495,15 +495,19 @@ class FluidSchedule(Schedule):
     NCCL's own model (``ncclTopoGetAlgoTime``).
 
     Endpoints may be switch node names (``relays``): a flow into a switch is reduced there,
-    a flow out of it is the switch's multicast. Per-transfer columns (``src``, ``dst``, ...)
-    list the flows, with no dependencies.
+    a flow out of it is the switch's multicast, a flow between two switches is a step of an
+    in-network reduction tree (SHARP) and pays no software latency. Per-transfer columns
+    (``src``, ``dst``, ...) list the flows, with no dependencies. ``serial_s`` (seconds) is
+    software latency of the critical path that no hop carries (NCCL's per-peer serialization
+    of CollNetDirect); like every software latency it is charged only with NCCL's protocols.
     """
 
     def __init__(self, op: Op, algorithm: str, group: tuple[int, ...], size: float,
                  root: int | None, flows: Iterable[Flow], critical: Iterable[tuple],
-                 params: dict | None = None) -> None:
+                 params: dict | None = None, serial_s: float = 0.0) -> None:
         self.op, self.algorithm, self.group, self.size, self.root = op, algorithm, group, size, root
         self.params = dict(params or {})
+        self.serial_s = float(serial_s)
         self.flows: tuple[Flow, ...] = tuple(Flow(*f) for f in flows)
         self.critical: tuple[tuple, ...] = tuple(tuple(h) for h in critical)
         n = len(self.flows)

@@ -13,6 +13,8 @@ Nodes
     A NIC may name its ``rail`` (an int or a string): NICs of one rail in different hosts are
     cabled to the same rail switch, and routing keeps traffic between GPUs on the receiver's
     rail (PXN, :mod:`dessim.topology.hosts`) unless the topology's ``meta["pxn"]`` is False.
+    A switch may declare ``sharp`` (bool, default False): it can reduce data in the network
+    (InfiniBand SHARP), which NCCL's CollNet algorithms use (:mod:`dessim.topology.sharp`).
 
 Links
     An undirected edge ``a — b`` with ``type`` (a link type from :mod:`dessim.catalog.links`),
@@ -130,6 +132,14 @@ class Topology:
                 raise TopologyError(f"{self.name}: node {node!r} has kind {kind!r}; "
                                     f"valid kinds: {', '.join(NODE_KINDS)}")
             data.setdefault("transit", TRANSIT_DEFAULT[kind])
+            sharp = data.get("sharp")
+            if sharp is not None:
+                if not isinstance(sharp, bool):
+                    raise TopologyError(f"{self.name}: node {node!r} has sharp={sharp!r}; it "
+                                        "must be true or false")
+                if sharp and kind != "switch":
+                    raise TopologyError(f"{self.name}: node {node!r} has sharp=true but is a "
+                                        f"{kind}; only a switch can reduce in the network")
         for node, data in self._graph.nodes(data=True):
             nic = data.get("nic")
             if nic is not None and (nic not in self._graph or self._graph.nodes[nic]["kind"] != "nic"):

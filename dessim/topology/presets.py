@@ -27,6 +27,12 @@ spines per 32 leaves, and no uplink slower than a NIC port on smaller clusters; 
 aggregate uplink = its aggregate downlink / ``oversub`` (1.0: non-blocking), split evenly over
 the spines. Same-rail traffic in an SU is one leaf hop; cross-rail or cross-SU traffic goes
 through a spine. dims ``(8, nodes)``, rank = 8 * node + local GPU index.
+
+``sharp=True`` declares every leaf and spine switch able to reduce in the network (InfiniBand
+SHARP, switch attribute ``sharp``). NVIDIA's Quantum (HDR) and Quantum-2 (NDR) InfiniBand
+switches implement SHARP, but NCCL only uses it with the SHARP CollNet plugin
+(Mellanox/nccl-rdma-sharp-plugins) and ``NCCL_COLLNET_ENABLE=1`` (NCCL's default is off), so
+the presets leave it off (:mod:`dessim.topology.sharp`, docs/collectives.md).
 """
 
 from __future__ import annotations
@@ -135,8 +141,11 @@ DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "d
 
 def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,
          gpu: object, su_size: object, name: str | None, nic: object = None,
-         nic_bw: object = None, nics: object = DGX_GPUS, pxn: bool = True) -> Topology:
+         nic_bw: object = None, nics: object = DGX_GPUS, pxn: bool = True,
+         sharp: bool = False) -> Topology:
     where = design.system
+    if not isinstance(sharp, bool):
+        raise TopologyError(f"{where}: sharp={sharp!r}; it must be true or false")
     nodes = parse_count(nodes, f"{where} nodes", minimum=1)
     n_nics = parse_count(nics, f"{where} nics", minimum=1)
     if n_nics not in (DGX_GPUS, DGX_GPUS // 2):
@@ -176,6 +185,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
         _add_scaleup(g, p, gpus, dev, ideal)
         _add_host(g, p, gpus, nic_names, pcie, ddr, design.host_mem_per_socket, 2, ideal)
     n_spines = 0
+    reduces = {"sharp": True} if sharp else {}     # fabric switch attribute (IB SHARP)
     if nodes > 1:
         n_su = math.ceil(nodes / su_size)
         n_leaves = n_su * n_nics
@@ -187,12 +197,12 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
         n_spines = (parse_count(spines, f"{where} spines", minimum=1) if spines is not None
                     else max(1, min(n_leaves // 2, math.ceil(per_leaf / oversub))))
         for s in range(n_spines):
-            g.add_node(f"spine{s}", kind="switch")
+            g.add_node(f"spine{s}", kind="switch", **reduces)
         for su in range(n_su):
             members = range(su * su_size, min(nodes, (su + 1) * su_size))
             for r in range(n_nics):
                 leaf = f"leaf.su{su}.r{r}"
-                g.add_node(leaf, kind="switch")
+                g.add_node(leaf, kind="switch", **reduces)
                 for k in members:
                     g.add_edge(f"n{k}.nic{r}", leaf, **_attrs(nic, ideal))
                 up = len(members) * nic.bw / (oversub * n_spines)
@@ -200,7 +210,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
                     g.add_edge(leaf, f"spine{s}", **_attrs(nic, ideal, up))
     params = {"nodes": nodes, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
               "spines": n_spines, "su_size": su_size, "nic": nic.name, "nics": n_nics,
-              "pxn": bool(pxn), "pcie": pcie.name,
+              "pxn": bool(pxn), "sharp": sharp, "pcie": pcie.name,
               "ddr": ddr.name, "host_mem_source": design.host_mem_source}
     default = f"{where.replace('_', '-')}" + (f"-{nodes}node" if nodes > 1 else "")
     return Topology(g, name=name or default, dims=(DGX_GPUS, nodes),
@@ -213,25 +223,26 @@ def dgx_a100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
              nic_bw: float | str | None = None, nics: int = DGX_GPUS,
-             pxn: bool = True) -> Topology:
+             pxn: bool = True, sharp: bool = False) -> Topology:
     """DGX A100 node(s): 8 x A100 (``gpu``: A100-80GB default or A100-40GB), NVLink3 via one
     logical NVSwitch (6 chips aggregated), PCIe Gen4 switches, 8 x IB HDR NICs, DDR4 host
-    memory; ``nodes > 1`` adds the rail-optimised fabric (see module docstring)."""
+    memory; ``nodes > 1`` adds the rail-optimised fabric (see module docstring; ``sharp``:
+    its switches reduce in the network)."""
     return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
-                pxn)
+                pxn, sharp)
 
 
 def dgx_h100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
              nic_bw: float | str | None = None, nics: int = DGX_GPUS,
-             pxn: bool = True) -> Topology:
+             pxn: bool = True, sharp: bool = False) -> Topology:
     """DGX H100 node(s): 8 x H100 (or ``gpu="H200"``), NVLink4 via one logical NVSwitch (4
     chips aggregated), PCIe Gen5 switches, 8 x IB NDR NICs, DDR5 host memory (2 TB);
     ``nodes > 1`` adds the rail-optimised fabric (see module docstring); ``nic`` and ``nic_bw``
-    as for :func:`dgx_a100`."""
+    as for :func:`dgx_a100`; ``sharp``: its switches reduce in the network (IB SHARP)."""
     return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
-                pxn)
+                pxn, sharp)
 
 
 def _host_techs(dev: GPUSpec, gen: object | None, where: str) -> tuple[LinkTech, LinkTech]:

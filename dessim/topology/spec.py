@@ -22,7 +22,7 @@ YAML schema (also a dict)
 Top-level keys: ``name``, ``description``, ``dims`` (list of ints), ``builder`` (mapping with
 ``kind`` and that kind's keys, as in the inline grammar; multidim takes ``dims:`` as a list of
 mappings with ``shape``, ``size`` and link keys), ``nodes`` (list of mappings with ``name``,
-``kind``, ``rank``, ``device``, ``transit``, ``capacity``) and ``links`` (list of mappings with
+``kind``, ``rank``, ``device``, ``transit``, ``capacity``, ``nic``, ``rail``, ``sharp``) and ``links`` (list of mappings with
 ``a``, ``b``, ``bw``, ``lat``, ``type``, ``duplex``, ``efficiency``, ``tech``). With a
 ``builder``, ``nodes``/``links`` are added to the built graph. Unknown keys, duplicate node
 names, duplicate links and links to unknown nodes raise :class:`~dessim.errors.SpecError`
@@ -265,10 +265,12 @@ def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
          Param("nics", _p_count(1), presets.DGX_GPUS, "compute NICs per node (8: one per GPU; "
                "4: one per GPU pair)"),
          Param("pxn", _p_bool, True, "route to a receiver's rail over NVLink (NCCL's PXN)"),
+         Param("sharp", _p_bool, False, "leaf and spine switches reduce in the network "
+               "(IB SHARP: NCCL's CollNet)"),
          _NAME),
         lambda v: fn(v["nodes"], ideal=v["ideal"], oversub=v["oversub"], spines=v["spines"],
                      gpu=v["gpu"], su_size=v["su_size"], name=v["name"], nic=v["nic"],
-                     nic_bw=v["nic_bw"], nics=v["nics"], pxn=v["pxn"]),
+                     nic_bw=v["nic_bw"], nics=v["nics"], pxn=v["pxn"], sharp=v["sharp"]),
         _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",))
 
 
@@ -471,7 +473,7 @@ def parse_inline(spec: str) -> Topology:
 
 # ---------------------------------------------------------------- YAML / dict
 _TOP_KEYS = ("name", "description", "dims", "builder", "nodes", "links")
-_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic", "rail")
+_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic", "rail", "sharp")
 _LINK_KEYS = ("a", "b", "bw", "lat", "type", "duplex", "efficiency", "tech")
 
 
@@ -515,6 +517,14 @@ def _node_attrs(item: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any
         if isinstance(rail, bool) or not isinstance(rail, (int, str)) or rail == "":
             raise SpecError(f"{where} ({name}): rail must be an integer or a name, got {rail!r}")
         attrs["rail"] = rail
+    if item.get("sharp") is not None:
+        sharp = item["sharp"]
+        if not isinstance(sharp, bool):
+            raise SpecError(f"{where} ({name}) sharp: expected true or false, got {sharp!r}")
+        if sharp and kind != "switch":
+            raise SpecError(f"{where} ({name}) sharp: only a switch can reduce in the network "
+                            f"(IB SHARP); kind is {kind!r}")
+        attrs["sharp"] = sharp
     return name, attrs
 
 

@@ -1,7 +1,8 @@
 """Collective algorithms and :func:`build_schedule`.
 
 Importing this package registers every algorithm module in :data:`ALGORITHMS`:
-ring, tree, dbtree, rd, hd, direct, pairwise, hierarchical, nvls, nvlstree.
+ring, tree, dbtree, rd, hd, direct, pairwise, hierarchical, nvls, nvlstree, collnet,
+collnetdirect.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dessim.collectives.algorithms.base import (ALGORITHMS, Algorithm, algorithm
 # Registration order = listing order = auto's tie-break order (simplest first).
 from dessim.collectives.algorithms import ring, tree, dbtree, rd, hd  # noqa: F401,E402,I001
 from dessim.collectives.algorithms import direct, pairwise, hierarchical  # noqa: F401,E402,I001
-from dessim.collectives.algorithms import nvls  # noqa: F401,E402,I001
+from dessim.collectives.algorithms import nvls, collnet  # noqa: F401,E402,I001
 from dessim.collectives.ops import Op, get_op
 from dessim.collectives.schedule import CompactSchedule, Lane, Schedule, ScheduleBuilder
 from dessim.errors import CollectiveError

@@ -22,9 +22,24 @@ owns a NIC (its *head*); heads of the same index across nodes all-reduce their s
 NCCL's double binary tree of nodes (half the data on each tree), then NVLS multicasts the
 result inside each node.
 
+**NVLS across nodes** (NVLS + IB SHARP: NCCL's NVLS algorithm on a communicator with CollNet,
+``all_reduce.h`` / ``all_gather.h`` / ``reduce_scatter.h``, ``connectNvls`` sets ``nvls.out``
+to the network when CollNet is enabled). Inside each node NVLS works as above, but onto the
+GPUs that own NICs (the NVLS heads, one per NIC): head ``h`` reads shard ``h`` reduced over
+the node (``S/H`` of ``S``), sends it to its NIC, the SHARP switches reduce it across nodes
+(:mod:`~dessim.collectives.algorithms.sharp`), and the head stores the result once to the
+multicast object. Per GPU: ``S`` up plus ``S/H`` as a head, ``S/H`` down as a head plus ``S``
+(``(1 + 1/p)·S`` each way when every GPU owns a NIC). All-gather: each GPU sends its block up
+its NIC, the switches gather the rail's blocks of every node, and the head multicasts them
+to the node (``S/p`` up, ``S`` down per GPU); reduce-scatter the reverse. NCCL enables it
+only with CollNet (``updateCollCostTable``: NVLS with more than one node needs
+``collNetSupport``), and all-gather / reduce-scatter only with one NIC per GPU
+(``ncclTopoTuneModel``); ``check`` refuses otherwise.
+
 Latency: the critical path of the pipeline (:class:`~dessim.collectives.schedule.FluidSchedule`):
-NVLS one hop into the switch; NVLSTree that plus ``2·log2(nodes)`` network hops — NCCL's
-latency formulas. NCCL's Tree across nodes is :mod:`~dessim.collectives.algorithms.dbtree`.
+NVLS one hop into the switch; NVLSTree that plus ``2·log2(nodes)`` network hops; NVLS across
+nodes that plus one network round trip — NCCL's latency formulas. NCCL's Tree across nodes
+is :mod:`~dessim.collectives.algorithms.dbtree`.
 """
 
 from __future__ import annotations
@@ -32,6 +47,8 @@ from __future__ import annotations
 from dessim.collectives.algorithms.base import Algorithm, register
 from dessim.catalog.devices import get_device
 from dessim.collectives.algorithms.dbtree import node_tree_edges, tree_depth
+from dessim.collectives.algorithms.sharp import (network_hop, one_nic_per_gpu, sharp_flows,
+                                                 sharp_key, sharp_lanes)
 from dessim.collectives.ops import Op
 from dessim.collectives.schedule import Flow, FluidSchedule, Lane
 from dessim.errors import CollectiveError
@@ -83,26 +100,78 @@ def _nvls_flows(members: tuple[int, ...], switch: str, op: str, size: float, eff
 @register
 class NVLS(Algorithm):
     name = "nvls"
-    summary = "NVLink SHARP: reduce and multicast in the NVSwitch (one NVLink domain, sm90+)"
+    summary = ("NVLink SHARP: reduce and multicast in the NVSwitch (one NVLink domain, sm90+; "
+               "across nodes with IB SHARP switches)")
     ops = frozenset({"allreduce", "reducescatter", "allgather"})
 
     def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
               options: dict) -> None:
+        if topology is not None and nvswitch_of(group, topology) is None \
+                and len(host_map(topology).split(group)) > 1:
+            self._across(op, group, topology)
+            return
         if topology is None or nvswitch_of(group, topology) is None:
             raise CollectiveError("nvls: every rank of the group must link to one NVSwitch "
                                   "(one NVLink domain); across nodes use nvlstree")
         _nvls_efficiency(group, topology, "nvls")
 
+    def _across(self, op: Op, group: tuple[int, ...], topology: Topology):
+        """Parts per node and SHARP lanes of NVLS across nodes, or why it cannot run."""
+        try:
+            parts, lanes = sharp_lanes(group, topology, None, "nvls")
+        except CollectiveError as exc:
+            raise CollectiveError(f"nvls: the group spans several nodes, not one NVSwitch; "
+                                  f"across nodes NVLS needs IB SHARP switches (NVLS + CollNet; "
+                                  f"else use nvlstree): {exc}") from None
+        for part in parts:
+            if nvswitch_of(part, topology) is None:
+                raise CollectiveError(f"nvls: ranks {list(part)} of one node do not share an "
+                                      "NVSwitch")
+        one_nic_per_gpu(op.name, parts, lanes, "nvls")
+        _nvls_efficiency(group, topology, "nvls")
+        return parts, lanes
+
     def emit(self, lane: Lane, op: Op, group, size, root, topology, options) -> None:
         raise CollectiveError("nvls runs as a fluid pipeline only")   # fluid() always answers
+
+    def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
+        """Across nodes: the SHARP lanes (:func:`~dessim.collectives.algorithms.sharp.sharp_key`)."""
+        return sharp_key(group, topology)
 
     def fluid(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
               topology: Topology | None, channels: int | None, options: dict) -> FluidSchedule:
         switch = nvswitch_of(group, topology)  # type: ignore[arg-type]
         eff = _nvls_efficiency(group, topology, "nvls")  # type: ignore[arg-type]
+        if switch is None:
+            return self._fluid_across(op, group, size, root, topology, eff)  # type: ignore[arg-type]
         flows = _nvls_flows(group, switch, op.name, size, eff)  # type: ignore[arg-type]
         return FluidSchedule(op, self.name, group, size, root, flows, [(group[0], switch)],
                              {"channels": 1, "chunks": 1, "nvls_efficiency": eff})
+
+    def _fluid_across(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
+                      topology: Topology, eff: float) -> FluidSchedule:
+        """NVLS + SHARP (module docstring): NVLS onto the NIC heads in every node, SHARP
+        across nodes, one lane per head."""
+        parts, lanes = self._across(op, group, topology)
+        n_heads, n = len(lanes), len(group)
+        flows: list[Flow] = []
+        for part in parts:
+            sw = nvswitch_of(part, topology)
+            if op.name != "allreduce":                       # one head per GPU here
+                flows += _nvls_flows(part, sw, op.name, size, eff)  # type: ignore[arg-type]
+                continue
+            heads = {lane.heads[parts.index(part)] for lane in lanes}
+            for r in part:                                   # reduce onto heads, multicast
+                mine = size / n_heads if r in heads else 0.0
+                flows.append(Flow(r, sw, (size + mine) / eff, 0))   # type: ignore[arg-type]
+                flows.append(Flow(sw, r, (size + mine) / eff, 0))   # type: ignore[arg-type]
+        for c, lane in enumerate(lanes):
+            per = size / n_heads if op.name == "allreduce" else size / n
+            flows += sharp_flows(op.name, lane, per, 1 + c)
+        sw0 = nvswitch_of(parts[0], topology)
+        critical = [(parts[0][0], sw0), network_hop(lanes[0])]
+        return FluidSchedule(op, self.name, group, size, root, flows, critical,
+                             {"channels": n_heads, "chunks": 1, "nvls_efficiency": eff})
 
 
 @register

@@ -18,6 +18,20 @@ bandwidth), and whether NVLink SHARP (NVLS) applies. It follows NCCL 2.30.7
   channels, ×2 more on sm90+ across nodes with fewer than 16 and speed above 45);
 * NVLS: sm90+ GPUs on one NVSwitch; one NVLS channel per GPU at the fastest intra speed that
   fits (8 × 40 GB/s on a DGX H100).
+* CollNet (IB SHARP): enabled when the group spans at least 2 nodes and every channel's NICs
+  are joined by switches that declare ``sharp``
+  (:func:`~dessim.collectives.algorithms.sharp.sharp_lanes`) — NCCL with the SHARP plugin and
+  ``NCCL_COLLNET_ENABLE=1``; a SHARP fabric declares that the deployment runs them (the
+  CoreWeave SHARP runs of validation/ did). Its two graphs (``init.cc``: the CollNetChain graph
+  is a ``TREE`` pattern with the ring's channel count, the CollNetDirect graph one head per NIC,
+  ``NCCL_TOPO_PATTERN_COLLNET_DIRECT``): inter-node speed = the ring's (the NIC path);
+  ``ncclTopoCompute``'s second pass then raises the intra-node speed of these tree patterns
+  through the inter speed list while it stays below twice the inter speed and the NVLinks
+  carry it — a chain channel crosses ``ppn-1`` GPU links, spread over ``ppn`` GPUs; a direct
+  head sends ``bw`` to the other GPUs and each GPU ``bw/(ppn-1)`` to every other head. DGX H100:
+  chain 8 × 48/48, direct 8 × 48/48 GB/s; DGX A100: chain 8 × 30/24, direct 8 × 48/24.
+  ``connect.cc`` then launches 1.5× the channels when the chain's intra speed exceeds its
+  inter speed (reported only).
 
 These reproduce the search results worked out from the source for DGX A100 (1 node: 12
 channels × 20 GB/s, 24 executed; multi-node: 8 × 24, 16 executed) and DGX H100 (1 node:
@@ -30,7 +44,9 @@ from __future__ import annotations
 import math
 
 from dessim.catalog.devices import get_device
+from dessim.collectives.algorithms.sharp import sharp_lanes
 from dessim.collectives.nccl.tuning import AMPERE, BLACKWELL, HOPPER, VOLTA, NcclSystem
+from dessim.errors import CollectiveError
 from dessim.topology.graph import Topology
 from dessim.topology.hosts import host_map
 
@@ -128,6 +144,10 @@ def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
     execution = min(_MAX_CHANNELS, 2 * n_ch)
     if arch >= HOPPER and nodes > 1 and bw > 45.0 and execution < 16:
         execution = min(_MAX_CHANNELS, 2 * execution)
+    collnet = _collnet_graphs(group, topology, arch, nodes, ppn, n_ch, bw_inter, total)
+    if collnet and collnet["collnet_chain_bw_intra"] > collnet["collnet_chain_bw_inter"] \
+            and len(group) > nodes:
+        execution = min(_MAX_CHANNELS, execution + execution // 2)
     nvls = arch >= HOPPER and nvswitch and ppn > 1
     nvls_ch, nvls_bw = 0, 0.0
     if nvls:
@@ -139,5 +159,36 @@ def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
                       inter_pxn_or_better=pxn_ok, nvls=nvls, nvls_channels=nvls_ch,
                       nvls_bw_intra=nvls_bw,
                       nvls_bw_inter=(bw_inter if nodes > 1 else nvls_bw),
-                      collnet=False, amd_cpu=topology.meta.get("cpu_vendor") == "amd",
-                      execution_channels=execution)
+                      collnet=bool(collnet), amd_cpu=topology.meta.get("cpu_vendor") == "amd",
+                      execution_channels=execution, nvswitch=nvswitch, **collnet)
+
+
+def _collnet_graphs(group: tuple[int, ...], topology: Topology, arch: int, nodes: int,
+                    ppn: int, ring_channels: int, bw_inter: float, nvlink: float) -> dict:
+    """CollNet fields of :class:`NcclSystem` (module docstring); empty when CollNet is off.
+    ``nvlink``: a GPU's NVLink (or PCIe) bandwidth in NCCL's units."""
+    if nodes < 2:
+        return {}
+    try:
+        _, lanes = sharp_lanes(group, topology, None)
+    except CollectiveError:
+        return {}
+    heads = len(lanes)
+    speeds = _speeds(arch, True)
+
+    def raise_intra(fits) -> float:     # search pass 2: "increase bwIntra for trees"
+        i = next((k for k, v in enumerate(speeds) if v <= bw_inter * (1 + 1e-9)), 0)
+        intra = speeds[i]
+        while i > 0 and intra < 2 * bw_inter and fits(speeds[i - 1]):
+            i -= 1
+            intra = speeds[i]
+        return intra
+
+    hops = (ppn - 1) / ppn                             # chain links per GPU and channel
+    chain = raise_intra(lambda v: ring_channels * hops * v <= nvlink + 1e-9)
+    per_gpu = 1 + (heads - 1) / (ppn - 1) if ppn > 1 else 1.0
+    direct = raise_intra(lambda v: v * per_gpu <= nvlink + 1e-9)
+    return {"collnet_heads": heads, "collnet_chain_channels": ring_channels,
+            "collnet_chain_bw_intra": chain, "collnet_chain_bw_inter": bw_inter,
+            "collnet_direct_channels": heads, "collnet_direct_bw_intra": direct,
+            "collnet_direct_bw_inter": bw_inter}

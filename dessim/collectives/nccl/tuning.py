@@ -111,6 +111,14 @@ class NcclSystem:
     collnet: bool = False       #: in-network reduction (SHARP) enabled
     amd_cpu: bool = False       #: multi-node LL cap and network overhead rows
     execution_channels: int = 0  #: channels NCCL launches (after Postset), for reports
+    nvswitch: bool = False      #: the GPUs of a node share an NVSwitch (CollNetDirect needs it)
+    collnet_heads: int = 0      #: collNetHeadsNum: CollNet heads per node (one per NIC)
+    collnet_chain_channels: int = 0     #: CollNetChain graph channels
+    collnet_chain_bw_intra: float = 0.0  #: CollNetChain graph bwIntra (GB/s per channel)
+    collnet_chain_bw_inter: float = 0.0
+    collnet_direct_channels: int = 0    #: CollNetDirect graph channels (heads)
+    collnet_direct_bw_intra: float = 0.0
+    collnet_direct_bw_inter: float = 0.0
 
     @property
     def index2(self) -> int:
@@ -120,8 +128,16 @@ class NcclSystem:
 
 def allowed(op: str, system: NcclSystem) -> list[tuple[str, str]]:
     """The (algorithm, protocol) pairs NCCL's model considers for ``op`` on ``system``
-    (``updateCollCostTable`` and the default enables of ``ncclTopoTuneModel``)."""
+    (``updateCollCostTable`` and the default enables of ``ncclTopoTuneModel``).
+
+    CollNet (``system.collnet``: SHARP switches, the CollNet plugin, ``NCCL_COLLNET_ENABLE``):
+    CollNetChain and CollNetDirect with Simple and at most ``NCCL_MAX_DIRECT_ARITY`` + 1 = 8
+    GPUs per node, CollNetDirect only on NVSwitch systems; NVLS across nodes only with
+    CollNet; all-gather and reduce-scatter over CollNetDirect or NVLS across nodes only when
+    the plugin has ``iallgather`` / ``ireducescatter`` (the SHARP plugin has) and every node
+    has at most as many GPUs as CollNet heads."""
     out = []
+    one_per_head = system.collnet and system.ppn <= system.collnet_heads
     for algo in _ALLOWED.get(op, ()):
         if algo in ("nvls", "nvls_tree"):
             if not system.nvls:
@@ -130,10 +146,15 @@ def allowed(op: str, system: NcclSystem) -> list[tuple[str, str]]:
                 continue
             if algo == "nvls" and system.nodes > 1 and not system.collnet:
                 continue
-            if op != "allreduce" and (system.nodes > 1 or system.ppn > 32):
+            if op != "allreduce" and (system.ppn > 32 or (system.nodes > 1 and not one_per_head)):
                 continue
-        if algo.startswith("collnet") and not system.collnet:
-            continue
+        if algo.startswith("collnet"):
+            if not system.collnet or system.ppn > 8:
+                continue
+            if algo == "collnet_direct" and not system.nvswitch:
+                continue
+            if op != "allreduce" and not one_per_head:
+                continue
         if algo == "pat" and not (system.ppn == 1 and system.nodes > 1):
             continue
         for proto in PROTOCOLS:
@@ -170,13 +191,15 @@ def _bus_bw(op: str, algo: str, proto: str, s: NcclSystem) -> float:
         if algo == "nvls_tree":
             bw = min(bw, _PER_CH_NVLS_TREE[s.arch][idx])
         return n_ch * bw
-    if algo.startswith("collnet"):
-        if proto != "Simple":
+    if algo == "collnet_chain":      # nChannels * bwIntra of the CollNetChain graph
+        return s.collnet_chain_channels * s.collnet_chain_bw_intra if proto == "Simple" else 0.0
+    if algo == "collnet_direct":
+        if proto != "Simple" or s.collnet_direct_channels < 1:
             return 0.0
         if op in ("allgather", "reducescatter"):
-            return s.ppn * min(s.bw_intra, 0.9 * s.bw_inter)
-        bus = s.channels * s.bw_intra
-        factor = s.ppn / s.channels
+            return s.ppn * min(s.collnet_direct_bw_intra, 0.9 * s.collnet_direct_bw_inter)
+        bus = s.collnet_direct_channels * s.collnet_direct_bw_intra
+        factor = s.ppn / s.collnet_direct_channels   # "requires all GPUs to have a local NIC"
         factor -= (factor - 1) / 2
         bus /= factor
         if s.arch >= HOPPER:
