@@ -36,9 +36,8 @@ def topology_for(name: str) -> str:
     device; other kinds span one DGX H100)."""
     from dessim.workload import load_workload
     from dessim.workload.api import suggested_topology
-    from dessim.workload.kinds import shipped_any
 
-    if name in shipped_any().get("transformer", {}) or name in _transformers():
+    if name in _transformers():
         spec = load_workload(name)
         return suggested_topology(spec.num_gpus, spec.training.device)
     return "dgx-h100:nodes=1"

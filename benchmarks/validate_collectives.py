@@ -196,26 +196,34 @@ def print_markdown(results: list[dict], points: list[dict]) -> None:
               f"{_pct(p['error'])} | {p['choice']} | {p['source']} |")
 
 
-def plot(results: list[dict], directory: Path) -> None:
+def _busbw_plot(path: Path, title: str, curves, legend_size: int = 8,
+                markersize: float | None = None) -> None:
+    """One busbw-over-size figure: ``curves`` are (sizes, busbw GB/s, style, label)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for sizes, busbw, style, label in curves:
+        ax.plot(sizes, busbw, style, ms=markersize, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(results: list[dict], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for r in results:
         t = r["points"]
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        ax.plot(t["size"], t.pub_busbw, "o-", label="published (nccl-tests)")
-        ax.plot(t["size"], t.sim_busbw, "s--", label="dessim")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(f"{r['dataset']}\n{r['op']} on {r['topology']}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(directory / f"{r['dataset']}.png", dpi=110)
-        plt.close(fig)
+        _busbw_plot(directory / f"{r['dataset']}.png", f"{r['dataset']}\n{r['op']} on {r['topology']}",
+                    [(t["size"], t.pub_busbw, "o-", "published (nccl-tests)"),
+                     (t["size"], t.sim_busbw, "s--", "dessim")])
 
 
 def dessim_curves(directory: Path | None, sizes_per_decade: int = 1) -> pd.DataFrame:
@@ -235,23 +243,11 @@ def dessim_curves(directory: Path | None, sizes_per_decade: int = 1) -> pd.DataF
                                  "choice": f"{res.algorithm}/{res.protocol}"})
     df = pd.DataFrame(rows)
     if directory is not None:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         for (system, op), part in df.groupby(["system", "op"]):
-            fig, ax = plt.subplots(figsize=(6, 3.6))
-            for nodes, p in part.groupby("nodes"):
-                ax.plot(p["size"], p.busbw_GBps, "o-", ms=3, label=f"{nodes} node(s)")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("size (bytes)")
-            ax.set_ylabel("busbw (GB/s)")
-            ax.set_title(f"dessim {op}, {system}", fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            fig.savefig(directory / f"dessim_{system.replace('+', '_')}_{op}.png", dpi=110)
-            plt.close(fig)
+            _busbw_plot(directory / f"dessim_{system.replace('+', '_')}_{op}.png",
+                        f"dessim {op}, {system}",
+                        [(p["size"], p.busbw_GBps, "o-", f"{nodes} node(s)")
+                         for nodes, p in part.groupby("nodes")], legend_size=7, markersize=3)
     return df
 
 

@@ -94,16 +94,11 @@ def prepare_kernels(measurements: Sequence[tuple[str, KernelMeasurement]],
                                    "a gpu column, or the GPU of every input with --gpu")
         if m.kind == "matmul" and m.dtype and len(m.shape) == 4:
             try:
-                spec.peak_flops(_sixteen_bit(spec) if m.dtype in _SIXTEEN_BIT else m.dtype)
+                spec.peak_flops(spec.sixteen_bit if m.dtype in _SIXTEEN_BIT else m.dtype)
             except DessimError as exc:
                 raise CalibrationError(f"{where}: {exc}") from None
         out.append(KernelPoint(m, spec, file, where))
     return out
-
-
-def _sixteen_bit(spec: GPUSpec) -> str:
-    """The 16-bit precision of a GPU's peak table (bf16, or fp16 on GPUs without bf16)."""
-    return "bf16" if "bf16" in spec.flops else "fp16"
 
 
 def _with_seconds(doc: dict) -> Calibration:
@@ -145,7 +140,7 @@ def _gemm_groups(points: Sequence[KernelPoint], notes: list[str]) -> list[_GemmG
     for (name, cls), pts in sorted(by.items()):
         spec = pts[0].gpu
         if cls == "bf16/fp16":
-            precision = _sixteen_bit(spec)
+            precision = spec.sixteen_bit
         elif cls == "fp32" and "tf32" in spec.flops and any(
                 p.m.flops / p.m.time_s > spec.peak_flops("fp32") for p in pts):
             precision = "tf32"
@@ -239,19 +234,6 @@ def _gemm_text(p: GemmParams) -> str:
 
 
 # -------------------------------------------------------------------------------- attention
-def _table_key(p: KernelPoint) -> str:
-    d = p.m.shape[4]
-    return f"d{d}-causal" if p.m.causal else f"d{d}"
-
-
-def _rate_table(table: dict[str, dict[int, float]]) -> AttentionRate:
-    out = {}
-    for key, curve in table.items():
-        d, _, causal = key.partition("-")
-        out[(int(d.lstrip("d")), causal == "causal")] = curve
-    return AttentionRate(out)
-
-
 def _fit_attention(points: Sequence[KernelPoint], base: Calibration, part: PartFit,
                    devices: dict[str, dict]) -> None:
     by: dict[tuple[str, str], list[KernelPoint]] = defaultdict(list)
@@ -268,7 +250,7 @@ def _fit_attention(points: Sequence[KernelPoint], base: Calibration, part: PartF
     for (name, impl), pts in sorted(by.items()):
         rates: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for p in pts:
-            rates[_table_key(p)][p.m.shape[3]].append(p.m.flops / p.m.time_s / 1e12)
+            rates[AttentionRate.key(p.m.shape[4], p.m.causal)][p.m.shape[3]].append(p.m.flops / p.m.time_s / 1e12)
         table = {key: {s: round(median(v), 1) for s, v in sorted(curve.items())}
                  for key, curve in sorted(rates.items())}
         sources = sorted({p.file for p in pts})
@@ -279,7 +261,7 @@ def _fit_attention(points: Sequence[KernelPoint], base: Calibration, part: PartF
         merged = {k: dict(v) for k, v in (own.tflops.items() if own else ())}
         for key, curve in table.items():
             merged.setdefault(key, {}).update(curve)
-        rate = _rate_table(merged)
+        rate = AttentionRate.from_keys(merged)
         key = f"devices.{name}.attention.{impl}"
         cells = ", ".join(f"{k}@{s}: {v:g}" for k, curve in table.items() for s, v in curve.items())
         part.fitted.append(Fitted(key, "base table" if own else "none", f"{cells} TFLOP/s",

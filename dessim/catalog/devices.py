@@ -50,6 +50,11 @@ class GPUSpec:
     #: NCCL's tuning tables apply, and which kernels exist (FP8, FlashAttention-3)
     generation: str = ""
 
+    @property
+    def sixteen_bit(self) -> str:
+        """The 16-bit precision of its tensor cores: bf16, or fp16 on GPUs without bf16."""
+        return "bf16" if "bf16" in self.flops else "fp16"
+
     def peak_flops(self, precision: str = "bf16") -> float:
         """Dense peak FLOP/s at ``precision``; a SpecError if the device lacks it."""
         try:

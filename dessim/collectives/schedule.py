@@ -533,17 +533,18 @@ class FluidSchedule(Schedule):
                                    if isinstance(e, str)))
 
     def bytes_sent(self) -> dict[int, float]:
-        out = dict.fromkeys(self.group, 0.0)
-        for f in self.flows:
-            if not isinstance(f.src, str):
-                out[f.src] += f.nbytes
-        return out
+        return self._member_bytes("src")
 
     def bytes_received(self) -> dict[int, float]:
+        return self._member_bytes("dst")
+
+    def _member_bytes(self, end: str) -> dict[int, float]:
+        """Bytes per member at flow end ``end`` (``src`` or ``dst``); switches excluded."""
         out = dict.fromkeys(self.group, 0.0)
         for f in self.flows:
-            if not isinstance(f.dst, str):
-                out[f.dst] += f.nbytes
+            who = getattr(f, end)
+            if not isinstance(who, str):
+                out[who] += f.nbytes
         return out
 
     def validate(self, *, causality: bool = True) -> None:

@@ -75,23 +75,12 @@ def _constants(device: GPUSpec, calibration: Calibration) -> _Constants:
     tables, scale = own.attention, 1.0
     if not tables:
         tables = proxy.attention
-        scale = _peak16(device) / _peak16(get_device(_ATTENTION_PROXY))
-    rates = {impl: AttentionRate(_table(t.tflops)) for impl, t in tables.items()}
+        proxy_dev = get_device(_ATTENTION_PROXY)
+        scale = (device.peak_flops(device.sixteen_bit)
+                 / proxy_dev.peak_flops(proxy_dev.sixteen_bit))
+    rates = {impl: AttentionRate.from_keys(t.tflops) for impl, t in tables.items()}
     return _Constants(GemmParams(g.peak_efficiency, g.k_half, g.fixed, g.ceiling or 1.0), rates,
                       scale, own.memory_efficiency or 0.8, own.launch_overhead or 0.0)
-
-
-def _peak16(device: GPUSpec) -> float:
-    """Dense 16-bit peak FLOP/s (bf16, or fp16 on GPUs without bf16)."""
-    return device.peak_flops("bf16" if "bf16" in device.flops else "fp16")
-
-
-def _table(tflops: dict[str, dict[int, float]]) -> dict[tuple[int, bool], dict[int, float]]:
-    out = {}
-    for key, curve in tflops.items():
-        d, _, causal = key.partition("-")
-        out[(int(d.lstrip("d")), causal == "causal")] = {int(s): float(v) for s, v in curve.items()}
-    return out
 
 
 @dataclass(frozen=True)
@@ -147,7 +136,7 @@ class DeviceModel:
         if kind.startswith("attention"):
             return self._attention(kind, shape, flops, nbytes) + c.launch_overhead
         t_mem = nbytes / (self.device.hbm_bw * c.memory_efficiency) if nbytes else 0.0
-        t_flop = flops / _peak16(self.device) if flops else 0.0
+        t_flop = flops / self.device.peak_flops(self.device.sixteen_bit) if flops else 0.0
         return max(t_mem, t_flop) + c.launch_overhead
 
     def _attention(self, kind: str, shape: tuple[int, ...], flops: float, nbytes: float) -> float:

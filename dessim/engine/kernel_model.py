@@ -207,6 +207,20 @@ class AttentionRate:
 
     table: Mapping[tuple[int, bool], Mapping[int, float]]
 
+    @staticmethod
+    def key(head_dim: int, causal: bool) -> str:
+        """The calibration file's name of a curve: ``d<head_dim>`` or ``d<head_dim>-causal``."""
+        return f"d{head_dim}-causal" if causal else f"d{head_dim}"
+
+    @classmethod
+    def from_keys(cls, tflops: Mapping[str, Mapping[int, float]]) -> "AttentionRate":
+        """A rate from curves named as in calibration files (:meth:`key`)."""
+        out = {}
+        for name, curve in tflops.items():
+            d, _, causal = name.partition("-")
+            out[(int(d.lstrip("d")), causal == "causal")] = {int(q): float(v) for q, v in curve.items()}
+        return cls(out)
+
     def tflops(self, head_dim: int, causal: bool, seq: float) -> float:
         keys = [key for key in self.table if key[1] == causal] or list(self.table)
         d = min(keys, key=lambda key: (abs(math.log(key[0] / head_dim)), key[0]))[0]
