@@ -164,8 +164,9 @@ class _Run:
         self.graph = graph
         self.topology = topology
         self.options = options
+        self.calibration = options.model_calibration          # merged once per run
         self.compute_cost = compute_cost or RankDevices(topology, options.device, options.precision,
-                                                        options.model_calibration)
+                                                        self.calibration)
         self.env = simpy.Environment()
         self.net = make_network(options.network, self.env, topology, record=options.record_links,
                                 bundles=options.bundles)
@@ -194,7 +195,6 @@ class _Run:
         self.colls = {cid: [index[t.id] for t in members]
                       for cid, members in graph.collectives().items()}
         self.settings = options.collectives
-        self.calibration = options.model_calibration
         #: collective memo (EngineOptions.collective_memo): key -> (duration, bytes per link
         #: direction). ``memo_static``: every collective is exclusive by the graph's
         #: structure; otherwise one is exclusive when it is the only running task.

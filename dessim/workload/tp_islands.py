@@ -131,6 +131,7 @@ class TPIslands:
                  options: EngineOptions | None = None) -> None:
         self.topology = topology
         self.options = options or EngineOptions(record_links=False)
+        self.calibration = self.options.model_calibration     # merged once, not per collective
         self.router = router_for(topology)
         self.chmap = channel_map_for(topology)
         self._times: dict[tuple[str, float, tuple[int, ...]], float | None] = {}
@@ -212,7 +213,7 @@ class TPIslands:
             self._times[key] = known
             return known
         plan = plan_collective(op, g, float(size), self.topology, o.collectives,
-                               compact=o.compact_schedules, calibration=o.model_calibration)
+                               compact=o.compact_schedules, calibration=self.calibration)
         env = simpy.Environment()
         net = make_network(o.network, env, self.topology, record=False, bundles=o.bundles)
         run = run_schedule(net, plan.schedule, protocol=plan.protocol,
