@@ -24,7 +24,7 @@ from typing import Any
 from dessim.catalog.devices import get_device
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.result import rate_figures
+from dessim.workload.result import exposed_comm, rate_figures
 
 __all__ = ["DPResult", "Generated"]
 
@@ -57,10 +57,7 @@ class DPResult:
         f_model = sum(float(t.attrs.get("model_flops", 0.0)) for t in self.taskgraph if t.kind == "compute")
         f_hw = sum(t.flops for t in self.taskgraph if t.kind == "compute")
         peak = sum(get_device(d).peak_flops(self.precision) for d in self.devices)
-        exposed: dict[str, float] = {}
-        for r in sim.ranks:
-            for cat, v in r.exposed_by_category.items():
-                exposed[cat] = exposed.get(cat, 0.0) + v / n
+        exposed = exposed_comm(sim, self.taskgraph)
         compute = sum(r.compute_s for r in sim.ranks) / n
         return {
             "workload": self.name,
