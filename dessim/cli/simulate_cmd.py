@@ -16,7 +16,8 @@ from dessim.workload.api import DEFAULT_TOPOLOGY
 def _print_summary(s: dict[str, Any]) -> None:
     click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['layout']['describe']}")
     click.echo(f"  iteration           {format_time(s['iteration_s'])}")
-    click.echo(f"  compute model       attention {s['layout']['attention']}, calibration "
+    attention = s["layout"].get("attention")      # transformers only (DLRM, CNN: none)
+    click.echo(f"  compute model       {f'attention {attention}, ' if attention else ''}calibration "
                f"{s['calibration']}")
     tokens = f"{s['tokens_per_s']:,.0f} tokens/s, " if s["tokens_per_s"] else ""
     click.echo(f"  throughput          {tokens}{s['samples_per_s']:,.2f} samples/s")

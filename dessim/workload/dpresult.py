@@ -14,6 +14,7 @@ sweeps read both alike) plus ``kind`` and ``details`` (kind-specific figures):
 * ``gpu_busy_fraction`` = compute time / iteration time (mean over ranks): an I/O-bound or
   communication-bound job shows idle GPUs here and in the timeline;
 * ``memory_per_gpu_bytes`` by category with ``total`` (largest rank).
+* ``calibration``: the name of the calibration the run used (as the transformer's).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class DPResult:
             "memory_capacity_bytes": min(get_device(d).hbm_capacity for d in set(self.devices)),
             "memory_stage": 0,
             "layout": dict(self.layout),
+            "calibration": self.simulation.meta.get("collectives", {}).get("calibration"),
             "granularity": "layer",
             "comm": True,
             "bucket_size": self.bucket_size,
