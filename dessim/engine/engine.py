@@ -85,7 +85,8 @@ class EngineOptions:
 
 
     def __post_init__(self) -> None:
-        self.collectives                  # validate the collective settings now
+        # validate the collective settings now; keep the reduction speed they parsed ("200GB/s")
+        object.__setattr__(self, "reduction_bw", self.collectives.reduction_bw)
         if any(isinstance(rank, str) for rank in self.slowdown):   # as a JSON/sweep mapping spells them
             object.__setattr__(self, "slowdown", {_rank_key(k): v for k, v in self.slowdown.items()})
         if self.calibration is not None:  # a file name (sweep and cluster specs): read it now
