@@ -65,13 +65,13 @@ WORKLOAD_FILES: dict[str, Mapping[str, Any]] = {"tiny-gpt": TINY_GPT}
 
 CASES = [
     Case("gpt-layer-ring", "tiny-gpt", "dgx-h100:nodes=1",
-         {"granularity": "layer", "fold": False}, {"algo": "ring"}),
+         {"granularity": "layer", "fold": False}, {"algo": "ring", "reduction_bw": "200GB/s"}),
     Case("gpt-stage-fold-analytical", "tiny-gpt", "dgx-h100:nodes=1",
          {"granularity": "stage", "fold": True, "micro_batch": 2}, {"network": "analytical"}),
     Case("gpt-tp8-closed-form", "tiny-gpt", "dgx-h100:nodes=1",
          {"tp": 8, "pp": 1, "granularity": "stage"}, {"network": "analytical", "algo": "ring", "chunks": 2}),
     Case("gpt-auto-straggler", "tiny-gpt", "dgx-h100:nodes=1",
-         {}, {"slowdown": {3: 1.25}, "straggler_sigma": 0.05, "seed": 7}),
+         {"hbm_capacity": "40GB"}, {"slowdown": {3: 1.25}, "straggler_sigma": 0.05, "seed": 7}),
     Case("gpt-unfused-calibrated-2-nodes", "tiny-gpt", "dgx-h100:nodes=2",
          {"attention": "unfused", "tp": 4, "granularity": "stage"}, {"protocol": "Simple", "chunks": 2},
          calibration=True),
@@ -108,7 +108,7 @@ _FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "micro_batch": "--micro-batc
           "global_batch": "--global-batch", "attention": "--attention", "granularity": "--granularity",
           "network": "--network", "algo": "--algo", "protocol": "--protocol", "chunks": "--chunks",
           "channels": "--channels", "straggler_sigma": "--straggler-sigma", "seed": "--seed",
-          "calibration": "--calibration"}
+          "calibration": "--calibration", "reduction_bw": "--reduction-bw", "hbm_capacity": "--hbm"}
 
 
 def cli_flags(overrides: Mapping[str, Any], engine: Mapping[str, Any]) -> list[str]:
