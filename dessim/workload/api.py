@@ -33,11 +33,11 @@ from itertools import product
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dessim.engine import EngineOptions, simulate
+from dessim.engine import EngineOptions
 from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology.graph import Topology
 from dessim.units import parse_size
-from dessim.workload.generator import GeneratorOptions, WorkloadPlan, build_taskgraph, make_plan
+from dessim.workload.generator import GeneratorOptions, WorkloadPlan, make_plan
 from dessim.workload.layout import ParallelLayout
 from dessim.workload.memory import MemoryOptions, check_fit, estimate_memory
 from dessim.workload.model import TransformerConfig
@@ -195,23 +195,18 @@ def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | 
     """Simulate one training iteration of ``workload`` (preset name, YAML path or spec) on
     ``topology`` (a Topology or any spec :func:`~dessim.topology.load_topology` takes).
 
-    Files of another ``kind:`` (``dlrm``, ``cnn``) are simulated by
-    :mod:`dessim.workload.kinds` and return a :class:`~dessim.workload.dpresult.DPResult`
-    (the same ``summary()`` keys where they apply).
+    Every kind of workload takes the one pipeline :func:`dessim.workload.kinds.simulate_any`
+    (plan → generate → simulate → result), the very one ``dessim cluster`` generates its jobs
+    with (tests/test_entry_points.py). Files of another ``kind:`` (``dlrm``, ``cnn``) return a
+    :class:`~dessim.workload.dpresult.DPResult` (the same ``summary()`` keys where they apply).
 
     Raises a :class:`~dessim.errors.DessimError` for any bad input: unknown preset or key,
     invalid layout (:class:`~dessim.errors.WorkloadError` naming the numbers), a layout that
     does not fit (:class:`~dessim.errors.MemoryFitError` with the shortfall and suggestions).
     """
-    if not isinstance(workload, WorkloadSpec):      # other kinds (dlrm, cnn): dessim.workload.kinds
-        from dessim.workload.kinds import simulate_other_kind
-        other = simulate_other_kind(workload, topology, overrides=overrides, options=options)
-        if other is not None:
-            return other
-    plan, topo = plan_workload(workload, topology, overrides=overrides, engine=options)
-    graph = build_taskgraph(plan, topo, engine=options)
-    sim = simulate(graph, topo, options or EngineOptions(record_links=False))
-    return WorkloadResult(plan, graph, sim)
+    from dessim.workload.kinds import simulate_any
+
+    return simulate_any(workload, topology, overrides=overrides, options=options)
 
 
 def _divisors(n: int) -> list[int]:

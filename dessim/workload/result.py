@@ -23,7 +23,7 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection, Sequence
 
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
@@ -31,7 +31,8 @@ from dessim.taskgraph.model import TaskGraph
 from dessim.workload.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.generator import COMM_CATEGORIES, WorkloadPlan
 
-__all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM"]
+__all__ = ["WorkloadResult", "bubble_fraction", "exposed_comm", "closed_form_tp_exposed",
+           "PIPELINE_WORK", "STAGE_COMM"]
 
 #: Compute categories that are pipeline-stage work.
 PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "recompute")
@@ -98,16 +99,20 @@ def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
     }
 
 
-def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph) -> float:
+def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
+                           ranks: Collection[int] | None = None) -> float:
     """Exposed TP communication timed in closed form (:mod:`dessim.workload.tp_islands`),
-    mean over ranks: ``delay`` tasks of category ``tp`` not overlapped by the rank's compute
-    tasks, plus ``attrs["tp_exposed_s"]`` of merged stage tasks. The engine counts delays as
-    compute, so these are invisible to its per-category accounting."""
+    mean over ``ranks`` (default: every rank of ``sim``): ``delay`` tasks of category ``tp``
+    not overlapped by the rank's compute tasks, plus ``attrs["tp_exposed_s"]`` of merged stage
+    tasks. The engine counts delays as compute, so these are invisible to its per-category
+    accounting. ``graph`` is the graph ``sim`` ran (a cluster's merged graph for its jobs)."""
     delays: dict[int, list[tuple[float, float]]] = {}
     compute: dict[int, list[tuple[float, float]]] = {}
     inside = 0.0
     for rec in sim.span_records:
         rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
+        if ranks is not None and rank not in ranks:
+            continue
         if kind == "delay" and category == "tp" and end > start:
             delays.setdefault(rank, []).append((start, end))
         elif kind == "compute":
@@ -115,7 +120,26 @@ def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph) -> float:
             if graph.meta.get("stage_merged"):
                 inside += float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
     exposed = sum(length(subtract(union(iv), union(compute.get(r, [])))) for r, iv in delays.items())
-    return (exposed + inside) / (len(sim.ranks) or 1)
+    return (exposed + inside) / ((len(sim.ranks) if ranks is None else len(ranks)) or 1)
+
+
+def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] | None = None,
+                 categories: Sequence[str] = ()) -> dict[str, float]:
+    """Communication time not overlapped by compute, per category, mean over ``ranks``
+    (default: every rank of ``sim``): the engine's per-rank accounting plus the TP time timed
+    in closed form (:func:`closed_form_tp_exposed`). Every workload kind's summary and each
+    job of a cluster (:mod:`dessim.workload.multijob`) report this figure; ``categories`` are
+    listed even when nothing is exposed in them."""
+    selected = sim.ranks if ranks is None else [sim.ranks[r] for r in ranks]
+    n = len(selected) or 1
+    out = {c: 0.0 for c in categories}
+    for r in selected:
+        for cat, v in r.exposed_by_category.items():
+            out[cat] = out.get(cat, 0.0) + v / n
+    if graph.meta.get("tp_closed_form_groups"):
+        out["tp"] = out.get("tp", 0.0) + closed_form_tp_exposed(
+            sim, graph, None if ranks is None else frozenset(ranks))
+    return out
 
 
 @dataclass
@@ -166,13 +190,8 @@ class WorkloadResult:
         f_hw = hardware_flops_per_iteration(model, gb, lo.recompute)
         peak = plan.peak_flops()
         sim = self.simulation
-        exposed = {c: 0.0 for c in COMM_CATEGORIES}
+        exposed = exposed_comm(sim, self.taskgraph, categories=COMM_CATEGORIES)
         n = len(sim.ranks) or 1
-        for r in sim.ranks:
-            for cat, v in r.exposed_by_category.items():
-                exposed[cat] = exposed.get(cat, 0.0) + v / n
-        if self.taskgraph.meta.get("tp_closed_form_groups"):
-            exposed["tp"] += closed_form_tp_exposed(sim, self.taskgraph)
         return {
             "workload": plan.name,
             "gpus": gpus,
