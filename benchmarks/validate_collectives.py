@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import resource
 import sys
 import time
@@ -117,8 +118,16 @@ def knee(sizes: list[float], busbw: list[float]) -> float:
     return sizes[-1]
 
 
-def simulate(case: Case, size: float):
-    return run_collective(case.op, size, case.topology, algo=case.algo, ranks=case.ranks)
+def gpus_per_process(command: str) -> int:
+    """GPUs one nccl-tests thread drove (``-g N`` in the published command; 1 if not
+    stated: the MPI launch, one process per GPU)."""
+    m = re.search(r"-g\s*(\d+)", command)
+    return int(m.group(1)) if m else 1
+
+
+def simulate(case: Case, size: float, gpus: int = 1):
+    return run_collective(case.op, size, case.topology, algo=case.algo, ranks=case.ranks,
+                          gpus_per_process=gpus)
 
 
 def validate_dataset(name: str, data: pd.DataFrame, quick: bool) -> dict:
@@ -129,15 +138,16 @@ def validate_dataset(name: str, data: pd.DataFrame, quick: bool) -> dict:
         if curve.iloc[-1].size_bytes != data.size_bytes.max():
             curve = pd.concat([curve, _curve(data).tail(1)]).reset_index(drop=True)
     n = int(data.gpus.iloc[0]) if case.ranks is None else len(case.ranks.split(","))
+    gpus = gpus_per_process(str(data.collective.iloc[0]))
     rows = []
     for row in curve.itertuples(index=False):
-        res = simulate(case, float(row.size_bytes))
+        res = simulate(case, float(row.size_bytes), gpus)
         rows.append({"size": float(row.size_bytes), "pub_busbw": float(row.busbw_GBps),
                      "sim_busbw": res.busbw_GBps, "pub_us": _time_us(row, case.op, n),
                      "sim_us": res.time_s * 1e6, "choice": f"{res.algorithm}/{res.protocol}"})
     t = pd.DataFrame(rows)
     out = {"dataset": name, "topology": case.topology, "op": case.op, "algo": case.algo,
-           "note": case.note, "points": t}
+           "note": case.note, "points": t, "gpus_per_process": gpus}
     if t.pub_busbw.max() >= 1.0:          # the plateau: the peak of each curve
         out["plateau_pub"], out["plateau_sim"] = t.pub_busbw.max(), t.sim_busbw.max()
         out["plateau_err"] = out["plateau_sim"] / out["plateau_pub"] - 1
@@ -158,7 +168,9 @@ def validate_points(points: pd.DataFrame) -> list[dict]:
     out = []
     for p in points.itertuples(index=False):
         ranks = None if isinstance(p.ranks, float) or not p.ranks else str(p.ranks)
-        res = run_collective(p.op, float(p.size_bytes), p.topology, algo=p.algo, ranks=ranks)
+        gpus = 1 if math.isnan(p.gpus_per_process) else int(p.gpus_per_process)
+        res = run_collective(p.op, float(p.size_bytes), p.topology, algo=p.algo, ranks=ranks,
+                             gpus_per_process=gpus)
         sim = res.time_s * 1e6 if p.metric == "time_us" else res.busbw_GBps
         lo = p.low if not math.isnan(p.low) else p.value
         hi = p.high if not math.isnan(p.high) else p.value
@@ -175,9 +187,9 @@ def _pct(x: float) -> str:
 
 
 def print_markdown(results: list[dict], points: list[dict]) -> None:
-    print("| dataset | dessim topology | op (algo) | plateau busbw pub / sim (GB/s) | err | "
+    print("| dataset | dessim topology | op (algo) | -g | plateau busbw pub / sim (GB/s) | err | "
           "latency pub / sim (us) | err | knee pub / sim (MiB) | ratio | dessim's choice |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         knee_txt = (f"{r['knee_pub'] / 2**20:.2f} / {r['knee_sim'] / 2**20:.2f} | "
                     f"{r['knee_ratio']:.2f}" if "knee_ratio" in r else "- | -")
@@ -185,7 +197,8 @@ def print_markdown(results: list[dict], points: list[dict]) -> None:
                    if "plateau_err" in r else "- | -")
         lat = (f"{r['lat_pub']:.1f} / {r['lat_sim']:.1f} | {_pct(r['lat_err'])}"
                if "lat_err" in r else "- | -")
-        print(f"| {r['dataset']} | `{r['topology']}` | {r['op']} ({r['algo']}) | {plateau} | "
+        print(f"| {r['dataset']} | `{r['topology']}` | {r['op']} ({r['algo']}) | "
+              f"{r['gpus_per_process']} | {plateau} | "
               f"{lat} | {knee_txt} | {r['choices']} |")
     print()
     print("| figure | system | metric | published | simulated | error | dessim's choice | source |")

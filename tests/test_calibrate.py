@@ -48,7 +48,12 @@ training: {global_batch: 8, micro_batch: 1, zero_stage: 1, recompute: selective,
 
 
 def truth(**doc) -> Calibration:
-    """A calibration from SI values (what a real cluster would be: not the defaults)."""
+    """A calibration from SI values (what a real cluster would be: not the defaults). Its
+    call overhead applies on one host and across hosts alike, as ``dessim calibrate`` fits
+    one overhead for both."""
+    nccl = doc.get("nccl")
+    if nccl and "call_overhead" in nccl:
+        doc["nccl"] = {"net_call_overhead": nccl["call_overhead"], **nccl}
     return Calibration.model_validate(doc, context={"seconds": True})
 
 

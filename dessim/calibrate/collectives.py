@@ -217,7 +217,9 @@ class _Model:
         topo = calibrated_topology(self.topology, links)
         return run_collective(setup.log.op, size, topo, algo=self.algo, protocol=self.protocol,
                               ranks=setup.group,
-                              calibration=_with_seconds({"nccl": {"call_overhead": state.overhead}}))
+                              calibration=_with_seconds({"nccl": {
+                                  "call_overhead": state.overhead,
+                                  "net_call_overhead": state.overhead}}))
 
     def time(self, setup: LogSetup, row: NcclTestsRow, state: _State) -> float:
         key = (setup.log.op, setup.group, row.size_bytes, state)
@@ -416,7 +418,9 @@ def fit_collectives(logs: Sequence[NcclTestsLog], topology: Topology,
         state = state.with_(p.kind, p.tech, value)      # the residuals are of what is written
         source = f"dessim calibrate: {_describe_points(p)}"
         if p.kind == "overhead":
-            written["nccl"] = {"call_overhead": value, "source": source}
+            # the model ran with this one overhead for calls on one host and across hosts
+            written["nccl"] = {"call_overhead": value, "net_call_overhead": value,
+                               "source": source}
         else:
             entry = written["links"].setdefault(p.tech, {})
             entry[p.kind] = value

@@ -90,8 +90,15 @@ class _Model(BaseModel):
 class NcclCalibration(_Model):
     """Constants of the collective model beyond NCCL's own tuning tables."""
 
-    #: Fixed cost of one collective call (kernel launch, peer synchronisation), seconds.
+    #: Fixed cost of one collective call beyond NCCL's latency model, seconds, for calls
+    #: whose ranks are all on one host.
     call_overhead: Seconds | None = None
+    #: The same for calls whose ranks span hosts (None: ``call_overhead``), seconds.
+    net_call_overhead: Seconds | None = None
+    #: Seconds between the kernel launches of one call on successive GPUs when one host thread
+    #: drives several (:attr:`CollectiveSettings.gpus_per_process`, nccl-tests ``-g``): a
+    #: call pays ``(gpus_per_process − 1)`` times this.
+    host_overhead: Seconds | None = None
     source: str = ""
 
 

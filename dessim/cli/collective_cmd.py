@@ -54,11 +54,15 @@ def _algo_help() -> str:
               help="Run each ring channel as one coupled flow (fast for thousands of ranks; "
                    "on an idle network the same time as step by step where the slowest "
                    "connection is also the one with the largest latency; docs/performance.md).")
+@click.option("--gpus-per-process", type=click.IntRange(min=1), default=1, show_default=True,
+              help="GPUs one host thread drives, as nccl-tests -g N: each call pays N - 1 more "
+                   "kernel launches (nccl.host_overhead). Training: 1 (one process per GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(op: str, algo: str, size: str, topology: str, ranks: str | None, root: int | None,
             protocol: str, chunks: int, channels: int | None, calibration: str | None,
             network: str, reduction_bw: str | None, inner: str | None, show_links: int,
-            timeline: str | None, stream_rings: bool, as_json: bool) -> None:
+            timeline: str | None, stream_rings: bool, gpus_per_process: int,
+            as_json: bool) -> None:
     """Simulate collective OP (allreduce, reducescatter, allgather, broadcast, reduce,
     alltoall, sendrecv) on an idle network and print time, algbw and busbw
     (nccl-tests definitions, GB/s = 1e9 B/s)."""
@@ -68,7 +72,7 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     res = run_collective(op, size, topology, algo=algo, protocol=protocol, ranks=ranks,
                          chunks=chunks, channels=channels, network=network,
                          reduction_bw=reduction_bw, root=root, stream_rings=stream_rings,
-                         calibration=calibration, **options)
+                         gpus_per_process=gpus_per_process, calibration=calibration, **options)
     if timeline:
         from dessim.outputs import write_chrome_trace
         from dessim.outputs.collective_trace import collective_result_as_run

@@ -31,6 +31,7 @@ from dessim.network import make_network
 from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
+from dessim.topology.hosts import host_map
 from dessim.units import parse_size
 
 __all__ = ["CollectiveResult", "CollectivePlan", "plan_collective", "run_collective",
@@ -69,7 +70,22 @@ def plan_collective(op: str | Op, group: tuple[int, ...], size: float, topology:
                               channels=settings.channels, root=root, topology=topology,
                               compact=compact, **options)
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
-    return CollectivePlan(schedule, make_protocol(proto, cal.nccl.call_overhead or 0.0), choice)
+    return CollectivePlan(schedule, make_protocol(proto, call_overhead(cal, group, topology,
+                                                                       settings)), choice)
+
+
+def call_overhead(calibration: Calibration, group: tuple[int, ...] | list[int],
+                  topology: Topology, settings: CollectiveSettings) -> float:
+    """Seconds a call on ``group`` pays beyond NCCL's model latency: ``nccl.net_call_overhead``
+    when the group spans hosts (``call_overhead`` if unset), else ``nccl.call_overhead``; plus
+    ``(settings.gpus_per_process − 1) × nccl.host_overhead``: one host thread launches the
+    call's kernels on its GPUs one after the other, and the collective cannot progress before
+    the last has started (docs/collectives.md, "Protocols")."""
+    nccl = calibration.nccl
+    overhead = nccl.call_overhead or 0.0
+    if nccl.net_call_overhead is not None and len(host_map(topology).split(tuple(group))) > 1:
+        overhead = nccl.net_call_overhead
+    return overhead + (settings.gpus_per_process - 1) * (nccl.host_overhead or 0.0)
 
 
 @dataclass
@@ -189,13 +205,15 @@ def _link_table(net, elapsed: float) -> list[dict]:
 
 def run_collective(op: str, size: object, topology: Topology | str, *, algo: str = "auto",
                    protocol: str = "auto", chunks: int = 1, channels: int | None = None,
-                   reduction_bw: object = None, ranks: str | Iterable[int] | None = None,
+                   reduction_bw: object = None, gpus_per_process: int = 1,
+                   ranks: str | Iterable[int] | None = None,
                    network: str = "flow", root: int | None = None, bundles: bool = True,
                    compact: bool = True, stream_rings: bool = False,
                    calibration: Calibration | str | None = None, **options) -> CollectiveResult:
     """Simulate one collective from time 0 on an idle network and report its figures.
 
-    ``algo``, ``protocol``, ``chunks``, ``channels`` and ``reduction_bw`` are the fields of
+    ``algo``, ``protocol``, ``chunks``, ``channels``, ``reduction_bw`` and
+    ``gpus_per_process`` (nccl-tests ``-g``) are the fields of
     :class:`CollectiveSettings` (``"auto"``: NCCL's choice, in ``result.auto`` with every
     candidate's estimate; ``protocol="raw"``: the textbook model). ``calibration``: the user's
     file or :class:`~dessim.catalog.calibration.Calibration` (None: the built-in one): its
@@ -217,7 +235,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     if len(group) < 2:
         raise CollectiveError(f"{op_.name}: a collective needs at least 2 ranks, got {list(group)}")
     settings = CollectiveSettings(algo=algo, protocol=protocol, channels=channels, chunks=chunks,
-                                  reduction_bw=reduction_bw)
+                                  reduction_bw=reduction_bw, gpus_per_process=gpus_per_process)
     cal = load_calibration(own)
     plan = plan_collective(op_, group, nbytes, topo, settings, root=root, compact=compact,
                            calibration=cal, **options)

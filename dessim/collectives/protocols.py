@@ -23,8 +23,12 @@ A :class:`Protocol` turns that into what the executor charges each transfer:
   counts towards it, so the executor adds ``max(0, hop latency - route latency)`` of
   software latency;
 * **call latency**, once per collective call before its first transfer: NCCL's
-  ``baseLat[algorithm][protocol]`` plus the calibrated per-call overhead
-  (:class:`~dessim.catalog.calibration.NcclCalibration`, ``call_overhead``).
+  ``baseLat[algorithm][protocol]`` plus the per-call overhead
+  (:func:`dessim.collectives.api.call_overhead`): the calibrated
+  (:class:`~dessim.catalog.calibration.NcclCalibration`) ``call_overhead`` on one host or
+  ``net_call_overhead`` across hosts, plus ``(gpus_per_process − 1) × host_overhead`` when
+  one host thread drives several GPUs (nccl-tests ``-g N``): it launches the call's kernels
+  one after the other, and the collective cannot progress before the last one starts.
 
 On an idle network a ring all-reduce therefore takes NCCL's own latency formula plus the
 call overhead, plus its bytes at the links' rates — the form of ``ncclTopoGetAlgoTime``,
@@ -96,7 +100,7 @@ RAW = Protocol("raw")
 
 
 def make_protocol(name: str, call_overhead: float) -> Protocol:
-    """The protocol ``name`` with the calibrated per-call overhead (ignored by ``raw``)."""
+    """The protocol ``name`` with the per-call overhead (seconds; ignored by ``raw``)."""
     return Protocol(name, 0.0 if name == "raw" else call_overhead)
 
 

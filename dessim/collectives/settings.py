@@ -46,6 +46,11 @@ class CollectiveSettings:
       (pipelines trees and chains).
     * ``reduction_bw``: bytes/second a GPU reduces at (a number or ``"200GB/s"``); None =
       reductions are free.
+    * ``gpus_per_process``: GPUs one host thread drives, issuing every collective once per
+      GPU, one after the other (nccl-tests ``-g N``; NCCL's single-process multi-GPU mode).
+      Training frameworks run one process per GPU: 1, the default. Each call then pays
+      ``(gpus_per_process − 1) × nccl.host_overhead`` (its kernels start one launch apart;
+      docs/collectives.md, "Protocols").
     """
 
     algo: str = "auto"
@@ -53,6 +58,7 @@ class CollectiveSettings:
     channels: int | None = None
     chunks: int = 1
     reduction_bw: float | None = None
+    gpus_per_process: int = 1
 
     def __post_init__(self) -> None:
         algo = self.algo
@@ -69,7 +75,7 @@ class CollectiveSettings:
             raise CollectiveError(f"collectives.protocol {self.protocol!r} is not a protocol; "
                                   f"valid: {', '.join(PROTOCOL_NAMES)}")
         object.__setattr__(self, "protocol", proto)
-        for name in ("chunks", "channels"):
+        for name in ("chunks", "channels", "gpus_per_process"):
             value = getattr(self, name)
             if value is None and name == "channels":
                 continue
@@ -117,5 +123,6 @@ class CollectiveSettings:
         """One line for summaries: ``algorithm auto, protocol auto, channels as NCCL, ...``."""
         ch = "as NCCL" if self.channels is None else str(self.channels)
         red = "free" if self.reduction_bw is None else f"{self.reduction_bw / 1e9:g} GB/s"
+        gpp = "" if self.gpus_per_process == 1 else f", {self.gpus_per_process} GPUs per process"
         return (f"algorithm {self.algo}, protocol {self.protocol}, channels {ch}, "
-                f"chunks {self.chunks}, reductions {red}")
+                f"chunks {self.chunks}, reductions {red}{gpp}")
