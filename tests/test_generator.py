@@ -12,7 +12,7 @@ from dessim.taskgraph.io import taskgraph_to_dict
 from dessim.topology import load_topology
 from dessim.workload import (GeneratorOptions, ParallelLayout, TransformerConfig, build_taskgraph,
                              closed_form_flops, megatron_flops)
-from dessim.workload.api import plan_workload
+from dessim.workload.plan import plan_workload
 from dessim.workload.memory import MemoryOptions, layer_activation_bytes
 from dessim.workload.schedules import stage_program
 

@@ -12,7 +12,9 @@ task-graph generator).
   communication and offload go).
 * :mod:`~dessim.workload.generator` — :func:`build_taskgraph`: the task graph of one iteration.
 * :mod:`~dessim.workload.result` — :class:`WorkloadResult` and the measured pipeline bubble.
-* :mod:`~dessim.workload.api` — :func:`simulate_workload`, :func:`enumerate_layouts`.
+* :mod:`~dessim.workload.plan` — :func:`plan_workload` (overrides, validation, memory fit),
+  :func:`enumerate_layouts`.
+* :mod:`~dessim.workload.api` — :func:`simulate_workload`.
 
 The model/layout/kernels/FLOPs/memory/spec modules import only from units, errors, resources
 and the standard library; the generator, result and api modules also use the layers below
@@ -21,7 +23,7 @@ workload (catalog, topology, taskgraph, engine). Everything is in SI units: byte
 
 from __future__ import annotations
 
-from dessim.workload.api import enumerate_layouts, plan_workload, simulate_workload
+from dessim.workload.api import simulate_workload
 from dessim.workload.flops import (
     closed_form_flops,
     hardware_flops_per_iteration,
@@ -43,6 +45,7 @@ from dessim.workload.memory import (
     zero_state_bytes,
 )
 from dessim.workload.model import PRECISIONS, TransformerConfig
+from dessim.workload.plan import enumerate_layouts, plan_workload
 from dessim.workload.result import WorkloadResult, bubble_fraction
 from dessim.workload.spec import ParallelismSpec, TrainingSpec, WorkloadSpec, load_workload, shipped_workloads
 

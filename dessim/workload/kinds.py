@@ -30,6 +30,9 @@ from dessim.topology.graph import Topology
 from dessim.workload.cnn import CNNSpec, generate_cnn, parse_cnn
 from dessim.workload.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
 from dessim.workload.dpresult import Generated
+from dessim.workload.generator import build_taskgraph
+from dessim.workload.plan import plan_workload
+from dessim.workload.result import WorkloadResult
 from dessim.workload.spec import TRANSFORMER_KIND, WorkloadSpec, load_workload, shipped_workloads
 
 __all__ = ["WorkloadKind", "WORKLOAD_KINDS", "load_any_workload", "generate_workload", "simulate_any",
@@ -49,10 +52,6 @@ class WorkloadKind:
 
 def _generate_transformer(spec: WorkloadSpec, topology: Topology, overrides: Mapping[str, Any] | None,
                           options: EngineOptions | None) -> Generated:
-    from dessim.workload.api import plan_workload
-    from dessim.workload.generator import build_taskgraph
-    from dessim.workload.result import WorkloadResult
-
     plan, topo = plan_workload(spec, topology, overrides=overrides, engine=options)
     graph = build_taskgraph(plan, topo, engine=options)
     return Generated(spec.name, graph, topo, lambda sim: WorkloadResult(plan, graph, sim))
