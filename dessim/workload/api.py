@@ -1,10 +1,10 @@
 """Simulate a workload of any kind on a topology: the entry point of ``dessim simulate``.
 
 :func:`simulate_workload` is what ``dessim simulate`` and the sweep's ``workload`` points
-call. A transformer workload is planned (:func:`~dessim.workload.plan.plan_workload`:
+call. A transformer workload is planned (:func:`~dessim.workload.transformer.plan.plan_workload`:
 overrides, validation, memory fit), its task graph generated
-(:mod:`dessim.workload.generator`), replayed (:func:`dessim.engine.simulate`) and wrapped
-(:class:`~dessim.workload.result.WorkloadResult`); files of another ``kind:`` go to
+(:mod:`dessim.workload.transformer.generator`), replayed (:func:`dessim.engine.simulate`) and wrapped
+(:class:`~dessim.workload.transformer.result.WorkloadResult`); files of another ``kind:`` go to
 :mod:`dessim.workload.kinds`.
 """
 
@@ -15,11 +15,11 @@ from typing import Any, Mapping
 
 from dessim.engine import EngineOptions, simulate
 from dessim.topology.graph import Topology
-from dessim.workload.generator import build_taskgraph
+from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.kinds import simulate_other_kind
-from dessim.workload.plan import plan_workload
-from dessim.workload.result import WorkloadResult
-from dessim.workload.spec import WorkloadSpec
+from dessim.workload.transformer.plan import plan_workload
+from dessim.workload.transformer.result import WorkloadResult
+from dessim.workload.transformer.spec import WorkloadSpec
 
 __all__ = ["simulate_workload", "suggested_topology", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
 
@@ -52,7 +52,7 @@ def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | 
     ``topology`` (a Topology or any spec :func:`~dessim.topology.load_topology` takes).
 
     Files of another ``kind:`` (``dlrm``, ``cnn``) are simulated by
-    :mod:`dessim.workload.kinds` and return a :class:`~dessim.workload.dpresult.DPResult`
+    :mod:`dessim.workload.kinds` and return a :class:`~dessim.workload.dataparallel.result.DPResult`
     (the same ``summary()`` keys where they apply).
 
     Raises a :class:`~dessim.errors.DessimError` for any bad input: unknown preset or key,

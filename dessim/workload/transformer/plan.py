@@ -3,7 +3,7 @@ layouts that fit.
 
 :func:`plan_workload` loads the workload, applies the overrides, derives ``dp`` from the GPU
 count, validates the layout and checks that the memory estimate fits; the result
-(:class:`~dessim.workload.generator.WorkloadPlan`) is what the generator turns into a task
+(:class:`~dessim.workload.transformer.generator.WorkloadPlan`) is what the generator turns into a task
 graph. :func:`enumerate_layouts` lists every layout of a model that fits a GPU count and an
 HBM capacity.
 
@@ -11,10 +11,10 @@ Overrides (a mapping; every key is checked)
     * sections shaped like the workload file — ``model``, ``parallelism``, ``training`` —
       merged into the document before it is parsed again (so they get the file's validation
       and unit parsing: ``{"training": {"micro_batch": 2, "bucket_size": "50MB"}}``);
-    * ``memory``: :class:`~dessim.workload.memory.MemoryOptions` fields (``bucket_size``,
+    * ``memory``: :class:`~dessim.workload.transformer.memory.MemoryOptions` fields (``bucket_size``,
       ``offload_optimizer``, ``offload_activations``, ``overhead``);
-    * ``generator``: :class:`~dessim.workload.generator.GeneratorOptions` fields;
-    * flat keys: any :class:`~dessim.workload.layout.ParallelLayout` field (``tp``, ``dp``,
+    * ``generator``: :class:`~dessim.workload.transformer.generator.GeneratorOptions` fields;
+    * flat keys: any :class:`~dessim.workload.transformer.layout.ParallelLayout` field (``tp``, ``dp``,
       ``schedule``, ``virtual_stages``, ...), any GeneratorOptions or MemoryOptions field, and
       ``device``;
     * ``hbm_capacity`` (flat or in ``memory``): HBM bytes per GPU (a number or a size such as
@@ -40,11 +40,12 @@ from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.units import parse_size
-from dessim.workload.generator import GeneratorOptions, WorkloadPlan, make_plan
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.memory import MemoryOptions, check_fit, estimate_memory
-from dessim.workload.model import TransformerConfig
-from dessim.workload.spec import WorkloadSpec, load_workload, merge_document, parse_workload
+from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan, make_plan
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.memory import MemoryOptions, check_fit, estimate_memory
+from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.common.document import merge_document
+from dessim.workload.transformer.spec import WorkloadSpec, load_workload, parse_workload
 
 __all__ = ["plan_workload", "enumerate_layouts", "resolve_workload", "workload_document"]
 

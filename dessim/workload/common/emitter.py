@@ -1,7 +1,7 @@
 """Task emission for the generators of non-transformer workloads (DLRM, CNNs, ViT).
 
 :class:`TaskEmitter` wraps a :class:`~dessim.taskgraph.model.TaskGraph` with the
-conventions of :mod:`dessim.workload.generator`, so that every generator's graphs look alike:
+conventions of :mod:`dessim.workload.transformer.generator`, so that every generator's graphs look alike:
 
 * task ids ``r<rank>.<n>`` in emission order per rank;
 * compute tasks carry ``flops``, ``bytes``, the kernel class and GEMM ``shape`` **and** a
@@ -13,7 +13,7 @@ conventions of :mod:`dessim.workload.generator`, so that every generator's graph
   order, so the ids agree; a one-rank group emits nothing;
 * the last task of each (rank, stream) is remembered (streams are FIFO, so waiting for it
   waits for everything before it);
-* memory/storage nodes are found with :func:`~dessim.workload.gradsync.nearest_node`.
+* memory/storage nodes are found with :func:`~dessim.workload.common.placement.nearest_node`.
 
 Units: seconds, bytes, FLOPs.
 """
@@ -26,8 +26,8 @@ from dessim.catalog.calibration import Calibration
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
-from dessim.workload.gradsync import nearest_node
-from dessim.workload.kernels import Kernel, KernelTimer
+from dessim.workload.common.kernels import Kernel, KernelTimer
+from dessim.workload.common.placement import nearest_node
 
 __all__ = ["TaskEmitter"]
 
@@ -75,7 +75,7 @@ class TaskEmitter:
         return self._timer(self.devices[rank], kernel)
 
     def nearest(self, rank: int, kind: str, what: str) -> str:
-        """The ``kind`` node nearest to the rank's GPU (see :mod:`dessim.workload.gradsync`)."""
+        """The ``kind`` node nearest to the rank's GPU (see :mod:`dessim.workload.common.gradsync`)."""
         key = (rank, kind)
         node = self._nearest.get(key)
         if node is None:

@@ -6,9 +6,9 @@ Per rank, the graph holds (streams run their tasks in program order, see
 
 ``compute``
     Forward, recomputation and backward passes of the rank's pipeline stage in the order of
-    the pipeline schedule (:mod:`dessim.workload.schedules`), then the optimizer step.
+    the pipeline schedule (:mod:`dessim.workload.transformer.schedules`), then the optimizer step.
     ``granularity="layer"``: one task per layer, micro-batch and phase, split only where a
-    communication must happen in between (:mod:`dessim.workload.passes`); its ``duration``
+    communication must happen in between (:mod:`dessim.workload.transformer.passes`); its ``duration``
     is the sum of the device model's costs of its kernels (so a saved graph replays with the
     same times), and it keeps the kernels' total ``flops`` and ``bytes`` and, in
     ``attrs["model_flops"]``, the part that counts as model FLOPs (forward/backward matmul and
@@ -47,9 +47,9 @@ over ``edp·cp``)
     as ZeRO 1, but sharded gradients cannot be accumulated locally, so the reduce-scatter
     runs after *every* micro-batch's backward (DeepSpeed stage 2 with gradient accumulation;
     an assumption). ZeRO 3 / FSDP: per-block gathers and reduce-scatters inside the passes
-    (:mod:`dessim.workload.passes`), no final gather.
+    (:mod:`dessim.workload.transformer.passes`), no final gather.
 Optimizer step
-    Memory-bound (``kernel="optimizer"``, :func:`~dessim.workload.kernels.optimizer_kernel`):
+    Memory-bound (``kernel="optimizer"``, :func:`~dessim.workload.common.kernels.optimizer_kernel`):
     the bytes of every pass of the mixed-precision step (unscale and inf check with fp16
     loss scaling, gradient norm, Adam over the gradient and the ``K`` bytes of state per
     parameter, copy of the fp32 master weights to the 16-bit weights), for the parameters
@@ -57,7 +57,7 @@ Optimizer step
     state of each block is loaded into HBM, updated and stored back, block by block (loads
     run ahead on ``mem.in``, stores follow on ``mem.out``).
 Activation offload
-    See :mod:`dessim.workload.passes`.
+    See :mod:`dessim.workload.transformer.passes`.
 Free communication (``comm=False``)
     Every communication task becomes a zero-duration ``delay`` on the same stream that waits
     for what its peers' tasks would have waited for (collectives: all members' inputs; a
@@ -81,24 +81,21 @@ from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 from dessim.units import format_size
-from dessim.workload.gradsync import fill_buckets, nearest_node
-from dessim.workload.kernels import (Kernel, KernelTimer, embedding_kernels, head_kernels, layer_kernels,
-                                     optimizer_kernel)
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
+from dessim.workload.common.gradsync import fill_buckets
+from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
+from dessim.workload.common.kernels import Kernel, KernelTimer, optimizer_kernel
+from dessim.workload.transformer.kernels import embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                     layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
-from dessim.workload.model import TransformerConfig
-from dessim.workload.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
+from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
                                     layer_points, merge_steps)
-from dessim.workload.stage_passes import PassTimeline, pass_timeline
-from dessim.workload.tp_islands import TPIslands
-from dessim.workload.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
+from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
+from dessim.workload.transformer.tp_islands import TPIslands
+from dessim.workload.transformer.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
 
-__all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "OFFLOAD_NODE_KINDS",
-           "COMM_CATEGORIES", "resolve_devices"]
-
-#: Topology node kind of each offload target.
-OFFLOAD_NODE_KINDS: dict[str, str] = {"host": "host_mem", "cxl": "cxl_mem"}
+__all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "COMM_CATEGORIES"]
 
 #: Communication categories of the generated tasks (exposed communication is reported by these).
 COMM_CATEGORIES: tuple[str, ...] = ("tp", "dp", "pp", "ep", "cp", "offload")
@@ -118,9 +115,9 @@ class GeneratorOptions:
     same work (pipeline-bubble studies). ``optimizer=False``: no optimizer step.
     ``check_memory=False``: skip the memory fit check. ``tp_closed_form``: TP collectives of
     isolated NVSwitch islands become ``delay`` tasks of their idle-network time
-    (:mod:`dessim.workload.tp_islands`); groups that share channels keep simulated
+    (:mod:`dessim.workload.transformer.tp_islands`); groups that share channels keep simulated
     collectives. ``granularity="stage"`` implies it and merges each pass into one compute task
-    per DP-bucket segment (:mod:`dessim.workload.stage_passes`), falling back to ``layer``
+    per DP-bucket segment (:mod:`dessim.workload.transformer.stage_passes`), falling back to ``layer``
     when a TP group is not isolated or a pass holds other communication.
     ``fold=True``: replica folding (:mod:`dessim.taskgraph.fold`) — emit the tasks of the ranks
     with TP index 0 and DP index 0 only; the engine carries every transfer and collective on
@@ -196,22 +193,6 @@ class WorkloadPlan:
         return sum(get_device(d).peak_flops(prec) for d in self.devices)
 
 
-def _resolve_devices(topology: Topology, fallback: Sequence[str | None], where: str) -> tuple[str, ...]:
-    out = []
-    default = next((d for d in fallback if d), None)
-    for r in range(topology.num_gpus):
-        name = topology.device(r) or default
-        if name is None:
-            raise WorkloadError(f"{where}: rank {r} of topology {topology.name!r} has no GPU model and "
-                                "the workload names no device: give one (--device H100 or training.device)")
-        out.append(get_device(name).name)
-    return tuple(out)
-
-
-#: Public for the other generators (DLRM, CNN): GPU model of every rank.
-resolve_devices = _resolve_devices
-
-
 def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topology, *,
               memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
               device: str | None = None, workload_device: str | None = None,
@@ -223,7 +204,7 @@ def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topolo
     memory = memory or MemoryOptions()
     name = name or model.name
     layout.validate(model, topology.num_gpus)
-    devices = _resolve_devices(topology, (device, workload_device), f"workload {name!r}")
+    devices = resolve_devices(topology, (device, workload_device), f"workload {name!r}")
     estimate = estimate_memory(model, layout, memory)
     capacity = min(get_device(d).hbm_capacity for d in set(devices))
     if options.check_memory:
@@ -322,7 +303,7 @@ class _Generator:
             self.timer.model(name).check_attention(lo.attention)
         self.graph = TaskGraph(f"{plan.name} {lo.describe()}", meta={
             "workload": plan.name, "layout": lo.describe(), "granularity": self.opts.granularity,
-            "comm": self.comm, "generator": "dessim.workload.generator"})
+            "comm": self.comm, "generator": "dessim.workload.transformer.generator"})
         self.counter: dict[tuple[int, str], int] = {}
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
         self.free_p2p: dict[tuple[int, int, int, str], dict[str, tuple[str, list[str]]]] = {}
@@ -474,7 +455,7 @@ class _Generator:
 
     def _emit_merged(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                      input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
-        """A pass as its merged segments (:mod:`dessim.workload.stage_passes`); ``ids`` maps
+        """A pass as its merged segments (:mod:`dessim.workload.transformer.stage_passes`); ``ids`` maps
         every template step to the segment task that contains it."""
         t = self._template(stage, chunk, phase)
         tl = self._timeline(rank, stage, chunk, phase)
@@ -877,7 +858,7 @@ def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,
     """The task graph of one training iteration of ``workload`` on ``topology``.
 
     ``workload``: a :class:`WorkloadPlan` (from :func:`make_plan`), a
-    :class:`~dessim.workload.spec.WorkloadSpec` (its layout scaled to the topology's GPU count
+    :class:`~dessim.workload.transformer.spec.WorkloadSpec` (its layout scaled to the topology's GPU count
     unless ``layout`` is given; its memory options and device), or a
     ``(TransformerConfig, ParallelLayout)`` pair. ``engine``: the :class:`~dessim.engine.EngineOptions` the graph will be replayed
     with (closed-form TP times use its network model, algorithm and chunking). Raises
@@ -893,7 +874,7 @@ def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None
              memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
              device: str | None = None) -> WorkloadPlan:
     """A :class:`WorkloadPlan` from a WorkloadSpec or a (model, layout) pair."""
-    from dessim.workload.spec import WorkloadSpec
+    from dessim.workload.transformer.spec import WorkloadSpec
 
     if isinstance(workload, WorkloadSpec):
         lay = layout or workload.layout(topology.num_gpus)

@@ -1,14 +1,14 @@
 """The outcome of simulating one training iteration: :class:`WorkloadResult`.
 
-Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
+Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.flops`):
 
 * ``iteration_s`` — the simulated makespan of the iteration's task graph.
 * ``tokens_per_s = global_batch · seq_len / iteration_s``; ``samples_per_s = global_batch / iteration_s``.
 * ``model_tflops_per_gpu = F_model / (iteration_s · gpus) / 1e12`` with ``F_model`` the
   model FLOPs of Megatron-LM's formula (72·B·s·l·h²·(1 + s/6h + V/12lh) for GPT models,
-  generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.flops.model_flops_per_iteration`,
+  generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.transformer.flops.model_flops_per_iteration`,
   "Megatron-LM FLOPs" in docs/references.md); ``hardware_tflops_per_gpu`` the same with
-  recomputation (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the
+  recomputation (:func:`~dessim.workload.transformer.flops.hardware_flops_per_iteration`: the
   96·B·s·l·h²·(...) form of Narayanan et al. 2021, Eq. 3, under full recomputation).
 * ``mfu = F_model / (iteration_s · Σ_ranks dense peak)`` (the peak at the model's precision,
   :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs.
@@ -17,7 +17,7 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
   overlapped by any compute of the rank, mean over ranks (the engine's accounting,
   :mod:`dessim.engine.result`).
 * ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
-  (:meth:`~dessim.workload.memory.MemoryEstimate.breakdown`), with ``total``.
+  (:meth:`~dessim.workload.transformer.memory.MemoryEstimate.breakdown`), with ``total``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from typing import Any
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from dessim.workload.generator import COMM_CATEGORIES, WorkloadPlan
+from dessim.workload.common.rates import rate_figures
+from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
 __all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM"]
 
@@ -73,33 +74,8 @@ def bubble_fraction(sim: SimulationResult) -> float:
     return max(0.0, 1.0 - busy / (ranks * window))
 
 
-def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
-                 model_flops: float, hardware_flops: float, gpus: int,
-                 peak_flops: float) -> dict[str, float]:
-    """Throughput and utilisation of one iteration, shared by every workload kind.
-
-    ``samples`` per iteration (the global batch), ``model_flops``/``hardware_flops`` per
-    iteration for the whole cluster, ``peak_flops`` the summed dense peak of all GPUs (FLOP/s).
-    MFU = model FLOP/s / peak; HFU counts recomputation too. Zero when the iteration is empty.
-    """
-    def rate(x: float) -> float:
-        return x / iteration_s if iteration_s > 0 else 0.0
-
-    return {
-        "iteration_s": iteration_s,
-        "tokens_per_s": rate(samples * tokens_per_sample),
-        "samples_per_s": rate(samples),
-        "model_flops": model_flops,
-        "hardware_flops": hardware_flops,
-        "model_tflops_per_gpu": rate(model_flops) / gpus / 1e12,
-        "hardware_tflops_per_gpu": rate(hardware_flops) / gpus / 1e12,
-        "mfu": rate(model_flops) / peak_flops if peak_flops else 0.0,
-        "hfu": rate(hardware_flops) / peak_flops if peak_flops else 0.0,
-    }
-
-
 def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph) -> float:
-    """Exposed TP communication timed in closed form (:mod:`dessim.workload.tp_islands`),
+    """Exposed TP communication timed in closed form (:mod:`dessim.workload.transformer.tp_islands`),
     mean over ranks: ``delay`` tasks of category ``tp`` not overlapped by the rank's compute
     tasks, plus ``attrs["tp_exposed_s"]`` of merged stage tasks. The engine counts delays as
     compute, so these are invisible to its per-category accounting."""
