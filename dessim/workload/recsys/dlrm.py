@@ -60,9 +60,9 @@ from dessim.topology.graph import Topology
 from dessim.units import format_size, parse_count, parse_size
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
-                                        rowwise_bytes, shard_tables)
+                                               rowwise_bytes, shard_tables)
 from dessim.workload.dataparallel.graph import (Layer, emit_backward, emit_forward, emit_optimizer, memory_breakdown,
-                                     mlp_layers)
+                                                mlp_layers)
 from dessim.workload.dataparallel.result import DPResult, Generated
 from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, parse_common
 from dessim.workload.common.emitter import TaskEmitter
