@@ -78,3 +78,15 @@ def test_simulate_takes_the_exact_shortcuts_by_itself_and_says_so():
 def test_exact_refuses_a_shortcut_asked_for_at_the_same_time():
     res = CliRunner().invoke(cli, ["simulate", "gpt3-1.3b", "--exact", "--fold"])
     assert res.exit_code == 2 and "--exact turns every shortcut off" in res.output
+
+
+@pytest.mark.parametrize("workload", ["dlrm-small", "resnet50"])
+def test_simulate_prints_a_dlrm_or_cnn_summary_naming_its_calibration(workload):
+    """Their summaries have no attention implementation; they name the calibration as a
+    transformer's do (text and JSON)."""
+    runner = CliRunner()
+    text = runner.invoke(cli, ["simulate", workload])
+    assert text.exit_code == 0, text.output
+    assert "compute model       calibration builtin@" in text.output
+    data = json.loads(runner.invoke(cli, ["simulate", workload, "--json"]).output)
+    assert data["calibration"].startswith("builtin@")

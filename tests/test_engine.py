@@ -215,3 +215,12 @@ def test_forced_algorithm_and_bad_collective_are_reported():
                    coll_id="x"))
     with pytest.raises(CollectiveError, match="collective 'x'"):
         simulate(g, line(2), EngineOptions(algo="pairwise"))
+
+
+def test_slowdown_ranks_may_be_written_as_strings_as_json_and_sweep_axes_spell_them():
+    assert EngineOptions(slowdown={"3": 1.2, 1: 2.0}).slowdown == {3: 1.2, 1: 2.0}
+
+
+def test_a_reduction_speed_written_with_units_is_parsed_where_the_options_are_made():
+    """As a cluster file's engine section writes it; the engine needs the number."""
+    assert EngineOptions(reduction_bw="200GB/s").reduction_bw == 200e9

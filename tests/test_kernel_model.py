@@ -18,7 +18,7 @@ from dessim.engine.device import SM_COUNT, DeviceModel
 from dessim.engine.kernel_model import (AttentionRate, GemmParams, attention_flops_fa, fit_gemm,
                                         gemm_quantization, gemm_time)
 from dessim.errors import SpecError, TaskGraphError
-from dessim.workload.common.kernels import DROPOUT, MATMUL, SOFTMAX, KernelTimer, optimizer_kernel
+from dessim.workload.common.kernels import ATTENTION, DROPOUT, MATMUL, SOFTMAX, KernelTimer, optimizer_kernel
 from dessim.workload.transformer.kernels import layer_kernels
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.common.precision import PRECISIONS
@@ -118,7 +118,30 @@ def test_attention_rate_interpolates_in_log_sequence_and_clamps():
     assert rate.tflops(128, True, 2048) == pytest.approx(150.0)      # halfway in log2
     assert rate.tflops(128, True, 256) == 100.0
     assert rate.tflops(128, True, 1 << 20) == 200.0
-    assert rate.tflops(96, True, 1024) == 100.0                      # nearest head dim
+    assert rate.tflops(96, True, 1024) == 100.0                      # one head dim: its curve
+
+
+def test_attention_rate_interpolates_in_log_head_dim_between_measured_curves():
+    rate = AttentionRate({(64, False): {2048: 40.0}, (128, False): {2048: 80.0}})
+    assert rate.tflops(64, False, 2048) == 40.0
+    assert rate.tflops(90.50966799187809, False, 2048) == pytest.approx(60.0)   # √(64·128)
+    assert rate.tflops(96, False, 2048) == pytest.approx(40 + 40 * math.log(1.5) / math.log(2))
+    assert rate.tflops(160, False, 2048) == 80.0                     # clamped at the ends
+    assert rate.tflops(32, False, 2048) == 40.0
+    assert rate.tflops(64, True, 2048) == 40.0                       # no causal curve: non-causal
+
+
+def test_unfused_attention_on_a_gpu_without_its_table_uses_the_proxy_scaled_by_peak():
+    a100 = DeviceModel.for_device("A100-80GB", "fp16")
+    b200 = DeviceModel.for_device("B200", "bf16")
+    shape = (64, 2048, 2048, 128, 0)
+    t_h100 = DeviceModel.for_device("H100", "bf16").kernel_time("attention.unfused.fwd", shape, 0, 0)
+    t_b200 = b200.kernel_time("attention.unfused.fwd", shape, 0, 0)
+    h100, b = get_device("H100"), get_device("B200")
+    scale = b.peak_flops(b.sixteen_bit) / h100.peak_flops(h100.sixteen_bit)
+    assert (t_b200 - b200.launch_overhead) * scale == pytest.approx(
+        t_h100 - DeviceModel.for_device("H100", "bf16").launch_overhead)
+    assert a100.kernel_time("attention.unfused.fwd", shape, 0, 0) > t_h100   # A100's own table
 
 
 def test_flash_attention_runs_at_its_measured_rate():
@@ -144,15 +167,34 @@ def _layer(attention: str):
 
 def test_unfused_attention_moves_the_score_matrix_through_hbm():
     model, layout, ks = _layer("unfused")
-    bh, s = 2 * 16 // 2, 2048
+    bh, s, d = 2 * 16 // 2, 2048, 128
     scores = bh * s * s
     fwd = {k.name: k for k in ks.forward}
-    assert fwd["attn.scores"].kind == MATMUL and fwd["attn.scores"].shape == (s, s, 128, bh)
-    assert fwd["attn.softmax"].kind == SOFTMAX
-    assert fwd["attn.softmax"].bytes == 2 * scores * 2                  # read and write, fp16
-    assert fwd["attn.dropout"].kind == DROPOUT
+    core = fwd["attn.core"]
+    assert core.kind == ATTENTION and core.impl == "unfused"
+    assert core.shape == (bh, s, s, d, 0)          # the full s² is computed: not causal-halved
+    # QKᵀ writes the scores, the softmax reads and writes them, ·V reads them (fp16)
+    assert core.bytes_written >= 2 * scores * 2 and core.bytes_read >= 2 * scores * 2
+    assert fwd["attn.dropout"].kind == DROPOUT     # not in the measured block: its own kernel
     assert fwd["attn.dropout"].bytes == scores * (2 + 2 + 1)            # x, y and the mask
-    assert fwd["attn.context"].shape == (s, 128, s, bh)
+    bwd = {k.name: k for k in ks.backward}
+    assert bwd["attn.core.bwd"].bytes > core.bytes
+
+
+def test_unfused_attention_runs_at_the_measured_pytorch_rate():
+    """FlashAttention's benchmark (benchmarks/benchmark_flash_attention.py): hidden 2048,
+    batch × seqlen = 16k, non-causal, dropout 0; the A100 "Pytorch" bars of
+    assets/flash2_a100_fwd_bwd_benchmark.png: 43 TFLOP/s at d 64, 76 at d 128 (s = 2048)."""
+    timer = KernelTimer("fp16")
+    for d, rate in ((64, 43e12), (128, 76e12)):
+        model = TransformerConfig(name="t", layers=1, hidden=2048, heads=2048 // d, ffn_hidden=8192,
+                                  vocab=32000, seq_len=2048, dropout=False, precision="fp16")
+        layout = ParallelLayout(micro_batch=8, global_batch=8, attention="unfused")
+        ks = layer_kernels(model, layout)
+        t = sum(timer("A100-80GB", k) for k in ks.all if k.name.startswith("attn.core"))
+        flops = 3.5 * 4 * 8 * 2048 ** 2 * 2048        # fwd + bwd, FlashAttention's convention
+        launches = 2 * timer.model("A100-80GB").launch_overhead
+        assert t - launches == pytest.approx(flops / rate, rel=1e-12)
 
 
 def test_fused_attention_has_the_same_flops_and_no_score_traffic():
@@ -161,7 +203,7 @@ def test_fused_attention_has_the_same_flops_and_no_score_traffic():
     core = lambda ks: [k for k in ks.forward if k.name.startswith("attn.") and k.name not in
                        ("attn.norm", "attn.qkv", "attn.proj", "attn.residual")]
     u, f = core(unfused), core(fused)
-    assert sum(k.flops for k in u if k.kind == MATMUL) == sum(k.flops for k in f)
+    assert sum(k.flops for k in u if k.kind == ATTENTION) == sum(k.flops for k in f)
     assert sum(k.bytes for k in f) < sum(k.bytes for k in u) / 10
 
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from dessim.cli import cluster_cmd
-from dessim.errors import SpecError
+from dessim.errors import SpecError, WorkloadError
 from dessim.topology import load_topology
 from dessim.workload.multijob import job_view, parse_cluster, parse_gpus, simulate_cluster
 
@@ -94,3 +94,39 @@ def test_cluster_command_prints_slowdowns(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert [j["name"] for j in out["jobs"]] == ["a", "b"] and out["jobs"][0]["slowdown"] > 1.3
+
+
+TINY_GPT = {"name": "tiny-gpt",
+            "model": {"layers": 2, "hidden": 256, "heads": 8, "ffn_hidden": 1024, "vocab": 1024, "seq_len": 256},
+            "parallelism": {"tp": 2, "pp": 1},
+            "training": {"global_batch": 8, "micro_batch": 1, "bucket_size": "1MiB"}}
+
+
+def test_transformer_jobs_are_generated_unfolded_since_a_cluster_merges_them_rank_by_rank():
+    """Replica folding is on by default where it applies; in a cluster it is off unless a job
+    asks for it, and asking for it is a clear error."""
+    from dessim.workload.transformer.spec import parse_workload
+
+    spec = parse_workload(TINY_GPT, "<test>")
+    job = {"name": "gpt", "workload": spec, "gpus": 8}
+    res = simulate_cluster(parse_cluster({"topology": "dgx-h100:nodes=1", "jobs": [job]}, "<test>"))
+    assert res.taskgraph.fold is None and {t.rank for t in res.taskgraph} == set(range(8))
+    with pytest.raises(WorkloadError, match="job 'gpt' has a folded task graph"):
+        simulate_cluster(parse_cluster({"topology": "dgx-h100:nodes=1",
+                                        "jobs": [{**job, "overrides": {"fold": True}}]}, "<test>"))
+
+
+def test_a_jobs_exposed_tp_communication_includes_the_closed_form_tp_time():
+    """TP collectives of an isolated NVSwitch island run as delay tasks (closed form), which the
+    engine counts as compute; the cluster reports their exposed time as the workload summary does."""
+    from dessim.workload import simulate_workload
+    from dessim.workload.transformer.spec import parse_workload
+
+    spec = parse_workload({**TINY_GPT, "parallelism": {"tp": 8}}, "<test>")
+    alone = simulate_workload(spec, "dgx-h100:nodes=1", overrides={"granularity": "stage", "fold": False})
+    assert alone.taskgraph.meta["tp_closed_form_groups"] == 1
+    res = simulate_cluster(parse_cluster({"topology": "dgx-h100:nodes=1", "jobs": [
+        {"name": "gpt", "workload": spec, "gpus": 8, "overrides": {"granularity": "stage"}}]}, "<test>"))
+    tp = alone.summary()["exposed_comm_s"]["tp"]
+    assert tp > 0
+    assert res.jobs[0].exposed_comm_alone_s["tp"] == res.jobs[0].exposed_comm_shared_s["tp"] == tp

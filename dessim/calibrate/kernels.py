@@ -18,8 +18,9 @@ written point reached if that is above the base ceiling (a measurement shows the
 **Attention** (``attention`` of known shape, causal flag and phase): the implementation's
 measured TFLOP/s (FlashAttention's FLOP convention) by head dimension, causal flag and key
 sequence length, the median where several points share one; written into the GPU's table
-for ``flash2``/``flash3`` (a measurement without an implementation counts as ``flash2``,
-said in the notes; other implementations are reported only). A GPU's own table replaces the
+for ``flash2``, ``flash3`` or ``unfused`` (a whole unfused block: matmul-softmax-matmul,
+costed as one kernel at its measured rate; a measurement without an implementation counts as
+``flash2``, said in the notes; other implementations are reported only). A GPU's own table replaces the
 stand-in it borrowed from H100.
 
 **Memory-bound** kernels of known bytes: ``memory_efficiency`` = the median achieved fraction
@@ -44,7 +45,7 @@ import numpy as np
 from dessim.calibrate.report import Fitted, PartFit, Residual
 from dessim.catalog.calibration import Calibration
 from dessim.catalog.devices import GPUSpec, get_device
-from dessim.engine.device import SM_COUNT
+from dessim.engine.device import ATTENTION_IMPLS, SM_COUNT
 from dessim.engine.kernel_model import (AttentionRate, GemmParams, fit_gemm, gemm_quantization,
                                         gemm_time)
 from dessim.errors import CalibrationError, DessimError
@@ -53,7 +54,7 @@ from dessim.trace.kernel_csv import KernelMeasurement
 __all__ = ["KernelPoint", "prepare_kernels", "fit_kernels", "FITTED_IMPLS"]
 
 #: Attention implementations the model has tables for.
-FITTED_IMPLS: tuple[str, ...] = ("flash2", "flash3")
+FITTED_IMPLS: tuple[str, ...] = ATTENTION_IMPLS
 #: Bytes per GEMM operand element by data type (the memory bound of skinny GEMMs).
 _OPERAND_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "tf32": 4.0, "fp8": 1.0}
 _SIXTEEN_BIT = ("bf16", "fp16")

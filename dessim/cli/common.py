@@ -56,7 +56,7 @@ def engine_options(topology_default: str | None = None) -> Callable:
 
 
 #: The command-line engine options, by the EngineOptions field (or input) each one sets.
-_ENGINE_PARAMS = ("network", "algo", "protocol", "chunks", "channels", "stream_rings",
+_ENGINE_PARAMS = ("network", "algo", "protocol", "chunks", "channels", "reduction_bw", "stream_rings",
                   "calibration", "device", "slowdown", "straggler_sigma", "seed")
 
 #: Collective settings as command-line options (the CollectiveSettings field names; --algo
@@ -89,6 +89,8 @@ _engine_only = compose(
                  help="Force this collective algorithm for every collective (default: auto, "
                       "NCCL's choice)."),
     collective_options,
+    click.option("--reduction-bw", default=None, metavar="BW",
+                 help="Speed a GPU reduces at, e.g. 200GB/s (default: reductions are free)."),
     click.option("--stream-rings", is_flag=True,
                  help="Run each ring channel as one coupled flow instead of step by step: an "
                       "approximation (exact on an idle network, within 0.1% in the tests) that "
@@ -131,6 +133,7 @@ def parse_slowdown(items: tuple[str, ...]) -> dict[int, float]:
 
 def build_engine_options(*, network: str = "flow", algo: str | None = None,
                          protocol: str = "auto", chunks: int = 1, channels: int | None = None,
+                         reduction_bw: str | None = None,
                          stream_rings: bool = False, calibration: str | None = None,
                          device: str | None = None, slowdown: tuple[str, ...] = (),
                          straggler_sigma: float = 0.0, seed: int = 0,
@@ -140,7 +143,8 @@ def build_engine_options(*, network: str = "flow", algo: str | None = None,
     from dessim.catalog.calibration import load_calibration
 
     return EngineOptions(network=network, algo=algo, protocol=protocol, chunks=chunks,
-                         channels=channels, calibration=load_calibration(calibration)
+                         channels=channels, reduction_bw=reduction_bw,
+                         calibration=load_calibration(calibration)
                          if calibration else None, device=device,
                          slowdown=parse_slowdown(slowdown), straggler_sigma=straggler_sigma,
                          seed=seed, record_links=record_links, stream_rings=stream_rings)

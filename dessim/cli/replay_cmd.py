@@ -44,21 +44,18 @@ def command(trace_prefix: str, topology: str, engine: EngineOptions, rank_map: s
     Example: dessim replay traces/dp_overlap --topology ring:8,bw=50GB/s,lat=500ns
     --algo ring --timeline t.json
     """
-    from dessim.engine import simulate
     from dessim.topology import load_topology
-    from dessim.trace import chakra_to_taskgraph, read_chakra
+    from dessim.trace import read_chakra, replay_chakra
 
     topo = load_topology(topology)
     trace = read_chakra(trace_prefix)
-    graph = chakra_to_taskgraph(trace, topo, rank_map=rank_map, cost_compute=cost_compute,
-                                algo=engine.algo, mem_node=mem_node,
-                                use_dessim_attrs=not ignore_dessim_attrs)
-    # The algorithm was applied per collective (GATHER/SCATTER keep "direct"), so the engine
-    # must not override it again.
-    options = replace(engine, algo=None, record_links=bool(timeline))
-    result = simulate(graph, topo, options)
+    # the Python API's replay (it applies --algo per collective: GATHER/SCATTER keep "direct")
+    result = replay_chakra(trace, topo, replace(engine, record_links=bool(timeline)), rank_map=rank_map,
+                           cost_compute=cost_compute, mem_node=mem_node,
+                           use_dessim_attrs=not ignore_dessim_attrs)
     written = write_outputs(result, timeline, gantt, spans)
+    tasks = len(result.span_records)        # every task of the graph runs once
     trace_info = {"prefix": trace.prefix, "ranks": trace.num_ranks,
-                  "nodes": sum(len(r.nodes) for r in trace.ranks), "tasks": len(graph)}
-    report_run(result, f"{graph.name}: {trace.num_ranks}-rank Chakra trace, {len(graph)} tasks "
+                  "nodes": sum(len(r.nodes) for r in trace.ranks), "tasks": tasks}
+    report_run(result, f"{result.meta['graph']}: {trace.num_ranks}-rank Chakra trace, {tasks} tasks "
                        f"on {topo.name}", written, as_json, {"trace": trace_info})

@@ -16,7 +16,8 @@ from dessim.workload.api import DEFAULT_TOPOLOGY
 def _print_summary(s: dict[str, Any]) -> None:
     click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['layout']['describe']}")
     click.echo(f"  iteration           {format_time(s['iteration_s'])}")
-    click.echo(f"  compute model       attention {s['layout']['attention']}, calibration "
+    attention = s["layout"].get("attention")      # transformers only (DLRM, CNN: none)
+    click.echo(f"  compute model       {f'attention {attention}, ' if attention else ''}calibration "
                f"{s['calibration']}")
     tokens = f"{s['tokens_per_s']:,.0f} tokens/s, " if s["tokens_per_s"] else ""
     click.echo(f"  throughput          {tokens}{s['samples_per_s']:,.2f} samples/s")
@@ -108,6 +109,9 @@ LARGE_GRAPH_TASKS = 200_000
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
 @click.option("--no-memory-check", is_flag=True, help="Simulate even if the layout does not fit in HBM.")
+@click.option("--hbm", default=None, metavar="SIZE",
+              help="HBM capacity per GPU instead of the catalog's, e.g. 40GB (the memory fit and "
+                   "memory_capacity_bytes; the override hbm_capacity, a sweep's memory.hbm_capacity).")
 @click.option("--save-graph", type=click.Path(dir_okay=False), default=None,
               help="Write the generated task graph (dessim JSON format).")
 @click.option("--export-chakra", default=None, metavar="DIR/PREFIX",
@@ -117,7 +121,7 @@ LARGE_GRAPH_TASKS = 200_000
 @output_options
 def command(workload: str | None, granularity: str, fold: bool | None, exact: bool, no_comm: bool,
             uniform_stages: bool,
-            no_memory_check: bool, save_graph: str | None, export_chakra: str | None,
+            no_memory_check: bool, hbm: str | None, save_graph: str | None, export_chakra: str | None,
             topology: str, engine: Any, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool, **kw: Any) -> None:
     """Simulate one training iteration of WORKLOAD on a topology.
@@ -152,6 +156,8 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     overrides["comm"] = not no_comm
     overrides["embedding_head"] = not uniform_stages
     overrides["check_memory"] = not no_memory_check
+    if hbm is not None:
+        overrides["hbm_capacity"] = hbm
     if engine.device:
         overrides["device"] = engine.device
     options = replace(engine, record_links=bool(timeline or gantt))

@@ -9,11 +9,12 @@ file). Kernel kinds:
     ``shape = (m, n, k)`` or ``(m, n, k, batch)``: the GEMM model (tile and wave
     quantization, k efficiency, measured ceiling, memory bound).
 ``attention.<impl>.<phase>``
-    a fused attention kernel (``impl`` flash2 or flash3, ``phase`` fwd or bwd),
+    an attention block (``impl`` flash2 or flash3: one fused kernel; unfused: the
+    matmul-softmax-matmul kernels as one block; ``phase`` fwd or bwd),
     ``shape = (batch·heads, s_q, s_k, head_dim, causal)``: FLOPs in FlashAttention's convention
     at the measured TFLOP/s of that implementation, head dimension and sequence length on
-    this GPU. GPUs without a table use H100's scaled by their dense peak ([U], said in
-    docs/validation.md); FlashAttention-2 needs Ampere or later, -3 Hopper.
+    this GPU. An implementation the GPU has no table for uses H100's scaled by the dense peak
+    ([U], said in docs/validation.md); FlashAttention-2 needs Ampere or later, -3 Hopper.
 ``attention`` (no implementation)
     a fused attention kernel known only by its FLOPs (task graphs from files): costed at the
     flash2 rate of head dimension 128, causal, sequence 4096 on this GPU.
@@ -58,8 +59,9 @@ _GENERIC_ATTENTION = (128, True, 4096)      # head dim, causal, sequence of unta
 @dataclass(frozen=True)
 class _Constants:
     gemm: GemmParams
-    attention: dict[str, AttentionRate]
-    attention_scale: float          #: peak ratio when the tables are another GPU's
+    #: measured rate of each attention implementation, with the peak ratio that scales it
+    #: (1 for the GPU's own table, own / proxy dense peak for the proxy's)
+    attention: dict[str, tuple[AttentionRate, float]]
     memory_efficiency: float
     launch_overhead: float
 
@@ -72,15 +74,15 @@ def _constants(device: GPUSpec, calibration: Calibration) -> _Constants:
         raise TaskGraphError(f"calibration {calibration.name!r} has no GEMM model for "
                              f"{device.name}: give devices.{device.name}.gemm (peak_efficiency, "
                              "k_half, fixed) in a calibration file")
-    tables, scale = own.attention, 1.0
-    if not tables:
-        tables = proxy.attention
-        proxy_dev = get_device(_ATTENTION_PROXY)
-        scale = (device.peak_flops(device.sixteen_bit)
-                 / proxy_dev.peak_flops(proxy_dev.sixteen_bit))
-    rates = {impl: AttentionRate.from_keys(t.tflops) for impl, t in tables.items()}
+    proxy_dev = get_device(_ATTENTION_PROXY)
+    proxy_scale = (device.peak_flops(device.sixteen_bit)
+                   / proxy_dev.peak_flops(proxy_dev.sixteen_bit))
+    # the GPU's own tables; an implementation it has no table for takes the proxy's, scaled
+    rates = {impl: (AttentionRate.from_keys(t.tflops), proxy_scale)
+             for impl, t in proxy.attention.items() if impl not in own.attention}
+    rates.update({impl: (AttentionRate.from_keys(t.tflops), 1.0) for impl, t in own.attention.items()})
     return _Constants(GemmParams(g.peak_efficiency, g.k_half, g.fixed, g.ceiling or 1.0), rates,
-                      scale, own.memory_efficiency or 0.8, own.launch_overhead or 0.0)
+                      own.memory_efficiency or 0.8, own.launch_overhead or 0.0)
 
 
 @dataclass(frozen=True)
@@ -145,10 +147,13 @@ class DeviceModel:
         impl = parts[1] if len(parts) > 1 else "flash2"
         phase = parts[2] if len(parts) > 2 else "fwd+bwd"
         self.check_attention(impl)
-        rate = c.attention.get(impl) or c.attention.get("flash2")
-        if rate is None:
+        got = c.attention.get(impl)
+        if got is None and impl != "unfused":       # a fused kernel of unknown make: flash2's
+            got = c.attention.get("flash2")
+        if got is None:
             raise TaskGraphError(f"calibration {self.calibration.name!r} has no attention table "
                                  f"for {self.device.name} (devices.{self.device.name}.attention.{impl})")
+        rate, scale = got
         if len(shape) == 5:
             bh, s_q, s_k, d, causal = shape
             work = attention_flops_fa(bh, s_q, s_k, d, bool(causal), phase)
@@ -157,7 +162,7 @@ class DeviceModel:
             d, causal, s = _GENERIC_ATTENTION
             work = flops * (0.5 if causal else 1.0)
             tflops = rate.tflops(d, causal, s)
-        return work / (tflops * 1e12 * c.attention_scale)
+        return work / (tflops * 1e12 * scale)
 
     def __call__(self, task: Task) -> float:
         """Seconds ``task`` takes (ignoring rank slowdown, which the engine applies)."""

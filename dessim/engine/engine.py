@@ -85,7 +85,10 @@ class EngineOptions:
 
 
     def __post_init__(self) -> None:
-        self.collectives                  # validate the collective settings now
+        # validate the collective settings now; keep the reduction speed they parsed ("200GB/s")
+        object.__setattr__(self, "reduction_bw", self.collectives.reduction_bw)
+        if any(isinstance(rank, str) for rank in self.slowdown):   # as a JSON/sweep mapping spells them
+            object.__setattr__(self, "slowdown", {_rank_key(k): v for k, v in self.slowdown.items()})
         if self.calibration is not None:  # a file name (sweep and cluster specs): read it now
             object.__setattr__(self, "calibration", read_calibration(self.calibration))
 
@@ -100,6 +103,11 @@ class EngineOptions:
     def model_calibration(self) -> Calibration:
         """The calibration to run with: the built-in one, overridden by ``calibration``."""
         return load_calibration(self.calibration)
+
+
+def _rank_key(key: object) -> object:
+    """A ``slowdown`` rank as written: ``"3"`` → 3; anything else as is (checked when run)."""
+    return int(key) if isinstance(key, str) and key.strip().isdigit() else key
 
 
 def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:

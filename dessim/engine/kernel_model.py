@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -202,8 +202,9 @@ def attention_flops_fa(batch_heads: float, s_q: float, s_k: float, head_dim: flo
 class AttentionRate:
     """Measured attention throughput of one implementation on one GPU: TFLOP/s (forward +
     backward, FlashAttention's FLOP convention) by ``(head_dim, causal)`` and sequence length;
-    :meth:`tflops` interpolates in log sequence length (clamped at the table's ends) and
-    takes the nearest head dimension."""
+    :meth:`tflops` interpolates in log sequence length and in log head dimension between the
+    measured curves (clamped at the table's ends; the other causal flag's curves when the
+    table has none of the asked one)."""
 
     table: Mapping[tuple[int, bool], Mapping[int, float]]
 
@@ -221,17 +222,26 @@ class AttentionRate:
             out[(int(d.lstrip("d")), causal == "causal")] = {int(q): float(v) for q, v in curve.items()}
         return cls(out)
 
-    def tflops(self, head_dim: int, causal: bool, seq: float) -> float:
-        keys = [key for key in self.table if key[1] == causal] or list(self.table)
-        d = min(keys, key=lambda key: (abs(math.log(key[0] / head_dim)), key[0]))[0]
-        curve = self.table[(d, causal)] if (d, causal) in self.table else self.table[(d, not causal)]
+    def tflops(self, head_dim: float, causal: bool, seq: float) -> float:
+        flag = causal if any(key[1] == causal for key in self.table) else not causal
+        dims = sorted(key[0] for key in self.table if key[1] == flag)
+        return _log_interp(dims, lambda d: self._along_seq(self.table[(d, flag)], seq), head_dim)
+
+    @staticmethod
+    def _along_seq(curve: Mapping[int, float], seq: float) -> float:
         seqs = sorted(curve)
-        if seq <= seqs[0]:
-            return float(curve[seqs[0]])
-        if seq >= seqs[-1]:
-            return float(curve[seqs[-1]])
-        for lo, hi in zip(seqs, seqs[1:]):
-            if lo <= seq <= hi:
-                w = (math.log(seq) - math.log(lo)) / (math.log(hi) - math.log(lo))
-                return float(curve[lo] * (1 - w) + curve[hi] * w)
-        raise AssertionError("unreachable")
+        return _log_interp(seqs, lambda q: float(curve[q]), seq)
+
+
+def _log_interp(xs: list[int], value: Callable[[int], float], x: float) -> float:
+    """``value`` interpolated linearly in ``log x`` between the sorted points ``xs``, clamped
+    at both ends."""
+    if x <= xs[0]:
+        return value(xs[0])
+    if x >= xs[-1]:
+        return value(xs[-1])
+    for lo, hi in zip(xs, xs[1:]):
+        if lo <= x <= hi:
+            w = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            return value(lo) * (1 - w) + value(hi) * w
+    raise AssertionError("unreachable")

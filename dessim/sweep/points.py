@@ -337,8 +337,7 @@ COLLECTIVE = Evaluator(
 def _engine_fields() -> tuple[str, ...]:
     from dessim.engine import EngineOptions
 
-    return tuple(f.name for f in dataclasses.fields(EngineOptions)
-                 if f.name not in ("slowdown", "record_links"))
+    return tuple(f.name for f in dataclasses.fields(EngineOptions) if f.name != "record_links")
 
 
 def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

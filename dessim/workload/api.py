@@ -1,11 +1,11 @@
 """Simulate a workload of any kind on a topology: the entry point of ``dessim simulate``.
 
 :func:`simulate_workload` is what ``dessim simulate`` and the sweep's ``workload`` points
-call. A transformer workload is planned (:func:`~dessim.workload.transformer.plan.plan_workload`:
-overrides, validation, memory fit), its task graph generated
-(:mod:`dessim.workload.transformer.generator`), replayed (:func:`dessim.engine.simulate`) and wrapped
-(:class:`~dessim.workload.transformer.result.WorkloadResult`); files of another ``kind:`` go to
-:mod:`dessim.workload.kinds`.
+call: every kind takes :func:`dessim.workload.kinds.simulate_any` — a transformer is planned
+(:func:`~dessim.workload.transformer.plan.plan_workload`: overrides, validation, memory fit),
+its task graph generated (:mod:`dessim.workload.transformer.generator`), replayed
+(:func:`dessim.engine.simulate`) and wrapped
+(:class:`~dessim.workload.transformer.result.WorkloadResult`); other kinds alike.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from dessim.engine import EngineOptions, simulate
+from dessim.engine import EngineOptions
 from dessim.topology.graph import Topology
-from dessim.workload.transformer.generator import build_taskgraph
-from dessim.workload.kinds import simulate_other_kind
-from dessim.workload.transformer.plan import plan_workload
+from dessim.workload.kinds import simulate_any
 from dessim.workload.transformer.result import WorkloadResult
 from dessim.workload.transformer.spec import WorkloadSpec
 
@@ -51,19 +49,14 @@ def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | 
     """Simulate one training iteration of ``workload`` (preset name, YAML path or spec) on
     ``topology`` (a Topology or any spec :func:`~dessim.topology.load_topology` takes).
 
-    Files of another ``kind:`` (``dlrm``, ``cnn``) are simulated by
-    :mod:`dessim.workload.kinds` and return a :class:`~dessim.workload.dataparallel.result.DPResult`
-    (the same ``summary()`` keys where they apply).
+    Every kind of workload takes the one pipeline :func:`dessim.workload.kinds.simulate_any`
+    (plan → generate → simulate → result), the very one ``dessim cluster`` generates its jobs
+    with (tests/test_entry_points.py). Files of another ``kind:`` (``dlrm``, ``cnn``) return a
+    :class:`~dessim.workload.dataparallel.result.DPResult` (the same ``summary()`` keys where
+    they apply).
 
     Raises a :class:`~dessim.errors.DessimError` for any bad input: unknown preset or key,
     invalid layout (:class:`~dessim.errors.WorkloadError` naming the numbers), a layout that
     does not fit (:class:`~dessim.errors.MemoryFitError` with the shortfall and suggestions).
     """
-    if not isinstance(workload, WorkloadSpec):      # other kinds (dlrm, cnn): dessim.workload.kinds
-        other = simulate_other_kind(workload, topology, overrides=overrides, options=options)
-        if other is not None:
-            return other
-    plan, topo = plan_workload(workload, topology, overrides=overrides, engine=options)
-    graph = build_taskgraph(plan, topo, engine=options)
-    sim = simulate(graph, topo, options or EngineOptions(record_links=False))
-    return WorkloadResult(plan, graph, sim)
+    return simulate_any(workload, topology, overrides=overrides, options=options)

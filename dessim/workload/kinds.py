@@ -9,9 +9,8 @@ A workload file's optional ``kind:`` key picks its parser and generator
 * :func:`generate_workload` — the task graph of one iteration on a topology, not yet
   simulated (:class:`~dessim.workload.dataparallel.result.Generated`: what the multi-job cluster
   simulation merges);
-* :func:`simulate_any` — generate, simulate, wrap the result;
-* :func:`simulate_other_kind` — what :func:`dessim.workload.simulate_workload` calls first:
-  the result for a non-transformer workload, ``None`` for a transformer one.
+* :func:`simulate_any` — generate, simulate, wrap the result: the one pipeline of every
+  kind, what :func:`dessim.workload.simulate_workload` (``dessim simulate``, sweeps) runs.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from dessim.workload.transformer.result import WorkloadResult
 from dessim.workload.transformer.spec import TRANSFORMER_KIND, WorkloadSpec, load_workload, shipped_workloads
 
 __all__ = ["WorkloadKind", "WORKLOAD_KINDS", "load_any_workload", "generate_workload", "simulate_any",
-           "simulate_other_kind", "workload_kind", "shipped_any"]
+           "workload_kind", "shipped_any"]
 
 
 @dataclass(frozen=True)
@@ -139,25 +138,6 @@ def simulate_any(workload: Any, topology: Topology | str, *, overrides: Mapping[
     gen = generate_workload(workload, topology, overrides=overrides, options=options)
     sim = simulate(gen.graph, gen.topology, options or EngineOptions(record_links=False))
     return gen.finish(sim)
-
-
-def simulate_other_kind(workload: Any, topology: Topology | str, *, overrides: Mapping[str, Any] | None = None,
-                        options: EngineOptions | None = None) -> Any | None:
-    """:func:`simulate_any` for a non-transformer workload; ``None`` for a transformer one
-    (or a name no file answers to: the transformer loader then reports it)."""
-    if isinstance(workload, (str, Path)):
-        path = _find(workload)
-        if path is None:
-            return None
-        data = _read(path)
-        if workload_kind(data, str(path)).name == TRANSFORMER_KIND:
-            return None
-        spec = workload_kind(data, str(path)).parse(data, str(path), path.stem)
-    elif isinstance(workload, WorkloadSpec):
-        return None
-    else:
-        spec = workload
-    return simulate_any(spec, topology, overrides=overrides, options=options)
 
 
 def shipped_any() -> dict[str, dict[str, Path]]:

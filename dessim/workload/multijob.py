@@ -21,7 +21,8 @@ How (:func:`simulate_cluster`)
     GPUs (ranks 0..n−1 in the order given) and every other GPU becomes a switch with the same
     ``transit`` flag — so routes, link figures and memory/storage nodes are those of the
     cluster. The graphs are then merged into one: task ids and collective ids are prefixed
-    with ``<job>/``, ranks, peers and groups mapped to global ranks. One simulation runs them
+    with ``<job>/``, ranks, peers and groups mapped to global ranks (so jobs are generated
+    without replica folding unless one asks for it, which is an error). One simulation runs them
     all; every job starts at t = 0 and a job's iteration time is the end of its last task.
     Each job is also simulated alone on the same topology (its remapped graph only); the
     slowdown from interference is ``shared / alone``. Under the flow model, jobs slow each
@@ -46,6 +47,7 @@ from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
+from dessim.workload.common.figures import exposed_comm
 
 __all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
            "job_view", "merge_graphs", "simulate_cluster", "parse_gpus"]
@@ -205,7 +207,11 @@ def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]
         raise WorkloadError(f"cluster {name!r}: job {folded[0]!r} has a folded task graph (replica "
                             "folding); jobs sharing a cluster are merged rank by rank, so generate "
                             "them without fold")
-    merged = TaskGraph(name, meta={"jobs": [p[0] for p in parts], "generator": "dessim.workload.multijob"})
+    merged = TaskGraph(name, meta={"jobs": [p[0] for p in parts], "generator": "dessim.workload.multijob",
+                                   # what the jobs' exposed communication is computed from
+                                   "tp_closed_form_groups": sum(g.meta.get("tp_closed_form_groups", 0)
+                                                                for _, g, _ in parts),
+                                   "stage_merged": any(g.meta.get("stage_merged") for _, g, _ in parts)})
     for job, graph, ranks in parts:
         to_global = list(ranks)
         for t in graph:
@@ -218,6 +224,15 @@ def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]
         for a, b in graph.graph.edges:
             merged.depend(f"{job}/{a}", f"{job}/{b}")
     return merged
+
+
+def _unfolded(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's overrides with replica folding off unless the job asks for it: graphs are merged
+    rank by rank (:func:`merge_graphs`), so the automatic choice (on where it applies) must be
+    off in a cluster; an explicit ``fold: true`` still meets merge_graphs' clear error."""
+    if "fold" in overrides or "fold" in (overrides.get("generator") or {}):
+        return dict(overrides)
+    return {**overrides, "fold": False}
 
 
 @dataclass
@@ -260,13 +275,11 @@ class ClusterResult:
                 "tasks": len(self.taskgraph), "events": self.simulation.events, "wall_s": self.simulation.wall_s}
 
 
-def _job_figures(sim: SimulationResult, ranks: Sequence[int]) -> tuple[float, dict[str, float]]:
+def _job_figures(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int]) -> tuple[float, dict[str, float]]:
+    """A job's iteration (the end of its last task) and exposed communication by category, as
+    its workload summary computes it (:func:`~dessim.workload.transformer.result.exposed_comm`)."""
     end = max(sim.ranks[r].end_s for r in ranks)
-    exposed: dict[str, float] = {}
-    for r in ranks:
-        for cat, v in sim.ranks[r].exposed_by_category.items():
-            exposed[cat] = exposed.get(cat, 0.0) + v / len(ranks)
-    return end, dict(sorted(exposed.items()))
+    return end, dict(sorted(exposed_comm(sim, graph, ranks).items()))
 
 
 def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | str | None = None,
@@ -293,7 +306,7 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
     for job, gpus in zip(spec.jobs, gpu_sets):
         view = job_view(topo, gpus, job.name)
         try:
-            gen = generate_workload(job.workload, view, overrides=job.overrides, options=options)
+            gen = generate_workload(job.workload, view, overrides=_unfolded(job.overrides), options=options)
         except DessimError as exc:
             raise type(exc)(f"{where}: job {job.name!r}: {exc}") from None
         if gen.topology is not view:
@@ -304,10 +317,10 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
     shared = simulate(merged, topo, options)
     results = []
     for (name, graph, gpus), job in zip(parts, spec.jobs):
-        end_shared, exp_shared = _job_figures(shared, gpus)
+        end_shared, exp_shared = _job_figures(shared, merged, gpus)
         if alone:
-            solo = simulate(merge_graphs(name, [(name, graph, gpus)]), topo, options)
-            end_alone, exp_alone = _job_figures(solo, gpus)
+            solo_graph = merge_graphs(name, [(name, graph, gpus)])
+            end_alone, exp_alone = _job_figures(simulate(solo_graph, topo, options), solo_graph, gpus)
         else:
             end_alone, exp_alone = float("nan"), {}
         results.append(JobResult(name, str(job.workload if isinstance(job.workload, (str, Path))

@@ -13,8 +13,9 @@ with it, so that every kind follows the same conventions:
     is the sum of the groups' GEMMs along the token dimension (``m`` for forward and dgrad,
     ``k`` for wgrad) and FLOPs stay ``2mnk`` (balanced routing assumed).
 ``attention``
-    A fused attention core (``impl``: ``flash2`` / ``flash3``), costed at the implementation's
-    measured rate (:attr:`Kernel.device_kind`); see :mod:`dessim.workload.transformer.kernels`.
+    An attention block (``impl``: ``flash2`` / ``flash3`` fused, or Megatron-LM's ``unfused``
+    block), costed at the implementation's measured rate (:attr:`Kernel.device_kind`); see
+    :mod:`dessim.workload.transformer.kernels`.
 ``elementwise`` / ``norm`` / ``softmax`` / ``dropout``
     Memory-bound kernels with their real bytes; their FLOPs are rough estimates and are not
     model FLOPs.
@@ -90,8 +91,8 @@ class Kernel:
 
     @property
     def device_kind(self) -> str:
-        """The kind the device model costs it as: ``attention.<impl>.<fwd|bwd>`` for fused
-        attention (recomputation is a forward), the kind otherwise."""
+        """The kind the device model costs it as: ``attention.<impl>.<fwd|bwd>`` for an
+        attention block (recomputation is a forward), the kind otherwise."""
         if self.kind == ATTENTION and self.impl:
             return f"{ATTENTION}.{self.impl}.{'bwd' if self.phase == 'bwd' else 'fwd'}"
         return self.kind

@@ -14,6 +14,7 @@ sweeps read both alike) plus ``kind`` and ``details`` (kind-specific figures):
 * ``gpu_busy_fraction`` = compute time / iteration time (mean over ranks): an I/O-bound or
   communication-bound job shows idle GPUs here and in the timeline;
 * ``memory_per_gpu_bytes`` by category with ``total`` (largest rank).
+* ``calibration``: the name of the calibration the run used (as the transformer's).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from dessim.catalog.devices import get_device
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.rates import rate_figures
+from dessim.workload.common.figures import exposed_comm, rate_figures
 
 __all__ = ["DPResult", "Generated"]
 
@@ -57,10 +58,7 @@ class DPResult:
         f_model = sum(float(t.attrs.get("model_flops", 0.0)) for t in self.taskgraph if t.kind == "compute")
         f_hw = sum(t.flops for t in self.taskgraph if t.kind == "compute")
         peak = sum(get_device(d).peak_flops(self.precision) for d in self.devices)
-        exposed: dict[str, float] = {}
-        for r in sim.ranks:
-            for cat, v in r.exposed_by_category.items():
-                exposed[cat] = exposed.get(cat, 0.0) + v / n
+        exposed = exposed_comm(sim, self.taskgraph)
         compute = sum(r.compute_s for r in sim.ranks) / n
         return {
             "workload": self.name,
@@ -77,6 +75,7 @@ class DPResult:
             "memory_capacity_bytes": min(get_device(d).hbm_capacity for d in set(self.devices)),
             "memory_stage": 0,
             "layout": dict(self.layout),
+            "calibration": self.simulation.meta.get("collectives", {}).get("calibration"),
             "granularity": "layer",
             "comm": True,
             "bucket_size": self.bucket_size,

@@ -20,9 +20,14 @@ order and the kernels re-run before the backward under activation recomputation.
       the implementation's measured rate (causal: decoder language models).
     * ``unfused`` — Megatron-LM before FlashAttention (its ``CoreAttention``, 2021-2022):
       ``QKᵀ`` as a batched GEMM writing ``b·heads/tp·s_q·s_k`` scores, a fused
-      scale-mask-softmax kernel reading and writing them, dropout on the probabilities (when
-      the model has dropout: reads them, writes them and a 1-byte mask), and ``·V`` as a
-      batched GEMM reading them. The same FLOPs; ``s²``-sized HBM traffic in every kernel.
+      scale-mask-softmax kernel reading and writing them and ``·V`` as a batched GEMM reading
+      them — one ``attn.core`` kernel of the same FLOPs with the ``s²``-sized HBM bytes of
+      those three kernels (and of their backward), ``shape = (b·heads/tp, s_q, s_k,
+      head_dim, 0)``: the full ``s²`` is computed and the causal mask is fused into the
+      softmax, so the block is costed at the measured rate of unfused non-causal attention
+      (PyTorch's matmul-softmax-matmul in FlashAttention's benchmark). Dropout on the
+      probabilities (when the model has dropout: reads them, writes them and a 1-byte mask)
+      is its own kernel: the measured block ran without it.
 ``elementwise`` / ``norm`` / ``softmax`` / ``dropout``
     Memory-bound kernels with their real bytes: norms read and write ``T·h`` and read their
     weights; the residual adds are Megatron's fused bias-dropout-add (read the branch output
@@ -52,7 +57,7 @@ from dataclasses import dataclass, replace
 from math import ceil
 from typing import Iterable
 
-from dessim.workload.common.kernels import ATTENTION, NORM, SOFTMAX, Kernel, KernelBuilder, KernelSet
+from dessim.workload.common.kernels import ATTENTION, MATMUL, NORM, SOFTMAX, Kernel, KernelBuilder, KernelSet
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
 
@@ -112,11 +117,19 @@ def _attention_core(b: KernelBuilder, model: TransformerConfig, layout: Parallel
     bh = mb * heads
     if layout.attention == "unfused":
         scores = bh * s_q * s_k
-        ks = [b.bmm("attn.scores", bh, s_q, s_k, d),            # QKᵀ (K expanded to every head)
-              Kernel("attn.softmax", SOFTMAX, "fwd", 5.0 * scores, scores * b.act, scores * b.act)]
-        if model.dropout:
+        # The kernels the measured block runs: QKᵀ (K expanded to every head), the
+        # scale(-mask)-softmax, probabilities · V; their HBM bytes, forward and backward.
+        parts = [b.bmm("attn.scores", bh, s_q, s_k, d),
+                 Kernel("attn.softmax", SOFTMAX, "fwd", 5.0 * scores, scores * b.act, scores * b.act),
+                 b.bmm("attn.context", bh, s_q, d, s_k)]
+        back = [k for part in parts for k in b.backward(part)]
+        ks = [Kernel("attn.core", ATTENTION, "fwd", sum(k.flops for k in parts if k.kind == MATMUL),
+                     sum(k.bytes_read for k in parts), sum(k.bytes_written for k in parts),
+                     (bh, s_q, s_k, d, 0), impl="unfused",
+                     backward_bytes=(sum(k.bytes_read for k in back),
+                                     sum(k.bytes_written for k in back)))]
+        if model.dropout:           # not in the measured block (dropout 0 there): its own kernel
             ks.append(b.dropout("attn.dropout", scores))
-        ks.append(b.bmm("attn.context", bh, s_q, d, s_k))      # probabilities · V
         return ks
     read = (sh.tokens * q_t + 2 * mb * s_k * kv_t) * b.act
     return [Kernel("attn.core", ATTENTION, "fwd", 4.0 * mb * s_q * s_k * q_t, read,

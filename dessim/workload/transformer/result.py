@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dessim.engine.intervals import length, subtract, union
+from dessim.engine.intervals import length, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.rates import rate_figures
+from dessim.workload.common.figures import exposed_comm, rate_figures
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
@@ -72,26 +72,6 @@ def bubble_fraction(sim: SimulationResult) -> float:
         clipped = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
         busy += length(union(clipped))
     return max(0.0, 1.0 - busy / (ranks * window))
-
-
-def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph) -> float:
-    """Exposed TP communication timed in closed form (:mod:`dessim.workload.transformer.tp_islands`),
-    mean over ranks: ``delay`` tasks of category ``tp`` not overlapped by the rank's compute
-    tasks, plus ``attrs["tp_exposed_s"]`` of merged stage tasks. The engine counts delays as
-    compute, so these are invisible to its per-category accounting."""
-    delays: dict[int, list[tuple[float, float]]] = {}
-    compute: dict[int, list[tuple[float, float]]] = {}
-    inside = 0.0
-    for rec in sim.span_records:
-        rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
-        if kind == "delay" and category == "tp" and end > start:
-            delays.setdefault(rank, []).append((start, end))
-        elif kind == "compute":
-            compute.setdefault(rank, []).append((start, end))
-            if graph.meta.get("stage_merged"):
-                inside += float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
-    exposed = sum(length(subtract(union(iv), union(compute.get(r, [])))) for r, iv in delays.items())
-    return (exposed + inside) / (len(sim.ranks) or 1)
 
 
 @dataclass
@@ -142,13 +122,8 @@ class WorkloadResult:
         f_hw = hardware_flops_per_iteration(model, gb, lo.recompute)
         peak = plan.peak_flops()
         sim = self.simulation
-        exposed = {c: 0.0 for c in COMM_CATEGORIES}
+        exposed = exposed_comm(sim, self.taskgraph, categories=COMM_CATEGORIES)
         n = len(sim.ranks) or 1
-        for r in sim.ranks:
-            for cat, v in r.exposed_by_category.items():
-                exposed[cat] = exposed.get(cat, 0.0) + v / n
-        if self.taskgraph.meta.get("tp_closed_form_groups"):
-            exposed["tp"] += closed_form_tp_exposed(sim, self.taskgraph)
         return {
             "workload": plan.name,
             "gpus": gpus,
