@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from dessim.engine import EngineOptions  # noqa: E402
 from dessim.workload import simulate_workload  # noqa: E402
-from dessim.workload.spec import parse_workload  # noqa: E402
+from dessim.workload.transformer.spec import parse_workload  # noqa: E402
 
 #: Runs small enough for the test suite (seconds each): tensor, pipeline and interleaved
 #: pipeline parallelism. The data-parallel-only rows (1.7B-7.5B) take 15-30 s each (their

@@ -121,7 +121,7 @@ def test_replaying_the_export_gives_the_same_makespan(tmp_path):
 
 def test_workload_graph_round_trip(tmp_path):
     """A generated training iteration (TP, PP send/recv, DP) -> ET -> replay = direct run."""
-    generator = pytest.importorskip("dessim.workload.generator")
+    generator = pytest.importorskip("dessim.workload.transformer.generator")
     from dessim.workload import ParallelLayout, TransformerConfig
 
     model = TransformerConfig(name="tiny", layers=2, hidden=256, heads=4, ffn_hidden=1024,

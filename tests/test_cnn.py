@@ -12,10 +12,10 @@ from dessim.engine import simulate
 from dessim.errors import SpecError, WorkloadError
 from dessim.topology import load_topology
 from dessim.workload import shipped_workloads, simulate_workload
-from dessim.workload.cnn import generate_cnn, parse_cnn
-from dessim.workload.cnn_models import ARCHS, macs, total_params
-from dessim.workload.gradsync import fill_buckets
-from dessim.workload.model import PRECISIONS
+from dessim.workload.vision.cnn import generate_cnn, parse_cnn
+from dessim.workload.vision.cnn_models import ARCHS, macs, total_params
+from dessim.workload.common.gradsync import fill_buckets
+from dessim.workload.common.precision import PRECISIONS
 
 BF16 = PRECISIONS["bf16"]
 

@@ -9,8 +9,8 @@ from dessim.engine import EngineOptions, simulate
 from dessim.errors import SpecError
 from dessim.topology import load_topology
 from dessim.workload import simulate_workload
-from dessim.workload.compression import Compression, GradSync, parse_compression
-from dessim.workload.emitter import TaskEmitter
+from dessim.workload.dataparallel.compression import Compression, GradSync, parse_compression
+from dessim.workload.common.emitter import TaskEmitter
 
 W = 4
 BUCKET = 4_000_000.0          # bytes of bf16 gradients: E = 2,000,000 elements

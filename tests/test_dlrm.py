@@ -7,8 +7,8 @@ import pytest
 from dessim.errors import MemoryFitError, SpecError
 from dessim.topology import load_topology
 from dessim.workload import simulate_workload
-from dessim.workload.dlrm import generate_dlrm, parse_dlrm
-from dessim.workload.dlrm_model import EmbeddingTable, shard_tables
+from dessim.workload.recsys.dlrm import generate_dlrm, parse_dlrm
+from dessim.workload.recsys.dlrm_model import EmbeddingTable, shard_tables
 from dessim.workload.kinds import load_any_workload
 
 SWITCH4 = "switch:4,bw=50GB/s,lat=0,device=H100"

@@ -190,7 +190,7 @@ def test_folding_falls_back_with_a_reason():
 def test_tp_groups_with_different_closed_form_times_are_not_folded(monkeypatch):
     """Closed-form TP delays are invisible to the engine's lane check, so a fold whose TP
     groups would time differently must be refused up front."""
-    from dessim.workload.tp_islands import TPIslands
+    from dessim.workload.transformer.tp_islands import TPIslands
 
     real = TPIslands.time
 
@@ -292,8 +292,8 @@ def test_expert_and_context_parallel_replicas_fold_exactly(workload, overrides, 
 
 
 def test_expert_parallel_lanes_map_ep_groups_onto_ep_groups():
-    from dessim.workload.generator import lane_permutations
-    from dessim.workload.layout import ParallelLayout
+    from dessim.workload.transformer.generator import lane_permutations
+    from dessim.workload.transformer.layout import ParallelLayout
 
     lo = ParallelLayout(tp=2, pp=1, dp=8, ep=4, global_batch=8)
     groups = {frozenset(g) for kind in ("ep", "edp_cp", "tp") for g in lo.groups(kind)}

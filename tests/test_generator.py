@@ -12,9 +12,9 @@ from dessim.taskgraph.io import taskgraph_to_dict
 from dessim.topology import load_topology
 from dessim.workload import (GeneratorOptions, ParallelLayout, TransformerConfig, build_taskgraph,
                              closed_form_flops, megatron_flops)
-from dessim.workload.api import plan_workload
-from dessim.workload.memory import MemoryOptions, layer_activation_bytes
-from dessim.workload.schedules import stage_program
+from dessim.workload.transformer.plan import plan_workload
+from dessim.workload.transformer.memory import MemoryOptions, layer_activation_bytes
+from dessim.workload.transformer.schedules import stage_program
 
 GPT = TransformerConfig("tiny-gpt", layers=8, hidden=512, heads=8, ffn_hidden=2048, vocab=4096, seq_len=256)
 MOE = TransformerConfig("tiny-moe", layers=2, hidden=512, heads=8, kv_heads=2, ffn_hidden=1024, vocab=4096,

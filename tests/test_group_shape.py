@@ -10,7 +10,7 @@ from dessim.collectives import get_op
 from dessim.collectives.auto import choose, group_shape
 from dessim.topology import load_topology
 from dessim.engine import EngineOptions
-from dessim.workload.tp_islands import TPIslands
+from dessim.workload.transformer.tp_islands import TPIslands
 
 
 @pytest.fixture(scope="module")

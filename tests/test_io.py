@@ -9,7 +9,7 @@ from dessim.errors import SpecError, TopologyError, WorkloadError
 from dessim.topology import load_topology
 from dessim.topology.storage import attach_storage, default_attach_points
 from dessim.workload import simulate_workload
-from dessim.workload.io import parse_input
+from dessim.workload.dataparallel.io import parse_input
 
 SAMPLE = 10e6            # bytes per sample
 PFS_BW = 1e9             # bytes/s, shared by every reader

@@ -18,10 +18,11 @@ from dessim.engine.device import SM_COUNT, DeviceModel
 from dessim.engine.kernel_model import (AttentionRate, GemmParams, attention_flops_fa, fit_gemm,
                                         gemm_quantization, gemm_time)
 from dessim.errors import SpecError, TaskGraphError
-from dessim.workload.kernels import (ATTENTION, DROPOUT, MATMUL, SOFTMAX, KernelTimer, layer_kernels,
-                                     optimizer_kernel)
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.model import PRECISIONS, TransformerConfig
+from dessim.workload.common.kernels import ATTENTION, DROPOUT, MATMUL, SOFTMAX, KernelTimer, optimizer_kernel
+from dessim.workload.transformer.kernels import layer_kernels
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.common.precision import PRECISIONS
+from dessim.workload.transformer.model import TransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 A100 = 312e12

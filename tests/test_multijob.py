@@ -105,7 +105,7 @@ TINY_GPT = {"name": "tiny-gpt",
 def test_transformer_jobs_are_generated_unfolded_since_a_cluster_merges_them_rank_by_rank():
     """Replica folding is on by default where it applies; in a cluster it is off unless a job
     asks for it, and asking for it is a clear error."""
-    from dessim.workload.spec import parse_workload
+    from dessim.workload.transformer.spec import parse_workload
 
     spec = parse_workload(TINY_GPT, "<test>")
     job = {"name": "gpt", "workload": spec, "gpus": 8}
@@ -120,7 +120,7 @@ def test_a_jobs_exposed_tp_communication_includes_the_closed_form_tp_time():
     """TP collectives of an isolated NVSwitch island run as delay tasks (closed form), which the
     engine counts as compute; the cluster reports their exposed time as the workload summary does."""
     from dessim.workload import simulate_workload
-    from dessim.workload.spec import parse_workload
+    from dessim.workload.transformer.spec import parse_workload
 
     spec = parse_workload({**TINY_GPT, "parallelism": {"tp": 8}}, "<test>")
     alone = simulate_workload(spec, "dgx-h100:nodes=1", overrides={"granularity": "stage", "fold": False})

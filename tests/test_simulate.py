@@ -212,6 +212,6 @@ def test_uneven_pipeline_stages_carry_their_own_layers():
     assert layers.tolist() == [[0, 1], [2, 3, 4], [5, 6, 7], [8, 9]]
     busy = (fwd.end_s - fwd.start_s).groupby(fwd.stage).sum()
     assert busy[1] / busy[0] == pytest.approx(1.5, rel=1e-9)
-    from dessim.workload.memory import estimate_memory
+    from dessim.workload.transformer.memory import estimate_memory
     per = [estimate_memory(r.plan.model, r.plan.layout, r.plan.memory, s).total for s in range(4)]
     assert r.plan.estimate.total == max(per)        # the memory check takes the worst stage

@@ -6,7 +6,8 @@ import pytest
 
 from dessim.errors import SpecError
 from dessim.sweep.points import EVALUATORS
-from dessim.sweep.spec import expand_axis, parse_sweep
+from dessim.sweep.axes import expand_axis
+from dessim.sweep.spec import parse_sweep
 from dessim.topology import load_topology
 from dessim.units import parse_bandwidth, parse_size
 

@@ -12,7 +12,7 @@ import pytest
 
 from dessim.topology import load_topology
 from dessim.workload import simulate_workload
-from dessim.workload.tp_islands import TPIslands
+from dessim.workload.transformer.tp_islands import TPIslands
 
 RTOL = 1e-9
 
@@ -112,7 +112,7 @@ def test_islands_of_a_dgx_preset():
 def test_region_prefilter_decides_like_routing_every_pair(monkeypatch, tp, dp_groups):
     """The topological prefilter (only pairs whose both ends can reach one NVSwitch region are
     routed) reaches the same verdicts, with the same reasons, as routing every pair."""
-    import dessim.workload.tp_islands as mod
+    import dessim.workload.transformer.tp_islands as mod
 
     topo = load_topology("dgx-a100:nodes=4")
     tp_groups = [tuple(range(s, s + tp)) for s in range(0, 32, tp)]

@@ -22,7 +22,7 @@ from dessim.workload import (
     model_flops_per_iteration,
     stage_flops,
 )
-from dessim.workload.kernels import ATTENTION, KINDS, MATMUL, sum_flops
+from dessim.workload.common.kernels import ATTENTION, KINDS, MATMUL, sum_flops
 
 # The 1T-parameter GPT of Narayanan et al. (SC21), the check example of its Eq. 3.
 GPT_1T = TransformerConfig("gpt-1t", layers=128, hidden=25600, heads=160, ffn_hidden=4 * 25600,

@@ -20,7 +20,7 @@ from dessim.workload import (
     shipped_workloads,
     zero_state_bytes,
 )
-from dessim.workload.memory import params_on_gpu
+from dessim.workload.transformer.memory import params_on_gpu
 
 GB = 1e9
 BF16 = PRECISIONS["bf16"]

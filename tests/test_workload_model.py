@@ -9,7 +9,7 @@ import pytest
 
 from dessim.errors import SpecError, WorkloadError
 from dessim.workload import TransformerConfig, load_workload, shipped_workloads
-from dessim.workload.spec import (
+from dessim.workload.transformer.spec import (
     _MODEL_SCHEMA,
     _OFFLOAD_SCHEMA,
     _PARALLELISM_SCHEMA,

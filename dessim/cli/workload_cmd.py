@@ -139,8 +139,9 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     from dessim.catalog.devices import get_device
     from dessim.errors import DessimError
     from dessim.workload import (estimate_memory, hardware_flops_per_iteration, model_flops_per_iteration)
-    from dessim.workload.api import resolve_workload, suggested_topology
-    from dessim.workload.memory import check_fit
+    from dessim.workload.api import suggested_topology
+    from dessim.workload.transformer.plan import resolve_workload
+    from dessim.workload.transformer.memory import check_fit
 
     overrides = collect_overrides(kw)
     if topology is not None and gpus is not None:

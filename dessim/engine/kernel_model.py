@@ -30,7 +30,7 @@ FlashAttention papers' measured tables by head dimension, causal flag and sequen
 (log-interpolated; :class:`AttentionRate`). FLOPs follow FlashAttention's convention: a
 forward pass is ``4·s_q·s_k·d`` per head, halved when causal; a backward pass 2.5 times that.
 Unfused attention is not a kernel: the workload enumerates its GEMMs and memory-bound
-kernels (:mod:`dessim.workload.kernels`).
+kernels (:mod:`dessim.workload.transformer.kernels`).
 
 **Memory-bound** kernels: ``bytes / (hbm · memory_efficiency) + t₀`` where
 ``memory_efficiency`` is the achieved fraction of HBM bandwidth of well-written fused kernels

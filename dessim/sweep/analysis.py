@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from dessim.errors import SpecError, SweepError
+from dessim.sweep.axes import normalize_value
 from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["COST_KEYS", "check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
@@ -52,8 +53,6 @@ FORMATTERS = {"size": format_size_label, "bandwidth": format_bandwidth, "time": 
 
 def _cost_term(value: object, where: str) -> tuple[float, float, str | None]:
     """(price, per, times) of one cost entry."""
-    from dessim.sweep.spec import normalize_value
-
     if isinstance(value, Mapping):
         for key in value:
             if key not in COST_KEYS:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 from dessim.errors import DessimError, SpecError
 from dessim.sweep.memory import EXPANSION_TARGET, MemorySetup, memory_setup, offloaded_per_gpu
-from dessim.sweep.spec import Point, point_key
+from dessim.sweep.axes import Point, point_key
 
 __all__ = ["LAYOUT_KEYS", "OFFLOAD_PARTS", "Policy", "layout_label", "policies_for", "expand_layouts"]
 
@@ -49,7 +49,7 @@ class Policy:
     """An offload policy: the parts moved to the expansion memory, and the memory options."""
 
     parts: frozenset[str]
-    options: Any   #: dessim.workload.memory.MemoryOptions
+    options: Any   #: dessim.workload.transformer.memory.MemoryOptions
 
     @property
     def label(self) -> str:
@@ -88,8 +88,8 @@ class _Problem:
 def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup], Any],
              where: str) -> _Problem:
     from dessim.catalog.devices import get_device
-    from dessim.workload.generator import resolve_devices
-    from dessim.workload.layout import ParallelLayout
+    from dessim.workload.common.placement import resolve_devices
+    from dessim.workload.transformer.layout import ParallelLayout
 
     setup = memory_setup(cfg.get("memory"), f"{where}: memory")
     topo = load_topology(cfg["topology"], setup)
@@ -119,7 +119,7 @@ def _resolve(workload: Any, overrides: Mapping[str, Any], num_gpus: int):
     """(spec, remaining overrides) of the point's workload: first on one GPU (so that a
     file layout that does not suit this GPU count is no obstacle), else as the point says
     (an interleaved schedule needs its pp; the error then is the point's own)."""
-    from dessim.workload.api import resolve_workload
+    from dessim.workload.transformer.plan import resolve_workload
 
     neutral = {**overrides, "parallelism": {**dict(overrides.get("parallelism") or {}), **_NEUTRAL}}
     try:

@@ -14,7 +14,7 @@ Keys (``base: memory: {...}`` or axes ``memory.KEY``; values as written, parsed 
     memory. Defaults: the catalog's CXL 2.0 x16 figures (``cxl2``: 63 GB/s [C2], 200 ns [U];
     "CXL on PCIe PHYs" and "Wang et al. 2024 (CXL)" in docs/references.md).
 ``offload_optimizer``, ``offload_activations``, ``bucket_size``, ``overhead``
-    :class:`~dessim.workload.memory.MemoryOptions` fields (the ``memory`` override of
+    :class:`~dessim.workload.transformer.memory.MemoryOptions` fields (the ``memory`` override of
     ``simulate_workload``).
 
 Memory expansion model (an assumption, stated so it can be argued with)
@@ -28,7 +28,7 @@ Memory expansion model (an assumption, stated so it can be argued with)
     modelled. The workload generator offloads to the nearest ``cxl_mem`` node: the pool is
     one hop from every GPU. Each GPU's share is ``expansion_capacity``: the bytes a GPU
     offloads (the optimizer state and/or stored activations,
-    :func:`dessim.workload.memory.estimate_memory`, worst pipeline stage) must fit in it
+    :func:`dessim.workload.transformer.memory.estimate_memory`, worst pipeline stage) must fit in it
     (:func:`check_expansion_fit`).
 """
 
@@ -151,7 +151,7 @@ def with_expansion(topology, setup: MemorySetup):
 
 def offloaded_per_gpu(model, layout, options, target: str = EXPANSION_TARGET) -> float:
     """Bytes one GPU offloads to ``target``, worst pipeline stage (memory estimate)."""
-    from dessim.workload.memory import estimate_memory
+    from dessim.workload.transformer.memory import estimate_memory
 
     return max(estimate_memory(model, layout, options, stage=s).offloaded.get(target, 0.0)
                for s in range(layout.pp))

@@ -5,7 +5,7 @@ Journal
     its result reaches this process (flushed at once, fsynced at most every
     :data:`FSYNC_INTERVAL_S`), so a sweep killed at any instant (even ``kill -9``) loses at
     most the points being evaluated. A line torn by the kill is cut off when the journal is
-    reopened. On start, points whose key (:func:`dessim.sweep.spec.point_key`) is in the
+    reopened. On start, points whose key (:func:`dessim.sweep.axes.point_key`) is in the
     journal with status ``ok`` or ``failed`` are not evaluated again; ``error`` points (bugs)
     are retried. The results table (``--out``, Parquet or CSV) is rewritten from the journal
     at the end of every run; keep the journal beside it to resume or extend a sweep.
@@ -37,7 +37,8 @@ import pandas as pd
 
 from dessim.errors import SweepError
 from dessim.sweep.points import EVALUATORS, STATUS_ERROR, STATUS_OK, evaluate_task, make_task
-from dessim.sweep.spec import Point, SweepSpec, load_sweep, parse_sweep
+from dessim.sweep.axes import Point
+from dessim.sweep.spec import SweepSpec, load_sweep, parse_sweep
 
 __all__ = ["Backend", "BACKENDS", "Journal", "SweepResult", "run_sweep", "journal_path",
            "records_to_table", "write_table", "sweep_points", "WRITERS", "FIXED_COLUMNS",

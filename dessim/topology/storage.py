@@ -2,7 +2,7 @@
 
 :func:`attach_storage` returns a *new* :class:`~dessim.topology.graph.Topology` (the graph is
 copied; ranks, dims and meta are kept) with nodes of kind ``storage`` linked in. Input
-pipelines (:mod:`dessim.workload.io`) read samples from the storage node nearest to each GPU.
+pipelines (:mod:`dessim.workload.dataparallel.io`) read samples from the storage node nearest to each GPU.
 
 ``kind="pfs"`` — a parallel file system (Lustre, GPFS, ...) shared by every client
     One ``storage`` node ``<name>`` (default ``pfs``) behind a switch ``<name>.sw``: the link

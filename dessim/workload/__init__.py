@@ -1,28 +1,32 @@
-"""Workloads: models, parallel layouts, kernels, FLOPs and memory (the layer below the
-task-graph generator).
+"""Workloads: what one training iteration of a model computes and communicates, as a task
+graph for the engine — one subpackage per domain, this module and :mod:`~dessim.workload.api`
+as the front.
 
-* :mod:`~dessim.workload.model` — :class:`TransformerConfig` (dense and MoE) and parameter counts.
-* :mod:`~dessim.workload.layout` — :class:`ParallelLayout`: validation, rank placement, groups.
-* :mod:`~dessim.workload.kernels` — per-layer forward/backward kernels with FLOPs and bytes.
-* :mod:`~dessim.workload.flops` — model/hardware FLOPs per iteration, closed forms, MFU.
-* :mod:`~dessim.workload.memory` — per-GPU memory estimates and :func:`check_fit`.
-* :mod:`~dessim.workload.spec` — YAML workload files and presets: :func:`load_workload`.
-* :mod:`~dessim.workload.schedules` — pipeline orderings (GPipe, 1F1B, interleaved 1F1B).
-* :mod:`~dessim.workload.passes` — per-pass step templates (where TP/SP/EP/CP/ZeRO-3
-  communication and offload go).
-* :mod:`~dessim.workload.generator` — :func:`build_taskgraph`: the task graph of one iteration.
-* :mod:`~dessim.workload.result` — :class:`WorkloadResult` and the measured pipeline bubble.
-* :mod:`~dessim.workload.api` — :func:`simulate_workload`, :func:`enumerate_layouts`.
+* :mod:`~dessim.workload.transformer` — dense and MoE transformers with TP/PP/DP/CP/EP and
+  ZeRO: model, layout, kernels, FLOPs, memory, workload files, planning, pipeline schedules,
+  pass templates, the task-graph generator and :class:`WorkloadResult`;
+* :mod:`~dessim.workload.recsys` — DLRM (``kind: dlrm``): sharded embedding tables and MLPs;
+* :mod:`~dessim.workload.vision` — ResNet-50 and ViTs (``kind: cnn``);
+* :mod:`~dessim.workload.dataparallel` — what recsys and vision share: data-parallel passes
+  over a layer stack, gradient compression, the input pipeline, their file sections and
+  :class:`~dessim.workload.dataparallel.result.DPResult`;
+* :mod:`~dessim.workload.common` — what every kind uses: precisions, kernels and their
+  timing, task emission, gradient buckets, device placement, workload documents, rates;
+* :mod:`~dessim.workload.kinds` — the registry of kinds (a file's ``kind:`` key);
+  :mod:`~dessim.workload.api` — :func:`simulate_workload` for any kind;
+  :mod:`~dessim.workload.multijob` — several jobs of any kind on one cluster.
 
-The model/layout/kernels/FLOPs/memory/spec modules import only from units, errors, resources
-and the standard library; the generator, result and api modules also use the layers below
-workload (catalog, topology, taskgraph, engine). Everything is in SI units: bytes, FLOPs, seconds.
+Imports go one way: common ← dataparallel ← {recsys, vision}; common ← transformer ← vision
+(a ViT is built from transformer layers); kinds, api and multijob above them all
+(tests/test_import_cycles.py). Everything is in SI units: bytes, FLOPs, seconds.
 """
 
 from __future__ import annotations
 
-from dessim.workload.api import enumerate_layouts, plan_workload, simulate_workload
-from dessim.workload.flops import (
+from dessim.workload.api import simulate_workload
+from dessim.workload.common.kernels import Kernel, KernelSet
+from dessim.workload.common.precision import PRECISIONS
+from dessim.workload.transformer.flops import (
     closed_form_flops,
     hardware_flops_per_iteration,
     megatron_flops,
@@ -30,10 +34,10 @@ from dessim.workload.flops import (
     model_flops_per_iteration,
     stage_flops,
 )
-from dessim.workload.generator import GeneratorOptions, WorkloadPlan, build_taskgraph, make_plan
-from dessim.workload.kernels import Kernel, KernelSet, embedding_kernels, head_kernels, layer_kernels
-from dessim.workload.layout import SCHEDULES, ParallelLayout, PipelineSchedule, RankCoords
-from dessim.workload.memory import (
+from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan, build_taskgraph, make_plan
+from dessim.workload.transformer.kernels import embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.transformer.layout import SCHEDULES, ParallelLayout, PipelineSchedule, RankCoords
+from dessim.workload.transformer.memory import (
     MemoryEstimate,
     MemoryOptions,
     check_fit,
@@ -42,9 +46,10 @@ from dessim.workload.memory import (
     paper_activation_bytes,
     zero_state_bytes,
 )
-from dessim.workload.model import PRECISIONS, TransformerConfig
-from dessim.workload.result import WorkloadResult, bubble_fraction
-from dessim.workload.spec import ParallelismSpec, TrainingSpec, WorkloadSpec, load_workload, shipped_workloads
+from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.plan import enumerate_layouts, plan_workload
+from dessim.workload.transformer.result import WorkloadResult, bubble_fraction
+from dessim.workload.transformer.spec import ParallelismSpec, TrainingSpec, WorkloadSpec, load_workload, shipped_workloads
 
 __all__ = [
     "GeneratorOptions",

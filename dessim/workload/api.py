@@ -1,51 +1,25 @@
-"""Simulate a workload on a topology; enumerate the layouts that fit.
+"""Simulate a workload of any kind on a topology: the entry point of ``dessim simulate``.
 
 :func:`simulate_workload` is what ``dessim simulate`` and the sweep's ``workload`` points
-call: load the workload, apply overrides, plan (validate + memory fit), generate the task
-graph (:mod:`dessim.workload.generator`), replay it (:func:`dessim.engine.simulate`) and
-wrap the result (:class:`~dessim.workload.result.WorkloadResult`).
-
-Overrides (a mapping; every key is checked)
-    * sections shaped like the workload file — ``model``, ``parallelism``, ``training`` —
-      merged into the document before it is parsed again (so they get the file's validation
-      and unit parsing: ``{"training": {"micro_batch": 2, "bucket_size": "50MB"}}``);
-    * ``memory``: :class:`~dessim.workload.memory.MemoryOptions` fields (``bucket_size``,
-      ``offload_optimizer``, ``offload_activations``, ``overhead``);
-    * ``generator``: :class:`~dessim.workload.generator.GeneratorOptions` fields;
-    * flat keys: any :class:`~dessim.workload.layout.ParallelLayout` field (``tp``, ``dp``,
-      ``schedule``, ``virtual_stages``, ...), any GeneratorOptions or MemoryOptions field, and
-      ``device``;
-    * ``hbm_capacity`` (flat or in ``memory``): HBM bytes per GPU (a number or a size such as
-      ``"40GB"``) that replace the catalog capacity of the topology's GPUs for the memory fit
-      and ``memory_capacity_bytes``; everything else about the device is unchanged (a
-      memory-capacity study, e.g. an A100 with 40 instead of 80 GB).
-
-Data parallelism follows the topology: unless ``dp`` is given (flat or in
-``parallelism``), ``dp = GPUs / (tp·pp·cp)``; a given ``dp`` that does not match the GPU count
-is an error.
+call: every kind takes :func:`dessim.workload.kinds.simulate_any` — a transformer is planned
+(:func:`~dessim.workload.transformer.plan.plan_workload`: overrides, validation, memory fit),
+its task graph generated (:mod:`dessim.workload.transformer.generator`), replayed
+(:func:`dessim.engine.simulate`) and wrapped
+(:class:`~dessim.workload.transformer.result.WorkloadResult`); other kinds alike.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import replace
-from itertools import product
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from dessim.engine import EngineOptions
-from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology.graph import Topology
-from dessim.units import parse_size
-from dessim.workload.generator import GeneratorOptions, WorkloadPlan, make_plan
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.memory import MemoryOptions, check_fit, estimate_memory
-from dessim.workload.model import TransformerConfig
-from dessim.workload.result import WorkloadResult
-from dessim.workload.spec import WorkloadSpec, load_workload, merge_document, parse_workload
+from dessim.workload.kinds import simulate_any
+from dessim.workload.transformer.result import WorkloadResult
+from dessim.workload.transformer.spec import WorkloadSpec
 
-__all__ = ["simulate_workload", "plan_workload", "enumerate_layouts", "resolve_workload",
-           "workload_document", "suggested_topology", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
+__all__ = ["simulate_workload", "suggested_topology", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
 
 #: What ``dessim simulate`` runs without arguments (small enough for a few seconds).
 DEFAULT_WORKLOAD = "gpt3-1.3b"
@@ -69,126 +43,6 @@ def suggested_topology(gpus: int, device: str | None) -> str:
     return f"{kind}:nodes={nodes}" + (f",{params}" if params else "")
 
 
-_LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelLayout))
-_GEN_FIELDS = tuple(f.name for f in dataclasses.fields(GeneratorOptions))
-_MEM_FIELDS = tuple(f.name for f in dataclasses.fields(MemoryOptions))
-_SECTIONS = ("model", "parallelism", "training")
-#: Override of the hardware rather than the job: HBM bytes per GPU (see module docstring).
-_HBM_KEY = "hbm_capacity"
-
-
-def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
-    """The workload file document equivalent to ``spec`` (SI units)."""
-    model = {f.name: getattr(spec.model, f.name) for f in dataclasses.fields(TransformerConfig)
-             if f.name not in ("name", "description")}
-    # defaults derived from other fields stay derived (an override of heads keeps MHA)
-    if model["kv_heads"] == model["heads"]:
-        del model["kv_heads"]
-    if model["moe_ffn_hidden"] == model["ffn_hidden"]:
-        del model["moe_ffn_hidden"]
-    par = dataclasses.asdict(spec.parallelism)
-    par["order"] = list(par["order"])
-    tr = dataclasses.asdict(spec.training)
-    tr = {k: v for k, v in tr.items() if v is not None}
-    tr["offload"] = {"optimizer": tr.pop("offload_optimizer"), "activations": tr.pop("offload_activations")}
-    tr.pop("seq_len", None)  # already in the model
-    return {"name": spec.name, "description": spec.description, "source": spec.source,
-            "model": model, "parallelism": par, "training": tr}
-
-
-
-#: Flat override keys that live in the workload document, by section.
-_DOC_KEYS: dict[str, str] = {
-    "tp": "parallelism", "pp": "parallelism", "dp": "parallelism", "cp": "parallelism",
-    "ep": "parallelism", "sp": "parallelism", "order": "parallelism",
-    "micro_batch": "training", "global_batch": "training", "schedule": "training",
-    "virtual_stages": "training", "recompute": "training", "attention": "training",
-    "zero_stage": "training",
-    "bucket_size": "training",
-}
-_OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "offload_activations": "activations"}
-
-
-def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str, Any] | None = None,
-                     num_gpus: int | None = None) -> tuple[WorkloadSpec, dict[str, Any], bool]:
-    """Load ``workload`` and apply the overrides that belong to its document (sections and
-    flat layout/batch/offload keys); with ``num_gpus``, set ``dp`` to fill them unless it is
-    given. Returns the spec, the remaining overrides (``memory``, ``generator``, ``device``
-    and their flat fields) and whether ``dp`` was given explicitly."""
-    spec = workload if isinstance(workload, WorkloadSpec) else load_workload(workload)
-    overrides = dict(overrides or {})
-    valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
-             | set(_MEM_FIELDS) | {_HBM_KEY})
-    for key in overrides:
-        if key not in valid:
-            raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
-                                f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
-                                f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
-                                f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)}), "
-                                f"or {_HBM_KEY}")
-    doc = workload_document(spec)
-    sections: dict[str, Any] = {}
-    for name in _SECTIONS:
-        if name in overrides:
-            values = overrides.pop(name)
-            if not isinstance(values, Mapping):
-                raise WorkloadError(f"workload {spec.name!r}: override {name!r} must be a mapping of keys "
-                                    f"to values, got {values!r}")
-            sections[name] = values
-    for key in list(overrides):
-        if key in _DOC_KEYS:
-            sections.setdefault(_DOC_KEYS[key], {})[key] = overrides.pop(key)
-        elif key in _OFFLOAD_KEYS:
-            sections.setdefault("training", {}).setdefault("offload", {})[_OFFLOAD_KEYS[key]] = overrides.pop(key)
-    merge_document(doc, sections)
-    explicit_dp = "dp" in sections.get("parallelism", {})
-    if num_gpus is not None and not explicit_dp:
-        par = doc["parallelism"]
-        model_par = par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1)
-        if isinstance(model_par, int) and model_par > 0 and num_gpus % model_par == 0:
-            par["dp"] = num_gpus // model_par
-    origin = str(spec.path or spec.name) + (" (with overrides)" if sections else "")
-    new = parse_workload(doc, origin=origin, default_name=spec.name)
-    return dataclasses.replace(new, path=spec.path), overrides, explicit_dp
-
-
-def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
-                  overrides: Mapping[str, Any] | None = None,
-                  engine: EngineOptions | None = None) -> tuple[WorkloadPlan, Topology]:
-    """Resolve, validate and memory-check ``workload`` on ``topology`` (no simulation)."""
-    from dessim.topology import load_topology
-    from dessim.topology.calibrate import calibrated_topology
-
-    # the engine applies the calibration's links too; doing it here gives the generator
-    # (routes, closed-form TP collectives) the very topology the engine will run on
-    topo = calibrated_topology(load_topology(topology), engine.calibration if engine else None)
-    spec, rest, explicit_dp = resolve_workload(workload, overrides, topo.num_gpus)
-    mem_kw = dict(rest.pop("memory", None) or {})
-    gen_kw = dict(rest.pop("generator", None) or {})
-    device = rest.pop("device", None) or (engine.device if engine else None)
-    for k in list(rest):
-        (gen_kw if k in _GEN_FIELDS else mem_kw)[k] = rest.pop(k)
-    hbm = mem_kw.pop(_HBM_KEY, None)
-    for name, kw, fields in (("memory", mem_kw, _MEM_FIELDS), ("generator", gen_kw, _GEN_FIELDS)):
-        bad = [k for k in kw if k not in fields]
-        if bad:
-            raise WorkloadError(f"workload {spec.name!r}: unknown {name} option {bad[0]!r}; "
-                                f"valid: {', '.join(fields)}")
-    layout = spec.layout(topo.num_gpus, **({"dp": spec.parallelism.dp} if explicit_dp else {}))
-    memory = spec.memory_options(**mem_kw)
-    options = GeneratorOptions(**gen_kw)
-    capacity = None if hbm is None else parse_size(hbm, f"workload {spec.name!r}: override {_HBM_KEY}",
-                                                   allow_zero=False)
-    plan = make_plan(spec.model, layout, topo, memory=memory, device=device,
-                     options=options if capacity is None else replace(options, check_memory=False),
-                     workload_device=spec.training.device, name=spec.name)
-    if capacity is not None:
-        if options.check_memory:
-            check_fit(plan.estimate, capacity)
-        plan = replace(plan, options=options, capacity_bytes=float(capacity))
-    return plan, topo
-
-
 def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
                       overrides: Mapping[str, Any] | None = None,
                       options: EngineOptions | None = None) -> WorkloadResult:
@@ -198,67 +52,11 @@ def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | 
     Every kind of workload takes the one pipeline :func:`dessim.workload.kinds.simulate_any`
     (plan → generate → simulate → result), the very one ``dessim cluster`` generates its jobs
     with (tests/test_entry_points.py). Files of another ``kind:`` (``dlrm``, ``cnn``) return a
-    :class:`~dessim.workload.dpresult.DPResult` (the same ``summary()`` keys where they apply).
+    :class:`~dessim.workload.dataparallel.result.DPResult` (the same ``summary()`` keys where
+    they apply).
 
     Raises a :class:`~dessim.errors.DessimError` for any bad input: unknown preset or key,
     invalid layout (:class:`~dessim.errors.WorkloadError` naming the numbers), a layout that
     does not fit (:class:`~dessim.errors.MemoryFitError` with the shortfall and suggestions).
     """
-    from dessim.workload.kinds import simulate_any
-
     return simulate_any(workload, topology, overrides=overrides, options=options)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: float, *,
-                      base: ParallelLayout | None = None, memory: MemoryOptions | None = None,
-                      max_tp: int | None = 8, cps: Iterable[int] = (1,),
-                      micro_batches: Iterable[int] | None = None) -> list[ParallelLayout]:
-    """Every valid layout of ``model`` on ``num_gpus`` GPUs whose memory estimate fits in
-    ``capacity_bytes`` per GPU.
-
-    Varies ``tp`` (divisors of the GPU count up to ``max_tp``, default 8: one NVLink domain of
-    a DGX node), ``pp``, ``cp`` (``cps``), ``ep`` (MoE: divisors of experts and dp) and the
-    micro-batch (``micro_batches``, default the base's); ``dp = num_gpus / (tp·pp·cp)``. Other
-    fields (global batch, ZeRO stage, schedule, recompute, SP, order) come from ``base``
-    (default ``ParallelLayout()``); SP is on whenever ``tp > 1`` if the base has it, and an
-    interleaved base schedule falls back to 1f1b where it cannot apply (pp = 1 or m % pp).
-    Sorted by (tp, pp, cp, ep, micro_batch). Invalid combinations are skipped silently;
-    an empty list means nothing fits.
-    """
-    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
-        raise WorkloadError(f"enumerate_layouts: num_gpus={num_gpus!r} must be a whole number >= 1")
-    base = base or ParallelLayout()
-    memory = memory or MemoryOptions()
-    mbs = sorted(set(micro_batches)) if micro_batches is not None else [base.micro_batch]
-    out: list[ParallelLayout] = []
-    for tp, pp, cp, mb in product(_divisors(num_gpus), _divisors(num_gpus), sorted(set(cps)), mbs):
-        if (max_tp and tp > max_tp) or num_gpus % (tp * pp * cp):
-            continue
-        dp = num_gpus // (tp * pp * cp)
-        eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.is_moe else [1]
-        for ep in eps:
-            kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=mb, sp=base.sp and tp > 1)
-            layout = _try_layout(base, kw)
-            if layout is None:
-                continue
-            try:
-                layout.validate(model, num_gpus)
-                if estimate_memory(model, layout, memory).total > capacity_bytes:
-                    continue
-            except DessimError:
-                continue
-            out.append(layout)
-    return out
-
-
-def _try_layout(base: ParallelLayout, kw: dict[str, Any]) -> ParallelLayout | None:
-    for extra in ({}, {"schedule": "1f1b", "virtual_stages": 1}):
-        try:
-            return replace(base, **kw, **extra)
-        except (WorkloadError, SpecError):
-            continue
-    return None

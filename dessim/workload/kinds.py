@@ -1,13 +1,13 @@
 """Workload kinds: one registry so that every entry point takes every kind of workload file.
 
 A workload file's optional ``kind:`` key picks its parser and generator
-(:data:`WORKLOAD_KINDS`): ``transformer`` (the default; :mod:`dessim.workload.spec` and
-:mod:`dessim.workload.generator`), ``dlrm`` (:mod:`dessim.workload.dlrm`) and ``cnn``
-(:mod:`dessim.workload.cnn`, ResNet-50 and ViTs).
+(:data:`WORKLOAD_KINDS`): ``transformer`` (the default; :mod:`dessim.workload.transformer.spec` and
+:mod:`dessim.workload.transformer.generator`), ``dlrm`` (:mod:`dessim.workload.recsys.dlrm`) and ``cnn``
+(:mod:`dessim.workload.vision.cnn`, ResNet-50 and ViTs).
 
 * :func:`load_any_workload` — a spec of the right class from a file path or preset name;
 * :func:`generate_workload` — the task graph of one iteration on a topology, not yet
-  simulated (:class:`~dessim.workload.dpresult.Generated`: what the multi-job cluster
+  simulated (:class:`~dessim.workload.dataparallel.result.Generated`: what the multi-job cluster
   simulation merges);
 * :func:`simulate_any` — generate, simulate, wrap the result: the one pipeline of every
   kind, what :func:`dessim.workload.simulate_workload` (``dessim simulate``, sweeps) runs.
@@ -26,10 +26,13 @@ from dessim.resources import find_data_file, read_yaml
 from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
-from dessim.workload.cnn import CNNSpec, generate_cnn, parse_cnn
-from dessim.workload.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
-from dessim.workload.dpresult import Generated
-from dessim.workload.spec import TRANSFORMER_KIND, WorkloadSpec, load_workload, shipped_workloads
+from dessim.workload.vision.cnn import CNNSpec, generate_cnn, parse_cnn
+from dessim.workload.recsys.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
+from dessim.workload.dataparallel.result import Generated
+from dessim.workload.transformer.generator import build_taskgraph
+from dessim.workload.transformer.plan import plan_workload
+from dessim.workload.transformer.result import WorkloadResult
+from dessim.workload.transformer.spec import TRANSFORMER_KIND, WorkloadSpec, load_workload, shipped_workloads
 
 __all__ = ["WorkloadKind", "WORKLOAD_KINDS", "load_any_workload", "generate_workload", "simulate_any",
            "workload_kind", "shipped_any"]
@@ -48,10 +51,6 @@ class WorkloadKind:
 
 def _generate_transformer(spec: WorkloadSpec, topology: Topology, overrides: Mapping[str, Any] | None,
                           options: EngineOptions | None) -> Generated:
-    from dessim.workload.api import plan_workload
-    from dessim.workload.generator import build_taskgraph
-    from dessim.workload.result import WorkloadResult
-
     plan, topo = plan_workload(spec, topology, overrides=overrides, engine=options)
     graph = build_taskgraph(plan, topo, engine=options)
     return Generated(spec.name, graph, topo, lambda sim: WorkloadResult(plan, graph, sim))
@@ -68,7 +67,7 @@ def _generate_dp(fn: Callable[..., Generated]) -> Callable[..., Generated]:
 
 
 def _parse_transformer(data: Any, origin: str, default_name: str) -> WorkloadSpec:
-    from dessim.workload.spec import parse_workload
+    from dessim.workload.transformer.spec import parse_workload
     return parse_workload(data, origin, default_name)
 
 

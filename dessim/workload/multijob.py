@@ -47,7 +47,7 @@ from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
-from dessim.workload.result import exposed_comm
+from dessim.workload.common.figures import exposed_comm
 
 __all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
            "job_view", "merge_graphs", "simulate_cluster", "parse_gpus"]
@@ -277,7 +277,7 @@ class ClusterResult:
 
 def _job_figures(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int]) -> tuple[float, dict[str, float]]:
     """A job's iteration (the end of its last task) and exposed communication by category, as
-    its workload summary computes it (:func:`~dessim.workload.result.exposed_comm`)."""
+    its workload summary computes it (:func:`~dessim.workload.transformer.result.exposed_comm`)."""
     end = max(sim.ranks[r].end_s for r in ranks)
     return end, dict(sorted(exposed_comm(sim, graph, ranks).items()))
 

@@ -5,7 +5,7 @@ the global batch, independent of how the work is parallelised or recomputed (the
 of MFU, Chowdhery et al. 2022 / Korthikanti et al. 2022). *Hardware FLOPs* add what
 activation recomputation re-executes (the numerator of HFU).
 
-:func:`model_flops_per_iteration` sums the kernel list of :mod:`dessim.workload.kernels`
+:func:`model_flops_per_iteration` sums the kernel list of :mod:`dessim.workload.transformer.kernels`
 (unsharded), so it holds for any architecture the kernels describe (GQA, SwiGLU, MoE with
 ``top_k`` active experts, router included). The closed forms below reproduce the published
 formulas and are what the tests hold the kernel sums to.
@@ -14,15 +14,10 @@ formulas and are what the tests hold the kernel sums to.
 from __future__ import annotations
 
 from dessim.errors import WorkloadError
-from dessim.workload.kernels import (
-    KernelSet,
-    embedding_kernels,
-    head_kernels,
-    layer_kernels,
-    sum_flops,
-)
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.model import TransformerConfig
+from dessim.workload.common.kernels import KernelSet, sum_flops
+from dessim.workload.transformer.kernels import embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.model import TransformerConfig
 
 __all__ = [
     "megatron_flops",

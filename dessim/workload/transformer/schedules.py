@@ -16,7 +16,7 @@ unless interleaved). Every stage sees the same micro-batches; what differs is th
     ``v - 1 - (k % (p·v)) // p`` for backwards. Warm-up: ``min(2(p - s - 1) + (v - 1)p, m·v)``
     forwards, then (forward ``w + i``, backward ``i``) pairs, then the remaining backwards —
     Megatron-LM's ``get_model_chunk_id`` and warm-up count. Needs ``m % p == 0``
-    (:class:`~dessim.workload.layout.ParallelLayout` checks it).
+    (:class:`~dessim.workload.transformer.layout.ParallelLayout` checks it).
 
 Chunk ``c`` of stage ``s`` is virtual stage ``c·p + s`` (global order of the model's layers,
 :meth:`ParallelLayout.stage_layers`), so a forward activation flows from virtual stage ``j``
@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from dessim.errors import WorkloadError
-from dessim.workload.layout import SCHEDULES
+from dessim.workload.transformer.layout import SCHEDULES
 
 __all__ = ["PipeOp", "stage_program", "virtual_stage", "prev_virtual", "next_virtual"]
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Mapping, NamedTuple
 from dessim.errors import WorkloadError
 
 if TYPE_CHECKING:  # only for type hints: model.py does not depend on layout.py
-    from dessim.workload.model import TransformerConfig
+    from dessim.workload.transformer.model import TransformerConfig
 
 __all__ = [
     "BASE_DIMS",
@@ -74,7 +74,7 @@ GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 #: none; selective = recompute the attention core (QKᵀ, softmax, dropout, ·V) in backward;
 #: full = keep only each layer's input and recompute the whole layer forward in backward.
 RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
-#: Attention implementations (dessim.workload.kernels): Megatron-LM's unfused core, or
+#: Attention implementations (dessim.workload.transformer.kernels): Megatron-LM's unfused core, or
 #: FlashAttention-2 / -3 (fused; -3 on Hopper only).
 ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")
 

@@ -12,8 +12,8 @@ A file of kind ``dlrm`` or ``cnn`` (:mod:`dessim.workload.kinds`) has, besides i
       micro_batch: 64              # samples per GPU per step (default global_batch / GPUs)
       bucket_size: 25MiB           # DDP gradient bucket (0: one all-reduce after the backward)
       device: H100                 # GPU model when the topology names none
-    compression: {method: topk, density: 0.01}      # dessim.workload.compression
-    input: {sample_bytes: 110KB, cache: host, ...}   # dessim.workload.io
+    compression: {method: topk, density: 0.01}      # dessim.workload.dataparallel.compression
+    input: {sample_bytes: 110KB, cache: host, ...}   # dessim.workload.dataparallel.io
 
 Data parallelism spans every GPU of the topology. Overrides (``simulate_workload``'s mapping
 or ``dessim simulate`` flags): sections shaped like the file (merged, then the document is
@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dessim.errors import SpecError, WorkloadError
-from dessim.workload.compression import Compression, parse_compression
-from dessim.workload.io import InputPipeline, parse_input
-from dessim.workload.memory import DEFAULT_BUCKET_SIZE
+from dessim.workload.dataparallel.compression import Compression, parse_compression
+from dessim.workload.dataparallel.io import InputPipeline, parse_input
+from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.units import parse_count, parse_size
-from dessim.workload.spec import check_section, merge_document
+from dessim.workload.common.document import check_section, merge_document
 
 __all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS"]
 

@@ -1,6 +1,6 @@
 """Stage granularity: a whole pass (one micro-batch through one stage chunk, one phase) as
 few compute tasks, exact when its TP collectives are in closed form
-(:mod:`dessim.workload.tp_islands`).
+(:mod:`dessim.workload.transformer.tp_islands`).
 
 With every TP collective of a pass timed in closed form and nothing else inside the pass
 (no EP all-to-all, CP exchange, ZeRO-3 gather or activation offload), the pass is a fixed
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from dessim.engine.intervals import length, subtract, union
-from dessim.workload.passes import Step
+from dessim.workload.transformer.passes import Step
 
 __all__ = ["PassTimeline", "Segment", "pass_timeline"]
 

@@ -34,7 +34,7 @@ from dessim.errors import DessimError, SpecError
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.units import parse_count, parse_size
-from dessim.workload.emitter import TaskEmitter
+from dessim.workload.common.emitter import TaskEmitter
 
 __all__ = ["InputPipeline", "parse_input", "CACHES"]
 

@@ -6,13 +6,13 @@ emitters below produce, on one rank:
 
 * :func:`emit_forward` — one compute task per layer, in order;
 * :func:`emit_backward` — one compute task per layer, in reverse order; with a
-  :class:`~dessim.workload.compression.GradSync`, the layers' gradients are packed into
-  buckets with :func:`~dessim.workload.gradsync.fill_buckets` (the same policy as the
+  :class:`~dessim.workload.dataparallel.compression.GradSync`, the layers' gradients are packed into
+  buckets with :func:`~dessim.workload.common.gradsync.fill_buckets` (the same policy as the
   transformer generator) and each bucket's exchange is emitted right after the layer that
   fills it, so it overlaps the rest of the backward (PyTorch DDP);
 * :func:`emit_optimizer` — the memory-bound optimizer step (same kernel as the transformer
   generator's: read gradient + state, write state + weights; mixed-precision Adam's
-  ``K`` bytes of state per parameter, :class:`~dessim.workload.model.Precision`).
+  ``K`` bytes of state per parameter, :class:`~dessim.workload.common.precision.Precision`).
 
 Gradient accumulation: with several micro-batches, only the last backward reduces (DDP's
 ``no_sync`` for the others).
@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from dessim.workload.compression import GradSync
-from dessim.workload.emitter import TaskEmitter
-from dessim.workload.gradsync import fill_buckets
-from dessim.workload.kernels import Kernel, KernelBuilder
-from dessim.workload.model import Precision
+from dessim.workload.dataparallel.compression import GradSync
+from dessim.workload.common.emitter import TaskEmitter
+from dessim.workload.common.gradsync import fill_buckets
+from dessim.workload.common.kernels import Kernel, KernelBuilder
+from dessim.workload.common.precision import Precision
 
 __all__ = ["Layer", "mlp_layers", "emit_forward", "emit_backward", "emit_optimizer", "optimizer_kernel",
            "layer_from_forward", "memory_breakdown"]
@@ -57,7 +57,7 @@ class Layer:
 def layer_from_forward(name: str, forward: Sequence[Kernel], params: float, builder: KernelBuilder,
                        skip_dgrad: bool = False) -> Layer:
     """A layer whose backward follows the transformer kernels' conventions
-    (:class:`~dessim.workload.kernels.KernelBuilder`): GEMM → dgrad + wgrad, others 2× FLOPs.
+    (:class:`~dessim.workload.common.kernels.KernelBuilder`): GEMM → dgrad + wgrad, others 2× FLOPs.
     ``skip_dgrad``: the layer's input needs no gradient (the network's first layer)."""
     backward = [k for fwd in reversed(forward) for k in builder.backward(fwd)]
     if skip_dgrad:

@@ -17,7 +17,7 @@ activations
     Stored activations per layer and micro-batch from the component model of Korthikanti et
     al. 2022 (Table 2; see :func:`layer_activation_bytes`), times the
     stage's layers, times the micro-batches in flight of the pipeline schedule
-    (:meth:`~dessim.workload.layout.PipelineSchedule.in_flight`: GPipe ``m``, 1F1B ``p`` on
+    (:meth:`~dessim.workload.transformer.layout.PipelineSchedule.in_flight`: GPipe ``m``, 1F1B ``p`` on
     the first stage, interleaved ``(p(v+1)-1)/v``). Plus: the embedding dropout mask on the
     first stage, the final norm input and fp32 logits (``4·T·V/tp``, what Megatron-LM's
     vocabulary-parallel cross-entropy keeps) on the last stage, and under full recompute the
@@ -50,12 +50,13 @@ from typing import Callable, Mapping
 
 from dessim.errors import MemoryFitError, WorkloadError
 from dessim.units import format_size
-from dessim.workload.layout import RECOMPUTE_POLICIES, ParallelLayout
-from dessim.workload.model import Precision, TransformerConfig
+from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
+from dessim.workload.common.precision import Precision
+from dessim.workload.transformer.layout import RECOMPUTE_POLICIES, ParallelLayout
+from dessim.workload.transformer.model import TransformerConfig
 
 __all__ = [
     "OFFLOAD_TARGETS",
-    "DEFAULT_BUCKET_SIZE",
     "MemoryOptions",
     "ZeroStateBytes",
     "MemoryEstimate",
@@ -72,8 +73,6 @@ __all__ = [
 #: Where offloaded bytes may go.
 OFFLOAD_TARGETS: tuple[str, ...] = ("none", "host", "cxl")
 
-#: Gradient bucket size: PyTorch DDP's default ``bucket_cap_mb=25`` (MiB).
-DEFAULT_BUCKET_SIZE: int = 25 * 2**20
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Vision models as layer lists with FLOPs and bytes: ResNet-50 and Vision Transformers.
 
-Every :class:`~dessim.workload.dpgraph.Layer` holds the kernels of one layer for a
+Every :class:`~dessim.workload.dataparallel.graph.Layer` holds the kernels of one layer for a
 micro-batch of ``n`` images on one GPU and its parameter count.
 
 Convolutions (implicit GEMM, NHWC)
@@ -14,7 +14,7 @@ Convolutions (implicit GEMM, NHWC)
 Batch norm + ReLU (training mode), fused as cuDNN does
     Reads the activation twice (statistics, then normalisation), writes it once; ≈ 5 FLOPs per
     element (an estimate; not model FLOPs). Backward: the transformer kernels' convention
-    (2× FLOPs, :class:`~dessim.workload.kernels.KernelBuilder`). Parameters: 2 per channel.
+    (2× FLOPs, :class:`~dessim.workload.common.kernels.KernelBuilder`). Parameters: 2 per channel.
 ResNet-50 (torchvision ``resnet50``, v1.5: the stride of a down-sampling bottleneck is on its
 3×3 convolution)
     He et al. 2016, Table 1; torchvision's model card: 25,557,032 parameters and 4.09 GFLOPS
@@ -24,8 +24,8 @@ ViT (Dosovitskiy et al. 2021, Table 1: ViT-B/16 86M, ViT-L/16 307M parameters)
     A ``p×p`` stride-``p`` patch embedding (a GEMM over ``(image/p)²`` patches), a class token
     and learned position embeddings (``seq = (image/p)² + 1`` tokens), ``layers`` pre-norm
     encoder layers whose kernels are the transformer generator's
-    (:func:`~dessim.workload.kernels.layer_kernels` with a
-    :class:`~dessim.workload.model.TransformerConfig`: GELU MLP, LayerNorm, biases; full
+    (:func:`~dessim.workload.transformer.kernels.layer_kernels` with a
+    :class:`~dessim.workload.transformer.model.TransformerConfig`: GELU MLP, LayerNorm, biases; full
     bidirectional attention, which is what its ``s²`` FLOP convention counts), a final
     LayerNorm and a linear classifier on the class token. ViT-B/16 at 224²: 86,567,656
     parameters (timm ``vit_base_patch16_224``) and 17.6 G multiply-adds (DeiT, Touvron et al.
@@ -36,10 +36,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dessim.errors import WorkloadError
-from dessim.workload.dpgraph import Layer, layer_from_forward
-from dessim.workload.kernels import MATMUL, NORM, Kernel, KernelBuilder, layer_kernels
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.model import PRECISIONS, Precision, TransformerConfig
+from dessim.workload.dataparallel.graph import Layer, layer_from_forward
+from dessim.workload.common.kernels import MATMUL, NORM, Kernel, KernelBuilder
+from dessim.workload.common.precision import PRECISIONS, Precision
+from dessim.workload.transformer.kernels import layer_kernels
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.model import TransformerConfig
 
 __all__ = ["conv_layer", "resnet50", "vit", "ARCHS", "BN_RELU_FLOPS", "VitShape", "total_params", "macs"]
 

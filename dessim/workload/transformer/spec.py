@@ -6,7 +6,7 @@ the key, the file and the valid keys)::
     name: gpt3-175b                  # defaults to the file name
     description: "..."               # free text
     source: "..."                    # where the architecture comes from
-    model:                           # *required*: a TransformerConfig (dessim/workload/model.py)
+    model:                           # *required*: a TransformerConfig (dessim/workload/transformer/model.py)
       layers: 96                     # *required*
       hidden: 12288                  # *required*
       heads: 96                      # *required*
@@ -52,7 +52,6 @@ Numbers accept dessim.units forms (``"1k"`` counts, ``"25MiB"`` sizes).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -62,9 +61,11 @@ import yaml
 from dessim.errors import DessimError, SpecError
 from dessim.resources import data_files, find_data_file, read_yaml
 from dessim.units import parse_count, parse_size
-from dessim.workload.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
-from dessim.workload.memory import DEFAULT_BUCKET_SIZE, MemoryOptions
-from dessim.workload.model import TransformerConfig
+from dessim.workload.common.document import check_section
+from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
+from dessim.workload.transformer.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
+from dessim.workload.transformer.memory import MemoryOptions
+from dessim.workload.transformer.model import TransformerConfig
 
 __all__ = [
     "ParallelismSpec",
@@ -227,41 +228,6 @@ _TOP_KEYS = ("name", "description", "source", "kind", "model", "parallelism", "t
 TRANSFORMER_KIND = "transformer"
 
 
-def _section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check a mapping's keys against ``schema`` and convert its values."""
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping of keys to values, got {type(data).__name__}")
-    out = {}
-    for key, value in data.items():
-        if key not in schema:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(schema)}")
-        convert = schema[key]
-        try:
-            out[key] = value if convert is None else convert(value, f"{where}.{key}")
-        except SpecError:
-            raise
-        except DessimError as exc:  # e.g. a UnitError from dessim.units
-            raise SpecError(str(exc)) from None
-    return out
-
-
-#: Public for the other workload kinds (:mod:`dessim.workload.kinds`): the same key checking
-#: and unit conversion for their sections.
-check_section = _section
-
-
-def merge_document(doc: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    """Merge ``extra`` into the workload document ``doc`` in place: nested mappings key by
-    key, everything else replaced by a deep copy (overrides on a preset's document)."""
-    for k, v in extra.items():
-        if isinstance(v, Mapping) and isinstance(doc.get(k), dict):
-            merge_document(doc[k], v)
-        else:
-            doc[k] = copy.deepcopy(v)
-
-
 def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload") -> WorkloadSpec:
     """A :class:`WorkloadSpec` from already-parsed YAML/JSON data; ``origin`` names the file
     in error messages."""
@@ -276,13 +242,13 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
     name = _str(data.get("name", default_name), f"{origin}: name")
     if "model" not in data:
         raise SpecError(f"{origin}: missing the 'model' section")
-    model_kw = _section(data["model"], _MODEL_SCHEMA, f"{origin}: model")
+    model_kw = check_section(data["model"], _MODEL_SCHEMA, f"{origin}: model")
     missing = [k for k in _MODEL_REQUIRED if k not in model_kw]
     if missing:
         raise SpecError(f"{origin}: model section lacks {', '.join(missing)}")
-    par_kw = _section(data.get("parallelism"), _PARALLELISM_SCHEMA, f"{origin}: parallelism")
-    tr_kw = _section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
-    offload = _section(tr_kw.pop("offload", None), _OFFLOAD_SCHEMA, f"{origin}: training.offload")
+    par_kw = check_section(data.get("parallelism"), _PARALLELISM_SCHEMA, f"{origin}: parallelism")
+    tr_kw = check_section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
+    offload = check_section(tr_kw.pop("offload", None), _OFFLOAD_SCHEMA, f"{origin}: training.offload")
     tr_kw.update({f"offload_{k}": v for k, v in offload.items()})
     if "global_batch" not in tr_kw:
         raise SpecError(f"{origin}: training section lacks global_batch")

@@ -1,6 +1,6 @@
 """Deep Learning Recommendation Models (``kind: dlrm``; Naumov et al. 2019, arXiv:1906.00091).
 
-File schema (shared sections in :mod:`dessim.workload.dpspec`)::
+File schema (shared sections in :mod:`dessim.workload.dataparallel.spec`)::
 
     kind: dlrm
     model:
@@ -10,7 +10,7 @@ File schema (shared sections in :mod:`dessim.workload.dpspec`)::
       embedding_dim: 128              # default dim of every table
       pooling: 1                      # default lookups per sample per table
       tables: [39884406, 39043, ...]  # rows per table, or mappings {name, rows, dim, pooling, sharding}
-      precision: bf16                 # MLPs (dessim.workload.model.PRECISIONS)
+      precision: bf16                 # MLPs (dessim.workload.common.precision.PRECISIONS)
     embeddings:
       sharding: table_wise            # table_wise | row_wise | column_wise (dlrm_model)
       sharder: greedy                 # greedy (load balancing) | round_robin
@@ -21,10 +21,10 @@ File schema (shared sections in :mod:`dessim.workload.dpspec`)::
 
 One iteration on every rank (hybrid parallelism, the DLRM paper §4.2):
 
-1. input reads (:mod:`dessim.workload.io`);
+1. input reads (:mod:`dessim.workload.dataparallel.io`);
 2. the embedding lookup of the rank's shards (one fused, memory-bound kernel — FBGEMM's
    table-batched embedding): reads ``lookups·dim·e`` bytes, writes the pooled ``B·dim·e``
-   (``/W`` rows for row-wise shards; :mod:`dessim.workload.dlrm_model`). Spilled shards'
+   (``/W`` rows for row-wise shards; :mod:`dessim.workload.recsys.dlrm_model`). Spilled shards'
    rows come from far memory first: a ``memcpy`` of their ``lookups·dim·e`` bytes from the
    nearest ``host_mem``/``cxl_mem`` node (category ``offload``);
 3. the forward all-to-all (one send/recv pair per GPU pair with bytes, per-peer streams
@@ -41,7 +41,7 @@ One iteration on every rank (hybrid parallelism, the DLRM paper §4.2):
    received gradients, read and write the looked-up rows) and, for spilled shards, the
    updated rows written back to far memory;
 7. the MLPs' gradients all-reduced over every GPU in DDP buckets during the backward
-   (:mod:`dessim.workload.dpgraph`, optional compression), then the dense optimizer step.
+   (:mod:`dessim.workload.dataparallel.graph`, optional compression), then the dense optimizer step.
 
 HBM placement: a rank keeps its hottest shards (lookups per byte) in HBM up to
 ``hbm_budget`` and spills the rest to ``spill`` memory; with ``spill: none`` shards that do
@@ -58,17 +58,17 @@ from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.topology.graph import Topology
 from dessim.units import format_size, parse_count, parse_size
-from dessim.workload.compression import GradSync
-from dessim.workload.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
-                                        rowwise_bytes, shard_tables)
-from dessim.workload.dpgraph import (Layer, emit_backward, emit_forward, emit_optimizer, memory_breakdown,
-                                     mlp_layers)
-from dessim.workload.dpresult import DPResult, Generated
-from dessim.workload.dpspec import CommonSpec, apply_overrides, parse_common
-from dessim.workload.emitter import TaskEmitter
-from dessim.workload.generator import OFFLOAD_NODE_KINDS, resolve_devices
-from dessim.workload.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
-from dessim.workload.model import PRECISIONS, Precision
+from dessim.workload.dataparallel.compression import GradSync
+from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
+                                               rowwise_bytes, shard_tables)
+from dessim.workload.dataparallel.graph import (Layer, emit_backward, emit_forward, emit_optimizer, memory_breakdown,
+                                                mlp_layers)
+from dessim.workload.dataparallel.result import DPResult, Generated
+from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, parse_common
+from dessim.workload.common.emitter import TaskEmitter
+from dessim.workload.common.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
+from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, resolve_devices
+from dessim.workload.common.precision import PRECISIONS, Precision
 
 __all__ = ["DLRMSpec", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers", "SPILL_TARGETS"]
 
@@ -271,7 +271,7 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     group = tuple(range(W))
     sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
     em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
-                     meta={"workload": spec.name, "kind": "dlrm", "generator": "dessim.workload.dlrm"},
+                     meta={"workload": spec.name, "kind": "dlrm", "generator": "dessim.workload.recsys.dlrm"},
                      calibration=calibration)
     hit = c.input.effective_hit_ratio(topology) if c.input else 0.0
     target = OFFLOAD_NODE_KINDS.get(opt.spill)

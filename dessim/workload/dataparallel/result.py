@@ -1,7 +1,7 @@
 """The outcome of simulating one iteration of a DLRM or CNN/ViT workload.
 
 :meth:`DPResult.summary` has the keys of the transformer's
-:meth:`~dessim.workload.result.WorkloadResult.summary` that apply (so ``dessim simulate`` and
+:meth:`~dessim.workload.transformer.result.WorkloadResult.summary` that apply (so ``dessim simulate`` and
 sweeps read both alike) plus ``kind`` and ``details`` (kind-specific figures):
 
 * ``iteration_s``, ``samples_per_s = global_batch / iteration_s``; ``tokens_per_s`` =
@@ -25,7 +25,7 @@ from typing import Any
 from dessim.catalog.devices import get_device
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.result import exposed_comm, rate_figures
+from dessim.workload.common.figures import exposed_comm, rate_figures
 
 __all__ = ["DPResult", "Generated"]
 
@@ -90,7 +90,7 @@ class DPResult:
 class Generated:
     """A generated task graph waiting for its simulation: ``finish(sim)`` wraps the engine's
     result into the kind's result object (:class:`DPResult` or the transformer's
-    :class:`~dessim.workload.result.WorkloadResult`). ``topology`` is the one the graph was
+    :class:`~dessim.workload.transformer.result.WorkloadResult`). ``topology`` is the one the graph was
     generated for (with any storage tier the workload attached)."""
 
     name: str

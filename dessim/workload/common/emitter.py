@@ -1,7 +1,8 @@
-"""Task emission for the generators of non-transformer workloads (DLRM, CNNs, ViT).
+"""Task emission for every task-graph generator (transformer, DLRM, CNNs, ViT).
 
 :class:`TaskEmitter` wraps a :class:`~dessim.taskgraph.model.TaskGraph` with the
-conventions of :mod:`dessim.workload.generator`, so that every generator's graphs look alike:
+conventions every generator follows, so that their graphs look alike and the bookkeeping
+(ids, counters, last task per stream, kernel times, nearest nodes) lives in one place:
 
 * task ids ``r<rank>.<n>`` in emission order per rank;
 * compute tasks carry ``flops``, ``bytes``, the kernel class and GEMM ``shape`` **and** a
@@ -13,7 +14,7 @@ conventions of :mod:`dessim.workload.generator`, so that every generator's graph
   order, so the ids agree; a one-rank group emits nothing;
 * the last task of each (rank, stream) is remembered (streams are FIFO, so waiting for it
   waits for everything before it);
-* memory/storage nodes are found with :func:`~dessim.workload.gradsync.nearest_node`.
+* memory/storage nodes are found with :func:`~dessim.workload.common.placement.nearest_node`.
 
 Units: seconds, bytes, FLOPs.
 """
@@ -26,8 +27,8 @@ from dessim.catalog.calibration import Calibration
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
-from dessim.workload.gradsync import nearest_node
-from dessim.workload.kernels import Kernel, KernelTimer
+from dessim.workload.common.kernels import Kernel, KernelTimer
+from dessim.workload.common.placement import nearest_node
 
 __all__ = ["TaskEmitter"]
 
@@ -41,7 +42,7 @@ class TaskEmitter:
         self.devices = tuple(devices)
         self.precision = precision
         self.graph = TaskGraph(name, meta=meta)
-        self._timer = KernelTimer(precision, calibration)
+        self.timer = KernelTimer(precision, calibration)   #: kernel times of the ranks' GPUs
         self._next: dict[int, int] = {}
         self._counts: dict[tuple[int, str], int] = {}
         self._last: dict[tuple[int, str], str] = {}
@@ -49,7 +50,8 @@ class TaskEmitter:
         self._nearest: dict[tuple[int, str], str] = {}
 
     # ------------------------------------------------------------------ bookkeeping
-    def _tid(self, rank: int) -> str:
+    def new_id(self, rank: int) -> str:
+        """A fresh task id of ``rank``: ``r<rank>.<n>``, ``n`` counting up from 0."""
         n = self._next.get(rank, 0)
         self._next[rank] = n + 1
         return f"r{rank}.{n}"
@@ -62,6 +64,7 @@ class TaskEmitter:
         return n
 
     def add(self, task: Task, deps: Sequence[str] = ()) -> str:
+        """Add ``task`` after ``deps`` (repeats and empty ids dropped); its id."""
         self.graph.add(task, [d for d in dict.fromkeys(deps) if d])
         self._last[(task.rank, task.stream)] = task.id
         return task.id
@@ -72,10 +75,11 @@ class TaskEmitter:
 
     def kernel_time(self, rank: int, kernel: Kernel) -> float:
         """Seconds the rank's GPU takes for ``kernel`` (device model, cached)."""
-        return self._timer(self.devices[rank], kernel)
+        return self.timer(self.devices[rank], kernel)
 
-    def nearest(self, rank: int, kind: str, what: str) -> str:
-        """The ``kind`` node nearest to the rank's GPU (see :mod:`dessim.workload.gradsync`)."""
+    def nearest(self, rank: int, kind: str, what: str = "") -> str:
+        """The ``kind`` node nearest to the rank's GPU (:func:`~dessim.workload.common.placement.nearest_node`;
+        ``what`` names what needs it in the error when there is none)."""
         key = (rank, kind)
         node = self._nearest.get(key)
         if node is None:
@@ -87,18 +91,21 @@ class TaskEmitter:
 
     # ------------------------------------------------------------------ tasks
     def compute(self, rank: int, kernels: Sequence[Kernel], label: str, category: str,
-                deps: Sequence[str] = (), stream: str = "compute") -> str:
-        """One compute task running ``kernels`` back to back."""
+                deps: Sequence[str] = (), stream: str = "compute",
+                attrs: dict[str, Any] | None = None) -> str:
+        """One compute task running ``kernels`` back to back; ``attrs`` default to
+        ``{"model_flops": ...}`` (a generator that precomputes them passes its own)."""
         duration = sum(self.kernel_time(rank, k) for k in kernels)
         if len(kernels) == 1:
             kind, shape = kernels[0].kind, kernels[0].shape or ()
         else:
             kind, shape = "layer", ()
-        mf = sum(k.flops for k in kernels if k.is_model_flops)
-        return self.add(Task(self._tid(rank), rank, "compute", stream=stream, name=label,
+        if attrs is None:
+            attrs = {"model_flops": sum(k.flops for k in kernels if k.is_model_flops)}
+        return self.add(Task(self.new_id(rank), rank, "compute", stream=stream, name=label,
                              category=category, duration=duration, flops=sum(k.flops for k in kernels),
                              bytes=sum(k.bytes for k in kernels), kernel=kind, shape=shape,
-                             attrs={"model_flops": mf}), deps)
+                             attrs=attrs), deps)
 
     def collective(self, rank: int, op: str, size: float, group: Sequence[int], prefix: str,
                    label: str, category: str, stream: str, deps: Sequence[str] = ()) -> str | None:
@@ -107,18 +114,18 @@ class TaskEmitter:
         if len(group) < 2:
             return None
         n = self.count(rank, f"coll.{prefix}")
-        return self.add(Task(self._tid(rank), rank, "collective", stream=stream, name=label,
+        return self.add(Task(self.new_id(rank), rank, "collective", stream=stream, name=label,
                              category=category, op=op, size=float(size), group=group,
                              coll_id=f"{prefix}{group[0]}.{n}"), deps)
 
     def p2p(self, rank: int, kind: str, peer: int, tag: int, size: float, label: str,
             category: str, stream: str, deps: Sequence[str] = ()) -> str:
         """A send (``kind="send"``) to or a receive from ``peer``."""
-        return self.add(Task(self._tid(rank), rank, kind, stream=stream, name=label, category=category,
+        return self.add(Task(self.new_id(rank), rank, kind, stream=stream, name=label, category=category,
                              peer=peer, tag=tag, size=float(size)), deps)
 
     def memcpy(self, rank: int, size: float, node: str, direction: str, label: str, category: str,
                stream: str, deps: Sequence[str] = ()) -> str:
         """Move ``size`` bytes between the rank's HBM and ``node`` (``to_hbm``/``from_hbm``)."""
-        return self.add(Task(self._tid(rank), rank, "memcpy", stream=stream, name=label,
+        return self.add(Task(self.new_id(rank), rank, "memcpy", stream=stream, name=label,
                              category=category, size=float(size), mem_node=node, direction=direction), deps)

@@ -6,9 +6,9 @@ Per rank, the graph holds (streams run their tasks in program order, see
 
 ``compute``
     Forward, recomputation and backward passes of the rank's pipeline stage in the order of
-    the pipeline schedule (:mod:`dessim.workload.schedules`), then the optimizer step.
+    the pipeline schedule (:mod:`dessim.workload.transformer.schedules`), then the optimizer step.
     ``granularity="layer"``: one task per layer, micro-batch and phase, split only where a
-    communication must happen in between (:mod:`dessim.workload.passes`); its ``duration``
+    communication must happen in between (:mod:`dessim.workload.transformer.passes`); its ``duration``
     is the sum of the device model's costs of its kernels (so a saved graph replays with the
     same times), and it keeps the kernels' total ``flops`` and ``bytes`` and, in
     ``attrs["model_flops"]``, the part that counts as model FLOPs (forward/backward matmul and
@@ -47,9 +47,9 @@ over ``edp·cp``)
     as ZeRO 1, but sharded gradients cannot be accumulated locally, so the reduce-scatter
     runs after *every* micro-batch's backward (DeepSpeed stage 2 with gradient accumulation;
     an assumption). ZeRO 3 / FSDP: per-block gathers and reduce-scatters inside the passes
-    (:mod:`dessim.workload.passes`), no final gather.
+    (:mod:`dessim.workload.transformer.passes`), no final gather.
 Optimizer step
-    Memory-bound (``kernel="optimizer"``, :func:`~dessim.workload.kernels.optimizer_kernel`):
+    Memory-bound (``kernel="optimizer"``, :func:`~dessim.workload.common.kernels.optimizer_kernel`):
     the bytes of every pass of the mixed-precision step (unscale and inf check with fp16
     loss scaling, gradient norm, Adam over the gradient and the ``K`` bytes of state per
     parameter, copy of the fp32 master weights to the 16-bit weights), for the parameters
@@ -57,7 +57,7 @@ Optimizer step
     state of each block is loaded into HBM, updated and stored back, block by block (loads
     run ahead on ``mem.in``, stores follow on ``mem.out``).
 Activation offload
-    See :mod:`dessim.workload.passes`.
+    See :mod:`dessim.workload.transformer.passes`.
 Free communication (``comm=False``)
     Every communication task becomes a zero-duration ``delay`` on the same stream that waits
     for what its peers' tasks would have waited for (collectives: all members' inputs; a
@@ -79,26 +79,24 @@ from dessim.errors import MemoryFitError, WorkloadError
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
-from dessim.topology.routing import Router, router_for
+from dessim.topology.routing import router_for
 from dessim.units import format_size
-from dessim.workload.gradsync import fill_buckets, nearest_node
-from dessim.workload.kernels import (Kernel, KernelTimer, embedding_kernels, head_kernels, layer_kernels,
-                                     optimizer_kernel)
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
-                                    layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
-from dessim.workload.model import TransformerConfig
-from dessim.workload.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
-                                    layer_points, merge_steps)
-from dessim.workload.stage_passes import PassTimeline, pass_timeline
-from dessim.workload.tp_islands import TPIslands
-from dessim.workload.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
+from dessim.workload.common.emitter import TaskEmitter
+from dessim.workload.common.gradsync import fill_buckets
+from dessim.workload.common.kernels import Kernel, optimizer_kernel
+from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
+from dessim.workload.transformer.kernels import embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
+                                                layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
+from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
+                                                layer_points, merge_steps)
+from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
+from dessim.workload.transformer.tp_islands import TPIslands
+from dessim.workload.transformer.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
 
-__all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "OFFLOAD_NODE_KINDS",
-           "COMM_CATEGORIES", "resolve_devices"]
-
-#: Topology node kind of each offload target.
-OFFLOAD_NODE_KINDS: dict[str, str] = {"host": "host_mem", "cxl": "cxl_mem"}
+__all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "COMM_CATEGORIES"]
 
 #: Communication categories of the generated tasks (exposed communication is reported by these).
 COMM_CATEGORIES: tuple[str, ...] = ("tp", "dp", "pp", "ep", "cp", "offload")
@@ -118,9 +116,9 @@ class GeneratorOptions:
     same work (pipeline-bubble studies). ``optimizer=False``: no optimizer step.
     ``check_memory=False``: skip the memory fit check. ``tp_closed_form``: TP collectives of
     isolated NVSwitch islands become ``delay`` tasks of their idle-network time
-    (:mod:`dessim.workload.tp_islands`); groups that share channels keep simulated
+    (:mod:`dessim.workload.transformer.tp_islands`); groups that share channels keep simulated
     collectives. ``granularity="stage"`` implies it and merges each pass into one compute task
-    per DP-bucket segment (:mod:`dessim.workload.stage_passes`), falling back to ``layer``
+    per DP-bucket segment (:mod:`dessim.workload.transformer.stage_passes`), falling back to ``layer``
     when a TP group is not isolated or a pass holds other communication.
     ``fold=True``: replica folding (:mod:`dessim.taskgraph.fold`) — emit the tasks of the ranks
     with TP index 0 and DP index 0 only; the engine carries every transfer and collective on
@@ -196,22 +194,6 @@ class WorkloadPlan:
         return sum(get_device(d).peak_flops(prec) for d in self.devices)
 
 
-def _resolve_devices(topology: Topology, fallback: Sequence[str | None], where: str) -> tuple[str, ...]:
-    out = []
-    default = next((d for d in fallback if d), None)
-    for r in range(topology.num_gpus):
-        name = topology.device(r) or default
-        if name is None:
-            raise WorkloadError(f"{where}: rank {r} of topology {topology.name!r} has no GPU model and "
-                                "the workload names no device: give one (--device H100 or training.device)")
-        out.append(get_device(name).name)
-    return tuple(out)
-
-
-#: Public for the other generators (DLRM, CNN): GPU model of every rank.
-resolve_devices = _resolve_devices
-
-
 def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topology, *,
               memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
               device: str | None = None, workload_device: str | None = None,
@@ -223,7 +205,7 @@ def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topolo
     memory = memory or MemoryOptions()
     name = name or model.name
     layout.validate(model, topology.num_gpus)
-    devices = _resolve_devices(topology, (device, workload_device), f"workload {name!r}")
+    devices = resolve_devices(topology, (device, workload_device), f"workload {name!r}")
     estimate = estimate_memory(model, layout, memory)
     capacity = min(get_device(d).hbm_capacity for d in set(devices))
     if options.check_memory:
@@ -317,20 +299,18 @@ class _Generator:
                           if plan.memory.offload_activations != "none" else 0.0)
         self.templates: dict[tuple[int, int, str], _Template] = {}
         calibration = engine.model_calibration if engine is not None else None
-        self.timer = KernelTimer(self.model.precision, calibration)
+        #: ids, counters, last task per stream, kernel times, nearest memory nodes
+        self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
+                              meta={"workload": plan.name, "layout": lo.describe(),
+                                    "granularity": self.opts.granularity, "comm": self.comm,
+                                    "generator": "dessim.workload.transformer.generator"},
+                              calibration=calibration)
         for name in set(plan.devices):        # a fused attention the GPU cannot run: say so now
-            self.timer.model(name).check_attention(lo.attention)
-        self.graph = TaskGraph(f"{plan.name} {lo.describe()}", meta={
-            "workload": plan.name, "layout": lo.describe(), "granularity": self.opts.granularity,
-            "comm": self.comm, "generator": "dessim.workload.generator"})
-        self.counter: dict[tuple[int, str], int] = {}
+            self.em.timer.model(name).check_attention(lo.attention)
+        self.graph = self.em.graph
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
         self.free_p2p: dict[tuple[int, int, int, str], dict[str, tuple[str, list[str]]]] = {}
         self.mem_tasks: dict[tuple[int, int, tuple], str] = {}
-        self.router: Router | None = None
-        self.mem_node_cache: dict[tuple[int, str], str] = {}
-        self.next_id: dict[int, int] = {}
-        self.last_stream: dict[tuple[int, str], str] = {}   #: last task of each (rank, stream)
         self.islands: TPIslands | None = None
         self.stage_mode = False
         self.fallback: list[str] = []
@@ -412,7 +392,7 @@ class _Generator:
                       if lo.stage_of(r) == lo.pp - 1]
         for target in (self.plan.memory.offload_optimizer, self.plan.memory.offload_activations):
             if target != "none":
-                pairs += [(node(r), self._mem_node(r, target)) for r in range(lo.world_size)]
+                pairs += [(node(r), self.em.nearest(r, OFFLOAD_NODE_KINDS[target])) for r in range(lo.world_size)]
         self.islands = TPIslands(self.topo, lo.groups("tp"), others, pairs, engine)
         for g, why in sorted(self.islands.fallbacks.items()):
             self.fallback.append(f"TP group {list(g)}: {why}")
@@ -440,7 +420,7 @@ class _Generator:
                 ready = ((b, {"dp_cp": d * grad, "edp_cp": e * grad}) for b, d, e in t.block_params)
                 cuts = {t.completes[b.after] for b in fill_buckets(ready, self.plan.bucket_size,
                                                                      ("dp_cp", "edp_cp"))}
-            self.timelines[key] = pass_timeline(t.steps, cuts, lambda k: self._ktime(rank, k),
+            self.timelines[key] = pass_timeline(t.steps, cuts, lambda k: self.em.kernel_time(rank, k),
                                                 lambda s: self._tp_time(s, group))
         return self.timelines[key]
 
@@ -474,7 +454,7 @@ class _Generator:
 
     def _emit_merged(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                      input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
-        """A pass as its merged segments (:mod:`dessim.workload.stage_passes`); ``ids`` maps
+        """A pass as its merged segments (:mod:`dessim.workload.transformer.stage_passes`); ``ids`` maps
         every template step to the segment task that contains it."""
         t = self._template(stage, chunk, phase)
         tl = self._timeline(rank, stage, chunk, phase)
@@ -484,13 +464,13 @@ class _Generator:
         cat = "fwd" if phase == "F" else "bwd"
         group = self.groups["tp"][rank]
         for n, seg in enumerate(tl.segments):
-            tid = self._tid(rank)
+            tid = self.em.new_id(rank)
             label = f"{cat} stage{stage} c{chunk} mb{mb} seg{n} ({t.labels[seg.first]}..{t.labels[seg.last]})"
-            self._add(Task(tid, rank, "compute", stream="compute", name=label, category=cat,
-                           duration=seg.duration, flops=seg.flops, bytes=seg.bytes, kernel="layer",
-                           attrs={"model_flops": seg.model_flops, "tp_comm_s": seg.tp_comm_s,
-                                  "tp_exposed_s": seg.tp_exposed_s, "merged": True}),
-                      prev + (input_deps if n == 0 else []))
+            self.em.add(Task(tid, rank, "compute", stream="compute", name=label, category=cat,
+                             duration=seg.duration, flops=seg.flops, bytes=seg.bytes, kernel="layer",
+                             attrs={"model_flops": seg.model_flops, "tp_comm_s": seg.tp_comm_s,
+                                    "tp_exposed_s": seg.tp_exposed_s, "merged": True}),
+                        prev + (input_deps if n == 0 else []))
             if n == 0 and input_deps:
                 # members start together (their first TP collective would sync them)
                 self.pass_inputs.setdefault((group, stage, chunk, phase, mb), []).append((tid, list(input_deps)))
@@ -498,35 +478,10 @@ class _Generator:
                 ids[i] = [tid]
             prev = [tid]
         if tl.tail > 0:
-            tid = self._tid(rank)
-            self._add(Task(tid, rank, "delay", stream="tp", name=f"tp tail stage{stage} c{chunk} mb{mb}",
-                           category="tp", duration=tl.tail, attrs={"closed_form": True}), prev)
+            tid = self.em.new_id(rank)
+            self.em.add(Task(tid, rank, "delay", stream="tp", name=f"tp tail stage{stage} c{chunk} mb{mb}",
+                             category="tp", duration=tl.tail, attrs={"closed_form": True}), prev)
         return t, ids
-
-    # ------------------------------------------------------------------ helpers
-    def _count(self, rank: int, what: str) -> int:
-        key = (rank, what)
-        n = self.counter.get(key, 0)
-        self.counter[key] = n + 1
-        return n
-
-    def _tid(self, rank: int) -> str:
-        n = self.next_id.get(rank, 0)
-        self.next_id[rank] = n + 1
-        return f"r{rank}.{n}"
-
-    def _ktime(self, rank: int, k: Kernel) -> float:
-        return self.timer(self.plan.devices[rank], k)
-
-    def _mem_node(self, rank: int, target: str) -> str:
-        key = (rank, target)
-        node = self.mem_node_cache.get(key)
-        if node is None:
-            if self.router is None:
-                self.router = router_for(self.topo)
-            node = nearest_node(self.router, self.topo, self.topo.node_of(rank), OFFLOAD_NODE_KINDS[target])
-            self.mem_node_cache[key] = node
-        return node
 
     # ------------------------------------------------------------------ blocks
     def _blocks(self, stage: int, chunk: int) -> list[Block]:
@@ -586,74 +541,50 @@ class _Generator:
         return t
 
     # ------------------------------------------------------------------ task emission
-    def _add(self, task: Task, deps: Sequence[str]) -> str:
-        self.graph.add(task, deps)
-        self.last_stream[(task.rank, task.stream)] = task.id
-        return task.id
-
     def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,
                     group: tuple[int, ...], deps: list[str], gkind: str) -> list[str]:
         """A collective task (or its free stand-in); returns the ids later steps depend on."""
         if len(group) == 1:
             return deps
-        n = self._count(rank, f"coll.{gkind}")
+        n = self.em.count(rank, f"coll.{gkind}")
         coll_id = f"{gkind}{group[0]}.{n}"
-        tid = self._tid(rank)
+        tid = self.em.new_id(rank)
         closed = (self.islands.time(op, size, group)
                   if gkind == "tp" and self.islands is not None and self.islands.isolated(group) else None)
         if closed is not None:
             # an isolated TP island: its idle-network time, starting when all members are ready
-            self._add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
-                           duration=closed, attrs={"op": op, "size": float(size), "closed_form": True}), deps)
+            self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
+                             duration=closed, attrs={"op": op, "size": float(size), "closed_form": True}), deps)
             self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
         elif self.comm:
-            self._add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
-                           op=op, size=float(size), group=group, coll_id=coll_id), deps)
+            self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
+                             op=op, size=float(size), group=group, coll_id=coll_id), deps)
         else:
-            self._add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
-                           duration=0.0, attrs={"op": op, "size": float(size)}), deps)
+            self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
+                             duration=0.0, attrs={"op": op, "size": float(size)}), deps)
             self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
         return [tid]
 
     def _p2p(self, rank: int, kind: str, peer: int, tag: int, size: float, name: str, category: str,
              stream: str, deps: list[str]) -> str:
-        tid = self._tid(rank)
         if self.comm:
-            self._add(Task(tid, rank, kind, stream=stream, name=name, category=category, peer=peer,
-                           tag=tag, size=float(size)), deps)
-        else:
-            self._add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
-                           duration=0.0, attrs={"peer": peer, "size": float(size)}), deps)
-            src, dst = (rank, peer) if kind == "send" else (peer, rank)
-            self.free_p2p.setdefault((src, dst, tag, stream.split(".")[0]), {})[kind] = (tid, list(deps))
+            return self.em.p2p(rank, kind, peer, tag, size, name, category, stream, deps)
+        tid = self.em.add(Task(self.em.new_id(rank), rank, "delay", stream=stream, name=name, category=category,
+                               duration=0.0, attrs={"peer": peer, "size": float(size)}), deps)
+        src, dst = (rank, peer) if kind == "send" else (peer, rank)
+        self.free_p2p.setdefault((src, dst, tag, stream.split(".")[0]), {})[kind] = (tid, list(deps))
         return tid
 
     def _memcpy(self, rank: int, size: float, direction: str, target: str, name: str, stream: str,
                 deps: list[str]) -> str:
-        tid = self._tid(rank)
         if self.comm:
-            self._add(Task(tid, rank, "memcpy", stream=stream, name=name, category="offload",
-                           size=float(size), mem_node=self._mem_node(rank, target), direction=direction), deps)
-        else:
-            self._add(Task(tid, rank, "delay", stream=stream, name=name, category="offload",
-                           duration=0.0, attrs={"size": float(size)}), deps)
-        return tid
+            node = self.em.nearest(rank, OFFLOAD_NODE_KINDS[target])
+            return self.em.memcpy(rank, size, node, direction, name, "offload", stream, deps)
+        return self.em.add(Task(self.em.new_id(rank), rank, "delay", stream=stream, name=name,
+                                category="offload", duration=0.0, attrs={"size": float(size)}), deps)
 
     def _compute(self, rank: int, step: Step, label: str, attrs: dict[str, Any], deps: list[str]) -> str:
-        tid = self._tid(rank)
-        ks = step.kernels
-        duration = sum(self._ktime(rank, k) for k in ks)
-        flops = sum(k.flops for k in ks)
-        nbytes = sum(k.bytes for k in ks)
-        if len(ks) == 1:
-            k = ks[0]
-            kernel, shape = k.kind, (k.shape or ())
-        else:
-            kernel, shape = "layer", ()
-        self._add(Task(tid, rank, "compute", stream="compute", name=label, category=step.category,
-                       duration=duration, flops=flops, bytes=nbytes, kernel=kernel, shape=shape,
-                       attrs=attrs), deps)
-        return tid
+        return self.em.compute(rank, step.kernels, label, step.category, deps, attrs=attrs)
 
     def _emit_pass(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                    input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
@@ -676,7 +607,7 @@ class _Generator:
                 pos = cp_group.index(rank)
                 step = 1 if s.peer == "next" else -1
                 peer = cp_group[(pos + step) % len(cp_group)]
-                tag = self._count(rank, s.stream)
+                tag = self.em.count(rank, s.stream)
                 ids.append([self._p2p(rank, s.kind, peer, tag, s.size, f"{t.labels[i]} mb{mb}", "cp",
                                       s.stream, deps)])
             elif s.kind == "memcpy":
@@ -774,7 +705,7 @@ class _Generator:
         group = self.groups[gkind][rank]
         if len(group) == 1:
             return (gkind, 0.0)
-        n = self._count(rank, f"bucket.{gkind}")
+        n = self.em.count(rank, f"bucket.{gkind}")
         self._collective(rank, f"dp {op} bucket{n} ({gkind}) mb{mb}", "dp", "dp", op, nbytes, group,
                          list(deps), gkind)
         return (gkind, nbytes)
@@ -789,7 +720,7 @@ class _Generator:
         deps = [last_compute] if last_compute else []
         # every DP reduction of this rank must be done (FIFO streams: the last of each suffices)
         for stream in ("dp", "dp.ag"):
-            last = self._last_on_stream(rank, stream)
+            last = self.em.last(rank, stream)
             if last:
                 deps.append(last)
         blocks = [b for c in range(self.v) for b in self._blocks(stage, c)]
@@ -817,9 +748,6 @@ class _Generator:
                 group = self.groups[gkind][rank]
                 self._collective(rank, f"dp allgather params bucket{n} ({gkind})", "dp", "dp", "allgather",
                                  nbytes * ratio, group, [done[-1]] if target == "none" else list(done), gkind)
-
-    def _last_on_stream(self, rank: int, stream: str) -> str:
-        return self.last_stream.get((rank, stream), "")
 
     # ------------------------------------------------------------------ free communication
     def _link_free(self) -> None:
@@ -877,7 +805,7 @@ def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,
     """The task graph of one training iteration of ``workload`` on ``topology``.
 
     ``workload``: a :class:`WorkloadPlan` (from :func:`make_plan`), a
-    :class:`~dessim.workload.spec.WorkloadSpec` (its layout scaled to the topology's GPU count
+    :class:`~dessim.workload.transformer.spec.WorkloadSpec` (its layout scaled to the topology's GPU count
     unless ``layout`` is given; its memory options and device), or a
     ``(TransformerConfig, ParallelLayout)`` pair. ``engine``: the :class:`~dessim.engine.EngineOptions` the graph will be replayed
     with (closed-form TP times use its network model, algorithm and chunking). Raises
@@ -893,7 +821,7 @@ def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None
              memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
              device: str | None = None) -> WorkloadPlan:
     """A :class:`WorkloadPlan` from a WorkloadSpec or a (model, layout) pair."""
-    from dessim.workload.spec import WorkloadSpec
+    from dessim.workload.transformer.spec import WorkloadSpec
 
     if isinstance(workload, WorkloadSpec):
         lay = layout or workload.layout(topology.num_gpus)

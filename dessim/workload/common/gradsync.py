@@ -1,6 +1,6 @@
 """Pieces of data-parallel training shared by every task-graph generator (the transformer
-generator of :mod:`dessim.workload.generator` and the DLRM / CNN generators): how gradients
-are packed into buckets, and which far-memory (or storage) node a GPU uses.
+generator of :mod:`dessim.workload.transformer.generator` and the DLRM / CNN generators): how gradients
+are packed into buckets.
 
 Gradient buckets (PyTorch DDP / Megatron-LM ``overlap_grad_reduce``)
     Gradients become ready block by block in backward order. Each reduction group kind (e.g.
@@ -9,12 +9,8 @@ Gradient buckets (PyTorch DDP / Megatron-LM ``overlap_grad_reduce``)
     ``limit`` bytes it is reduced — right after the block that filled it, so the reduction
     overlaps the rest of the backward. What is left is reduced after the last block, group
     kinds in the order given. ``limit = 0``: one reduction per group kind after the last
-    block. PyTorch's default bucket is 25 MiB (``bucket_cap_mb=25``, DDP documentation).
-
-Nearest node of a kind
-    The node of a kind (``host_mem``, ``cxl_mem``, ``storage``) with the fewest hops from the
-    GPU, ties broken by node name — deterministic, and the one a NUMA-aware allocator or a
-    node-local reader would pick.
+    block. PyTorch's default bucket is 25 MiB (``bucket_cap_mb=25``, DDP documentation):
+    :data:`DEFAULT_BUCKET_SIZE`.
 """
 
 from __future__ import annotations
@@ -23,10 +19,11 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from dessim.errors import WorkloadError
-from dessim.topology.graph import Topology
-from dessim.topology.routing import Router
 
-__all__ = ["Bucket", "fill_buckets", "nearest_node", "DEFAULT_GROUPS"]
+__all__ = ["Bucket", "fill_buckets", "DEFAULT_GROUPS", "DEFAULT_BUCKET_SIZE"]
+
+#: Gradient bucket size: PyTorch DDP's default ``bucket_cap_mb=25`` (MiB).
+DEFAULT_BUCKET_SIZE: int = 25 * 2**20
 
 #: Group kinds when a generator has a single data-parallel group.
 DEFAULT_GROUPS: tuple[str, ...] = ("dp",)
@@ -64,15 +61,3 @@ def fill_buckets(blocks: Iterable[tuple[str, Mapping[str, float]]], limit: float
             if pending[g] > 0:
                 out.append(Bucket(g, pending[g], last))
     return out
-
-
-def nearest_node(router: Router, topology: Topology, gpu: str, kind: str, what: str = "") -> str:
-    """The node of ``kind`` nearest to node ``gpu`` (:meth:`Router.nearest`: fewest hops,
-    then latency, then name); a :class:`~dessim.errors.WorkloadError` naming ``what`` needs
-    it if the topology has none reachable from ``gpu``."""
-    found = router.nearest(gpu, (kind,))
-    if found is None:
-        need = f"{what} needs" if what else "needs"
-        raise WorkloadError(f"{need} a {kind} node reachable from {gpu!r}, but topology "
-                            f"{topology.name!r} has none")
-    return found

@@ -1,14 +1,14 @@
 """The outcome of simulating one training iteration: :class:`WorkloadResult`.
 
-Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
+Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.flops`):
 
 * ``iteration_s`` — the simulated makespan of the iteration's task graph.
 * ``tokens_per_s = global_batch · seq_len / iteration_s``; ``samples_per_s = global_batch / iteration_s``.
 * ``model_tflops_per_gpu = F_model / (iteration_s · gpus) / 1e12`` with ``F_model`` the
   model FLOPs of Megatron-LM's formula (72·B·s·l·h²·(1 + s/6h + V/12lh) for GPT models,
-  generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.flops.model_flops_per_iteration`,
+  generalised to GQA/SwiGLU/MoE: :func:`~dessim.workload.transformer.flops.model_flops_per_iteration`,
   "Megatron-LM FLOPs" in docs/references.md); ``hardware_tflops_per_gpu`` the same with
-  recomputation (:func:`~dessim.workload.flops.hardware_flops_per_iteration`: the
+  recomputation (:func:`~dessim.workload.transformer.flops.hardware_flops_per_iteration`: the
   96·B·s·l·h²·(...) form of Narayanan et al. 2021, Eq. 3, under full recomputation).
 * ``mfu = F_model / (iteration_s · Σ_ranks dense peak)`` (the peak at the model's precision,
   :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs.
@@ -17,22 +17,22 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.flops`):
   overlapped by any compute of the rank, mean over ranks (the engine's accounting,
   :mod:`dessim.engine.result`).
 * ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
-  (:meth:`~dessim.workload.memory.MemoryEstimate.breakdown`), with ``total``.
+  (:meth:`~dessim.workload.transformer.memory.MemoryEstimate.breakdown`), with ``total``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, Sequence
+from typing import Any
 
-from dessim.engine.intervals import length, subtract, union
+from dessim.engine.intervals import length, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from dessim.workload.generator import COMM_CATEGORIES, WorkloadPlan
+from dessim.workload.common.figures import exposed_comm, rate_figures
+from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
-__all__ = ["WorkloadResult", "bubble_fraction", "exposed_comm", "closed_form_tp_exposed",
-           "PIPELINE_WORK", "STAGE_COMM"]
+__all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM"]
 
 #: Compute categories that are pipeline-stage work.
 PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "recompute")
@@ -72,74 +72,6 @@ def bubble_fraction(sim: SimulationResult) -> float:
         clipped = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
         busy += length(union(clipped))
     return max(0.0, 1.0 - busy / (ranks * window))
-
-
-def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
-                 model_flops: float, hardware_flops: float, gpus: int,
-                 peak_flops: float) -> dict[str, float]:
-    """Throughput and utilisation of one iteration, shared by every workload kind.
-
-    ``samples`` per iteration (the global batch), ``model_flops``/``hardware_flops`` per
-    iteration for the whole cluster, ``peak_flops`` the summed dense peak of all GPUs (FLOP/s).
-    MFU = model FLOP/s / peak; HFU counts recomputation too. Zero when the iteration is empty.
-    """
-    def rate(x: float) -> float:
-        return x / iteration_s if iteration_s > 0 else 0.0
-
-    return {
-        "iteration_s": iteration_s,
-        "tokens_per_s": rate(samples * tokens_per_sample),
-        "samples_per_s": rate(samples),
-        "model_flops": model_flops,
-        "hardware_flops": hardware_flops,
-        "model_tflops_per_gpu": rate(model_flops) / gpus / 1e12,
-        "hardware_tflops_per_gpu": rate(hardware_flops) / gpus / 1e12,
-        "mfu": rate(model_flops) / peak_flops if peak_flops else 0.0,
-        "hfu": rate(hardware_flops) / peak_flops if peak_flops else 0.0,
-    }
-
-
-def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
-                           ranks: Collection[int] | None = None) -> float:
-    """Exposed TP communication timed in closed form (:mod:`dessim.workload.tp_islands`),
-    mean over ``ranks`` (default: every rank of ``sim``): ``delay`` tasks of category ``tp``
-    not overlapped by the rank's compute tasks, plus ``attrs["tp_exposed_s"]`` of merged stage
-    tasks. The engine counts delays as compute, so these are invisible to its per-category
-    accounting. ``graph`` is the graph ``sim`` ran (a cluster's merged graph for its jobs)."""
-    delays: dict[int, list[tuple[float, float]]] = {}
-    compute: dict[int, list[tuple[float, float]]] = {}
-    inside = 0.0
-    for rec in sim.span_records:
-        rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
-        if ranks is not None and rank not in ranks:
-            continue
-        if kind == "delay" and category == "tp" and end > start:
-            delays.setdefault(rank, []).append((start, end))
-        elif kind == "compute":
-            compute.setdefault(rank, []).append((start, end))
-            if graph.meta.get("stage_merged"):
-                inside += float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
-    exposed = sum(length(subtract(union(iv), union(compute.get(r, [])))) for r, iv in delays.items())
-    return (exposed + inside) / ((len(sim.ranks) if ranks is None else len(ranks)) or 1)
-
-
-def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] | None = None,
-                 categories: Sequence[str] = ()) -> dict[str, float]:
-    """Communication time not overlapped by compute, per category, mean over ``ranks``
-    (default: every rank of ``sim``): the engine's per-rank accounting plus the TP time timed
-    in closed form (:func:`closed_form_tp_exposed`). Every workload kind's summary and each
-    job of a cluster (:mod:`dessim.workload.multijob`) report this figure; ``categories`` are
-    listed even when nothing is exposed in them."""
-    selected = sim.ranks if ranks is None else [sim.ranks[r] for r in ranks]
-    n = len(selected) or 1
-    out = {c: 0.0 for c in categories}
-    for r in selected:
-        for cat, v in r.exposed_by_category.items():
-            out[cat] = out.get(cat, 0.0) + v / n
-    if graph.meta.get("tp_closed_form_groups"):
-        out["tp"] = out.get("tp", 0.0) + closed_form_tp_exposed(
-            sim, graph, None if ranks is None else frozenset(ranks))
-    return out
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Pass programs: what one rank does for one pass (forward or backward) of one micro-batch
 through one model chunk, as a rank-independent list of :class:`Step` templates.
 
-The task-graph generator (:mod:`dessim.workload.generator`) stamps these templates out for
+The task-graph generator (:mod:`dessim.workload.transformer.generator`) stamps these templates out for
 every rank and micro-batch. A step is a compute segment (one or more kernels of
-:mod:`dessim.workload.kernels`), a collective on a named rank group (``tp``, ``ep``,
+:mod:`dessim.workload.transformer.kernels`), a collective on a named rank group (``tp``, ``ep``,
 ``dp_cp``, ``edp_cp``), a ring send/recv in the context-parallel group, or a memcpy to/from
 far memory. ``deps`` are indices of earlier steps of the same pass; each step also waits for
 the previous step of its stream (program order).
@@ -14,7 +14,7 @@ Where communication goes (Megatron-LM, Shoeybi et al. 2019 and Korthikanti et al
     input gradient backward — and ``g`` after a row-parallel GEMM (attention out-proj, MLP
     down, vocabulary-parallel embedding) — all-reduce forward, identity backward. Every
     layer thus has 2 all-reduces forward and 2 backward of ``T·h`` elements (``T`` tokens of
-    the rank, :class:`~dessim.workload.kernels.TokenShard`). With sequence parallelism ``f``
+    the rank, :class:`~dessim.workload.transformer.kernels.TokenShard`). With sequence parallelism ``f``
     becomes an all-gather forward / reduce-scatter backward and ``g`` a reduce-scatter
     forward / all-gather backward (same ``T·h`` element arrays, nccl-tests sizes = the whole
     gathered/reduced array); the backward also re-gathers the sequence-sharded input of the
@@ -46,7 +46,7 @@ ZeRO-3 / FSDP
 Activation offload
     After a layer's forward its stored activations are copied to far memory; they come back
     one layer ahead of the layer's backward (two layers' worth stay in HBM, as
-    :mod:`dessim.workload.memory` assumes).
+    :mod:`dessim.workload.transformer.memory` assumes).
 
 Merging (``granularity="layer"``): consecutive compute steps of one block and phase become
 one task when nothing depends on the first and the second waits for nothing else; a block's
@@ -59,15 +59,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from dessim.workload.kernels import ATTENTION, MATMUL, Kernel, KernelSet
-from dessim.workload.layout import ParallelLayout
-from dessim.workload.model import TransformerConfig
+from dessim.workload.common.kernels import ATTENTION, MATMUL, Kernel, KernelSet
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.model import TransformerConfig
 
 __all__ = ["Step", "Block", "PassBuilder", "CommPoint", "CommSpec", "layer_points",
            "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES"]
 
 #: Task granularities of the generator (``stage``: one task per pass and DP bucket, see
-#: :mod:`dessim.workload.tp_islands`; it falls back to ``layer`` where it would not be exact).
+#: :mod:`dessim.workload.transformer.tp_islands`; it falls back to ``layer`` where it would not be exact).
 GRANULARITIES: tuple[str, ...] = ("layer", "kernel", "stage")
 
 

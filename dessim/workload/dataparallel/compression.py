@@ -45,8 +45,8 @@ from math import ceil
 from typing import Any, Mapping, Sequence
 
 from dessim.errors import SpecError
-from dessim.workload.emitter import TaskEmitter
-from dessim.workload.kernels import ELEMENTWISE, Kernel
+from dessim.workload.common.emitter import TaskEmitter
+from dessim.workload.common.kernels import ELEMENTWISE, Kernel
 
 __all__ = ["Compression", "METHODS", "WIRE_BYTES", "parse_compression", "GradSync"]
 

@@ -1,18 +1,18 @@
 """Vision workloads (``kind: cnn``): ResNet-50 or a ViT trained data-parallel over every GPU.
 
-File schema (the shared sections are in :mod:`dessim.workload.dpspec`)::
+File schema (the shared sections are in :mod:`dessim.workload.dataparallel.spec`)::
 
     kind: cnn
     model:
       arch: resnet50            # *required*: resnet50 | vit-b16 | vit-l16 (cnn_models.ARCHS)
       image_size: 224
       classes: 1000
-      precision: bf16           # bf16 | fp16 | fp8 | fp32 (dessim.workload.model.PRECISIONS)
+      precision: bf16           # bf16 | fp16 | fp8 | fp32 (dessim.workload.common.precision.PRECISIONS)
 
-One iteration on every rank (:mod:`dessim.workload.dpgraph`): the input reads
-(:mod:`dessim.workload.io`), for each micro-batch the forward and backward of every layer
-(:mod:`dessim.workload.cnn_models`), the last backward's gradients all-reduced in DDP buckets
-(optionally compressed, :mod:`dessim.workload.compression`) overlapping the backward, then
+One iteration on every rank (:mod:`dessim.workload.dataparallel.graph`): the input reads
+(:mod:`dessim.workload.dataparallel.io`), for each micro-batch the forward and backward of every layer
+(:mod:`dessim.workload.vision.cnn_models`), the last backward's gradients all-reduced in DDP buckets
+(optionally compressed, :mod:`dessim.workload.dataparallel.compression`) overlapping the backward, then
 the optimizer step.
 """
 
@@ -26,14 +26,14 @@ from dessim.errors import MemoryFitError, SpecError
 from dessim.catalog.devices import get_device
 from dessim.topology.graph import Topology
 from dessim.units import format_size, parse_count
-from dessim.workload.cnn_models import ARCHS, total_params
-from dessim.workload.compression import GradSync
-from dessim.workload.dpgraph import emit_backward, emit_forward, emit_optimizer, memory_breakdown
-from dessim.workload.dpresult import DPResult, Generated
-from dessim.workload.dpspec import CommonSpec, apply_overrides, parse_common
-from dessim.workload.emitter import TaskEmitter
-from dessim.workload.generator import resolve_devices
-from dessim.workload.model import PRECISIONS
+from dessim.workload.vision.cnn_models import ARCHS, total_params
+from dessim.workload.dataparallel.compression import GradSync
+from dessim.workload.dataparallel.graph import emit_backward, emit_forward, emit_optimizer, memory_breakdown
+from dessim.workload.dataparallel.result import DPResult, Generated
+from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, parse_common
+from dessim.workload.common.emitter import TaskEmitter
+from dessim.workload.common.placement import resolve_devices
+from dessim.workload.common.precision import PRECISIONS
 
 __all__ = ["CNNSpec", "parse_cnn", "generate_cnn"]
 
@@ -99,7 +99,7 @@ def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any]
         raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in "
                              f"{format_size(capacity)} of HBM; lower training.micro_batch ({mb})")
     em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
-                     meta={"workload": spec.name, "kind": "cnn", "generator": "dessim.workload.cnn"},
+                     meta={"workload": spec.name, "kind": "cnn", "generator": "dessim.workload.vision.cnn"},
                      calibration=calibration)
     group = tuple(range(W))
     sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)

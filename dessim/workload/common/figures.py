@@ -1,0 +1,82 @@
+"""The figures every workload kind's summary reports the same way: throughput and utilisation
+of one simulated iteration (MFU and HFU: Chowdhery et al. 2022 / Korthikanti et al. 2022, as in
+:mod:`dessim.workload.transformer.flops`) and communication not overlapped by compute.
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Sequence
+
+from dessim.engine.intervals import length, subtract, union
+from dessim.engine.result import SimulationResult
+from dessim.taskgraph.model import TaskGraph
+
+__all__ = ["rate_figures", "closed_form_tp_exposed", "exposed_comm"]
+
+
+def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
+                 model_flops: float, hardware_flops: float, gpus: int,
+                 peak_flops: float) -> dict[str, float]:
+    """Throughput and utilisation of one iteration, shared by every workload kind.
+
+    ``samples`` per iteration (the global batch), ``model_flops``/``hardware_flops`` per
+    iteration for the whole cluster, ``peak_flops`` the summed dense peak of all GPUs (FLOP/s).
+    MFU = model FLOP/s / peak; HFU counts recomputation too. Zero when the iteration is empty.
+    """
+    def rate(x: float) -> float:
+        return x / iteration_s if iteration_s > 0 else 0.0
+
+    return {
+        "iteration_s": iteration_s,
+        "tokens_per_s": rate(samples * tokens_per_sample),
+        "samples_per_s": rate(samples),
+        "model_flops": model_flops,
+        "hardware_flops": hardware_flops,
+        "model_tflops_per_gpu": rate(model_flops) / gpus / 1e12,
+        "hardware_tflops_per_gpu": rate(hardware_flops) / gpus / 1e12,
+        "mfu": rate(model_flops) / peak_flops if peak_flops else 0.0,
+        "hfu": rate(hardware_flops) / peak_flops if peak_flops else 0.0,
+    }
+
+
+def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
+                           ranks: Collection[int] | None = None) -> float:
+    """Exposed TP communication timed in closed form (:mod:`dessim.workload.transformer.tp_islands`),
+    mean over ``ranks`` (default: every rank of ``sim``): ``delay`` tasks of category ``tp``
+    not overlapped by the rank's compute tasks, plus ``attrs["tp_exposed_s"]`` of merged stage
+    tasks. The engine counts delays as compute, so these are invisible to its per-category
+    accounting. ``graph`` is the graph ``sim`` ran (a cluster's merged graph for its jobs)."""
+    delays: dict[int, list[tuple[float, float]]] = {}
+    compute: dict[int, list[tuple[float, float]]] = {}
+    inside = 0.0
+    for rec in sim.span_records:
+        rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
+        if ranks is not None and rank not in ranks:
+            continue
+        if kind == "delay" and category == "tp" and end > start:
+            delays.setdefault(rank, []).append((start, end))
+        elif kind == "compute":
+            compute.setdefault(rank, []).append((start, end))
+            if graph.meta.get("stage_merged"):
+                inside += float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
+    exposed = sum(length(subtract(union(iv), union(compute.get(r, [])))) for r, iv in delays.items())
+    return (exposed + inside) / ((len(sim.ranks) if ranks is None else len(ranks)) or 1)
+
+
+def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] | None = None,
+                 categories: Sequence[str] = ()) -> dict[str, float]:
+    """Communication time not overlapped by compute, per category, mean over ``ranks``
+    (default: every rank of ``sim``): the engine's per-rank accounting plus the TP time timed
+    in closed form (:func:`closed_form_tp_exposed`). Every workload kind's summary and each
+    job of a cluster (:mod:`dessim.workload.multijob`) report this figure; ``categories`` are
+    listed even when nothing is exposed in them."""
+    selected = sim.ranks if ranks is None else [sim.ranks[r] for r in ranks]
+    n = len(selected) or 1
+    out = {c: 0.0 for c in categories}
+    for r in selected:
+        for cat, v in r.exposed_by_category.items():
+            out[cat] = out.get(cat, 0.0) + v / n
+    if graph.meta.get("tp_closed_form_groups"):
+        out["tp"] = out.get("tp", 0.0) + closed_form_tp_exposed(
+            sim, graph, None if ranks is None else frozenset(ranks))
+    return out

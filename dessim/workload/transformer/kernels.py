@@ -1,0 +1,216 @@
+"""Compute kernels of one transformer layer (and of the embedding and LM head) on one GPU.
+
+For one micro-batch on one rank of a :class:`~dessim.workload.transformer.layout.ParallelLayout`, each
+block (:func:`layer_kernels`, :func:`embedding_kernels`, :func:`head_kernels`) is a
+:class:`~dessim.workload.common.kernels.KernelSet`: the forward kernels in execution order, the backward kernels in execution
+order and the kernels re-run before the backward under activation recomputation. Each
+:class:`~dessim.workload.common.kernels.Kernel` carries FLOPs, bytes read and written from HBM, and a ``kind``:
+
+``matmul``
+    ``shape = (m, n, k)`` (:mod:`dessim.workload.common.kernels` has the GEMM, backward and
+    optimizer-step conventions every workload kind shares).
+``attention``
+    The attention core by ``layout.attention`` (``training.attention``):
+
+    * ``flash2`` / ``flash3`` — one fused kernel (FlashAttention-2/3): FLOPs
+      ``4 · b · s_q · s_k · heads/tp · head_dim`` (two GEMMs of ``2·s_q·s_k·head_dim`` per
+      head; the full ``s²``, no causal halving, as in Megatron-LM's FLOP formula, Narayanan et
+      al. 2021 Eq. 3); bytes: read Q, K, V, write O — the ``s²`` score matrix never touches
+      HBM. ``shape = (b·heads/tp, s_q, s_k, head_dim, causal)``; the device model costs it at
+      the implementation's measured rate (causal: decoder language models).
+    * ``unfused`` — Megatron-LM before FlashAttention (its ``CoreAttention``, 2021-2022):
+      ``QKᵀ`` as a batched GEMM writing ``b·heads/tp·s_q·s_k`` scores, a fused
+      scale-mask-softmax kernel reading and writing them and ``·V`` as a batched GEMM reading
+      them — one ``attn.core`` kernel of the same FLOPs with the ``s²``-sized HBM bytes of
+      those three kernels (and of their backward), ``shape = (b·heads/tp, s_q, s_k,
+      head_dim, 0)``: the full ``s²`` is computed and the causal mask is fused into the
+      softmax, so the block is costed at the measured rate of unfused non-causal attention
+      (PyTorch's matmul-softmax-matmul in FlashAttention's benchmark). Dropout on the
+      probabilities (when the model has dropout: reads them, writes them and a 1-byte mask)
+      is its own kernel: the measured block ran without it.
+``elementwise`` / ``norm`` / ``softmax`` / ``dropout``
+    Memory-bound kernels with their real bytes: norms read and write ``T·h`` and read their
+    weights; the residual adds are Megatron's fused bias-dropout-add (read the branch output
+    and the residual, write the sum and, with dropout, a 1-byte mask); the MLP activation is
+    the fused bias-GeLU / SwiGLU; FLOPs are rough estimates (:mod:`dessim.workload.transformer.model`)
+    and are not model FLOPs.
+
+Tokens per rank
+    ``T = micro_batch · seq_len / cp`` (context parallelism splits every sequence; each rank's
+    queries attend to all ``seq_len`` keys). Norms, residual adds and the router run on
+    ``T / tp`` tokens under sequence parallelism, otherwise on ``T`` (redundantly on every TP
+    rank). GEMMs see all ``T`` tokens (after SP's all-gather). Communication (TP all-reduce /
+    all-gather / reduce-scatter, CP K/V exchange, MoE all-to-all) is *not* here: the task-graph
+    generator inserts it between these kernels.
+
+Backward
+    By :meth:`~dessim.workload.common.kernels.KernelBuilder.backward` (that module's
+    "Backward": dgrad and wgrad per GEMM, fused attention at 2× the forward FLOPs).
+
+Recomputation: ``selective`` re-runs the attention core before its backward; ``full`` re-runs
+the whole layer forward (the embedding and LM head are never recomputed — Megatron-LM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil
+from typing import Iterable
+
+from dessim.workload.common.kernels import ATTENTION, MATMUL, NORM, SOFTMAX, Kernel, KernelBuilder, KernelSet
+from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.model import TransformerConfig
+
+__all__ = ["TokenShard", "layer_kernels", "embedding_kernels", "head_kernels"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenShard:
+    """What one rank sees of one micro-batch (see "Tokens per rank" above)."""
+
+    micro_batch: int
+    seq_len: int        #: full sequence length (keys per query)
+    seq_local: int      #: queries per rank: seq_len / cp
+    tokens: int         #: T = micro_batch · seq_local
+    tokens_sp: int      #: tokens of norms/residuals: T / tp with SP, else T
+    tp: int
+    ep: int
+
+    @classmethod
+    def of(cls, model: TransformerConfig, layout: ParallelLayout) -> "TokenShard":
+        """The shard of ``layout`` (validated against ``model``: whole heads, tokens, experts)."""
+        layout.validate(model)
+        s_local = model.seq_len // layout.cp
+        tokens = layout.micro_batch * s_local
+        tokens_sp = tokens // layout.tp if layout.sequence_parallel else tokens
+        return cls(layout.micro_batch, model.seq_len, s_local, tokens, tokens_sp, layout.tp, layout.ep)
+
+
+def _assemble(b: KernelBuilder, forward: list[Kernel], recompute: Iterable[Kernel] = ()) -> KernelSet:
+    backward = tuple(k for fwd in reversed(forward) for k in b.backward(fwd))
+    return KernelSet(tuple(forward), backward, tuple(replace(k, phase="recompute") for k in recompute))
+
+
+def _mlp(b: KernelBuilder, model: TransformerConfig, prefix: str, tokens: int, ffn_t: int,
+         groups: int = 1) -> list[Kernel]:
+    """An MLP (or ``groups`` local experts) on ``tokens`` rows, width ``ffn_t`` per TP rank."""
+    act = model.activation_spec
+    h = model.hidden
+    ks = []
+    if act.gated:
+        ks.append(b.matmul(f"{prefix}.gate", tokens, ffn_t, h, groups))
+    ks.append(b.matmul(f"{prefix}.up", tokens, ffn_t, h, groups))
+    inputs = (2 if act.gated else 1) * tokens * ffn_t
+    ks.append(b.elementwise(f"{prefix}.act", inputs, tokens * ffn_t, act.flops_per_element * tokens * ffn_t))
+    ks.append(b.matmul(f"{prefix}.down", tokens, h, ffn_t, groups))
+    return ks
+
+
+def _attention_core(b: KernelBuilder, model: TransformerConfig, layout: ParallelLayout,
+                    sh: "TokenShard") -> list[Kernel]:
+    """The attention core of one layer by ``layout.attention`` (module docstring)."""
+    t = layout.tp
+    heads = model.heads // t
+    d = model.head_dim
+    q_t, kv_t = model.hidden // t, model.kv_dim // t
+    s_q, s_k, mb = sh.seq_local, sh.seq_len, layout.micro_batch
+    bh = mb * heads
+    if layout.attention == "unfused":
+        scores = bh * s_q * s_k
+        # The kernels the measured block runs: QKᵀ (K expanded to every head), the
+        # scale(-mask)-softmax, probabilities · V; their HBM bytes, forward and backward.
+        parts = [b.bmm("attn.scores", bh, s_q, s_k, d),
+                 Kernel("attn.softmax", SOFTMAX, "fwd", 5.0 * scores, scores * b.act, scores * b.act),
+                 b.bmm("attn.context", bh, s_q, d, s_k)]
+        back = [k for part in parts for k in b.backward(part)]
+        ks = [Kernel("attn.core", ATTENTION, "fwd", sum(k.flops for k in parts if k.kind == MATMUL),
+                     sum(k.bytes_read for k in parts), sum(k.bytes_written for k in parts),
+                     (bh, s_q, s_k, d, 0), impl="unfused",
+                     backward_bytes=(sum(k.bytes_read for k in back),
+                                     sum(k.bytes_written for k in back)))]
+        if model.dropout:           # not in the measured block (dropout 0 there): its own kernel
+            ks.append(b.dropout("attn.dropout", scores))
+        return ks
+    read = (sh.tokens * q_t + 2 * mb * s_k * kv_t) * b.act
+    return [Kernel("attn.core", ATTENTION, "fwd", 4.0 * mb * s_q * s_k * q_t, read,
+                   sh.tokens * q_t * b.act, (bh, s_q, s_k, d, 1), impl=layout.attention)]
+
+
+def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
+    """Kernels of one transformer layer for one micro-batch on one rank of ``layout``."""
+    b = KernelBuilder(model)
+    sh = TokenShard.of(model, layout)
+    t, h = layout.tp, model.hidden
+    T, Tsp = sh.tokens, sh.tokens_sp
+    q_t, kv_t = h // t, model.kv_dim // t
+    norm = model.norm_spec
+    prec = model.precision_spec
+    norm_params = model.norm_params() * prec.param_bytes
+    bias = h * prec.param_bytes if model.bias else 0.0
+
+    def norm_kernel(name: str) -> Kernel:
+        return b.elementwise(name, Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM, norm_params)
+
+    core = _attention_core(b, model, layout, sh)
+    fwd = [
+        norm_kernel("attn.norm"),
+        b.matmul("attn.qkv", T, q_t + 2 * kv_t, h),
+        *core,
+        b.matmul("attn.proj", T, h, q_t),
+        b.bias_dropout_add("attn.residual", Tsp * h, bias, model.dropout),
+        norm_kernel("mlp.norm"),
+    ]
+    if model.is_moe:
+        k, local = model.top_k, model.experts // layout.ep
+        routed = T * k  # tokens this rank's experts process (balanced routing)
+        fwd.append(b.matmul("moe.router", Tsp, model.experts, h))
+        fwd.append(b.elementwise("moe.permute", T * h, routed * h, 0.0))
+        fwd += _mlp(b, model, "moe.expert", routed, model.moe_ffn_hidden // t, local)  # type: ignore[operator]
+        fwd.append(b.elementwise("moe.unpermute", routed * h, T * h, 2 * routed * h))
+    else:
+        fwd += _mlp(b, model, "mlp", T, model.ffn_hidden // t)
+    fwd.append(b.bias_dropout_add("mlp.residual", Tsp * h, bias, model.dropout))
+
+    if layout.recompute == "full":
+        recompute = fwd
+    elif layout.recompute == "selective":
+        recompute = core
+    else:
+        recompute = []
+    return _assemble(b, fwd, recompute)
+
+
+def embedding_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
+    """Token (+ learned position) embedding lookup on the first pipeline stage.
+
+    Vocabulary-parallel: every TP rank looks up the rows of its vocabulary slice for all
+    ``T`` tokens (the partial results are then all-reduced, or reduce-scattered under SP)."""
+    b = KernelBuilder(model)
+    sh = TokenShard.of(model, layout)
+    h, T = model.hidden, sh.tokens
+    learned = model.position_embedding == "learned"
+    inputs = (2 if learned else 1) * T * h
+    fwd = [b.elementwise("embed.lookup", inputs, T * h, T * h if learned else 0.0)]
+    return _assemble(b, fwd)
+
+
+def head_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
+    """Final norm, LM head (vocabulary-parallel GEMM) and softmax cross-entropy on the last
+    stage. The loss kernel's FLOPs (≈ 5 per logit: max, subtract, exp, sum, log — our
+    estimate) are not model FLOPs."""
+    b = KernelBuilder(model)
+    sh = TokenShard.of(model, layout)
+    h, T, Tsp = model.hidden, sh.tokens, sh.tokens_sp
+    v_t = ceil(model.vocab / layout.tp)
+    norm = model.norm_spec
+    fwd = [
+        b.elementwise("head.norm", Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM,
+                      model.norm_params() * model.precision_spec.param_bytes),
+        b.matmul("head.logits", T, v_t, h),
+        # vocabulary-parallel cross-entropy (Megatron-LM): reads the logits, keeps the fp32
+        # softmax for the backward and writes one fp32 loss per token; the backward reads
+        # the softmax and writes the logits' gradient
+        Kernel("head.loss", SOFTMAX, "fwd", 5.0 * T * v_t, T * v_t * b.act, T * v_t * 4.0 + 4.0 * T,
+               backward_bytes=(T * v_t * 4.0, T * v_t * b.act)),
+    ]
+    return _assemble(b, fwd)
