@@ -77,6 +77,12 @@ def test_defaults_pick_stage_granularity_and_folding_and_say_they_did():
     assert (explicit.granularity, explicit.fold, explicit.auto) == ("layer", False, ())
 
 
+@pytest.mark.parametrize("bucket", [-1, "25MB", True])
+def test_a_bad_bucket_size_is_refused_when_the_options_are_made(bucket):
+    with pytest.raises(WorkloadError, match="bucket_size"):
+        GeneratorOptions(bucket_size=bucket)
+
+
 def test_default_graph_is_folded_and_merged_where_exact():
     g = build_taskgraph((GPT, ParallelLayout(tp=2, pp=2, dp=2, global_batch=8)), topo(8))
     assert g.fold is not None and g.meta["granularity"] == "stage"

@@ -150,6 +150,9 @@ class GeneratorOptions:
                                 f"{', '.join(GRANULARITIES)}")
         if self.fold not in (None, True, False):
             raise WorkloadError(f"fold={self.fold!r} must be true, false or null (automatic)")
+        b = self.bucket_size
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or b < 0):
+            raise WorkloadError(f"bucket_size={b!r} must be a number of bytes >= 0 (0: no bucketing)")
 
     def resolved(self) -> "GeneratorOptions":
         """These options with the automatic values made concrete (class docstring)."""
@@ -159,9 +162,6 @@ class GeneratorOptions:
             return self
         return replace(self, granularity="stage" if self.granularity == "auto" else self.granularity,
                        fold=True if self.fold is None else self.fold, auto=self.auto + auto)
-        b = self.bucket_size
-        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or b < 0):
-            raise WorkloadError(f"bucket_size={b!r} must be a number of bytes >= 0 (0: no bucketing)")
 
 
 @dataclass(frozen=True)
