@@ -35,11 +35,14 @@ def topology_for(name: str) -> str:
     """The suggested topology of a preset (transformers: its layout's GPUs on DGX nodes of its
     device; other kinds span one DGX H100)."""
     from dessim.workload import load_workload
-    from dessim.workload.api import suggested_topology
+    from dessim.topology.presets import suggested_topology
 
     if name in _transformers():
         spec = load_workload(name)
-        return suggested_topology(spec.num_gpus, spec.training.device)
+        got = suggested_topology(spec.num_gpus, spec.training.device)
+        if got is None:
+            raise SystemExit(f"preset {name}: no DGX preset for {spec.training.device}")
+        return got
     return "dgx-h100:nodes=1"
 
 

@@ -98,3 +98,22 @@ def test_cxl_node_expanders_behind_pcie():
 def test_preset_errors(call, match):
     with pytest.raises(DessimError, match=match):
         call()
+
+
+@pytest.mark.parametrize("gpus, device, spec", [
+    (64, "A100-80GB", "dgx-a100:nodes=8"),
+    (16, "A100-40GB", "dgx-a100:nodes=2,gpu=A100-40GB"),
+    (8192, None, "dgx-h100:nodes=1024"),          # no device: H100 nodes
+    (12, "H200", "dgx-h100:nodes=2,gpu=H200"),     # a partial node rounds up
+])
+def test_suggested_topology_is_dgx_nodes_of_the_device(gpus, device, spec):
+    from dessim.topology import load_topology
+    from dessim.topology.presets import suggested_topology
+    assert suggested_topology(gpus, device) == spec
+    assert load_topology(spec).num_gpus >= gpus
+
+
+@pytest.mark.parametrize("device", ["B200", "MI300X", "V100"])
+def test_no_topology_is_suggested_for_a_gpu_without_a_dgx_preset(device):
+    from dessim.topology.presets import suggested_topology
+    assert suggested_topology(8, device) is None

@@ -139,7 +139,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     from dessim.catalog.devices import get_device
     from dessim.errors import DessimError
     from dessim.workload import (estimate_memory, hardware_flops_per_iteration, model_flops_per_iteration)
-    from dessim.workload.api import suggested_topology
+    from dessim.topology.presets import suggested_topology
     from dessim.workload.transformer.plan import resolve_workload
     from dessim.workload.transformer.memory import check_fit
 
@@ -182,7 +182,10 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
                + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
     click.echo(f"  layout      {layout.describe()}")
-    if topology is None:
+    if topology is None and out["topology"] is None:
+        click.echo(f"  topology    none built in for {dev_name} (no DGX preset): describe the "
+                   "cluster with --topology (docs/topologies.md)")
+    elif topology is None:
         click.echo(f"  topology    {out['topology']} (suggested: this layout's GPUs on "
                    f"{dev_name or 'H100'} DGX nodes; dessim simulate {spec.name} --topology "
                    f"{out['topology']})")

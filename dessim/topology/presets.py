@@ -50,7 +50,7 @@ from dessim.topology.graph import Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size
 
 __all__ = ["dgx_a100", "dgx_h100", "pcie_server", "cxl_node", "PRESETS", "DGX_GPUS",
-           "SU_SIZE"]
+           "SU_SIZE", "suggested_topology"]
 
 #: GPUs per DGX node.
 DGX_GPUS = 8
@@ -332,3 +332,22 @@ def cxl_node(gpu: str = "H100", gpus: int = 8, expanders: int = 4,
 #: Preset functions by name.
 PRESETS = {"dgx_a100": dgx_a100, "dgx_h100": dgx_h100, "pcie_server": pcie_server,
            "cxl_node": cxl_node}
+
+
+#: The DGX node preset of each GPU family that has one (:func:`suggested_topology`).
+_DGX_OF = {"A100-80GB": "dgx-a100", "A100-40GB": "dgx-a100,gpu=A100-40GB", "H100": "dgx-h100",
+           "H200": "dgx-h100,gpu=H200"}
+
+
+def suggested_topology(gpus: int, device: str | None) -> str | None:
+    """The inline spec of ``gpus`` GPUs on DGX nodes of ``device`` (:data:`DGX_GPUS` per
+    node, rounded up; H100 when ``device`` is None): what ``dessim workload show`` suggests
+    for a layout. None for a GPU without a DGX preset (B200, MI300X, V100): its cluster has
+    to be described (an inline ``leafspine``/``switch`` spec or a YAML file)."""
+    name = get_device(device).name if device else "H100"
+    builder = _DGX_OF.get(name)
+    if builder is None:
+        return None
+    kind, _, params = builder.partition(",")
+    nodes = max(1, -(-gpus // DGX_GPUS))
+    return f"{kind}:nodes={nodes}" + (f",{params}" if params else "")

@@ -19,29 +19,11 @@ from dessim.workload.kinds import simulate_any
 from dessim.workload.transformer.result import WorkloadResult
 from dessim.workload.transformer.spec import WorkloadSpec
 
-__all__ = ["simulate_workload", "suggested_topology", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
+__all__ = ["simulate_workload", "DEFAULT_WORKLOAD", "DEFAULT_TOPOLOGY"]
 
 #: What ``dessim simulate`` runs without arguments (small enough for a few seconds).
 DEFAULT_WORKLOAD = "gpt3-1.3b"
 DEFAULT_TOPOLOGY = "dgx-h100:nodes=1"
-
-#: The DGX node preset of each GPU family (``suggested_topology``).
-_DGX_OF = {"A100-80GB": "dgx-a100", "A100-40GB": "dgx-a100,gpu=A100-40GB", "H100": "dgx-h100",
-           "H200": "dgx-h100,gpu=H200", "B200": "dgx-h100,gpu=B200"}
-GPUS_PER_NODE = 8
-
-
-def suggested_topology(gpus: int, device: str | None) -> str:
-    """The topology a preset is meant for: ``gpus`` GPUs (its layout's count) on DGX nodes of
-    its ``device`` (8 GPUs per node; H100 nodes when the device has no DGX preset)."""
-    from dessim.catalog.devices import get_device
-
-    name = get_device(device).name if device else "H100"
-    builder = _DGX_OF.get(name, f"dgx-h100,gpu={name}")
-    kind, _, params = builder.partition(",")
-    nodes = max(1, -(-gpus // GPUS_PER_NODE))
-    return f"{kind}:nodes={nodes}" + (f",{params}" if params else "")
-
 
 def simulate_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
                       overrides: Mapping[str, Any] | None = None,
