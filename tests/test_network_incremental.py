@@ -17,7 +17,7 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dessim.network.flow as flow_module
+import dessim.network.maxmin as maxmin_module
 from dessim.network import FlowNetwork
 from dessim.network.maxmin import solve_maxmin
 from dessim.topology.graph import Topology
@@ -163,8 +163,8 @@ def test_a_new_flow_on_a_saturated_channel_slows_flows_beyond_it():
 def test_falling_back_to_the_full_solve_gives_the_same_times(monkeypatch):
     topology, transfers = uneven_leafspine(), random_leafspine_traffic(3, 60)
     reference, _ = run(topology, transfers, incremental=False)
-    monkeypatch.setattr(flow_module, "INCREMENTAL_MIN_LIMIT", 0)
-    monkeypatch.setattr(flow_module, "INCREMENTAL_MAX_FRACTION", 0.0)
+    monkeypatch.setattr(maxmin_module, "INCREMENTAL_MIN_LIMIT", 0)
+    monkeypatch.setattr(maxmin_module, "INCREMENTAL_MAX_FRACTION", 0.0)
     times, net = run(topology, transfers, ComparedFlowNetwork)
     # every solve with a flow to re-rate fell back (the others: the last flows had left)
     assert net.fallback_solves > 0.9 * net.solves
