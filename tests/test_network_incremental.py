@@ -193,3 +193,26 @@ def used_at(points, ch, t):
         if c == ch:
             used = u
     return used
+
+
+# ------------------------------------------------------------------ memos (exact)
+def _plain(flows, caps):
+    """solve_maxmin under another name: the network's MaxMinSystem keeps no memo."""
+    return solve_maxmin(flows, caps)
+
+
+def repeated(transfers, times: int, period: float):
+    """The same transfers again every ``period`` seconds: recurring solves."""
+    return [(s, d, n, start + k * period) for k in range(times) for s, d, n, start in transfers]
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_memoised_solves_give_the_floats_of_recomputed_ones(seed, incremental):
+    transfers = repeated(random_leafspine_traffic(seed, 30), 4, 1.0)
+    memo, net = run(uneven_leafspine(), transfers, incremental=incremental)
+    plain, ref = run(uneven_leafspine(), transfers, solver=_plain, incremental=incremental)
+    assert memo == plain                 # identical floats, not approximately
+    assert (net.solves, net.incremental_solves, net.fallback_solves) == (
+        ref.solves, ref.incremental_solves, ref.fallback_solves)
+    assert net._system.state_hits > 0 and ref._system.state_hits == 0
