@@ -133,8 +133,9 @@ def drive(system, caps, batches):
                 system.remove(live.pop(op[1]))
         if system.modified:
             solved, rates, _chans = system.solve()
-            for v in solved:
-                v.rate = rates[v.fid]
+            assert len(rates) == len(solved)
+            for v, r in zip(solved, rates):
+                v.rate = r
         trace.append({fid: v.rate for fid, v in sorted(live.items())})
     return trace
 

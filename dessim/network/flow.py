@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -494,13 +494,12 @@ class FlowNetwork(Network):
                                   + len(self._bpending)) + 1024:
             self._compact_heap()
 
-    def _apply(self, now: float, flows: list[_Flow], rates: Mapping[int, float]) -> None:
-        """Give ``flows`` (progress already brought to ``now``) their new rates; a flow whose
-        rate changed gets a new version and ETA."""
+    def _apply(self, now: float, flows: list[_Flow], rates: Sequence[float]) -> None:
+        """Give ``flows`` (progress already brought to ``now``) their new ``rates`` (bytes/s,
+        in the same order); a flow whose rate changed gets a new version and ETA."""
         heap = self._heap
         push = heapq.heappush
-        for f in flows:
-            r = rates[f.fid]
+        for f, r in zip(flows, rates):
             if r != f.rate:
                 f.rate = r
                 f.version += 1

@@ -223,12 +223,12 @@ class MaxMinSystem(Generic[V]):
             freed[c] = freed.get(c, 0.0) + rate
 
     # ------------------------------------------------------------------ solve
-    def solve(self) -> tuple[list[V], dict[int, float], list[int]]:
+    def solve(self) -> tuple[list[V], Sequence[float], list[int]]:
         """Re-rate what the modifications since the last solve can affect.
 
         Returns the variables re-rated (ascending id; their rates may be unchanged), their
-        new rates (bytes/s) by id, and the constraints whose load may have changed. The
-        modifications are consumed.
+        new rates (bytes/s) in the same order, and the constraints whose load may have
+        changed. The modifications are consumed.
         """
         key = self._state_key()
         if key is not None:
@@ -242,8 +242,7 @@ class MaxMinSystem(Generic[V]):
                     self.incremental_solves += 1
                 self.modified, self.joined, self.freed = set(), [], {}
                 allv = list(self.variables.values())
-                solved = [allv[i] for i in idx]
-                return solved, {v.fid: r for v, r in zip(solved, vals)}, list(chans)
+                return [allv[i] for i in idx], vals, list(chans)
         fallback = False
         out = self._solve_incremental() if self.incremental else None
         if out is None:
@@ -254,12 +253,13 @@ class MaxMinSystem(Generic[V]):
                 self.fallback_solves += 1
             else:
                 self.incremental_solves += 1
+        solved, rates, chans = out
+        vals = tuple([rates[v.fid] for v in solved])
         if key is not None:
-            solved, rates, chans = out
             pos = {fid: i for i, fid in enumerate(self.variables)}
-            self._remember(key, (fallback, tuple([pos[v.fid] for v in solved]),
-                                 tuple([rates[v.fid] for v in solved]), tuple(chans)))
-        return out
+            self._remember(key, (fallback, tuple([pos[v.fid] for v in solved]), vals,
+                                 tuple(chans)))
+        return solved, vals, chans
 
     def _state_key(self) -> tuple | None:
         """Everything a solve's floats depend on (see the class docstring), or None when the
@@ -276,10 +276,12 @@ class MaxMinSystem(Generic[V]):
             self._hits_before = self.state_hits
         fids = list(allv)
         vs = allv.values()
-        pos = {fid: i for i, fid in enumerate(fids)}
+        joined: tuple[int, ...] = ()
+        if self.joined:
+            pos = {fid: i for i, fid in enumerate(fids)}
+            joined = tuple([pos[v.fid] for v in self.joined])
         return (tuple([v.channels for v in vs]), tuple([v.rate for v in vs]),
-                tuple(sorted(range(len(fids)), key=fids.__getitem__)),
-                tuple([pos[v.fid] for v in self.joined]),
+                tuple(sorted(range(len(fids)), key=fids.__getitem__)), joined,
                 tuple(sorted(self.freed.items())), frozenset(self.modified))
 
     def _remember(self, key: tuple, value: tuple) -> None:
