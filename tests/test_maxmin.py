@@ -102,3 +102,103 @@ def test_thousand_coupled_flows_are_valid():
     caps = [rng.uniform(1.0, 10.0) for _ in range(250)]
     flows = {i: rng.sample(range(250), 4) for i in range(1000)}
     assert_maxmin(flows, caps, solve_maxmin(flows, caps))
+
+
+# ------------------------------------------------------------------ MaxMinSystem (incremental)
+
+class Var:
+    """A variable of MaxMinSystem: id, channels, rate (what FlowNetwork's flows carry)."""
+
+    __slots__ = ("fid", "channels", "rate")
+
+    def __init__(self, fid, channels):
+        self.fid, self.channels, self.rate = fid, tuple(channels), 0.0
+
+
+def _not_default(flows, caps):
+    """solve_maxmin behind another name: MaxMinSystem then keeps no memo."""
+    return solve_maxmin(flows, caps)
+
+
+def drive(system, caps, batches):
+    """Apply batches of ("add", fid, channels) / ("remove", fid) ops, solving after each and
+    setting the answered rates; after each solve, the rates of all variables (by id)."""
+    live, trace = {}, []
+    for batch in batches:
+        for op in batch:
+            if op[0] == "add" and op[1] not in live:
+                live[op[1]] = v = Var(op[1], op[2])
+                system.add(v)
+            elif op[0] == "remove" and op[1] in live:
+                system.remove(live.pop(op[1]))
+        if system.modified:
+            solved, rates, _chans = system.solve()
+            assert len(rates) == len(solved)
+            for v, r in zip(solved, rates):
+                v.rate = r
+        trace.append({fid: v.rate for fid, v in sorted(live.items())})
+    return trace
+
+
+@st.composite
+def histories(draw):
+    n_chan = draw(st.integers(1, 8))
+    caps = draw(st.lists(st.sampled_from([1.0, 2.5, 3.0, 10.0, 0.7]), min_size=n_chan,
+                         max_size=n_chan))
+    ops = st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 30),
+                  st.lists(st.integers(0, n_chan - 1), min_size=1, max_size=4, unique=True)),
+        st.tuples(st.just("remove"), st.integers(0, 30)))
+    batches = draw(st.lists(st.lists(ops, min_size=1, max_size=6), min_size=1, max_size=12))
+    return caps, batches
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories())
+def test_system_matches_the_reference_full_solve_after_every_change(history):
+    from dessim.network.maxmin import MaxMinSystem
+    caps, batches = history
+    trace = drive(MaxMinSystem(caps), caps, batches)
+    full = drive(MaxMinSystem(caps, incremental=False), caps, batches)
+    live: dict[int, tuple] = {}
+    for batch, rates, full_rates in zip(batches, trace, full):
+        for op in batch:
+            if op[0] == "add":
+                live.setdefault(op[1], tuple(op[2]))
+            else:
+                live.pop(op[1], None)
+        flows = {fid: live[fid] for fid in sorted(live)}
+        reference = solve_maxmin(flows, caps)
+        assert rates.keys() == reference.keys() == full_rates.keys()
+        for fid, r in reference.items():
+            assert rates[fid] == pytest.approx(r, rel=1e-12, abs=0)
+        assert full_rates == reference      # the full mode IS the reference solve
+        if flows:
+            assert_maxmin(flows, caps, rates)
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories())
+def test_system_memos_return_the_floats_of_a_recomputation(history):
+    from dessim.network.maxmin import MaxMinSystem
+    caps, batches = history
+    repeated = batches * 3          # the same changes again: states recur, memos answer
+    memo = MaxMinSystem(caps)
+    plain = MaxMinSystem(caps, solver=_not_default)
+    assert drive(memo, caps, repeated) == drive(plain, caps, repeated)
+    assert (memo.incremental_solves, memo.fallback_solves) == (plain.incremental_solves,
+                                                               plain.fallback_solves)
+    assert plain.state_hits == plain.memo_hits == 0
+
+
+def test_system_state_memo_answers_a_recurring_step():
+    from dessim.network.maxmin import MaxMinSystem
+    caps = [1.0, 2.0, 3.0]
+    step = [[("add", 0, [0, 1]), ("add", 1, [1, 2]), ("add", 2, [2])],
+            [("remove", 0)], [("remove", 1), ("remove", 2)]]
+    memo = MaxMinSystem(caps)
+    first = drive(memo, caps, step)
+    hits = memo.state_hits
+    assert drive(memo, caps, step) == first
+    assert memo.state_hits == hits + 3
+    assert first[0] == {0: 1.0, 1: 1.0, 2: 2.0}

@@ -17,7 +17,7 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dessim.network.flow as flow_module
+import dessim.network.maxmin as maxmin_module
 from dessim.network import FlowNetwork
 from dessim.network.maxmin import solve_maxmin
 from dessim.topology.graph import Topology
@@ -163,8 +163,8 @@ def test_a_new_flow_on_a_saturated_channel_slows_flows_beyond_it():
 def test_falling_back_to_the_full_solve_gives_the_same_times(monkeypatch):
     topology, transfers = uneven_leafspine(), random_leafspine_traffic(3, 60)
     reference, _ = run(topology, transfers, incremental=False)
-    monkeypatch.setattr(flow_module, "INCREMENTAL_MIN_LIMIT", 0)
-    monkeypatch.setattr(flow_module, "INCREMENTAL_MAX_FRACTION", 0.0)
+    monkeypatch.setattr(maxmin_module, "INCREMENTAL_MIN_LIMIT", 0)
+    monkeypatch.setattr(maxmin_module, "INCREMENTAL_MAX_FRACTION", 0.0)
     times, net = run(topology, transfers, ComparedFlowNetwork)
     # every solve with a flow to re-rate fell back (the others: the last flows had left)
     assert net.fallback_solves > 0.9 * net.solves
@@ -193,3 +193,26 @@ def used_at(points, ch, t):
         if c == ch:
             used = u
     return used
+
+
+# ------------------------------------------------------------------ memos (exact)
+def _plain(flows, caps):
+    """solve_maxmin under another name: the network's MaxMinSystem keeps no memo."""
+    return solve_maxmin(flows, caps)
+
+
+def repeated(transfers, times: int, period: float):
+    """The same transfers again every ``period`` seconds: recurring solves."""
+    return [(s, d, n, start + k * period) for k in range(times) for s, d, n, start in transfers]
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_memoised_solves_give_the_floats_of_recomputed_ones(seed, incremental):
+    transfers = repeated(random_leafspine_traffic(seed, 30), 4, 1.0)
+    memo, net = run(uneven_leafspine(), transfers, incremental=incremental)
+    plain, ref = run(uneven_leafspine(), transfers, solver=_plain, incremental=incremental)
+    assert memo == plain                 # identical floats, not approximately
+    assert (net.solves, net.incremental_solves, net.fallback_solves) == (
+        ref.solves, ref.incremental_solves, ref.fallback_solves)
+    assert net._system.state_hits > 0 and ref._system.state_hits == 0

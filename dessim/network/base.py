@@ -238,8 +238,11 @@ class Network(abc.ABC):
 
     def add_finished_bytes(self, delta: np.ndarray) -> None:
         """Count ``delta`` bytes per direction as carried (see :meth:`finished_bytes`)."""
-        for d in np.flatnonzero(delta):
-            self._done_bytes[d] += float(delta[d])
+        done = self._done_bytes
+        idx = np.flatnonzero(delta)
+        # the same float additions, without a numpy scalar per direction
+        for d, v in zip(idx.tolist(), np.asarray(delta, dtype=float)[idx].tolist()):
+            done[d] += v
 
     # ------------------------------------------------------------------ for subclasses
     @abc.abstractmethod

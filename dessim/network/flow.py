@@ -19,12 +19,14 @@ docs/references.md):
 * Wake-ups run at simpy priority :data:`WAKE_PRIORITY` (after every ordinary event of the same
   instant), so all changes at one timestamp — flows finishing and the transfers their waiters
   start in reaction, e.g. the next step of a ring — are batched into ONE rate solve.
-* A solve is incremental (``incremental=True``, default): it re-rates only the flows whose
-  max-min rate can change — progressive filling on an affected set with the other rates
-  fixed, grown until the max-min conditions hold for every flow around it
-  (:meth:`FlowNetwork._solve_incremental`), falling back to the connected component (flows
+* The rates are kept by a :class:`~dessim.network.maxmin.MaxMinSystem` (flows = variables,
+  channels = constraints; this class is the event loop around it). A solve is incremental
+  (``incremental=True``, default): it re-rates only the flows whose max-min rate can change —
+  progressive filling on an affected set with the other rates fixed, grown until the max-min
+  conditions hold for every flow around it — falling back to the connected component (flows
   coupled through shared channels) of the channels whose flow set changed, which
-  ``incremental=False`` always solves. Same allocation, float rounding aside (docs/network.md).
+  ``incremental=False`` always solves. Same allocation, float rounding aside; recurring
+  solves are answered from exact memos (docs/network.md).
 * Flows due at the same instant (within a relative :data:`REL_EPS` of the time, so float noise
   never leaves a remnant of a few bytes) finish together, in flow-id (= start) order.
 
@@ -52,15 +54,14 @@ Flow bundles (exact shortcut, ``bundles=True`` by default; see docs/performance.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 from array import array
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import simpy
 
 from dessim.network.base import BundleTemplate, Network, Route, register_network
-from dessim.network.maxmin import solve_maxmin
+from dessim.network.maxmin import MaxMinSystem, Solver, solve_maxmin
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
 
@@ -77,31 +78,14 @@ WAKE_PRIORITY: int = 2
 
 _FINISH, _JOIN = 0, 1
 
-#: Relative tolerance of the incremental solve's max-min check (a channel is saturated when
-#: its load is >= capacity * (1 - SAT_TOL); a flow is the largest on a channel when no other
-#: one exceeds its rate * (1 + SAT_TOL)). It only has to absorb float rounding of sums of at
-#: most a few thousand rates (~1e-13 relative); a tighter value is always safe (a false
-#: violation only enlarges the affected set), a looser one could accept a rate that is wrong
-#: by up to SAT_TOL relative.
-SAT_TOL: float = 1e-12
-
-#: The incremental solve gives up and re-solves the whole component once the affected set
-#: holds more than this fraction of the active flows (or the minimum below): past that point
-#: a few restricted solves cost more than one full solve. Speed only; both paths are exact.
-INCREMENTAL_MAX_FRACTION: float = 0.5
-INCREMENTAL_MIN_LIMIT: int = 32
-
-Solver = Callable[[Mapping[int, Sequence[int]], Mapping[int, float] | Sequence[float]],
-                  dict[int, float]]
-
-
 class _Flow:
-    __slots__ = ("fid", "route", "nbytes", "remaining", "rate", "last", "version", "eta",
-                 "join_at", "event")
+    __slots__ = ("fid", "route", "channels", "nbytes", "remaining", "rate", "last", "version",
+                 "eta", "join_at", "event")
 
     def __init__(self, fid: int, route: Route, nbytes: float, join_at: float, event: simpy.Event):
         self.fid = fid
         self.route = route
+        self.channels = route.channels   # a variable of the MaxMinSystem: its constraints
         self.nbytes = nbytes
         self.remaining = nbytes   # bytes left at time `last`
         self.rate = 0.0           # bytes/s since `last`
@@ -149,6 +133,7 @@ class _WakeUp(simpy.Event):
 _MAX_CACHED_GROUPS = 100_000
 
 
+
 @register_network
 class FlowNetwork(Network):
     """Max-min fair flow-level network. See the module docstring for the exact semantics.
@@ -167,21 +152,13 @@ class FlowNetwork(Network):
                  record: bool = False, solver: Solver = solve_maxmin, bundles: bool = True,
                  incremental: bool = True) -> None:
         super().__init__(env, topology, router=router, record=record, bundles=bundles)
-        self._solver = solver
-        self.incremental = bool(incremental)
-        #: Solves done on an affected set only / that fell back to the whole component.
-        self.incremental_solves = 0
-        self.fallback_solves = 0
+        #: The rates: flows are its variables, channels its constraints.
+        self._system: MaxMinSystem[_Flow] = MaxMinSystem(self.channels.capacity, solver=solver,
+                                                         incremental=incremental)
         n_chan = len(self.channels)
-        #: Per channel id: its individual flows (created on first use: a fabric has 10^4+
-        #: channels and most runs touch few of them).
-        self._users: defaultdict[int, dict[int, _Flow]] = defaultdict(dict)
         self._pending: dict[int, _Flow] = {}   # in their latency phase
         self._active: dict[int, _Flow] = {}    # sharing bandwidth
         self._heap: list[tuple[float, int, int, int]] = []
-        self._dirty: set[int] = set()          # channels whose flow set changed since the solve
-        self._joined: list[_Flow] = []         # flows that joined since the last solve
-        self._freed: dict[int, float] = {}     # per channel: rates of the flows that left
         self._next_fid = 0
         self._token = 0
         self._armed_at: float | None = None
@@ -196,6 +173,21 @@ class FlowNetwork(Network):
         self._owner_np = np.frombuffer(self._owner, dtype=self._occ_np.dtype)
         self._bundle_bytes = np.zeros(len(self.channels.directions))
         self._templates: dict[tuple, BundleTemplate | None] = {}
+
+    @property
+    def incremental(self) -> bool:
+        """Whether solves re-rate only the flows whose rate can change."""
+        return self._system.incremental
+
+    @property
+    def incremental_solves(self) -> int:
+        """Solves done on an affected set only (incremental mode)."""
+        return self._system.incremental_solves
+
+    @property
+    def fallback_solves(self) -> int:
+        """Solves that fell back to the whole coupled component (incremental mode)."""
+        return self._system.fallback_solves
 
     @property
     def active_flows(self) -> int:
@@ -370,14 +362,14 @@ class FlowNetwork(Network):
             # Solve after the waiters have run, so the transfers they start now join the batch.
             self._arm(now)
             return
-        if self._dirty:
+        if self._system.modified:
             self._solve(now)
         nxt = self._next_time()
         if nxt is not None:
             self._arm(nxt)
 
     def _pop_due(self, now: float) -> list:
-        heap, users, dirty, occ = self._heap, self._users, self._dirty, self._occ
+        heap, occ, system = self._heap, self._occ, self._system
         limit = now + REL_EPS * now
         finished: list = []
         while heap and heap[0][0] <= limit:
@@ -404,12 +396,9 @@ class FlowNetwork(Network):
                 if f.version != version:
                     continue  # stale ETA
                 del self._active[fid]
-                freed, rate = self._freed, f.rate
-                for c in f.route.channels:
-                    del users[c][fid]
+                system.remove(f)
+                for c in f.channels:
                     occ[c] -= 1
-                    dirty.add(c)
-                    freed[c] = freed.get(c, 0.0) + rate
                 for d in f.route.directions:
                     self._done_bytes[d] += f.nbytes
                 finished.append(f)
@@ -417,17 +406,16 @@ class FlowNetwork(Network):
 
     def _join_flow(self, f: _Flow, now: float) -> None:
         """Flow ``f`` starts sharing bandwidth now (splitting any bundle in its way)."""
-        users, dirty, occ, owner = self._users, self._dirty, self._occ, self._owner
+        occ, owner = self._occ, self._owner
         f.last = now
-        fid = f.fid
-        self._active[fid] = f
-        self._joined.append(f)
-        for c in f.route.channels:
+        self._active[f.fid] = f
+        for c in f.channels:
             if owner[c] >= 0:
                 self._split(self._bundles[owner[c]])
-            users[c][fid] = f
             occ[c] += 1
-            dirty.add(c)
+        # after the splits: per channel, the members of a split bundle come before f (the
+        # order of the system's sums), as when each channel was checked just before joining
+        self._system.add(f)
 
     def _join_bundle(self, b: _Bundle, now: float, finished: list) -> None:
         """Bundle ``b`` ends its latency phase: it runs alone on its channels (rate = the
@@ -462,13 +450,13 @@ class FlowNetwork(Network):
         flows with the bundle's progress, rate and ETA (the re-solve then sees them)."""
         del self._bundles[b.fid]
         self._owner_np[b.template.channels] = -1
-        users, occ, heap = self._users, self._occ, self._heap
+        occ, heap, system = self._occ, self._heap, self._system
         for k, route in enumerate(b.template.routes):
             f = self._member(b, k, route)
             fid = f.fid
             self._active[fid] = f
+            system.insert(f)
             for c in route.channels:
-                users[c][fid] = f
                 occ[c] += 1
             heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
 
@@ -487,46 +475,16 @@ class FlowNetwork(Network):
         return None
 
     # ------------------------------------------------------------------ rate solve
-    def _component(self) -> tuple[dict[int, _Flow], list[int]]:
-        """Flows and channels coupled (through shared channels) with the dirty channels."""
-        users = self._users
-        seen = bytearray(len(self.channels))   # one mark per channel: cheaper than a set
-        stack = list(self._dirty)
-        for c in stack:
-            seen[c] = 1
-        chans = list(stack)
-        flows: dict[int, _Flow] = {}
-        while stack:
-            for fid, f in users[stack.pop()].items():
-                if fid in flows:
-                    continue
-                flows[fid] = f
-                for d in f.route.channels:
-                    if not seen[d]:
-                        seen[d] = 1
-                        stack.append(d)
-                        chans.append(d)
-        return flows, chans
-
     def _solve(self, now: float) -> None:
+        """Re-rate the flows the changes since the last solve can affect
+        (:meth:`MaxMinSystem.solve`), their progress accounted at the old rates first."""
         self.solves += 1
-        if self.incremental:
-            chans = self._solve_incremental(now)
-            if chans is not None:
-                self.incremental_solves += 1
-                self._after_solve(now, chans)
-                return
-            self.fallback_solves += 1
-        flows, chans = self._component()
-        self._dirty, self._joined, self._freed = set(), [], {}
-        order = sorted(flows)
-        for fid in order:
-            f = flows[fid]
+        flows, rates, chans = self._system.solve()
+        for f in flows:
             if f.rate:
                 f.remaining -= f.rate * (now - f.last)
             f.last = now
-        rates = self._solver({fid: flows[fid].route.channels for fid in order}, self.channels.capacity)
-        self._apply(now, [flows[fid] for fid in order], rates)
+        self._apply(now, flows, rates)
         self._after_solve(now, chans)
 
     def _after_solve(self, now: float, chans: Sequence[int]) -> None:
@@ -536,141 +494,12 @@ class FlowNetwork(Network):
                                   + len(self._bpending)) + 1024:
             self._compact_heap()
 
-    def _solve_incremental(self, now: float) -> list[int] | None:
-        """Re-rate only the flows whose max-min rate can change; None = fall back.
-
-        Start from the flows that joined and the flows on channels that were saturated when a
-        flow left them (the others were bottlenecked elsewhere: the freed capacity does not
-        reach them directly). Progressive filling runs on this affected set ``A``
-        with every other flow's rate fixed (each channel's capacity minus the outside flows'
-        rates). The result is the global max-min allocation iff every flow still has a
-        bottleneck — a saturated channel on its path where no flow gets more (Bertsekas &
-        Gallager, Data Networks §6.5.2). Only flows of ``A`` and outside flows sharing a
-        channel with ``A`` can lose theirs (nothing else changed), so those are checked:
-
-        * an outside flow without a bottleneck (its bottleneck channel was freed, or a flow of
-          ``A`` now gets more there) joins ``A``;
-        * a flow of ``A`` without one is held below an outside flow that gets more on a
-          saturated channel: those outside flows join ``A``.
-
-        Repeat until the check passes (the allocation is then the max-min one: the same rates
-        as a full solve up to float rounding), or ``A`` outgrows the limit, or no flow can be
-        added (float noise beyond :data:`SAT_TOL`): then the caller solves the whole component.
-        Returns the channels whose load may have changed (for utilisation records).
-        """
-        users, cap = self._users, self.channels.capacity
-        dirty = sorted(self._dirty)
-        limit = max(INCREMENTAL_MIN_LIMIT, int(INCREMENTAL_MAX_FRACTION * len(self._active)))
-        lo, hi = 1.0 - SAT_TOL, 1.0 + SAT_TOL
-        aff: dict[int, _Flow] = {f.fid: f for f in self._joined}
-        for c, gone in sorted(self._freed.items()):
-            on = users[c]
-            if on:
-                before = gone
-                for g in on.values():
-                    before += g.rate
-                if before >= cap[c] * lo:
-                    aff.update(on)
-        fixed: dict[int, tuple[float, float]] = {}  # (load, top) of channels without A flows
-        while True:
-            if len(aff) > limit:
-                return None
-            order = sorted(aff)
-            # residual capacity of every channel of A: capacity minus the outside flows' rates
-            resid: dict[int, float] = {}
-            for fid in order:
-                for c in aff[fid].route.channels:
-                    if c not in resid:
-                        outside = 0.0
-                        for gid, g in users[c].items():
-                            if gid not in aff:
-                                outside += g.rate
-                        r = cap[c] - outside
-                        resid[c] = r if r > 0.0 else 0.0
-            rates = self._solver({fid: aff[fid].route.channels for fid in order}, resid)
-            # Per channel of A: load and largest rate with the new rates. A channel is "worse"
-            # if it was saturated (it could be an outside flow's bottleneck) and is not any
-            # more, or its largest rate grew: only outside flows on a worse channel can have
-            # lost their bottleneck. (A channel a flow left is not saturated by the flows that
-            # remain; if it was saturated before, every one of them is in A.)
-            stats: dict[int, tuple[float, float]] = {}
-            worse: list[int] = []
-            for c in resid:
-                load = top = load0 = top0 = 0.0
-                for gid, g in users[c].items():
-                    r0 = g.rate
-                    r = rates[gid] if gid in aff else r0
-                    load += r
-                    load0 += r0
-                    if r > top:
-                        top = r
-                    if r0 > top0:
-                        top0 = r0
-                stats[c] = (load, top)
-                full = cap[c] * lo
-                if load0 >= full and (load < full or top > top0 * hi):
-                    worse.append(c)
-            grow: dict[int, _Flow] = {}
-            for fid in order:   # flows of A: held below an outside flow?
-                f = aff[fid]
-                r = rates[fid]
-                bound = r * hi
-                chans = f.route.channels
-                ok = False
-                for c in chans:
-                    load, top = stats[c]
-                    if load >= cap[c] * lo and top <= bound:
-                        ok = True
-                        break
-                if ok:
-                    continue
-                for c in chans:
-                    if stats[c][0] >= cap[c] * lo:
-                        for gid, g in users[c].items():
-                            if gid not in aff and g.rate > bound:
-                                grow[gid] = g
-            for c in worse:     # outside flows on a worse channel: still bottlenecked?
-                for gid, g in users[c].items():
-                    if gid in aff or gid in grow:
-                        continue
-                    bound = g.rate * hi
-                    for d in g.route.channels:
-                        st = stats.get(d)
-                        if st is None:
-                            st = fixed.get(d)
-                            if st is None:
-                                load = top = 0.0
-                                for h in users[d].values():
-                                    r = h.rate
-                                    load += r
-                                    if r > top:
-                                        top = r
-                                st = fixed[d] = (load, top)
-                        if st[0] >= cap[d] * lo and st[1] <= bound:
-                            break
-                    else:
-                        grow[gid] = g
-            if not grow:
-                break
-            aff.update(grow)
-        if not all(r > 0.0 for r in rates.values()):
-            return None       # float noise left a flow of A without capacity: solve it all
-        flows = [aff[fid] for fid in order]
-        for f in flows:
-            if f.rate:
-                f.remaining -= f.rate * (now - f.last)
-            f.last = now
-        self._dirty, self._joined, self._freed = set(), [], {}
-        self._apply(now, flows, rates)
-        return sorted(set(resid).union(dirty))
-
-    def _apply(self, now: float, flows: list[_Flow], rates: Mapping[int, float]) -> None:
-        """Give ``flows`` (progress already brought to ``now``) their new rates; a flow whose
-        rate changed gets a new version and ETA."""
+    def _apply(self, now: float, flows: list[_Flow], rates: Sequence[float]) -> None:
+        """Give ``flows`` (progress already brought to ``now``) their new ``rates`` (bytes/s,
+        in the same order); a flow whose rate changed gets a new version and ETA."""
         heap = self._heap
         push = heapq.heappush
-        for f in flows:
-            r = rates[f.fid]
+        for f, r in zip(flows, rates):
             if r != f.rate:
                 f.rate = r
                 f.version += 1
@@ -681,7 +510,7 @@ class FlowNetwork(Network):
     def _record_utilisation(self, now: float, chans: Sequence[int]) -> None:
         cap = self.channels.capacity
         for c in sorted(chans):
-            used = sum(f.rate for f in self._users[c].values()) / cap[c]
+            used = sum(f.rate for f in self._system.users[c].values()) / cap[c]
             if used != self._last_util[c]:
                 self._last_util[c] = used
                 ch = self.channels.channels[c]

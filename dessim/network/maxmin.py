@@ -20,9 +20,10 @@ Deterministic: ties are broken by channel id, then flows are fixed in the order 
 from __future__ import annotations
 
 import heapq
-from typing import Hashable, Mapping, Sequence, TypeVar
+from collections import defaultdict
+from typing import Callable, Generic, Hashable, Mapping, Protocol, Sequence, TypeVar
 
-__all__ = ["solve_maxmin"]
+__all__ = ["MaxMinSystem", "SAT_TOL", "Solver", "Variable", "solve_maxmin"]
 
 F = TypeVar("F", bound=Hashable)
 
@@ -90,3 +91,377 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
                     remaining[d] = 0.0
                 heapq.heappush(heap, (remaining[d] / unfixed[d], d))
     return {f: rates[f] for f in flow_channels}
+
+
+# ---------------------------------------------------------------------------------------------
+# The incremental system: variables (flows) over constraints (channels), re-solved in place.
+
+#: Relative tolerance of the incremental solve's max-min check (a channel is saturated when
+#: its load is >= capacity * (1 - SAT_TOL); a flow is the largest on a channel when no other
+#: one exceeds its rate * (1 + SAT_TOL)). It only has to absorb float rounding of sums of at
+#: most a few thousand rates (~1e-13 relative); a tighter value is always safe (a false
+#: violation only enlarges the affected set), a looser one could accept a rate that is wrong
+#: by up to SAT_TOL relative.
+SAT_TOL: float = 1e-12
+
+#: The incremental solve gives up and re-solves the whole component once the affected set
+#: holds more than this fraction of the variables (or the minimum below): past that point a
+#: few restricted solves cost more than one full solve. Speed only; both paths are exact.
+INCREMENTAL_MAX_FRACTION: float = 0.5
+INCREMENTAL_MIN_LIMIT: int = 32
+
+#: Bounds of the memos of :class:`MaxMinSystem` (entries; summed variables of the state memo):
+#: each memo is cleared when full, so memory stays flat on long runs.
+MAX_MEMO_SOLVES: int = 4096
+MAX_MEMO_STATE_VARS: int = 2_000_000
+
+#: The state memo switches itself off when fewer than :data:`MEMO_MIN_HIT_FRACTION` of the
+#: lookups of a window of :data:`MEMO_PROBE` hit (building a key costs O(variables), which
+#: only pays when states recur). Speed only: both ways give the same floats.
+MEMO_PROBE: int = 1000
+MEMO_MIN_HIT_FRACTION: float = 0.05
+
+Solver = Callable[[Mapping[int, Sequence[int]], Mapping[int, float] | Sequence[float]],
+                  dict[int, float]]
+
+
+class Variable(Protocol):
+    """What :class:`MaxMinSystem` needs of a variable (a flow): a unique integer id, the
+    constraint (channel) ids it crosses, and its current rate (bytes/s), which the owner of the
+    variable sets from :meth:`MaxMinSystem.solve`'s answer."""
+
+    fid: int
+    channels: tuple[int, ...]
+    rate: float
+
+
+V = TypeVar("V", bound=Variable)
+
+
+class MaxMinSystem(Generic[V]):
+    """Max-min fair rates of variables (flows) sharing constraints (channels), kept up to date
+    incrementally — the structure of SimGrid's LMM system (``src/kernel/lmm/System.hpp`` and
+    ``maxmin.cpp``: variables, constraints, a modified-constraint set, and a ``solve()`` that
+    only touches what the modifications can reach).
+
+    :meth:`add` and :meth:`remove` mark the constraints whose variable set changed;
+    :meth:`insert` adds a variable that keeps its rate (a flow-bundle member whose rate is
+    already the max-min one). :meth:`solve` then re-rates only the variables whose max-min rate
+    can change (``incremental=True``; :meth:`_solve_incremental`), falling back to the
+    connected component (variables coupled through shared constraints) of the modified
+    constraints, which ``incremental=False`` always solves. The caller applies the answer:
+    ``solve`` never sets a rate itself, so the owner can account progress at the old rate
+    first.
+
+    Deterministic and exact: every float operation depends only on the constraints' capacities
+    (bytes/s, fixed), the variables' channel tuples, their rates, their order of addition per
+    constraint and the order of their ids. Two memos exploit that (the same collective step
+    recurs in every layer): the ``solver``'s answers per (channel tuples, capacities), and
+    whole solves per system state. Both return the very floats a recomputation would; they
+    are used with the default ``solver`` only (a custom one may not be a pure function).
+    """
+
+    def __init__(self, capacity: Sequence[float], *, solver: Solver = solve_maxmin,
+                 incremental: bool = True) -> None:
+        self.capacity = capacity
+        self.solver = solver
+        self.incremental = bool(incremental)
+        #: Per constraint id: its variables by id, in order of addition (created on first
+        #: use: a fabric has 10^4+ channels and most runs touch few of them).
+        self.users: defaultdict[int, dict[int, V]] = defaultdict(dict)
+        #: Every variable, in order of addition.
+        self.variables: dict[int, V] = {}
+        self.modified: set[int] = set()     # constraints whose variable set changed
+        self.joined: list[V] = []           # variables added since the last solve
+        self.freed: dict[int, float] = {}   # per constraint: rates of the variables removed
+        #: Solves done on an affected set only / that fell back to the whole component.
+        self.incremental_solves = 0
+        self.fallback_solves = 0
+        #: Solver calls and whole solves answered from the memos.
+        self.memo_hits = 0
+        self.state_hits = 0
+        pure = solver is solve_maxmin
+        self._memo: dict[tuple, tuple[float, ...]] | None = {} if pure else None
+        self._states: dict[tuple, tuple] | None = {} if pure else None
+        self._state_vars = 0
+        self._state_lookups = 0
+        self._hits_before = 0
+
+    def __len__(self) -> int:
+        return len(self.variables)
+
+    # ------------------------------------------------------------------ modifications
+    def add(self, var: V) -> None:
+        """``var`` starts sharing its constraints (its rate is set by the next solve)."""
+        fid = var.fid
+        self.variables[fid] = var
+        self.joined.append(var)
+        users, modified = self.users, self.modified
+        for c in var.channels:
+            users[c][fid] = var
+            modified.add(c)
+
+    def insert(self, var: V) -> None:
+        """``var`` shares its constraints at its current rate, which is already max-min (no
+        constraint is marked modified)."""
+        fid = var.fid
+        self.variables[fid] = var
+        users = self.users
+        for c in var.channels:
+            users[c][fid] = var
+
+    def remove(self, var: V) -> None:
+        """``var`` leaves: its rate is freed on each of its constraints."""
+        fid = var.fid
+        del self.variables[fid]
+        if not var.rate and var in self.joined:   # added and removed between two solves
+            self.joined.remove(var)
+        users, modified, freed, rate = self.users, self.modified, self.freed, var.rate
+        for c in var.channels:
+            del users[c][fid]
+            modified.add(c)
+            freed[c] = freed.get(c, 0.0) + rate
+
+    # ------------------------------------------------------------------ solve
+    def solve(self) -> tuple[list[V], Sequence[float], list[int]]:
+        """Re-rate what the modifications since the last solve can affect.
+
+        Returns the variables re-rated (ascending id; their rates may be unchanged), their
+        new rates (bytes/s) in the same order, and the constraints whose load may have
+        changed. The modifications are consumed.
+        """
+        key = self._state_key()
+        if key is not None:
+            got = self._states.get(key)
+            if got is not None:
+                self.state_hits += 1
+                fallback, idx, vals, chans = got
+                if fallback:
+                    self.fallback_solves += 1
+                elif self.incremental:
+                    self.incremental_solves += 1
+                self.modified, self.joined, self.freed = set(), [], {}
+                allv = list(self.variables.values())
+                return [allv[i] for i in idx], vals, list(chans)
+        fallback = False
+        out = self._solve_incremental() if self.incremental else None
+        if out is None:
+            fallback = self.incremental
+            out = self._solve_component()
+        if self.incremental:
+            if fallback:
+                self.fallback_solves += 1
+            else:
+                self.incremental_solves += 1
+        solved, rates, chans = out
+        vals = tuple([rates[v.fid] for v in solved])
+        if key is not None:
+            pos = {fid: i for i, fid in enumerate(self.variables)}
+            self._remember(key, (fallback, tuple([pos[v.fid] for v in solved]), vals,
+                                 tuple(chans)))
+        return solved, vals, chans
+
+    def _state_key(self) -> tuple | None:
+        """Everything a solve's floats depend on (see the class docstring), or None when the
+        state memo is off. Variables are named by position in order of addition, which per
+        constraint is the order of :attr:`users`."""
+        if self._states is None:
+            return None
+        allv = self.variables
+        self._state_lookups += 1
+        if self._state_lookups % MEMO_PROBE == 0:
+            if self.state_hits - self._hits_before < MEMO_MIN_HIT_FRACTION * MEMO_PROBE:
+                self._states = None      # the states do not recur: stop paying for keys
+                return None
+            self._hits_before = self.state_hits
+        fids = list(allv)
+        vs = allv.values()
+        joined: tuple[int, ...] = ()
+        if self.joined:
+            pos = {fid: i for i, fid in enumerate(fids)}
+            joined = tuple([pos[v.fid] for v in self.joined])
+        return (tuple([v.channels for v in vs]), tuple([v.rate for v in vs]),
+                tuple(sorted(range(len(fids)), key=fids.__getitem__)), joined,
+                tuple(sorted(self.freed.items())), frozenset(self.modified))
+
+    def _remember(self, key: tuple, value: tuple) -> None:
+        n = len(key[0])
+        if self._state_vars + n > MAX_MEMO_STATE_VARS:
+            self._states.clear()
+            self._state_vars = 0
+        self._states[key] = value
+        self._state_vars += n
+
+    def rates(self, variables: list[V], capacity: Mapping[int, float] | Sequence[float],
+              cap_key: tuple[float, ...] | None) -> dict[int, float]:
+        """The solver's rates (bytes/s) of ``variables`` (in this order) on ``capacity``.
+
+        With the default :func:`solve_maxmin` the answer is memoised: its rates depend only on
+        the sequence of the variables' channel tuples and on the capacities of those channels
+        (``cap_key``: their values in the order the solver meets the channels; None = the
+        system's own capacities), not on the ids. Same floats.
+        """
+        if self._memo is None:
+            return self.solver({v.fid: v.channels for v in variables}, capacity)
+        chans = tuple([v.channels for v in variables])
+        key = (chans, cap_key)
+        got = self._memo.get(key)
+        if got is None:
+            rates = self.solver(dict(enumerate(chans)), capacity)
+            got = tuple(rates.values())
+            if len(self._memo) >= MAX_MEMO_SOLVES:
+                self._memo.clear()
+            self._memo[key] = got
+        else:
+            self.memo_hits += 1
+        return {v.fid: r for v, r in zip(variables, got)}
+
+    def component(self) -> tuple[dict[int, V], list[int]]:
+        """Variables and constraints coupled (through shared constraints) with the modified
+        constraints."""
+        users = self.users
+        seen = bytearray(len(self.capacity))   # one mark per constraint: cheaper than a set
+        stack = list(self.modified)
+        for c in stack:
+            seen[c] = 1
+        chans = list(stack)
+        flows: dict[int, V] = {}
+        while stack:
+            for fid, f in users[stack.pop()].items():
+                if fid in flows:
+                    continue
+                flows[fid] = f
+                for d in f.channels:
+                    if not seen[d]:
+                        seen[d] = 1
+                        stack.append(d)
+                        chans.append(d)
+        return flows, chans
+
+    def _solve_component(self) -> tuple[list[V], dict[int, float], list[int]]:
+        flows, chans = self.component()
+        self.modified, self.joined, self.freed = set(), [], {}
+        members = [flows[fid] for fid in sorted(flows)]
+        return members, self.rates(members, self.capacity, None), chans
+
+    def _solve_incremental(self) -> tuple[list[V], dict[int, float], list[int]] | None:
+        """Re-rate only the variables whose max-min rate can change; None = fall back.
+
+        Start from the flows that joined and the flows on channels that were saturated when a
+        flow left them (the others were bottlenecked elsewhere: the freed capacity does not
+        reach them directly). Progressive filling runs on this affected set ``A``
+        with every other flow's rate fixed (each channel's capacity minus the outside flows'
+        rates). The result is the global max-min allocation iff every flow still has a
+        bottleneck — a saturated channel on its path where no flow gets more (Bertsekas &
+        Gallager, Data Networks §6.5.2). Only flows of ``A`` and outside flows sharing a
+        channel with ``A`` can lose theirs (nothing else changed), so those are checked:
+
+        * an outside flow without a bottleneck (its bottleneck channel was freed, or a flow of
+          ``A`` now gets more there) joins ``A``;
+        * a flow of ``A`` without one is held below an outside flow that gets more on a
+          saturated channel: those outside flows join ``A``.
+
+        Repeat until the check passes (the allocation is then the max-min one: the same rates
+        as a full solve up to float rounding), or ``A`` outgrows the limit, or no flow can be
+        added (float noise beyond :data:`SAT_TOL`): then the caller solves the whole component.
+        Returns what :meth:`solve` does.
+        """
+        users, cap = self.users, self.capacity
+        dirty = sorted(self.modified)
+        limit = max(INCREMENTAL_MIN_LIMIT, int(INCREMENTAL_MAX_FRACTION * len(self.variables)))
+        lo, hi = 1.0 - SAT_TOL, 1.0 + SAT_TOL
+        aff: dict[int, V] = {f.fid: f for f in self.joined}
+        for c, gone in sorted(self.freed.items()):
+            on = users[c]
+            if on:
+                before = gone
+                for g in on.values():
+                    before += g.rate
+                if before >= cap[c] * lo:
+                    aff.update(on)
+        fixed: dict[int, tuple[float, float]] = {}  # (load, top) of channels without A flows
+        while True:
+            if len(aff) > limit:
+                return None
+            order = sorted(aff)
+            # residual capacity of every channel of A: capacity minus the outside flows' rates
+            resid: dict[int, float] = {}
+            for fid in order:
+                for c in aff[fid].channels:
+                    if c not in resid:
+                        outside = 0.0
+                        for gid, g in users[c].items():
+                            if gid not in aff:
+                                outside += g.rate
+                        r = cap[c] - outside
+                        resid[c] = r if r > 0.0 else 0.0
+            rates = self.rates([aff[fid] for fid in order], resid, tuple(resid.values()))
+            # Per channel of A: load and largest rate with the new rates. A channel is "worse"
+            # if it was saturated (it could be an outside flow's bottleneck) and is not any
+            # more, or its largest rate grew: only outside flows on a worse channel can have
+            # lost their bottleneck. (A channel a flow left is not saturated by the flows that
+            # remain; if it was saturated before, every one of them is in A.)
+            stats: dict[int, tuple[float, float]] = {}
+            worse: list[int] = []
+            for c in resid:
+                load = top = load0 = top0 = 0.0
+                for gid, g in users[c].items():
+                    r0 = g.rate
+                    r = rates[gid] if gid in aff else r0
+                    load += r
+                    load0 += r0
+                    if r > top:
+                        top = r
+                    if r0 > top0:
+                        top0 = r0
+                stats[c] = (load, top)
+                full = cap[c] * lo
+                if load0 >= full and (load < full or top > top0 * hi):
+                    worse.append(c)
+            grow: dict[int, V] = {}
+            for fid in order:   # flows of A: held below an outside flow?
+                f = aff[fid]
+                r = rates[fid]
+                bound = r * hi
+                chans = f.channels
+                ok = False
+                for c in chans:
+                    load, top = stats[c]
+                    if load >= cap[c] * lo and top <= bound:
+                        ok = True
+                        break
+                if ok:
+                    continue
+                for c in chans:
+                    if stats[c][0] >= cap[c] * lo:
+                        for gid, g in users[c].items():
+                            if gid not in aff and g.rate > bound:
+                                grow[gid] = g
+            for c in worse:     # outside flows on a worse channel: still bottlenecked?
+                for gid, g in users[c].items():
+                    if gid in aff or gid in grow:
+                        continue
+                    bound = g.rate * hi
+                    for d in g.channels:
+                        st = stats.get(d)
+                        if st is None:
+                            st = fixed.get(d)
+                            if st is None:
+                                load = top = 0.0
+                                for h in users[d].values():
+                                    r = h.rate
+                                    load += r
+                                    if r > top:
+                                        top = r
+                                st = fixed[d] = (load, top)
+                        if st[0] >= cap[d] * lo and st[1] <= bound:
+                            break
+                    else:
+                        grow[gid] = g
+            if not grow:
+                break
+            aff.update(grow)
+        if not all(r > 0.0 for r in rates.values()):
+            return None       # float noise left a flow of A without capacity: solve it all
+        self.modified, self.joined, self.freed = set(), [], {}
+        return [aff[fid] for fid in order], rates, sorted(set(resid).union(dirty))
