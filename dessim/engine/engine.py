@@ -43,6 +43,7 @@ from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
+from dessim.network.base import sparse_bytes
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
@@ -396,7 +397,8 @@ class _Run:
 
         def done() -> None:
             if self.memo_static or self.net_starts == starts:
-                self.coll_memo[key] = (self.env.now - t0, self.net.finished_bytes() - before)
+                self.coll_memo[key] = (self.env.now - t0,
+                                       sparse_bytes(self.net.finished_bytes() - before))
             self.finish(i)
         return done
 

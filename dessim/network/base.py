@@ -23,7 +23,8 @@ from dessim.network.channels import channel_map_for
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
-__all__ = ["BundleTemplate", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network", "register_network"]
+__all__ = ["BundleTemplate", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network",
+           "register_network", "sparse_bytes"]
 
 #: One change point of a channel's utilisation: (time s, (a, b), used fraction of capacity).
 UtilisationPoint = tuple[float, tuple[str, str], float]
@@ -60,6 +61,13 @@ class BundleTemplate:
     def __len__(self) -> int:
         return len(self.routes)
 
+
+
+def sparse_bytes(delta: np.ndarray) -> tuple[list[int], list[float]]:
+    """The non-zero entries of a per-direction byte vector: (direction indices, bytes), in
+    direction order."""
+    idx = np.flatnonzero(delta)
+    return idx.tolist(), np.asarray(delta, dtype=float)[idx].tolist()
 
 class Network(abc.ABC):
     """A network model driven by a simpy environment.
@@ -236,12 +244,13 @@ class Network(abc.ABC):
         memoised collective's traffic without moving it (``dessim.engine``)."""
         return np.asarray(self._done_bytes, dtype=float)
 
-    def add_finished_bytes(self, delta: np.ndarray) -> None:
-        """Count ``delta`` bytes per direction as carried (see :meth:`finished_bytes`)."""
+    def add_finished_bytes(self, delta: np.ndarray | tuple[list[int], list[float]]) -> None:
+        """Count ``delta`` bytes per direction as carried (see :meth:`finished_bytes`):
+        a vector in the order of ``channels.directions``, or its sparse form
+        :func:`sparse_bytes` (what a caller that adds the same traffic again keeps)."""
         done = self._done_bytes
-        idx = np.flatnonzero(delta)
-        # the same float additions, without a numpy scalar per direction
-        for d, v in zip(idx.tolist(), np.asarray(delta, dtype=float)[idx].tolist()):
+        directions, nbytes = delta if isinstance(delta, tuple) else sparse_bytes(delta)
+        for d, v in zip(directions, nbytes):     # plain float additions, in direction order
             done[d] += v
 
     # ------------------------------------------------------------------ for subclasses

@@ -316,6 +316,7 @@ class TaskGraph:
             if t.kind == "collective":
                 by_id.setdefault(t.coll_id, []).append(t)
         out: dict[str, list[Task]] = {}
+        images: dict[tuple[int, ...], set[int]] = {}      # folded: ranks covered by representatives
         for cid, members in by_id.items():
             first = members[0]
             for t in members[1:]:
@@ -332,7 +333,10 @@ class TaskGraph:
                 by_rank[t.rank] = t
             covered: Any = by_rank
             if self.fold is not None:
-                covered = set(self.fold.perm[:, sorted(by_rank)].ravel().tolist())
+                reps = tuple(sorted(by_rank))
+                covered = images.get(reps)
+                if covered is None:
+                    covered = images[reps] = set(self.fold.perm[:, list(reps)].ravel().tolist())
             missing = [r for r in first.group if r not in covered]
             if missing:
                 raise TaskGraphError(f"collective {cid!r} (task {first.id!r}): group member rank "

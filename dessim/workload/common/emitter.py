@@ -48,6 +48,7 @@ class TaskEmitter:
         self._last: dict[tuple[int, str], str] = {}
         self._router: Router | None = None
         self._nearest: dict[tuple[int, str], str] = {}
+        self._costs: dict[tuple[int, str], tuple] = {}
 
     # ------------------------------------------------------------------ bookkeeping
     def new_id(self, rank: int) -> str:
@@ -92,20 +93,37 @@ class TaskEmitter:
     # ------------------------------------------------------------------ tasks
     def compute(self, rank: int, kernels: Sequence[Kernel], label: str, category: str,
                 deps: Sequence[str] = (), stream: str = "compute",
-                attrs: dict[str, Any] | None = None) -> str:
+                attrs: dict[str, Any] | None = None, reused: bool = False) -> str:
         """One compute task running ``kernels`` back to back; ``attrs`` default to
-        ``{"model_flops": ...}`` (a generator that precomputes them passes its own)."""
+        ``{"model_flops": ...}`` (a generator that precomputes them passes its own).
+        ``reused=True``: the caller passes this very sequence again for other tasks (and never
+        changes it), so its sums are computed once per GPU model and kept."""
+        duration, flops, nbytes, model_flops, kind, shape = self._costed(rank, kernels, reused)
+        if attrs is None:
+            attrs = {"model_flops": model_flops}
+        return self.add(Task(self.new_id(rank), rank, "compute", stream=stream, name=label,
+                             category=category, duration=duration, flops=flops,
+                             bytes=nbytes, kernel=kind, shape=shape, attrs=attrs), deps)
+
+    def _costed(self, rank: int, kernels: Sequence[Kernel], reused: bool) -> tuple:
+        """(seconds, FLOPs, bytes, model FLOPs, kind, shape) of ``kernels`` on the rank's GPU;
+        a ``reused`` sequence is summed once per GPU model (the sums, in the same order, are
+        the same numbers every time)."""
+        key = (id(kernels), self.devices[rank])
+        if reused:
+            got = self._costs.get(key)
+            if got is not None and got[0] is kernels:
+                return got[1]
         duration = sum(self.kernel_time(rank, k) for k in kernels)
         if len(kernels) == 1:
             kind, shape = kernels[0].kind, kernels[0].shape or ()
         else:
             kind, shape = "layer", ()
-        if attrs is None:
-            attrs = {"model_flops": sum(k.flops for k in kernels if k.is_model_flops)}
-        return self.add(Task(self.new_id(rank), rank, "compute", stream=stream, name=label,
-                             category=category, duration=duration, flops=sum(k.flops for k in kernels),
-                             bytes=sum(k.bytes for k in kernels), kernel=kind, shape=shape,
-                             attrs=attrs), deps)
+        value = (duration, sum(k.flops for k in kernels), sum(k.bytes for k in kernels),
+                 sum(k.flops for k in kernels if k.is_model_flops), kind, shape)
+        if reused:
+            self._costs[key] = (kernels, value)  # holds the sequence: its id stays its own
+        return value
 
     def collective(self, rank: int, op: str, size: float, group: Sequence[int], prefix: str,
                    label: str, category: str, stream: str, deps: Sequence[str] = ()) -> str | None:

@@ -584,7 +584,8 @@ class _Generator:
                                 category="offload", duration=0.0, attrs={"size": float(size)}), deps)
 
     def _compute(self, rank: int, step: Step, label: str, attrs: dict[str, Any], deps: list[str]) -> str:
-        return self.em.compute(rank, step.kernels, label, step.category, deps, attrs=attrs)
+        return self.em.compute(rank, step.kernels, label, step.category, deps, attrs=attrs,
+                               reused=True)          # a template's step: the same list each time
 
     def _emit_pass(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                    input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
