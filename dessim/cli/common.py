@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import click
 
+from dessim.collectives.settings import PROTOCOL_NAMES
 from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
 from dessim.units import format_bandwidth, format_size, format_time
@@ -40,12 +41,16 @@ TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (dg
 @dataclass(frozen=True)
 class _EngineFlag:
     """One command-line engine option: the :class:`EngineOptions` path it sets, the click
-    option, and how its value becomes the option's (None: leave the default)."""
+    option (its parameter is the path's last name), and how the flag's value becomes the
+    option's (a file name read, ``RANK=FACTOR`` items parsed)."""
 
     path: str
-    param: str
     option: Callable
     convert: Callable[[Any], Any] = lambda value: value   # noqa: E731 — as given
+
+    @property
+    def param(self) -> str:
+        return self.path.rpartition(".")[2]
 
 
 def _algo_help() -> str:
@@ -70,49 +75,49 @@ def _read_calibration(path: str | None) -> Any:
 #: Every command-line engine option, by the EngineOptions path it sets (one spelling: the
 #: flag is the path's last name, dashed). Commands pick the paths that apply to them.
 ENGINE_FLAGS: tuple[_EngineFlag, ...] = (
-    _EngineFlag("network", "network", click.option(
+    _EngineFlag("network", click.option(
         "--network", type=_network_choice(), default="flow", show_default=True,
         help="Network model: flow (max-min fair link sharing) or analytical (no sharing: "
              "latency + bytes/bandwidth).")),
-    _EngineFlag("collectives.algo", "algo", click.option(
+    _EngineFlag("collectives.algo", click.option(
         "--algo", default="auto", show_default=True, help=_algo_help())),
-    _EngineFlag("collectives.protocol", "protocol", click.option(
-        "--protocol", type=click.Choice(["auto", "LL", "LL128", "Simple", "raw"], case_sensitive=False),
+    _EngineFlag("collectives.protocol", click.option(
+        "--protocol", type=click.Choice(PROTOCOL_NAMES, case_sensitive=False),
         default="auto", show_default=True,
         help="NCCL protocol of every collective: auto (NCCL's choice), LL, LL128, Simple, or raw "
              "(the textbook alpha-beta model).")),
-    _EngineFlag("collectives.chunks", "chunks", click.option(
+    _EngineFlag("collectives.chunks", click.option(
         "--chunks", type=click.IntRange(min=1), default=1, show_default=True,
         help="Pipelining chunks per collective lane.")),
-    _EngineFlag("collectives.channels", "channels", click.option(
+    _EngineFlag("collectives.channels", click.option(
         "--channels", type=click.IntRange(min=1), default=None,
         help="Lanes per collective (default: as NCCL lays them out, one per rail across nodes).")),
-    _EngineFlag("collectives.reduction_bw", "reduction_bw", click.option(
+    _EngineFlag("collectives.reduction_bw", click.option(
         "--reduction-bw", default=None, metavar="BW",
         help="Speed a GPU reduces at, e.g. 200GB/s (default: reductions are free).")),
-    _EngineFlag("collectives.gpus_per_process", "gpus_per_process", click.option(
+    _EngineFlag("collectives.gpus_per_process", click.option(
         "--gpus-per-process", type=click.IntRange(min=1), default=1, show_default=True,
         help="GPUs one host thread drives, as nccl-tests -g N: each call pays N - 1 more kernel "
              "launches (nccl.host_overhead). Training: 1 (one process per GPU).")),
-    _EngineFlag("shortcuts.stream_rings", "stream_rings", click.option(
+    _EngineFlag("shortcuts.stream_rings", click.option(
         "--stream-rings", is_flag=True,
         help="Run each ring channel as one coupled flow instead of step by step: an "
              "approximation (exact on an idle network, within 0.1% in the tests) that makes "
              "rings across thousands of GPUs cheap. See docs/performance.md.")),
-    _EngineFlag("calibration", "calibration", click.option(
+    _EngineFlag("calibration", click.option(
         "--calibration", type=click.Path(dir_okay=False), default=None,
         help="Calibration YAML (from dessim calibrate): measured constants that replace the "
              "built-in ones (docs/calibration.md)."), _read_calibration),
-    _EngineFlag("device", "device", click.option(
+    _EngineFlag("device", click.option(
         "--device", default=None, help="GPU model (H100, A100, ...) for ranks whose topology names none.")),
-    _EngineFlag("noise.slowdown", "slowdown", click.option(
+    _EngineFlag("noise.slowdown", click.option(
         "--slowdown", multiple=True, metavar="RANK=FACTOR",
         help="Slow a rank's compute down by FACTOR (e.g. 3=1.2); repeatable."),
         lambda items: parse_slowdown(items)),
-    _EngineFlag("noise.straggler_sigma", "straggler_sigma", click.option(
+    _EngineFlag("noise.straggler_sigma", click.option(
         "--straggler-sigma", type=click.FloatRange(min=0), default=0.0,
         help="Random per-rank slowdown 1+|N(0,sigma)| drawn from --seed.")),
-    _EngineFlag("noise.seed", "seed", click.option(
+    _EngineFlag("noise.seed", click.option(
         "--seed", type=int, default=0, show_default=True, help="Random seed.")),
 )
 

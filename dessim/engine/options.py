@@ -32,7 +32,7 @@ from dessim.collectives import CollectiveSettings
 from dessim.errors import DessimError, NetworkError, SpecError
 
 __all__ = ["EngineOptions", "Noise", "Shortcuts", "MOVED", "OptionsError", "check_engine_path",
-           "engine_paths"]
+           "check_engine_section", "engine_paths"]
 
 
 class OptionsError(SpecError):
@@ -313,3 +313,16 @@ def check_engine_path(path: str, values: Sequence[Any], where: str,
             EngineOptions.of(nested)
         except DessimError as exc:
             raise type(exc)(f"{where}[{i}]: {exc}") from None
+
+
+def check_engine_section(section: Any, where: str, allowed: Sequence[str] | None = None) -> None:
+    """Check an ``engine:`` section as written in a spec (nested mapping) now, key by key, as
+    :func:`check_engine_path` checks an axis: ``where`` names the section."""
+    if not isinstance(section, Mapping):
+        raise OptionsError(f"{where}: expected a mapping of engine options, got {section!r}")
+    for key, value in section.items():
+        if key in _PARTS and isinstance(value, Mapping):
+            for sub, v in value.items():
+                check_engine_path(f"{key}.{sub}", [v], where, allowed)
+        else:
+            check_engine_path(str(key), [value], where, allowed)

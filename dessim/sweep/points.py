@@ -325,16 +325,9 @@ def _check_engine_axis(allowed: Sequence[str] | None) -> Callable[..., None]:
 def _check_engine_section(allowed: Sequence[str] | None) -> Callable[[Any, str], None]:
     """Base check of ``engine:``: every key and value, as the points will build it."""
     def check(section: Any, where: str) -> None:
-        from dessim.engine.options import check_engine_path
+        from dessim.engine.options import check_engine_section
 
-        if not isinstance(section, Mapping):
-            raise SpecError(f"{where}: expected a mapping of engine options, got {section!r}")
-        for key, value in section.items():
-            if isinstance(value, Mapping) and key in ("collectives", "noise", "shortcuts"):
-                for sub, v in value.items():
-                    check_engine_path(f"{key}.{sub}", [v], where, allowed)
-            else:
-                check_engine_path(str(key), [value], where, allowed)
+        check_engine_section(section, where, allowed)
     return check
 
 
