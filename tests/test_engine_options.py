@@ -72,6 +72,8 @@ def test_no_shortcuts_is_the_full_replay():
     (lambda: EngineOptions(noise={"sigma": 1}), SpecError, r"noise: unknown key 'sigma'"),
     (lambda: EngineOptions(shortcuts={"stream_rings": 1}), SpecError, r"shortcuts.stream_rings"),
     (lambda: EngineOptions(noise=0.1), SpecError, r"noise: expected a Noise or a mapping"),
+    (lambda: EngineOptions(precision="int3"), SpecError, r"precision 'int3' is not one of fp32"),
+    (lambda: EngineOptions(record_links="yes"), SpecError, r"record_links must be true or false"),
 ])
 def test_each_part_rejects_bad_values_when_it_is_built(build, error, message):
     with pytest.raises(error, match=message):
