@@ -32,7 +32,7 @@ COLLECTIVE_200 = {
              "collective": {"op": "allreduce", "size": "1MiB"}},
     "axes": {"topology.hosts": [16, 32],
              "collective.op": ["allreduce", "allgather"],
-             "engine.algo": ["ring", "tree", "rd", "direct", "hierarchical"],
+             "engine.collectives.algo": ["ring", "tree", "rd", "direct", "hierarchical"],
              "collective.size": {"from": "64KiB", "to": "32MiB", "factor": 2}},
 }
 

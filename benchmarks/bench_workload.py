@@ -48,7 +48,8 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
         stream: bool = False, shortcuts: bool = True) -> dict:
     """One iteration of ``case``; ``shortcuts=False`` switches the exact speed shortcuts
     (compact schedules, flow bundles) off for before/after comparisons."""
-    from dessim.engine import EngineOptions, simulate
+    from dessim.collectives import CollectiveSettings
+    from dessim.engine import EngineOptions, Shortcuts, simulate
     from dessim.workload import build_taskgraph, plan_workload
 
     preset, builder, tp, pp, extra = CASES[case]
@@ -61,8 +62,10 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
     t0 = time.perf_counter()
     plan, topo = plan_workload(preset, f"{builder}:nodes={gpus // 8}", overrides=overrides)
     t1 = time.perf_counter()
-    options = EngineOptions(network=network, record_links=False, algo=algo, stream_rings=stream,
-                            bundles=shortcuts, compact_schedules=shortcuts)
+    options = EngineOptions(network=network, record_links=False,
+                            collectives=CollectiveSettings(algo=algo or "auto"),
+                            shortcuts=Shortcuts(stream_rings=stream, bundles=shortcuts,
+                                                compact_schedules=shortcuts))
     graph = build_taskgraph(plan, topo, engine=options)
     t2 = time.perf_counter()
     sim = simulate(graph, topo, options)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dessim.collectives import CollectiveSettings
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import TraceError
 from dessim.taskgraph import Task, TaskGraph, taskgraph_to_dict
@@ -111,7 +112,7 @@ def test_replaying_the_export_gives_the_same_makespan(tmp_path):
         graph.add(Task(f"r{r}.s", r, "send", peer=(r + 1) % 8, size=3e5, tag=1), [f"r{r}.ar"])
         graph.add(Task(f"r{r}.r", r, "recv", peer=(r - 1) % 8, size=3e5, tag=1, stream="rx"))
         graph.add(Task(f"r{r}.opt", r, "compute", duration=1e-5), [f"r{r}.s", f"r{r}.r"])
-    options = EngineOptions(algo="ring", record_links=False)
+    options = EngineOptions(collectives=CollectiveSettings(algo="ring"), record_links=False)
     direct = simulate(graph, topo, options)
     export_chakra(graph, tmp_path / "dp")
     replayed = replay_chakra(tmp_path / "dp", topo, options)

@@ -14,6 +14,7 @@ import networkx as nx
 import pytest
 from click.testing import CliRunner
 
+from dessim.collectives import CollectiveSettings
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import TraceError
 from dessim.topology import load_topology
@@ -29,7 +30,7 @@ ALPHA = 500e-9          # s, one link
 BW = 50e9               # bytes/s per direction
 RING8 = "ring:8,bw=50GB/s,lat=500ns"
 #: The textbook collective model: the hand-computed times below hold exactly.
-RAW = EngineOptions(protocol="raw", record_links=False)
+RAW = EngineOptions(collectives=CollectiveSettings(protocol="raw"), record_links=False)
 MiB = 2**20
 
 
@@ -81,8 +82,8 @@ def test_the_table_covers_every_fixture():
 def test_every_fixture_replays(name):
     trace = read_chakra(fixture(name))
     topo = load_topology(REPLAYABLE[name])
-    result = replay_chakra(trace, topo, EngineOptions(algo="ring" if name != "ALL_TO_ALL" else None,
-                                                      record_links=False))
+    result = replay_chakra(trace, topo, EngineOptions(collectives=CollectiveSettings(
+        algo="ring" if name != "ALL_TO_ALL" else "auto"), record_links=False))
     graph = chakra_to_taskgraph(trace, topo)
     replayed = sum(1 for r in trace.ranks for n in r.nodes.values() if n.type != "METADATA_NODE")
     assert len(graph) == replayed  # one task per non-metadata node
@@ -165,7 +166,7 @@ def test_involved_dim_makes_eight_rank_groups_on_a_2d_network():
     assert groups[13] == tuple(range(8, 16))
     assert groups[31] == tuple(range(24, 32))
     assert len({t.coll_id for t in graph}) == 4
-    result = simulate(graph, topo, EngineOptions(record_links=False, protocol="raw"))
+    result = simulate(graph, topo, EngineOptions(record_links=False, collectives=CollectiveSettings(protocol="raw")))
     # Four disjoint 8-GPU rings at once: each is a plain ring all-reduce.
     assert result.makespan_s == approx(ring_allreduce(8, 64 * MiB))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dessim.engine import EngineOptions
+from dessim.engine import EngineOptions, Shortcuts
 from dessim.workload import simulate_workload
 
 DP_ONLY = {"tp": 1, "pp": 1, "global_batch": 64, "micro_batch": 4, "bucket_size": "25MiB"}
@@ -14,7 +14,8 @@ DP_ONLY = {"tp": 1, "pp": 1, "global_batch": 64, "micro_batch": 4, "bucket_size"
 
 def _run(workload, topo, overrides, memo):
     return simulate_workload(workload, topo, overrides=overrides,
-                             options=EngineOptions(record_links=False, collective_memo=memo))
+                             options=EngineOptions(record_links=False,
+                                                                 shortcuts=Shortcuts(collective_memo=memo)))
 
 
 @pytest.mark.parametrize("zero", [0, 1])

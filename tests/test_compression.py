@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from dessim.collectives import CollectiveSettings
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import SpecError
 from dessim.topology import load_topology
@@ -25,7 +26,7 @@ def one_bucket(compression: Compression):
     sync = GradSync({r: tuple(range(W)) for r in range(W)}, 2, compression)
     for r in range(W):
         sync.bucket(em, r, BUCKET, [], "b0")
-    return em.graph, simulate(em.graph, topo, EngineOptions(algo="ring", protocol="raw"))
+    return em.graph, simulate(em.graph, topo, EngineOptions(collectives=CollectiveSettings(algo="ring", protocol="raw")))
 
 
 def uplink_bytes(sim, rank):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dessim.engine import EngineOptions, simulate
+from dessim.collectives import CollectiveSettings
+from dessim.engine import EngineOptions, Noise, simulate
 from dessim.errors import TaskGraphError
 from dessim.taskgraph import Task, TaskGraph
 from engine_helpers import BW, LAT, line
@@ -96,14 +97,14 @@ def test_compute_costed_by_the_device_model():
 
 def test_straggler_slows_only_its_rank_compute():
     res = simulate(pipeline_chain(2, 1e-3, MB), line(2),
-                   EngineOptions(slowdown={0: 1.5}))
+                   EngineOptions(noise=Noise(slowdown={0: 1.5})))
     assert res.makespan_s == pytest.approx(1.5e-3 + LAT + MB / BW + 1e-3)
 
 
 def test_random_stragglers_are_seeded():
-    a = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(straggler_sigma=0.2, seed=7))
-    b = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(straggler_sigma=0.2, seed=7))
-    c = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(straggler_sigma=0.2, seed=8))
+    a = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(noise=Noise(straggler_sigma=0.2, seed=7)))
+    b = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(noise=Noise(straggler_sigma=0.2, seed=7)))
+    c = simulate(pipeline_chain(3, 1e-3, MB), line(3), EngineOptions(noise=Noise(straggler_sigma=0.2, seed=8)))
     assert a.makespan_s == b.makespan_s != c.makespan_s
     assert a.makespan_s > simulate(pipeline_chain(3, 1e-3, MB), line(3)).makespan_s
 
@@ -164,7 +165,7 @@ def grad_allreduce(overlap: bool) -> TaskGraph:
 
 
 #: The textbook collective model: closed forms below hold exactly (no NCCL protocol latency).
-RAW = EngineOptions(protocol="raw")
+RAW = EngineOptions(collectives=CollectiveSettings(protocol="raw"))
 
 
 def test_compute_then_allreduce_without_overlap():
@@ -214,13 +215,13 @@ def test_forced_algorithm_and_bad_collective_are_reported():
         g.add(Task(f"x{r}", r, "collective", op="allreduce", size=AR_BYTES, group=(0, 1),
                    coll_id="x"))
     with pytest.raises(CollectiveError, match="collective 'x'"):
-        simulate(g, line(2), EngineOptions(algo="pairwise"))
+        simulate(g, line(2), EngineOptions(collectives=CollectiveSettings(algo="pairwise")))
 
 
 def test_slowdown_ranks_may_be_written_as_strings_as_json_and_sweep_axes_spell_them():
-    assert EngineOptions(slowdown={"3": 1.2, 1: 2.0}).slowdown == {3: 1.2, 1: 2.0}
+    assert Noise(slowdown={"3": 1.2, 1: 2.0}).slowdown == {3: 1.2, 1: 2.0}
 
 
 def test_a_reduction_speed_written_with_units_is_parsed_where_the_options_are_made():
     """As a cluster file's engine section writes it; the engine needs the number."""
-    assert EngineOptions(reduction_bw="200GB/s").reduction_bw == 200e9
+    assert EngineOptions.of({"collectives": {"reduction_bw": "200GB/s"}}).collectives.reduction_bw == 200e9

@@ -57,7 +57,7 @@ class Case:
     workload: str                                       #: preset name or key of WORKLOAD_FILES
     topology: str
     overrides: Mapping[str, Any] = field(default_factory=dict)   #: simulate_workload overrides
-    engine: Mapping[str, Any] = field(default_factory=dict)      #: EngineOptions fields
+    engine: Mapping[str, Any] = field(default_factory=dict)      #: EngineOptions, nested parts
     calibration: bool = False                           #: run with LAB_CALIBRATION
 
 
@@ -65,19 +65,23 @@ WORKLOAD_FILES: dict[str, Mapping[str, Any]] = {"tiny-gpt": TINY_GPT}
 
 CASES = [
     Case("gpt-layer-ring", "tiny-gpt", "dgx-h100:nodes=1",
-         {"granularity": "layer", "fold": False}, {"algo": "ring", "reduction_bw": "200GB/s"}),
+         {"granularity": "layer", "fold": False},
+         {"collectives": {"algo": "ring", "reduction_bw": "200GB/s"}}),
     Case("gpt-stage-fold-analytical", "tiny-gpt", "dgx-h100:nodes=1",
          {"granularity": "stage", "fold": True, "micro_batch": 2}, {"network": "analytical"}),
     Case("gpt-tp8-closed-form", "tiny-gpt", "dgx-h100:nodes=1",
-         {"tp": 8, "pp": 1, "granularity": "stage"}, {"network": "analytical", "algo": "ring", "chunks": 2}),
+         {"tp": 8, "pp": 1, "granularity": "stage"},
+         {"network": "analytical", "collectives": {"algo": "ring", "chunks": 2}}),
     Case("gpt-auto-straggler", "tiny-gpt", "dgx-h100:nodes=1",
-         {"hbm_capacity": "40GB"}, {"slowdown": {3: 1.25}, "straggler_sigma": 0.05, "seed": 7}),
+         {"hbm_capacity": "40GB"}, {"noise": {"slowdown": {3: 1.25}, "straggler_sigma": 0.05, "seed": 7}}),
     Case("gpt-unfused-calibrated-2-nodes", "tiny-gpt", "dgx-h100:nodes=2",
-         {"attention": "unfused", "tp": 4, "granularity": "stage"}, {"protocol": "Simple", "chunks": 2},
+         {"attention": "unfused", "tp": 4, "granularity": "stage"},
+         {"collectives": {"protocol": "Simple", "chunks": 2}},
          calibration=True),
-    Case("dlrm", "dlrm-small", "dgx-h100:nodes=1", {}, {"algo": "tree"}),
+    Case("dlrm", "dlrm-small", "dgx-h100:nodes=1", {}, {"collectives": {"algo": "tree"}}),
     Case("cnn-calibrated-straggler", "resnet50", "dgx-h100:nodes=1",
-         {"training": {"global_batch": 64}}, {"straggler_sigma": 0.1, "seed": 1}, calibration=True),
+         {"training": {"global_batch": 64}}, {"noise": {"straggler_sigma": 0.1, "seed": 1}},
+         calibration=True),
 ]
 
 
@@ -111,10 +115,19 @@ _FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "micro_batch": "--micro-batc
           "calibration": "--calibration", "reduction_bw": "--reduction-bw", "hbm_capacity": "--hbm"}
 
 
+def flat_engine(engine: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine options by their last name (the flag's): ``{"collectives": {"algo": "ring"}}`` →
+    ``{"algo": "ring"}``."""
+    out: dict[str, Any] = {}
+    for key, value in engine.items():
+        out.update(value if key in ("collectives", "noise", "shortcuts") else {key: value})
+    return out
+
+
 def cli_flags(overrides: Mapping[str, Any], engine: Mapping[str, Any]) -> list[str]:
     """The command-line spelling of overrides and engine options."""
     args: list[str] = []
-    for key, value in {**overrides, **engine}.items():
+    for key, value in {**overrides, **flat_engine(engine)}.items():
         if key == "fold":
             args.append("--fold" if value else "--no-fold")
         elif key == "slowdown":
@@ -147,7 +160,7 @@ def as_json(obj: Any) -> Any:
 def run_api(case: Case, files: Mapping[str, str], **overrides: Any) -> tuple[Outcome, pd.DataFrame]:
     result = simulate_workload(workload_of(case, files), case.topology,
                                overrides={**case.overrides, **overrides},
-                               options=EngineOptions(record_links=False, **engine_of(case, files)))
+                               options=EngineOptions.of(engine_of(case, files), record_links=False))
     return Outcome(as_json(result.summary()), result.simulation.spans()), result.simulation.rank_table()
 
 
@@ -192,15 +205,19 @@ def run_cluster(case: Case, files: Mapping[str, str], tmp: Path, gpus: int) -> O
 
 
 def run_sweep(case: Case, files: Mapping[str, str], tmp: Path) -> dict[str, Any]:
-    """A one-point sweep: the engine options in its base, but one — the per-rank slowdown if
-    the case has one, else the seed — given as an axis of one value (same dotted names)."""
-    axis = "slowdown" if "slowdown" in case.engine else "seed"
+    """A one-point sweep: the engine options in its base, but one — the collective algorithm
+    if the case forces one, else the per-rank slowdown if it has one, else the seed — given as
+    an axis of one value, by its dotted path in the options (``engine.collectives.algo``)."""
+    parts = {k: dict(v) if isinstance(v, Mapping) else v for k, v in case.engine.items()}
+    part, name = next(((p, n) for p, n in (("collectives", "algo"), ("noise", "slowdown"))
+                       if n in parts.get(p, {})), ("noise", "seed"))
+    value = parts.get(part, {}).pop(name, 0)
     spec = tmp / "sweep.yaml"
     spec.write_text(yaml.safe_dump({
         "kind": "workload",
         "base": {"workload": workload_of(case, files), "topology": case.topology,
-                 "engine": without(case.engine, axis), "overrides": dict(case.overrides)},
-        "axes": {f"engine.{axis}": [case.engine.get(axis, 0)]}}))
+                 "engine": parts, "overrides": dict(case.overrides)},
+        "axes": {f"engine.{part}.{name}": [value]}}))
     out = tmp / "sweep.parquet"
     invoke(["sweep", str(spec), "--out", str(out), "--no-progress"]
            + (["--calibration", files["calibration"]] if case.calibration else []))
@@ -272,8 +289,9 @@ def test_a_chakra_trace_replays_the_same_from_the_command_line_and_the_api(files
                                                                             tmp_path: Path) -> None:
     prefix = str(CHAKRA / "dp_overlap_8npu" / "dp_overlap")
     topology = "ring:8,bw=50GB/s,lat=500ns"
-    engine = {"algo": "ring", "slowdown": {2: 1.5}, "calibration": files["calibration"]}
-    api = replay_chakra(prefix, topology, EngineOptions(record_links=False, **engine))
+    engine = {"collectives": {"algo": "ring"}, "noise": {"slowdown": {2: 1.5}},
+              "calibration": files["calibration"]}
+    api = replay_chakra(prefix, topology, EngineOptions.of(engine, record_links=False))
     spans = tmp_path / "replay-spans.parquet"
     out = json.loads(invoke(["replay", prefix, "--topology", topology, "--json", "--spans", str(spans),
                              *cli_flags({}, engine)]))

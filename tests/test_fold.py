@@ -9,7 +9,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from dessim.engine import EngineOptions, simulate
+from dessim.engine import EngineOptions, Noise, simulate
 from dessim.errors import TaskGraphError
 from dessim.taskgraph import Fold, Task, TaskGraph, taskgraph_from_dict, taskgraph_to_dict
 from dessim.topology.graph import Topology
@@ -124,7 +124,7 @@ def test_replicas_with_different_speeds_cannot_be_folded():
     g = TaskGraph("folded", fold=Fold(SWAP))
     g.add(Task("c", 0, "compute", duration=1e-3))
     with pytest.raises(TaskGraphError, match="image of rank 0"):
-        simulate(g, star(4), EngineOptions(slowdown={2: 1.5}))
+        simulate(g, star(4), EngineOptions(noise=Noise(slowdown={2: 1.5})))
 
 
 def test_memcpy_tasks_cannot_be_folded():

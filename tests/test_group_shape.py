@@ -9,7 +9,7 @@ import pytest
 from dessim.collectives import get_op
 from dessim.collectives.auto import choose, group_shape
 from dessim.topology import load_topology
-from dessim.engine import EngineOptions
+from dessim.engine import EngineOptions, Shortcuts
 from dessim.workload.transformer.tp_islands import TPIslands
 
 
@@ -49,7 +49,7 @@ def test_groups_of_one_shape_get_the_same_choice(dgx, op, size):
 def test_closed_form_tp_times_per_shape_equal_the_per_group_simulation(dgx):
     tp = [tuple(range(8 * n, 8 * n + 8)) for n in range(4)]
     memo = TPIslands(dgx, tp)
-    fresh = TPIslands(dgx, tp, options=EngineOptions(record_links=False, shape_memo=False))
+    fresh = TPIslands(dgx, tp, options=EngineOptions(record_links=False, shortcuts=Shortcuts(shape_memo=False)))
     for g in tp:
         for op, size in (("allreduce", 3e7), ("allgather", 5e6), ("reducescatter", 5e6)):
             assert memo.time(op, size, g) == fresh.time(op, size, g)
@@ -64,7 +64,7 @@ def test_workload_iteration_identical_with_and_without_the_shape_memo():
     ov = {"tp": 8, "pp": 2, "dp": 2, "global_batch": 8, "schedule": "1f1b",
           "generator": {"granularity": "stage", "fold": True}}
     runs = [simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides=ov,
-                              options=EngineOptions(record_links=False, shape_memo=memo))
+                              options=EngineOptions(record_links=False, shortcuts=Shortcuts(shape_memo=memo)))
             for memo in (True, False)]
     assert runs[0].iteration_s == runs[1].iteration_s
     assert runs[0].simulation.link_bytes == runs[1].simulation.link_bytes

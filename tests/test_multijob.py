@@ -23,7 +23,7 @@ TOPO = "leafspine:hosts=16,leaves=2,oversub=4,spines=1,bw=25GB/s,lat=0,device=H1
 
 def two_jobs(**extra):
     job = {"workload": "resnet50", "overrides": {"training": {"global_batch": 8, "bucket_size": 0}}}
-    return parse_cluster({"topology": TOPO, "engine": {"algo": "ring", "protocol": "raw"}, "jobs": [
+    return parse_cluster({"topology": TOPO, "engine": {"collectives": {"algo": "ring", "protocol": "raw"}}, "jobs": [
         {**job, "name": "a", "gpus": [0, 8, 1, 9, 2, 10, 3, 11]},
         {**job, "name": "b", "gpus": "4,12,5,13,6,14,7,15"}], **extra}, "<test>")
 
@@ -50,7 +50,7 @@ def test_allreduces_crossing_one_oversubscribed_uplink_slow_down_as_max_min_pred
 
 def test_jobs_on_separate_leaves_do_not_interfere():
     job = {"workload": "resnet50", "overrides": {"training": {"global_batch": 8, "bucket_size": 0}}}
-    spec = parse_cluster({"topology": TOPO, "engine": {"algo": "ring", "protocol": "raw"}, "jobs": [
+    spec = parse_cluster({"topology": TOPO, "engine": {"collectives": {"algo": "ring", "protocol": "raw"}}, "jobs": [
         {**job, "name": "left", "gpus": "0-7"}, {**job, "name": "right", "gpus": 8}]}, "<test>")
     res = simulate_cluster(spec)
     assert [j.gpus for j in res.jobs] == [tuple(range(8)), tuple(range(8, 16))]

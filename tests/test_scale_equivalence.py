@@ -17,7 +17,7 @@ import simpy
 
 from dessim.collectives import build_schedule, run_collective, run_schedule
 from dessim.collectives.schedule import CompactSchedule
-from dessim.engine import EngineOptions, simulate
+from dessim.engine import EngineOptions, Shortcuts, simulate
 from dessim.network import FlowNetwork, make_network
 from dessim.taskgraph import Task, TaskGraph
 from dessim.topology import load_topology
@@ -236,8 +236,8 @@ def staggered_graph(p: int) -> TaskGraph:
 @pytest.mark.parametrize("record", [False, True])
 def test_engine_results_identical_with_and_without_shortcuts(record):
     graph, topo = staggered_graph(8), star(8)
-    res = [simulate(graph, topo, EngineOptions(record_links=record, bundles=b,
-                                               compact_schedules=c))
+    res = [simulate(graph, topo, EngineOptions(record_links=record,
+                                               shortcuts=Shortcuts(bundles=b, compact_schedules=c)))
            for b, c in ((True, True), (False, True), (False, False))]
     for other in res[1:]:
         assert other.makespan_s == res[0].makespan_s

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from dessim.collectives import build_schedule, get_op, run_collective, run_schedule
 from dessim.collectives.schedule import pipelines
-from dessim.engine import EngineOptions, simulate
+from dessim.collectives import CollectiveSettings
+from dessim.engine import EngineOptions, Shortcuts, simulate
 from dessim.network import FlowNetwork, make_network
 from dessim.topology import load_topology
 from dessim.workload import build_taskgraph, plan_workload
@@ -154,7 +155,8 @@ def _iteration(stream: bool, fold: bool) -> tuple[float, int]:
     plan, topo = plan_workload("gpt3-1.3b", "dgx-h100:nodes=8",
                                overrides={"tp": 8, "pp": 2, "dp": 4, "global_batch": 16,
                                           "generator": {"granularity": "stage", "fold": fold}})
-    options = EngineOptions(algo="ring", stream_rings=stream, record_links=False)
+    options = EngineOptions(collectives=CollectiveSettings(algo="ring"),
+                            shortcuts=Shortcuts(stream_rings=stream), record_links=False)
     result = simulate(build_taskgraph(plan, topo, engine=options), topo, options)
     return result.makespan_s, result.events
 
@@ -242,7 +244,7 @@ def test_a_collective_sweep_can_put_streamed_rings_on_an_axis():
                         "base": {"topology": "dgx-a100:nodes=8",
                                  "collective": {"op": "allreduce", "size": "1GiB",
                                                 "ranks": "0,8,16,24,32,40,48,56"}},
-                        "axes": {"engine.stream_rings": [False, True]}})
+                        "axes": {"engine.shortcuts.stream_rings": [False, True]}})
     rows = [EVALUATORS["collective"].evaluate(EVALUATORS["collective"].config(spec.base, p.params))
             for p in spec.points()]
     assert rows[0]["time_s"] == pytest.approx(rows[1]["time_s"], rel=1e-12)

@@ -59,14 +59,14 @@ def test_bad_ranges_are_named(raw, message):
 
 # ---------------------------------------------------------------- grid and zip
 def test_grid_is_the_cartesian_product_first_axis_slowest():
-    spec = parse_sweep(collective_spec(**{"topology.n": [2, 4], "engine.algo": ["ring", "tree"],
+    spec = parse_sweep(collective_spec(**{"topology.n": [2, 4], "engine.collectives.algo": ["ring", "tree"],
                                           "collective.size": ["1KiB", "2KiB", "4KiB"]}))
     points = spec.points()
     assert len(points) == 2 * 2 * 3
     assert [p.index for p in points] == list(range(12))
-    assert points[0].params == {"topology.n": 2, "engine.algo": "ring", "collective.size": 1024}
+    assert points[0].params == {"topology.n": 2, "engine.collectives.algo": "ring", "collective.size": 1024}
     assert points[1].params["collective.size"] == 2048
-    assert points[3].params["engine.algo"] == "tree"
+    assert points[3].params["engine.collectives.algo"] == "tree"
     assert points[6].params["topology.n"] == 4
 
 
@@ -94,14 +94,14 @@ def test_topology_axes_compose_into_the_builder_of_an_inline_spec():
                                                   "oversub": 2}}
     assert [load_topology(c["topology"]).num_gpus for c in configs] == [8, 16]
     assert configs[0]["collective"] == {"op": "allgather", "size": "1MiB"}  # as written
-    assert configs[0]["engine"]["algo"] == "auto"  # the evaluator's default: NCCL's choice
+    assert configs[0]["engine"] == {}  # the evaluator's default: EngineOptions' (NCCL's choice)
 
 
 def test_engine_and_collective_axes_land_in_their_sections():
-    spec = parse_sweep(collective_spec(**{"engine.algo": ["tree"], "engine.chunks": [4],
+    spec = parse_sweep(collective_spec(**{"engine.collectives.algo": ["tree"], "engine.collectives.chunks": [4],
                                           "collective.op": ["allgather"]}))
     cfg = EVALUATORS["collective"].config(spec.base, spec.points()[0].params)
-    assert cfg["engine"] == {"algo": "tree", "network": "flow", "chunks": 4}
+    assert cfg["engine"] == {"collectives": {"algo": "tree", "chunks": 4}}
     assert cfg["collective"] == {"op": "allgather", "size": "1MiB"}
 
 
@@ -122,8 +122,8 @@ def test_engine_and_collective_axes_land_in_their_sections():
     (lambda d: d["axes"].update({"topology.n": [4, 1]}), r"axes.topology.n\[1\].*'1' must be >= 2|"
                                                          r"axes.topology.n\[1\].*1 must be >= 2"),
     (lambda d: d["axes"].update({"topology.bw": ["100GB"]}), r"axes.topology.bw\[0\].*lacks '/s'"),
-    (lambda d: d["axes"].update({"engine.chunk": [2]}), r"unknown key 'chunk' in engine; valid keys: "
-                                                        r"algo, protocol, network, chunks"),
+    (lambda d: d["axes"].update({"engine.chunk": [2]}), r"axes.engine.chunk: unknown engine option "
+                                                        r"'chunk'; valid: network, collectives.algo, "),
     (lambda d: d["axes"].update(parallelism="auto"), r"axes.parallelism: 'auto' is not available "
                                                      r"for kind 'collective'"),
     (lambda d: d.update(mode="random"), r"mode 'random' is unknown; valid modes: grid, zip"),

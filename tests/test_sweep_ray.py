@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 SPEC = {"kind": "collective",
         "base": {"topology": "ring:4,bw=50GB/s,lat=500ns",
                  "collective": {"op": "allreduce", "size": "256KiB"}},
-        "axes": {"collective.ranks": ["0-3", "0-7"], "engine.algo": ["ring", "tree"]}}
+        "axes": {"collective.ranks": ["0-3", "0-7"], "engine.collectives.algo": ["ring", "tree"]}}
 
 
 def test_ray_backend_gives_identical_results():

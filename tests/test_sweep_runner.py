@@ -29,9 +29,9 @@ SPEC = {
              "collective": {"op": "allreduce", "size": "256KiB"}},
     "axes": {"collective.ranks": ["0-3", "0-7"],
              "topology.bw": {"from": "25GB/s", "to": "50GB/s", "factor": 2},
-             "engine.algo": ["ring", "tree"]},
+             "engine.collectives.algo": ["ring", "tree"]},
     "cost": {"topology.bw": {"price": 10, "per": "1GB/s", "times": "gpus"}},
-    "analysis": {"heatmap": ["topology.bw", "engine.algo"], "vs": "topology.bw"},
+    "analysis": {"heatmap": ["topology.bw", "engine.collectives.algo"], "vs": "topology.bw"},
 }
 
 
@@ -48,11 +48,11 @@ def serial():
 def test_every_point_has_a_row_in_point_order_with_inputs_and_metrics(serial):
     t = serial.table
     assert list(t["index"]) == list(range(8)) and serial.evaluated == 8
-    assert {"collective.ranks", "topology.bw", "engine.algo", "time_s", "busbw_GBps",
+    assert {"collective.ranks", "topology.bw", "engine.collectives.algo", "time_s", "busbw_GBps",
             "algbw_GBps", "gpus", "cost"} <= set(t.columns)
     ok = t[t["status"] == "ok"]
-    assert len(ok) == 4 and set(ok["engine.algo"]) == {"ring", "tree"}
-    assert (ok["algorithm"] == ok["engine.algo"]).all()
+    assert len(ok) == 4 and set(ok["engine.collectives.algo"]) == {"ring", "tree"}
+    assert (ok["algorithm"] == ok["engine.collectives.algo"]).all()
     # busbw = algbw * 2(n-1)/n for allreduce on 4 ranks (nccl-tests definitions)
     assert ok["busbw_GBps"].to_numpy() == pytest.approx(ok["algbw_GBps"].to_numpy() * 1.5)
     # cost model: 10 per GB/s of bandwidth per GPU
@@ -194,11 +194,11 @@ def test_unknown_backend_and_missing_extra_are_clear(monkeypatch):
 def test_best_per_group_and_spread_read_the_table(serial):
     t = serial.table
     ok = t[t["status"] == "ok"]
-    best = analysis.best_per_group(t, "time_s", ["engine.algo"])
-    assert list(best["engine.algo"]) == sorted(ok["engine.algo"].unique(),
-                                               key=lambda a: ok[ok["engine.algo"] == a]["time_s"].min())
+    best = analysis.best_per_group(t, "time_s", ["engine.collectives.algo"])
+    assert list(best["engine.collectives.algo"]) == sorted(ok["engine.collectives.algo"].unique(),
+                                               key=lambda a: ok[ok["engine.collectives.algo"] == a]["time_s"].min())
     for _, row in best.iterrows():
-        assert row["time_s"] == ok[ok["engine.algo"] == row["engine.algo"]]["time_s"].min()
+        assert row["time_s"] == ok[ok["engine.collectives.algo"] == row["engine.collectives.algo"]]["time_s"].min()
     sp = analysis.spread(t, "time_s")
     assert sp["ratio"][0] == pytest.approx(ok["time_s"].max() / ok["time_s"].min())
     assert sp["points"][0] == 4
@@ -223,10 +223,10 @@ def test_plots_are_written(tmp_path, serial):
 
 
 def test_describe_reports_counts_failures_best_and_spread(serial):
-    text = analysis.describe(serial, group_by=["engine.algo"])
+    text = analysis.describe(serial, group_by=["engine.collectives.algo"])
     assert "8 points, 4 ok, 4 failed, 0 pending" in text
     assert "4 x " in text and "rank 4 does not exist" in text
-    assert "best time_s per engine.algo:" in text and "worst/best" in text
+    assert "best time_s per engine.collectives.algo:" in text and "worst/best" in text
 
 
 def test_a_cost_column_that_no_result_has_is_named_after_the_results_are_saved(tmp_path):
@@ -252,7 +252,7 @@ def test_cli_sweep_runs_reports_and_resumes(tmp_path):
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text(yaml.safe_dump(SPEC))
     out = tmp_path / "r.parquet"
-    args = [str(spec_file), "--out", str(out), "--no-progress", "-g", "engine.algo",
+    args = [str(spec_file), "--out", str(out), "--no-progress", "-g", "engine.collectives.algo",
             "--plots", str(tmp_path / "plots")]
     res = CliRunner().invoke(command, args)
     assert res.exit_code == 0, res.output

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.collective_cmd import TOPOLOGY_HELP
+from dessim.cli.common import TOPOLOGY_HELP
 
 
 def _print_schema(ctx: click.Context) -> None:

@@ -4,52 +4,54 @@ from __future__ import annotations
 
 import click
 
-from dessim.cli.common import calibration_option, print_json, write_outputs
+from typing import Any, Mapping
+
+from dessim.cli.common import engine_options, print_json, write_outputs
 from dessim.units import format_time
+
+
+def _over(base: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` (a file's engine section) with the command line's settings laid over it, part
+    by part (``{"collectives": {"protocol": "raw"}}`` keeps the file's other collective keys)."""
+    out = dict(base)
+    for key, value in given.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
 
 
 @click.command("cluster")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--topology", "-t", default=None, help="Replace the file's topology (any topology spec).")
-@click.option("--network", type=click.Choice(["flow", "analytical"]), default=None,
-              help="Network model (default: the file's engine section, else flow).")
-@click.option("--algo", default=None, help="Force this collective algorithm for every collective.")
 @click.option("--no-alone", is_flag=True, help="Skip the runs of each job alone (no slowdown figures).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Write a Chrome/Perfetto trace of the shared run.")
 @click.option("--gantt", type=click.Path(dir_okay=False), default=None, help="Gantt chart (.png or .html).")
 @click.option("--spans", type=click.Path(dir_okay=False), default=None, help="Span table (.csv or .parquet).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@calibration_option
-def command(spec: str, topology: str | None, network: str | None, algo: str | None, no_alone: bool,
-            timeline: str | None, gantt: str | None, spans: str | None, as_json: bool,
-            calibration: str | None) -> None:
+@engine_options(topology=False, given_only=True)
+def command(spec: str, topology: str | None, no_alone: bool, timeline: str | None,
+            gantt: str | None, spans: str | None, as_json: bool, engine: dict[str, Any]) -> None:
     """Simulate the jobs of cluster file SPEC together on one network, and each alone.
 
     SPEC places workloads (any kind: transformer, dlrm, cnn) on disjoint GPU sets of one
     topology; their task graphs are merged and simulated at once, so their traffic shares
     links. Prints each job's iteration time alone and shared and the slowdown.
 
+    The engine options given on the command line replace those of the file's ``engine:``
+    section, one setting at a time (``--protocol raw`` keeps the file's ``collectives.algo``).
+
     Example: dessim cluster workloads/cluster-two-jobs.yaml
     """
-    import dataclasses
-
     from dessim.engine import EngineOptions
     from dessim.workload.multijob import load_cluster, simulate_cluster
 
     cluster = load_cluster(spec)
-    engine = {"record_links": bool(timeline or gantt), **dict(cluster.engine)}
-    if network:
-        engine["network"] = network
-    if algo:
-        engine["algo"] = algo
-    if calibration:
-        engine["calibration"] = calibration
-    fields = {f.name for f in dataclasses.fields(EngineOptions)}
-    bad = [k for k in engine if k not in fields]
-    if bad:
-        raise click.UsageError(f"{spec}: engine: unknown option {bad[0]!r}; valid: {', '.join(sorted(fields))}")
-    result = simulate_cluster(cluster, topology=topology, options=EngineOptions(**engine), alone=not no_alone)
+    options = EngineOptions.of(_over(dict(cluster.engine), engine), spec,
+                               record_links=bool(timeline or gantt))
+    result = simulate_cluster(cluster, topology=topology, options=options, alone=not no_alone)
     written = write_outputs(result.simulation, timeline, gantt, spans)
     summary = result.summary()
     if as_json:

@@ -6,42 +6,28 @@ import json
 
 import click
 
-from dessim.cli.common import calibration_option, collective_options, compose
+from dessim.cli.common import engine_options
+from dessim.engine.options import EngineOptions
 from dessim.units import format_bandwidth, format_size, format_time
 
-TOPOLOGY_HELP = ("Topology: an inline spec (ring:8,bw=50GB/s,lat=500ns; switch:64; "
-                 "dgx-h100:nodes=4), a YAML file or a shipped topology name.")
+#: Where the collective runs, and the engine options that apply to one collective.
+COLLECTIVE_PATHS = ("network", "collectives.protocol", "collectives.chunks", "collectives.channels",
+                     "collectives.reduction_bw", "calibration")
 
-
-#: Options shared by ``collective`` and ``compare``: where and how the collective runs.
-group_options = compose(
-    click.option("--topology", "-t", "topology", required=True, help=TOPOLOGY_HELP),
-    click.option("--ranks", default=None,
-                 help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all)."),
-    collective_options,
-    calibration_option,
-    click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
-                 show_default=True, help="Network model: max-min fair flows or no sharing."),
-    click.option("--reduction-bw", default=None,
-                 help="Reduction speed, e.g. 200GB/s (default: reductions are free)."),
-)
-
-
-def _algo_help() -> str:
-    from dessim.collectives import ALGORITHMS
-
-    return ("Algorithm: auto (NCCL's choice: NCCL 2.30.7's tuning model on this topology), "
-            + ", ".join(ALGORITHMS) + ".")
+#: The group a collective runs on (``collective`` and ``compare``).
+ranks_option = click.option("--ranks", default=None,
+                            help="Group: '0-7', '0,2,4,6', '0-3,8-11' (default: all).")
 
 
 @click.command(name="collective", epilog="Example: dessim collective allreduce --algo ring "
                "--size 1GiB --topology switch:8,bw=50GB/s,lat=500ns")
 @click.argument("op")
-@click.option("--algo", default="auto", show_default=True, help=_algo_help())
+@engine_options(paths=("collectives.algo", *COLLECTIVE_PATHS, "shortcuts.stream_rings",
+                       "collectives.gpus_per_process"))
 @click.option("--size", required=True, help="Bytes in nccl-tests semantics: per-rank buffer "
               "(allreduce, broadcast, reduce, alltoall, sendrecv) or the whole array "
               "(allgather, reducescatter). E.g. 1MiB, 1GB.")
-@group_options
+@ranks_option
 @click.option("--root", type=int, default=None, help="Root rank of broadcast/reduce "
               "(default: first rank of the group).")
 @click.option("--inner", default=None, help="hierarchical only: flat algorithm per dimension, "
@@ -50,18 +36,9 @@ def _algo_help() -> str:
               help="Print the N busiest links (JSON: all with --links > 0).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Write every transfer as a span to a Chrome/Perfetto trace JSON.")
-@click.option("--stream-rings", is_flag=True,
-              help="Run each ring channel as one coupled flow (fast for thousands of ranks; "
-                   "on an idle network the same time as step by step where the slowest "
-                   "connection is also the one with the largest latency; docs/performance.md).")
-@click.option("--gpus-per-process", type=click.IntRange(min=1), default=1, show_default=True,
-              help="GPUs one host thread drives, as nccl-tests -g N: each call pays N - 1 more "
-                   "kernel launches (nccl.host_overhead). Training: 1 (one process per GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(op: str, algo: str, size: str, topology: str, ranks: str | None, root: int | None,
-            protocol: str, chunks: int, channels: int | None, calibration: str | None,
-            network: str, reduction_bw: str | None, inner: str | None, show_links: int,
-            timeline: str | None, stream_rings: bool, gpus_per_process: int,
+def command(op: str, size: str, topology: str, ranks: str | None, root: int | None,
+            engine: EngineOptions, inner: str | None, show_links: int, timeline: str | None,
             as_json: bool) -> None:
     """Simulate collective OP (allreduce, reducescatter, allgather, broadcast, reduce,
     alltoall, sendrecv) on an idle network and print time, algbw and busbw
@@ -69,10 +46,8 @@ def command(op: str, algo: str, size: str, topology: str, ranks: str | None, roo
     from dessim.collectives import run_collective
 
     options = {"inner": inner} if inner else {}
-    res = run_collective(op, size, topology, algo=algo, protocol=protocol, ranks=ranks,
-                         chunks=chunks, channels=channels, network=network,
-                         reduction_bw=reduction_bw, root=root, stream_rings=stream_rings,
-                         gpus_per_process=gpus_per_process, calibration=calibration, **options)
+    res = run_collective(op, size, topology, ranks=ranks, root=root,
+                         **engine.run_collective_kwargs(), **options)
     if timeline:
         from dessim.outputs import write_chrome_trace
         from dessim.outputs.collective_trace import collective_result_as_run

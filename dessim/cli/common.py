@@ -1,24 +1,28 @@
 """Options and output handling shared by the commands that run the engine.
 
-``run``, ``simulate`` and ``replay`` all take the same engine options and write the same
-outputs; they are defined once here and applied with the decorators below.
+Every simulating command (``run``, ``simulate``, ``replay``, ``collective``, ``compare``,
+``cluster``) takes its engine options from ONE option group, :func:`engine_options`, which
+builds an :class:`~dessim.engine.EngineOptions` (each flag sets one of its dotted paths,
+:data:`ENGINE_FLAGS`); the outputs are defined once here too.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import click
 
+from dessim.collectives.settings import PROTOCOL_NAMES
 from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
 from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["report_run", "compose", "engine_options", "output_options", "build_engine_options",
-           "write_outputs", "print_json", "print_run_summary", "parse_slowdown",
-           "collective_options", "calibration_option"]
+           "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
+           "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -30,80 +34,159 @@ def compose(*decorators: Callable) -> Callable:
     return apply
 
 
-_TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (dgx-h100:nodes=4), "
+TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (dgx-h100:nodes=4), "
                   "shipped name or YAML file.")
 
 
-def engine_options(topology_default: str | None = None) -> Callable:
-    """Decorator adding ``--topology`` (required unless ``topology_default`` is given) and
-    the engine options (network model, collective settings, calibration, stragglers,
-    device). The command receives them as ONE :class:`~dessim.engine.EngineOptions`
-    argument ``engine`` (validated before any work starts; ``record_links`` off — commands
-    that write timelines switch it on)."""
-    topology = click.option(
-        "--topology", "-t", "topology", required=topology_default is None, default=topology_default,
-        help=_TOPOLOGY_HELP + (f" Default: {topology_default}." if topology_default else ""))
+@dataclass(frozen=True)
+class _EngineFlag:
+    """One command-line engine option: the :class:`EngineOptions` path it sets, the click
+    option (its parameter is the path's last name), and how the flag's value becomes the
+    option's (a file name read, ``RANK=FACTOR`` items parsed)."""
+
+    path: str
+    option: Callable
+    convert: Callable[[Any], Any] = lambda value: value   # noqa: E731 — as given
+
+    @property
+    def param(self) -> str:
+        return self.path.rpartition(".")[2]
+
+
+def _algo_help() -> str:
+    from dessim.collectives import ALGORITHMS
+
+    return ("Collective algorithm of every collective: auto (NCCL's choice; in a task graph, "
+            "each collective's own) or one of " + ", ".join(ALGORITHMS) + ".")
+
+
+def _network_choice() -> click.Choice:
+    from dessim.network import NETWORK_MODELS
+
+    return click.Choice(sorted(NETWORK_MODELS))
+
+
+def _read_calibration(path: str | None) -> Any:
+    from dessim.catalog.calibration import load_calibration
+
+    return load_calibration(path) if path else None
+
+
+#: Every command-line engine option, by the EngineOptions path it sets (one spelling: the
+#: flag is the path's last name, dashed). Commands pick the paths that apply to them.
+ENGINE_FLAGS: tuple[_EngineFlag, ...] = (
+    _EngineFlag("network", click.option(
+        "--network", type=_network_choice(), default="flow", show_default=True,
+        help="Network model: flow (max-min fair link sharing) or analytical (no sharing: "
+             "latency + bytes/bandwidth).")),
+    _EngineFlag("collectives.algo", click.option(
+        "--algo", default="auto", show_default=True, help=_algo_help())),
+    _EngineFlag("collectives.protocol", click.option(
+        "--protocol", type=click.Choice(PROTOCOL_NAMES, case_sensitive=False),
+        default="auto", show_default=True,
+        help="NCCL protocol of every collective: auto (NCCL's choice), LL, LL128, Simple, or raw "
+             "(the textbook alpha-beta model).")),
+    _EngineFlag("collectives.chunks", click.option(
+        "--chunks", type=click.IntRange(min=1), default=1, show_default=True,
+        help="Pipelining chunks per collective lane.")),
+    _EngineFlag("collectives.channels", click.option(
+        "--channels", type=click.IntRange(min=1), default=None,
+        help="Lanes per collective (default: as NCCL lays them out, one per rail across nodes).")),
+    _EngineFlag("collectives.reduction_bw", click.option(
+        "--reduction-bw", default=None, metavar="BW",
+        help="Speed a GPU reduces at, e.g. 200GB/s (default: reductions are free).")),
+    _EngineFlag("collectives.gpus_per_process", click.option(
+        "--gpus-per-process", type=click.IntRange(min=1), default=1, show_default=True,
+        help="GPUs one host thread drives, as nccl-tests -g N: each call pays N - 1 more kernel "
+             "launches (nccl.host_overhead). Training: 1 (one process per GPU).")),
+    _EngineFlag("shortcuts.stream_rings", click.option(
+        "--stream-rings", is_flag=True,
+        help="Run each ring channel as one coupled flow instead of step by step: an "
+             "approximation (exact on an idle network, within 0.1% in the tests) that makes "
+             "rings across thousands of GPUs cheap. See docs/performance.md.")),
+    _EngineFlag("calibration", click.option(
+        "--calibration", type=click.Path(dir_okay=False), default=None,
+        help="Calibration YAML (from dessim calibrate): measured constants that replace the "
+             "built-in ones (docs/calibration.md)."), _read_calibration),
+    _EngineFlag("device", click.option(
+        "--device", default=None, help="GPU model (H100, A100, ...) for ranks whose topology names none.")),
+    _EngineFlag("noise.slowdown", click.option(
+        "--slowdown", multiple=True, metavar="RANK=FACTOR",
+        help="Slow a rank's compute down by FACTOR (e.g. 3=1.2); repeatable."),
+        lambda items: parse_slowdown(items)),
+    _EngineFlag("noise.straggler_sigma", click.option(
+        "--straggler-sigma", type=click.FloatRange(min=0), default=0.0,
+        help="Random per-rank slowdown 1+|N(0,sigma)| drawn from --seed.")),
+    _EngineFlag("noise.seed", click.option(
+        "--seed", type=int, default=0, show_default=True, help="Random seed.")),
+)
+
+def engine_flag(path: str) -> Callable:
+    """The click option of one engine path alone, for commands that put it into a spec
+    instead of building options (``sweep``, ``explore``)."""
+    return next(f.option for f in ENGINE_FLAGS if f.path == path)
+
+
+#: ``--calibration`` alone (sweep, explore: the file goes into the spec's engine section).
+calibration_option = engine_flag("calibration")
+
+#: What a command that replays task graphs takes (run, simulate, replay).
+GRAPH_ENGINE_PATHS: tuple[str, ...] = (
+    "network", "collectives.algo", "collectives.protocol", "collectives.chunks",
+    "collectives.channels", "collectives.reduction_bw", "shortcuts.stream_rings", "calibration",
+    "device", "noise.slowdown", "noise.straggler_sigma", "noise.seed")
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"collectives.algo": "ring"}`` → ``{"collectives": {"algo": "ring"}}``."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        head, _, rest = path.partition(".")
+        if rest:
+            out.setdefault(head, {})[rest] = value
+        else:
+            out[head] = value
+    return out
+
+
+def engine_options(topology_default: str | None = None, *, paths: tuple[str, ...] = GRAPH_ENGINE_PATHS,
+                   topology: bool = True, given_only: bool = False) -> Callable:
+    """Decorator: the option group that builds a command's engine options.
+
+    Adds ``--topology`` (required unless ``topology_default`` is given; none with
+    ``topology=False``) and one flag per :class:`~dessim.engine.EngineOptions` path in
+    ``paths`` (:data:`ENGINE_FLAGS`). The command receives them as ONE argument ``engine``:
+    an :class:`EngineOptions`, validated before any work starts, with ``record_links`` off
+    (commands that write timelines switch it on). With ``given_only`` it receives instead
+    the nested mapping of the flags given on the command line (``{"collectives": {"algo":
+    "ring"}}``), to lay over a file's ``engine:`` section (``dessim cluster``)."""
+    flags = [f for f in ENGINE_FLAGS if f.path in paths]
+    unknown = set(paths) - {f.path for f in flags}
+    if unknown:
+        raise ValueError(f"engine_options: no command-line flag for {sorted(unknown)}")
+    decorators = [f.option for f in flags]
+    if topology:
+        decorators.insert(0, click.option(
+            "--topology", "-t", "topology", required=topology_default is None, default=topology_default,
+            help=TOPOLOGY_HELP + (f" Default: {topology_default}." if topology_default else "")))
 
     def collect(f: Callable) -> Callable:
         @functools.wraps(f)
         def wrapper(*args: Any, **kw: Any) -> Any:
-            values = {k: kw.pop(k) for k in _ENGINE_PARAMS}
-            kw["engine"] = build_engine_options(**values)
+            ctx = click.get_current_context()
+            values = {}
+            for flag in flags:
+                value = kw.pop(flag.param)
+                if given_only and ctx.get_parameter_source(flag.param) in (
+                        click.core.ParameterSource.DEFAULT, None):
+                    continue
+                values[flag.path] = flag.convert(value)
+            kw["engine"] = _nest(values) if given_only else build_engine_options(values)
             return f(*args, **kw)
         return wrapper
 
-    return compose(topology, _engine_only, collect)
+    return compose(*decorators, collect)
 
-
-#: The command-line engine options, by the EngineOptions field (or input) each one sets.
-_ENGINE_PARAMS = ("network", "algo", "protocol", "chunks", "channels", "reduction_bw", "stream_rings",
-                  "calibration", "device", "slowdown", "straggler_sigma", "seed")
-
-#: Collective settings as command-line options (the CollectiveSettings field names; --algo
-#: is each command's own: its default and help differ).
-collective_options = compose(
-    click.option("--protocol", type=click.Choice(["auto", "LL", "LL128", "Simple", "raw"],
-                                                 case_sensitive=False),
-                 default="auto", show_default=True,
-                 help="NCCL protocol of every collective: auto (NCCL's choice), LL, LL128, "
-                      "Simple, or raw (the textbook alpha-beta model)."),
-    click.option("--chunks", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Pipelining chunks per collective lane."),
-    click.option("--channels", type=click.IntRange(min=1), default=None,
-                 help="Lanes per collective (default: as NCCL lays them out, one per rail "
-                      "across nodes)."),
-)
-
-#: Where the model constants come from.
-calibration_option = click.option(
-    "--calibration", type=click.Path(dir_okay=False), default=None,
-    help="Calibration YAML (from dessim calibrate): measured constants that replace the "
-         "built-in ones (docs/calibration.md).")
-
-
-_engine_only = compose(
-    click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
-                 show_default=True,
-                 help="flow: max-min fair link sharing; analytical: no sharing (latency + n/bw)."),
-    click.option("--algo", default=None,
-                 help="Force this collective algorithm for every collective (default: auto, "
-                      "NCCL's choice)."),
-    collective_options,
-    click.option("--reduction-bw", default=None, metavar="BW",
-                 help="Speed a GPU reduces at, e.g. 200GB/s (default: reductions are free)."),
-    click.option("--stream-rings", is_flag=True,
-                 help="Run each ring channel as one coupled flow instead of step by step: an "
-                      "approximation (exact on an idle network, within 0.1% in the tests) that "
-                      "makes rings across thousands of GPUs cheap. See docs/performance.md."),
-    calibration_option,
-    click.option("--device", default=None,
-                 help="GPU model (H100, A100, ...) for ranks whose topology names none."),
-    click.option("--slowdown", multiple=True, metavar="RANK=FACTOR",
-                 help="Slow a rank's compute down by FACTOR (e.g. 3=1.2); repeatable."),
-    click.option("--straggler-sigma", type=click.FloatRange(min=0), default=0.0,
-                 help="Random per-rank slowdown 1+|N(0,sigma)| drawn from --seed."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
-)
 
 #: Output options: timeline, Gantt, spans, JSON.
 output_options = compose(
@@ -131,23 +214,10 @@ def parse_slowdown(items: tuple[str, ...]) -> dict[int, float]:
     return out
 
 
-def build_engine_options(*, network: str = "flow", algo: str | None = None,
-                         protocol: str = "auto", chunks: int = 1, channels: int | None = None,
-                         reduction_bw: str | None = None,
-                         stream_rings: bool = False, calibration: str | None = None,
-                         device: str | None = None, slowdown: tuple[str, ...] = (),
-                         straggler_sigma: float = 0.0, seed: int = 0,
-                         record_links: bool = False) -> EngineOptions:
-    """The :class:`EngineOptions` of the command-line engine options (the calibration file
-    is read and checked here, before any work)."""
-    from dessim.catalog.calibration import load_calibration
-
-    return EngineOptions(network=network, algo=algo, protocol=protocol, chunks=chunks,
-                         channels=channels, reduction_bw=reduction_bw,
-                         calibration=load_calibration(calibration)
-                         if calibration else None, device=device,
-                         slowdown=parse_slowdown(slowdown), straggler_sigma=straggler_sigma,
-                         seed=seed, record_links=record_links, stream_rings=stream_rings)
+def build_engine_options(values: dict[str, Any], *, record_links: bool = False) -> EngineOptions:
+    """The :class:`EngineOptions` of command-line values by path (``{"collectives.algo":
+    "ring", "noise.seed": 3}``), validated now, before any work."""
+    return EngineOptions.of(_nest(values), "command line", record_links=record_links)
 
 
 def write_outputs(result: SimulationResult, timeline: str | None, gantt: str | None,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from dessim.cli.collective_cmd import group_options
+from dessim.cli.collective_cmd import COLLECTIVE_PATHS, ranks_option
+from dessim.cli.common import engine_options
+from dessim.engine.options import EngineOptions
 from dessim.units import format_size, format_time
-
-
 
 
 @click.command(name="compare", epilog="Example: dessim compare allreduce --algos "
@@ -15,20 +15,20 @@ from dessim.units import format_size, format_time
 @click.argument("op")
 @click.option("--algos", required=True, help="Comma-separated algorithms (auto allowed).")
 @click.option("--sizes", required=True, help="Comma-separated sizes, e.g. 1KiB,1MiB,64MiB.")
-@group_options
+@engine_options(paths=COLLECTIVE_PATHS)
+@ranks_option
 @click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False),
               help="Write the table as CSV.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of busbw vs size per algorithm.")
-def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None, protocol: str,
-            chunks: int, channels: int | None, calibration: str | None, network: str,
-            reduction_bw: str | None, csv_path: str | None, plot_path: str | None) -> None:
+def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
+            engine: EngineOptions, csv_path: str | None, plot_path: str | None) -> None:
     """Compare algorithms for collective OP over sizes: time and busbw, winner per size."""
     from dessim.collectives import compare_collectives
 
-    df = compare_collectives(op, algos, sizes, topology, ranks=ranks, protocol=protocol,
-                             chunks=chunks, channels=channels, network=network,
-                             reduction_bw=reduction_bw, calibration=calibration)
+    kwargs = engine.run_collective_kwargs()
+    kwargs.pop("algo")                      # each of --algos in turn
+    df = compare_collectives(op, algos, sizes, topology, ranks=ranks, **kwargs)
     header = (f"{'size':>10}  {'algorithm':<16} {'protocol':<8} {'time':>12} {'busbw GB/s':>11}"
               "  winner")
     click.echo(header)

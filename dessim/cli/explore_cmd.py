@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.common import calibration_option
+from dessim.cli.common import calibration_option, engine_flag
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import calibration_lines
 from dessim.sweep.runner import BACKENDS, run_sweep
@@ -22,8 +22,8 @@ def explore_spec(workload: str, topology: str, network: str = "flow",
                  memory: dict | None = None, overrides: dict | None = None,
                  engine: dict | None = None) -> dict:
     """The sweep ``dessim explore`` runs: every valid layout (``parallelism: auto``) of
-    ``workload`` on all GPUs of ``topology``; ``engine``: further EngineOptions fields
-    (e.g. ``calibration``)."""
+    ``workload`` on all GPUs of ``topology``; ``engine``: further engine options, nested as
+    :meth:`EngineOptions.of <dessim.engine.EngineOptions.of>` takes them (e.g. ``calibration``)."""
     base: dict = {"workload": workload, "topology": topology,
                   "engine": {"network": network, **(engine or {})}}
     if memory:
@@ -80,8 +80,7 @@ def _gpus(result) -> str:
               help="Bandwidth per direction of each GPU's expansion link [default: CXL 2.0 x16].")
 @click.option("--global-batch", type=click.IntRange(min=1), default=None,
               help="Global batch (sequences) instead of the workload's.")
-@click.option("--network", type=click.Choice(["flow", "analytical"]), default="flow",
-              show_default=True, help="Network model of every simulation.")
+@engine_flag("network")
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=None,
               help="Layouts simulated in parallel [default: the machine's cores].")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="local", show_default=True)

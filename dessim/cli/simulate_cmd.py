@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from dessim.cli.common import engine_options, output_options, print_json, write_outputs
+from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
 from dessim.workload.api import DEFAULT_TOPOLOGY
@@ -122,7 +123,7 @@ LARGE_GRAPH_TASKS = 200_000
 def command(workload: str | None, granularity: str, fold: bool | None, exact: bool, no_comm: bool,
             uniform_stages: bool,
             no_memory_check: bool, hbm: str | None, save_graph: str | None, export_chakra: str | None,
-            topology: str, engine: Any, timeline: str | None, gantt: str | None,
+            topology: str, engine: EngineOptions, timeline: str | None, gantt: str | None,
             spans: str | None, as_json: bool, **kw: Any) -> None:
     """Simulate one training iteration of WORKLOAD on a topology.
 
@@ -145,9 +146,11 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
         if granularity not in ("auto", "layer") or fold:
             raise click.UsageError("--exact turns every shortcut off: drop --granularity "
                                    f"{granularity} / --fold, or drop --exact")
+        if engine.shortcuts.stream_rings:
+            raise click.UsageError("--exact turns every shortcut off: drop --stream-rings (an "
+                                   "approximation), or drop --exact")
         granularity, fold = "layer", False
-        engine = replace(engine, bundles=False, compact_schedules=False, shape_memo=False,
-                         collective_memo=False)
+        engine = replace(engine, shortcuts=Shortcuts.none())
     if export_chakra and fold is None:
         fold = False            # Chakra has one trace per rank: generate every rank
     overrides["granularity"] = granularity

@@ -1,8 +1,12 @@
-"""The replay engine: task graphs on topologies, event by event, with a device model."""
+"""The replay engine: task graphs on topologies, event by event, with a device model.
+
+Run options: :class:`EngineOptions` composed of the network model name, the collective
+settings, :class:`Noise` and :class:`Shortcuts` (:mod:`dessim.engine.options`)."""
 
 from dessim.engine.device import DeviceModel, RankDevices
-from dessim.engine.engine import EngineOptions, simulate
+from dessim.engine.engine import simulate
+from dessim.engine.options import EngineOptions, Noise, Shortcuts
 from dessim.engine.result import SPAN_COLUMNS, RankTimes, SimulationResult
 
-__all__ = ["DeviceModel", "RankDevices", "EngineOptions", "simulate", "SimulationResult",
+__all__ = ["DeviceModel", "RankDevices", "EngineOptions", "Noise", "Shortcuts", "simulate", "SimulationResult",
            "RankTimes", "SPAN_COLUMNS"]

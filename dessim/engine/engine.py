@@ -30,16 +30,15 @@ import heapq
 import math
 import time
 import zlib
-from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import simpy
 
-from dessim.catalog.calibration import Calibration, load_calibration, read_calibration
-from dessim.collectives import CollectiveSettings, plan_collective, run_schedule
+from dessim.collectives import plan_collective, run_schedule
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
+from dessim.engine.options import EngineOptions, Noise
 from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
@@ -53,77 +52,17 @@ __all__ = ["EngineOptions", "simulate", "straggler_factors"]
 ComputeCost = Callable[[Task], float]
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """How to run a task graph. Units: seconds, bytes/second."""
-
-    network: str = "flow"                 #: network model: "flow" (max-min sharing) or "analytical"
-    #: The collective settings (:class:`~dessim.collectives.CollectiveSettings`, same names):
-    algo: str | None = None               #: force this algorithm for every collective (else each task's)
-    protocol: str = "auto"                #: NCCL protocol (auto: NCCL's choice; raw: textbook)
-    chunks: int = 1                       #: pipelining chunks per collective
-    channels: int | None = None           #: lanes per collective (None: as NCCL lays them out)
-    reduction_bw: float | None = None     #: bytes/s a GPU reduces at; None = free reductions
-    #: measured model constants: the user's file (a path is read here) or None for the
-    #: built-in calibration (dessim.catalog.calibration); its links apply to the topology
-    calibration: Calibration | None = None
-    slowdown: Mapping[int, float] = field(default_factory=dict)  #: per-rank compute slowdown (>= 1 slower)
-    straggler_sigma: float = 0.0          #: random slowdown 1 + |N(0, sigma)| per rank, from ``seed``
-    seed: int = 0
-    record_links: bool = True             #: keep link-utilisation change points (timelines)
-    device: str | None = None             #: GPU model for ranks whose topology node names none
-    precision: str = "bf16"               #: precision of FLOP-costed compute tasks
-    #: Exact speed shortcuts (docs/performance.md); switching them off changes no result.
-    compact_schedules: bool = True        #: ring/direct collectives stored as uniform steps
-    bundles: bool = True                  #: transfers that provably share one rate run as a bundle
-    shape_memo: bool = True               #: auto decides once per group shape (auto.group_shape)
-    #: a collective that provably has the network to itself (``_Run.exclusive_collectives``)
-    #: is simulated once per (op, size, group, algorithm) and replayed from that memo
-    collective_memo: bool = True
-    #: Approximation, off by default: ring collectives run as one coupled flow per channel
-    #: instead of step by step (collectives.executor._StreamRun; docs/performance.md).
-    stream_rings: bool = False
-
-
-    def __post_init__(self) -> None:
-        # validate the collective settings now; keep the reduction speed they parsed ("200GB/s")
-        object.__setattr__(self, "reduction_bw", self.collectives.reduction_bw)
-        if any(isinstance(rank, str) for rank in self.slowdown):   # as a JSON/sweep mapping spells them
-            object.__setattr__(self, "slowdown", {_rank_key(k): v for k, v in self.slowdown.items()})
-        if self.calibration is not None:  # a file name (sweep and cluster specs): read it now
-            object.__setattr__(self, "calibration", read_calibration(self.calibration))
-
-    @property
-    def collectives(self) -> CollectiveSettings:
-        """The collective settings these options carry (validated)."""
-        return CollectiveSettings(algo=self.algo or "auto", protocol=self.protocol,
-                                  channels=self.channels, chunks=self.chunks,
-                                  reduction_bw=self.reduction_bw)
-
-    @property
-    def model_calibration(self) -> Calibration:
-        """The calibration to run with: the built-in one, overridden by ``calibration``."""
-        return load_calibration(self.calibration)
-
-
-def _rank_key(key: object) -> object:
-    """A ``slowdown`` rank as written: ``"3"`` → 3; anything else as is (checked when run)."""
-    return int(key) if isinstance(key, str) and key.strip().isdigit() else key
-
-
-def straggler_factors(num_ranks: int, options: EngineOptions) -> list[float]:
+def straggler_factors(num_ranks: int, noise: Noise) -> list[float]:
     """Per-rank compute slowdown factors: explicit ``slowdown`` times the seeded random one."""
     factors = [1.0] * num_ranks
-    if options.straggler_sigma > 0:
-        rng = np.random.default_rng(options.seed)
-        draws = np.abs(rng.normal(0.0, options.straggler_sigma, size=num_ranks))
+    if noise.straggler_sigma > 0:
+        rng = np.random.default_rng(noise.seed)
+        draws = np.abs(rng.normal(0.0, noise.straggler_sigma, size=num_ranks))
         factors = [1.0 + float(d) for d in draws]
-    for rank, f in options.slowdown.items():
+    for rank, f in noise.slowdown.items():
         if not 0 <= rank < num_ranks:
             raise TaskGraphError(f"slowdown given for rank {rank}, which does not exist "
                                  f"(ranks 0..{num_ranks - 1})")
-        if not f > 0:
-            raise TaskGraphError(f"slowdown of rank {rank} must be > 0, got {f!r}")
         factors[rank] *= f
     return factors
 
@@ -177,9 +116,10 @@ class _Run:
         self.compute_cost = compute_cost or RankDevices(topology, options.device, options.precision,
                                                         self.calibration)
         self.env = simpy.Environment()
+        self.shortcuts = options.shortcuts
         self.net = make_network(options.network, self.env, topology, record=options.record_links,
-                                bundles=options.bundles)
-        self.factors = straggler_factors(topology.num_gpus, options)
+                                bundles=self.shortcuts.bundles)
+        self.factors = straggler_factors(topology.num_gpus, options.noise)
         self.tasks: list[Task] = list(graph)
         index = {t.id: i for i, t in enumerate(self.tasks)}
         self.index = index
@@ -204,10 +144,11 @@ class _Run:
         self.colls = {cid: [index[t.id] for t in members]
                       for cid, members in graph.collectives().items()}
         self.settings = options.collectives
-        #: collective memo (EngineOptions.collective_memo): key -> (duration, bytes per link
+        self.forced_algo = options.forced_algo
+        #: collective memo (Shortcuts.collective_memo): key -> (duration, bytes per link
         #: direction). ``memo_static``: every collective is exclusive by the graph's
         #: structure; otherwise one is exclusive when it is the only running task.
-        self.memo_on = options.collective_memo and not options.record_links
+        self.memo_on = self.shortcuts.collective_memo and not options.record_links
         self.memo_static = self.memo_on and self._exclusive_collectives()
         self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
         self.memo_hits = 0
@@ -323,14 +264,14 @@ class _Run:
         ``group`` (its own group, or an image of it in a folded graph). Cached: identical
         collectives on the same group share one plan; ``auto`` is decided once per such
         collective."""
-        algo = self.options.algo or t.algo
+        algo = self.forced_algo or t.algo
         key = (t.op, t.size, group, algo)
         plan = self.schedules.get(key)
         if plan is None:
             try:
                 plan = plan_collective(t.op, group, t.size, self.topology,
                                        self.settings.with_(algo=algo),
-                                       compact=self.options.compact_schedules,
+                                       compact=self.shortcuts.compact_schedules,
                                        calibration=self.calibration)
             except DessimError as exc:
                 raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None
@@ -354,7 +295,7 @@ class _Run:
             return
         srcs, dsts = fold.images(src), fold.images(dst)
         join = _Join(self, len(srcs), lambda a=i, b=j: (self.finish(a), self.finish(b)))
-        groups = self.net.bundle_groups(srcs, dsts, key) if self.options.bundles else None
+        groups = self.net.bundle_groups(srcs, dsts, key) if self.shortcuts.bundles else None
         if groups is None:
             groups = ((None, tuple(range(len(srcs)))),)
         for template, members in groups:
@@ -403,7 +344,7 @@ class _Run:
         return done
 
     def _memo_key(self, t: Task) -> tuple:
-        return (t.op, t.size, t.group, self.options.algo or t.algo)
+        return (t.op, t.size, t.group, self.forced_algo or t.algo)
 
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]
@@ -461,10 +402,10 @@ class _Run:
                 plan = self._schedule(t, inst)
                 runs.append(run_schedule(self.net, plan.schedule, arrivals=arr,
                                          protocol=plan.protocol,
-                                         reduction_bw=self.options.reduction_bw,
+                                         reduction_bw=self.settings.reduction_bw,
                                          key_base=self._key_base(inst),
-                                         bundles=self.options.bundles,
-                                         stream_rings=self.options.stream_rings))
+                                         bundles=self.shortcuts.bundles,
+                                         stream_rings=self.shortcuts.stream_rings))
                 arrivals.append(arr)
             self.collective_runs += len(runs)
             self.streamed_runs += sum(run.streamed for run in runs)
@@ -603,7 +544,7 @@ class _Run:
     def _stream_meta(self) -> dict:
         """How many collective runs were streamed (empty unless ``stream_rings`` is on): the
         approximation is visible in every result that used it."""
-        if not self.options.stream_rings:
+        if not self.shortcuts.stream_rings:
             return {}
         return {"stream_rings": {"streamed": self.streamed_runs,
                                  "collective_runs": self.collective_runs}}

@@ -9,9 +9,10 @@ selects from.
 ``collective``
     One collective (``collective.op``, ``collective.size``, optionally ``collective.ranks`` and
     ``collective.root``) on a topology, run with
-    :func:`dessim.collectives.run_collective`; ``engine.algo`` / ``engine.protocol`` /
-    ``engine.network`` / ``engine.chunks`` / ``engine.channels`` / ``engine.reduction_bw`` /
-    ``engine.stream_rings`` / ``engine.calibration`` choose how. Metrics:
+    :func:`dessim.collectives.run_collective`; ``engine.network``, ``engine.collectives.*``
+    (``algo``, ``protocol``, ``chunks``, ``channels``, ``reduction_bw``, ``gpus_per_process``),
+    ``engine.shortcuts.stream_rings`` / ``bundles`` / ``compact_schedules`` and
+    ``engine.calibration`` choose how. Metrics:
     ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (nccl-tests definitions, doc/PERFORMANCE.md),
     ``algorithm``, ``transfers``, ``events``, ``link_util_max``, ``gpus``.
 ``workload``
@@ -19,7 +20,9 @@ selects from.
     ``dessim.workload.simulate_workload``. ``workload.A.B`` axes override key ``B`` of section
     ``A`` of the workload document (``overrides=``); ``memory.K`` axes set key ``K`` of the
     point's memory section (:mod:`dessim.sweep.memory`: HBM capacity, memory expansion,
-    offload options); ``engine.F`` axes set :class:`EngineOptions` field ``F``.
+    offload options); ``engine.PATH`` axes set the :class:`~dessim.engine.EngineOptions`
+    setting at that dotted path (``engine.collectives.algo``, ``engine.noise.straggler_sigma``,
+    ``engine.shortcuts.bundles``, ``engine.network``; :mod:`dessim.engine.options`).
     ``parallelism: auto`` expands every point into its valid layouts
     (:mod:`dessim.sweep.layouts`). Metrics: the workload result's ``summary()``, nested
     mappings flattened with dots (``exposed_comm_s.dp``, ``memory_per_gpu_bytes.weights``),
@@ -36,7 +39,6 @@ function, so the local process pool (spawn), Dask and Ray all run the very same 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import time
 import traceback
@@ -223,6 +225,8 @@ class Evaluator:
     #: The configuration without settings that cannot change the result (None: as is); points
     #: with equal canonical configurations are simulated once (dessim.sweep.runner).
     canonical: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    #: Further checks of base sections by name: ``check(section, where)`` raises a SpecError.
+    section_checks: Mapping[str, Callable[[Any, str], None]] = field(default_factory=dict)
 
     @property
     def supports_auto(self) -> bool:
@@ -240,6 +244,8 @@ class Evaluator:
                 for k in value:
                     if k not in valid:
                         raise SpecError(f"{where}.{key}: unknown key {k!r}; valid keys: {', '.join(valid)}")
+            if key in self.section_checks:
+                self.section_checks[key](value, f"{where}.{key}")
             out[key] = value  # as written: the layer below parses its units
         return out
 
@@ -294,17 +300,45 @@ class Evaluator:
 
 # ---------------------------------------------------------------- collective
 _COLLECTIVE_KEYS = ("op", "size", "ranks", "root")
-_COLLECTIVE_ENGINE_KEYS = ("algo", "protocol", "network", "chunks", "channels", "reduction_bw",
-                           "stream_rings", "calibration")
+#: The engine settings one collective on an idle network uses (paths of EngineOptions).
+_COLLECTIVE_ENGINE_PATHS = ("network", "collectives", "shortcuts.stream_rings", "shortcuts.bundles",
+                            "shortcuts.compact_schedules", "calibration")
+
+
+def _engine_of(section: Mapping[str, Any] | None, where: str = "") -> Any:
+    """The point's :class:`~dessim.engine.EngineOptions` (no link timelines)."""
+    from dessim.engine import EngineOptions
+
+    return EngineOptions.of(section, where, record_links=False)
+
+
+def _check_engine_axis(allowed: Sequence[str] | None) -> Callable[..., None]:
+    """Axis check of ``engine.PATH``: a known path (a former flat name is an error naming
+    the new one) and values the option accepts, before any point runs."""
+    def check(key: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
+        from dessim.engine.options import check_engine_path
+
+        check_engine_path(key, values, where, allowed)
+    return check
+
+
+def _check_engine_section(allowed: Sequence[str] | None) -> Callable[[Any, str], None]:
+    """Base check of ``engine:``: every key and value, as the points will build it."""
+    def check(section: Any, where: str) -> None:
+        from dessim.engine.options import check_engine_section
+
+        check_engine_section(section, where, allowed)
+    return check
 
 
 def _evaluate_collective(cfg: Mapping[str, Any]) -> dict[str, Any]:
     from dessim.collectives import run_collective
 
     topo = _load_topology_cached(cfg["topology"])
-    coll, eng = cfg["collective"], cfg["engine"]
+    coll = cfg["collective"]
+    options = _engine_of(cfg["engine"])
     res = run_collective(coll["op"], coll["size"], topo, ranks=coll.get("ranks"),
-                         root=coll.get("root"), **eng)
+                         root=coll.get("root"), **options.run_collective_kwargs())
     out = res.to_dict()
     out.pop("wall_s", None)  # host time: not a result (reported as eval_wall_s)
     out["gpus"] = topo.num_gpus
@@ -320,26 +354,23 @@ COLLECTIVE = Evaluator(
     name="collective",
     help="one collective operation on a topology (dessim.collectives.run_collective)",
     base_keys=("topology", "collective", "engine"),
-    base_sections={"collective": _COLLECTIVE_KEYS, "engine": _COLLECTIVE_ENGINE_KEYS},
+    base_sections={"collective": _COLLECTIVE_KEYS, "engine": None},
+    section_checks={"engine": _check_engine_section(_COLLECTIVE_ENGINE_PATHS)},
     required=("topology", "collective.op", "collective.size"),
     namespaces={"topology": _TOPOLOGY_NS,
                 "collective": Namespace("collective", ("collective",), _COLLECTIVE_KEYS,
                                         help="what runs"),
-                "engine": Namespace("engine", ("engine",), _COLLECTIVE_ENGINE_KEYS,
-                                    help="how it runs")},
+                "engine": Namespace("engine", ("engine",), nested=True,
+                                    help="how it runs: network, collectives.KEY, "
+                                         "shortcuts.stream_rings, calibration",
+                                    check=_check_engine_axis(_COLLECTIVE_ENGINE_PATHS))},
     evaluate=_evaluate_collective,
     default_metric="time_s",
-    defaults={"collective": {}, "engine": {"algo": "auto", "network": "flow"}},
+    defaults={"collective": {}, "engine": {}},
 )
 
 
 # ---------------------------------------------------------------- workload
-def _engine_fields() -> tuple[str, ...]:
-    from dessim.engine import EngineOptions
-
-    return tuple(f.name for f in dataclasses.fields(EngineOptions) if f.name != "record_links")
-
-
 def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested mappings → one level with dotted keys; lists/tuples → JSON strings."""
     out: dict[str, Any] = {}
@@ -359,13 +390,12 @@ _DROPPED_SUMMARY_KEYS: tuple[str, ...] = ("wall_s", "groups")
 
 
 def _evaluate_workload(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    from dessim.engine import EngineOptions
     from dessim.workload import plan_workload, simulate_workload
 
     cfg = _canonical_workload(cfg)
     setup = memory_setup(cfg.get("memory"))
     topo = _load_topology_cached(cfg["topology"], setup)
-    options = EngineOptions(**{**dict(cfg.get("engine") or {}), "record_links": False})
+    options = _engine_of(cfg.get("engine"))
     overrides = setup.overrides(cfg.get("overrides")) or None
     if setup.has_expansion:  # its capacity is checked before anything is simulated
         check_expansion_fit(plan_workload(cfg["workload"], topo, overrides=overrides, engine=options)[0],
@@ -394,6 +424,7 @@ WORKLOAD = Evaluator(
     help="one training iteration of a workload on a topology (dessim.workload.simulate_workload)",
     base_keys=("workload", "topology", "engine", "overrides", "memory"),
     base_sections={"engine": None, "overrides": None, "memory": MEMORY_KEYS},
+    section_checks={"engine": _check_engine_section(None)},
     required=("workload", "topology"),
     namespaces={"topology": _TOPOLOGY_NS,
                 "workload": Namespace("workload", ("overrides",), nested=True,
@@ -402,20 +433,17 @@ WORKLOAD = Evaluator(
                                     help="HBM capacity, memory expansion, offload options",
                                     check=lambda key, values, base, where: check_memory_values(
                                         key, list(values), where)),
-                "engine": Namespace("engine", ("engine",), help="an EngineOptions field",
-                                    check=lambda key, values, base, where: _check_engine_key(key, where))},
+                "engine": Namespace("engine", ("engine",), nested=True,
+                                    help="an EngineOptions setting by its dotted path "
+                                         "(collectives.algo, noise.straggler_sigma, "
+                                         "shortcuts.bundles, network, ...)",
+                                    check=_check_engine_axis(None))},
     evaluate=_evaluate_workload,
     default_metric="iteration_s",
     expand=_expand_workload,
     canonical=_canonical_workload,
     defaults={"engine": {}, "overrides": {}, "memory": {}},
 )
-
-
-def _check_engine_key(key: str, where: str) -> None:
-    valid = _engine_fields()
-    if key not in valid:
-        raise SpecError(f"{where}: unknown engine option {key!r}; valid keys: {', '.join(valid)}")
 
 
 #: Point kinds by name (the sweep spec's ``kind``).

@@ -144,8 +144,8 @@ COLLECTIVES: dict[str, CollectiveMapping] = {m.comm_type: m for m in (
     # NCCL has no gather/scatter primitive: PyTorch runs them as grouped send/recv between the
     # root and every other rank, which is exactly dessim's direct reduce / broadcast traffic
     # (every non-root sends comm_size bytes to the root / the root sends comm_size bytes to
-    # every rank). Only difference: with EngineOptions.reduction_bw set, the root of the
-    # "reduce" is charged for reducing bytes a gather only stores.
+    # every rank). Only difference: with EngineOptions.collectives.reduction_bw set, the root
+    # of the "reduce" is charged for reducing bytes a gather only stores.
     CollectiveMapping("GATHER", "reduce", algo="direct",
                       note="grouped sends of comm_size bytes to the root (direct reduce)"),
     CollectiveMapping("SCATTER", "broadcast", algo="direct",
@@ -853,8 +853,8 @@ def replay_chakra(trace: ChakraTrace | str | os.PathLike[str], topology: Topolog
                   use_dessim_attrs: bool = True):
     """Read (if needed), convert and simulate a Chakra trace; return the SimulationResult.
 
-    ``options`` is an :class:`~dessim.engine.EngineOptions`; its ``algo``, if set, is applied
-    like ``algo`` here (per collective, so GATHER/SCATTER keep ``direct``).
+    ``options`` is an :class:`~dessim.engine.EngineOptions`; its ``collectives.algo``, unless
+    ``auto``, is applied like ``algo`` here (per collective, so GATHER/SCATTER keep ``direct``).
     """
     from dataclasses import replace
 
@@ -863,8 +863,8 @@ def replay_chakra(trace: ChakraTrace | str | os.PathLike[str], topology: Topolog
 
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     options = options or EngineOptions()
-    algo = algo or options.algo
+    algo = algo or options.forced_algo
     graph = chakra_to_taskgraph(trace, topo, rank_map=rank_map, cost_compute=cost_compute,
                                 algo=algo, mem_node=mem_node, extra_groups=extra_groups,
                                 use_dessim_attrs=use_dessim_attrs)
-    return simulate(graph, topo, replace(options, algo=None))
+    return simulate(graph, topo, replace(options, collectives=options.collectives.with_(algo="auto")))

@@ -6,7 +6,7 @@ Cluster spec (YAML; :func:`load_cluster`)::
     name: two-jobs
     topology: "leafspine:hosts=16,leaves=2,oversub=4,spines=1,bw=25GB/s"   # any topology spec
     storage: {kind: pfs, bw: 20GB/s}     # optional: attach a storage tier (dessim.topology.storage)
-    engine: {algo: ring}                 # optional: EngineOptions fields (network, algo, chunks, ...)
+    engine: {collectives: {algo: ring}}  # optional: EngineOptions (network, collectives, noise, ...)
     jobs:
       - name: a                          # default: job<i>
         workload: resnet50               # any kind: preset name or workload file
@@ -148,6 +148,7 @@ def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
     for key in ("engine", "storage"):
         if data.get(key) is not None and not isinstance(data[key], dict):
             raise SpecError(f"{origin}: {key} must be a mapping")
+    EngineOptions.of(data.get("engine"), origin)   # every setting checked now
     return ClusterSpec(str(data.get("name", Path(origin).stem)), data["topology"], tuple(jobs),
                        dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")))
 
@@ -296,10 +297,7 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
             raise SpecError(f"{where}: storage: unknown key in {sorted(spec.storage)}; valid: kind, bw, lat, "
                             "attach, client_bw, name") from None
     if options is None:
-        try:
-            options = EngineOptions(**{"record_links": False, **dict(spec.engine)})
-        except TypeError as exc:
-            raise SpecError(f"{where}: engine: {exc}") from None
+        options = EngineOptions.of(spec.engine, where, record_links=False)
     topo = calibrated_topology(topo, options.calibration)   # before the jobs' views are cut
     gpu_sets = assign_gpus(spec.jobs, topo.num_gpus, where)
     parts = []

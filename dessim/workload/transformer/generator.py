@@ -75,6 +75,7 @@ import numpy as np
 from typing import Any, Sequence
 
 from dessim.catalog.devices import get_device
+from dessim.engine.options import EngineOptions
 from dessim.errors import MemoryFitError, WorkloadError
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
@@ -273,7 +274,7 @@ def _kernel_label(kernels: Sequence[Kernel]) -> str:
 
 
 class _Generator:
-    def __init__(self, plan: WorkloadPlan, topology: Topology, engine: Any = None) -> None:
+    def __init__(self, plan: WorkloadPlan, topology: Topology, engine: EngineOptions | None = None) -> None:
         self.plan = plan
         self.topo = topology
         self.model = plan.model
@@ -322,7 +323,7 @@ class _Generator:
             self._check_fold_tp_symmetry()
 
     # ------------------------------------------------------------------ replica folding
-    def _make_fold(self, engine: Any) -> Fold | None:
+    def _make_fold(self, engine: EngineOptions | None) -> Fold | None:
         """The TP × DP lanes of a folded graph, or None (with the reason in the meta)."""
         opts, lo, mem = self.opts, self.lo, self.plan.memory
         if not opts.fold:
@@ -334,7 +335,7 @@ class _Generator:
             why = "offload memcpys go to per-GPU memory nodes that have no lane images"
         elif len(set(self.plan.devices)) != 1:
             why = "mixed GPU models"
-        elif engine is not None and (engine.slowdown or engine.straggler_sigma > 0):
+        elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
         if why is not None:
             self.graph.meta["fold_fallback"] = why
@@ -373,13 +374,13 @@ class _Generator:
         return c.tp == 0 and c.dp == 0
 
     # ------------------------------------------------------------------ closed-form TP
-    def _setup_closed_form(self, engine: Any) -> None:
+    def _setup_closed_form(self, engine: EngineOptions | None) -> None:
         """Decide which TP groups are timed in closed form and whether passes merge."""
         opts, lo = self.opts, self.lo
         want = opts.tp_closed_form or opts.granularity == "stage"
         if not want or not self.comm or lo.tp == 1:
             return
-        if engine is not None and (engine.slowdown or engine.straggler_sigma > 0):
+        if engine is not None and engine.noise.active:
             self.fallback.append("per-rank compute slowdown: TP members would not stay in step")
             self.graph.meta["closed_form_fallback"] = self.fallback[:8]
             return
@@ -802,7 +803,7 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
 def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,
                     layout: ParallelLayout | None = None, memory: MemoryOptions | None = None,
                     options: GeneratorOptions | None = None, device: str | None = None,
-                    engine: Any = None) -> TaskGraph:
+                    engine: EngineOptions | None = None) -> TaskGraph:
     """The task graph of one training iteration of ``workload`` on ``topology``.
 
     ``workload``: a :class:`WorkloadPlan` (from :func:`make_plan`), a

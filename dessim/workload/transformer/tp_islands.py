@@ -202,7 +202,8 @@ class TPIslands:
         if key in self._times:
             return self._times[key]
         o = self.options
-        memo = o.shape_memo
+        cut = o.shortcuts
+        memo = cut.shape_memo
         g = tuple(group)
         # groups of one shape (same routes up to renaming) have the same idle-network time
         shape_key = (op, float(size), group_shape(g, self.topology)) if memo else None
@@ -213,11 +214,11 @@ class TPIslands:
             self._times[key] = known
             return known
         plan = plan_collective(op, g, float(size), self.topology, o.collectives,
-                               compact=o.compact_schedules, calibration=self.calibration)
+                               compact=cut.compact_schedules, calibration=self.calibration)
         env = simpy.Environment()
-        net = make_network(o.network, env, self.topology, record=False, bundles=o.bundles)
+        net = make_network(o.network, env, self.topology, record=False, bundles=cut.bundles)
         run = run_schedule(net, plan.schedule, protocol=plan.protocol,
-                           reduction_bw=o.reduction_bw, bundles=o.bundles)
+                           reduction_bw=o.collectives.reduction_bw, bundles=cut.bundles)
         env.run(run.done)
         finishes = [run.rank_finish[r] for r in g]
         hi, lo = max(finishes), min(finishes)
