@@ -11,7 +11,7 @@ Usage:
 
 Prints one line per preset: GPUs, topology, wall time (generation + simulation, process
 start excluded), peak RSS, iteration time, and the shortcuts taken; then the targets
-(<= 10 s and <= 1 GiB each).
+(<= 10 s and <= 1 GiB each; llama3-405b on its 8,192 GPUs <= 60 s).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 TARGET_S = 10.0
 TARGET_BYTES = 1 << 30
+#: Presets with their own wall-time target (issue 17: Llama-3 405B on its 8,192 GPUs, 60 s).
+TARGET_S_OF = {"llama3-405b": 60.0}
 
 
 def topology_for(name: str) -> str:
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in r:
             print(f"{name:<20} {topo:<28} {r['error']}", flush=True)
         else:
-            ok = r["wall_s"] <= TARGET_S and r["peak_rss_bytes"] <= TARGET_BYTES
+            ok = (r["wall_s"] <= TARGET_S_OF.get(name, TARGET_S)
+                  and r["peak_rss_bytes"] <= TARGET_BYTES)
             sc = r["shortcuts"] or {}
             took = "+".join(k for k, v in (("stage", sc.get("stage_merged")),
                                            ("fold", sc.get("folded"))) if v) or "-"
