@@ -299,3 +299,65 @@ def test_a_chakra_trace_replays_the_same_from_the_command_line_and_the_api(files
     assert out["per_rank"] == as_json(api.rank_table().to_dict(orient="records"))
     pd.testing.assert_frame_equal(pd.read_parquet(spans), api.spans(), check_exact=True)
     assert api.makespan_s > 0.0
+
+
+def test_a_chakra_trace_is_a_workload_every_entry_point_takes(files: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    """``kind: chakra`` workload files replay their trace through the one workload pipeline:
+    ``dessim simulate FILE``, the Python API, a cluster job and a sweep point all give what
+    ``dessim replay`` gives (the forced algorithm applied per collective, as replay does)."""
+    prefix = CHAKRA / "dp_overlap_8npu" / "dp_overlap"
+    topology = "ring:8,bw=50GB/s,lat=500ns"
+    engine = {"collectives": {"algo": "ring"}, "noise": {"slowdown": {2: 1.5}}}
+    wl = tmp_path / "trace.yaml"
+    wl.write_text(yaml.safe_dump({"kind": "chakra", "name": "dp", "trace": str(prefix)}))
+    replay = replay_chakra(str(prefix), topology, EngineOptions.of(engine, record_links=False))
+
+    api = simulate_workload(str(wl), topology, options=EngineOptions.of(engine, record_links=False))
+    assert api.summary()["kind"] == "chakra" and api.iteration_s == replay.makespan_s
+    assert without(api.simulation.summary(), "wall_s") == without(replay.summary(), "wall_s")
+
+    out = json.loads(invoke(["simulate", str(wl), "--topology", topology, "--json",
+                             *cli_flags({}, engine)]))
+    assert without(out, "wall_s", "files", "per_rank", "workload", "kind") == \
+        without(as_json(replay.summary()), "wall_s")
+    assert out["per_rank"] == as_json(replay.rank_table().to_dict(orient="records"))
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"kind": "cluster", "topology": topology, "engine": engine,
+                                       "jobs": [{"name": "solo", "workload": str(wl), "gpus": 8}]}))
+    job = json.loads(invoke(["cluster", str(cluster), "--json"]))["jobs"][0]
+    assert job["alone_s"] == job["shared_s"] == replay.makespan_s
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "kind": "workload", "base": {"workload": str(wl), "topology": topology,
+                                     "engine": {"noise": engine["noise"]}},
+        "axes": {"engine.collectives.algo": ["ring"]}}))
+    table = tmp_path / "sweep.parquet"
+    invoke(["sweep", str(sweep), "--out", str(table), "--no-progress"])
+    row = pd.read_parquet(table).iloc[0]
+    assert row["status"] == "ok" and row["iteration_s"] == replay.makespan_s
+
+
+@pytest.mark.parametrize("doc, match", [
+    ({"kind": "chakra"}, "trace must be the prefix"),
+    ({"kind": "chakra", "trace": "t", "ranks": 8}, "unknown key 'ranks'"),
+    ({"kind": "chakra", "trace": "t", "cost_compute": "yes"}, "cost_compute must be true or false"),
+])
+def test_a_bad_chakra_workload_file_is_refused_before_any_work(doc, match, tmp_path: Path) -> None:
+    from dessim.errors import SpecError
+    from dessim.workload.kinds import load_any_workload
+    wl = tmp_path / "bad.yaml"
+    wl.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=match):
+        load_any_workload(str(wl))
+
+
+def test_a_trace_replay_takes_no_model_options(tmp_path: Path) -> None:
+    from dessim.errors import SpecError
+    wl = tmp_path / "trace.yaml"
+    wl.write_text(yaml.safe_dump({"kind": "chakra",
+                                  "trace": str(CHAKRA / "dp_overlap_8npu" / "dp_overlap")}))
+    with pytest.raises(SpecError, match="takes no option granularity='stage'"):
+        simulate_workload(str(wl), "ring:8,bw=50GB/s,lat=500ns", overrides={"granularity": "stage"})

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import engine_options, output_options, print_json, write_outputs
+from dessim.cli.common import engine_options, output_options, print_json, report_run, write_outputs
 from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
@@ -140,6 +140,7 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     from dessim.taskgraph import save_taskgraph
     from dessim.workload import simulate_workload
     from dessim.workload.api import DEFAULT_WORKLOAD
+    from dessim.workload.replay import ReplayResult
 
     overrides = collect_overrides(kw)
     if exact:
@@ -169,11 +170,18 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     written = write_outputs(result.simulation, timeline, gantt, spans)
     if save_graph:
         written.append(f"graph: {save_taskgraph(result.taskgraph, save_graph)}")
+    replayed = isinstance(result, ReplayResult)
     if export_chakra:
         from dessim.trace import export_chakra as write_et
 
-        files = write_et(result.taskgraph, export_chakra, num_ranks=result.plan.num_gpus)
+        files = write_et(result.taskgraph, export_chakra, num_ranks=result.taskgraph.num_ranks
+                         if replayed else result.plan.num_gpus)
         written.append(f"chakra: {len(files)} rank files {export_chakra}.<rank>.et")
+    if replayed:                # a trace file (kind: chakra): reported as dessim replay does
+        report_run(result.simulation, f"{result.name}: Chakra trace replay, "
+                   f"{len(result.taskgraph)} tasks on {topology}", written, as_json,
+                   {"workload": result.name, "kind": "chakra"})
+        return
     summary = result.summary()
     if as_json:
         summary["files"] = written

@@ -3,7 +3,8 @@
 A workload file's optional ``kind:`` key picks its parser and generator
 (:data:`WORKLOAD_KINDS`): ``transformer`` (the default; :mod:`dessim.workload.transformer.spec` and
 :mod:`dessim.workload.transformer.generator`), ``dlrm`` (:mod:`dessim.workload.recsys.dlrm`) and ``cnn``
-(:mod:`dessim.workload.vision.cnn`, ResNet-50 and ViTs).
+(:mod:`dessim.workload.vision.cnn`, ResNet-50 and ViTs) and ``chakra`` (a Chakra execution trace
+replayed: :mod:`dessim.workload.replay`).
 
 * :func:`load_any_workload` — a spec of the right class from a file path or preset name;
 * :func:`generate_workload` — the task graph of one iteration on a topology, not yet
@@ -29,6 +30,7 @@ from dessim.topology.graph import Topology
 from dessim.workload.vision.cnn import CNNSpec, generate_cnn, parse_cnn
 from dessim.workload.recsys.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
 from dessim.workload.dataparallel.result import Generated
+from dessim.workload.replay import CHAKRA_KIND, ChakraSpec, generate_chakra, parse_chakra
 from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.plan import plan_workload
 from dessim.workload.transformer.result import WorkloadResult
@@ -78,6 +80,8 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("dlrm", "recommendation model: sharded embeddings + data-parallel MLPs", DLRMSpec,
                  parse_dlrm, _generate_dp(generate_dlrm)),
     WorkloadKind("cnn", "ResNet-50 / ViT, data parallel", CNNSpec, parse_cnn, _generate_dp(generate_cnn)),
+    WorkloadKind(CHAKRA_KIND, "a Chakra execution trace, replayed (as dessim replay)", ChakraSpec,
+                 parse_chakra, generate_chakra),
 )}
 
 
@@ -136,7 +140,7 @@ def simulate_any(workload: Any, topology: Topology | str, *, overrides: Mapping[
                  options: EngineOptions | None = None) -> Any:
     """Generate and simulate one iteration; the kind's result object (``.summary()``)."""
     gen = generate_workload(workload, topology, overrides=overrides, options=options)
-    sim = simulate(gen.graph, gen.topology, options or EngineOptions(record_links=False))
+    sim = simulate(gen.graph, gen.topology, gen.options or options or EngineOptions(record_links=False))
     return gen.finish(sim)
 
 

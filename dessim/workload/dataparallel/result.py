@@ -97,3 +97,6 @@ class Generated:
     graph: TaskGraph
     topology: Any
     finish: Any            #: Callable[[SimulationResult], result]
+    #: the options to simulate the graph with when the kind fixed some while generating it
+    #: (a trace replay applies a forced algorithm per collective); None: the caller's
+    options: Any = None

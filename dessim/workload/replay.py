@@ -1,0 +1,115 @@
+"""A Chakra execution trace as a workload kind (``kind: chakra``).
+
+A workload file names a trace instead of a model::
+
+    kind: chakra
+    name: dp-overlap              # default: the file's stem
+    trace: traces/dp_overlap      # <prefix>.<rank>.et files, relative to this file
+    rank_map: "0:3,1:2"           # optional: trace rank -> topology GPU (as dessim replay)
+    cost_compute: false           # optional: cost compute nodes with the device model
+    mem_node: host_mem            # optional: memory of MEM nodes (a node or a kind)
+
+so that every entry point that takes a workload (``dessim simulate FILE``, the Python API,
+``dessim cluster`` jobs, sweeps) replays a trace through the one pipeline of
+:mod:`dessim.workload.kinds`, exactly as ``dessim replay`` does
+(:func:`dessim.trace.replay_chakra`; tests/test_entry_points.py). The conversion rules are
+:func:`dessim.trace.chakra_to_taskgraph`'s (docs/chakra.md). A forced collective algorithm
+(``engine.collectives.algo``) is applied per collective when the graph is made, so GATHER and
+SCATTER keep ``direct``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from dessim.engine import EngineOptions, SimulationResult
+from dessim.errors import SpecError
+from dessim.taskgraph import TaskGraph
+from dessim.topology.graph import Topology
+from dessim.trace import chakra_to_taskgraph, read_chakra
+from dessim.workload.dataparallel.result import Generated
+
+__all__ = ["CHAKRA_KIND", "ChakraSpec", "ReplayResult", "parse_chakra", "generate_chakra"]
+
+CHAKRA_KIND = "chakra"
+_KEYS = ("kind", "name", "description", "trace", "rank_map", "cost_compute", "mem_node")
+#: Generator overrides the other kinds take, with the only value a trace replay accepts (what
+#: ``dessim simulate`` passes by default): a trace has no granularity, folding or model parts.
+_NEUTRAL_OVERRIDES: Mapping[str, tuple[Any, ...]] = {
+    "granularity": ("auto",), "fold": (None, False), "comm": (True,), "embedding_head": (True,),
+    "check_memory": (True,)}
+
+
+@dataclass(frozen=True)
+class ChakraSpec:
+    """A trace to replay: the prefix of its ``<prefix>.<rank>.et`` files and how to place it."""
+
+    name: str
+    trace: Path
+    rank_map: Any = None
+    cost_compute: bool = False
+    mem_node: str | None = None
+    description: str = ""
+
+
+def parse_chakra(data: Any, origin: str, default_name: str) -> ChakraSpec:
+    """The :class:`ChakraSpec` of a ``kind: chakra`` document read from ``origin`` (a file:
+    a relative ``trace`` is taken from the file's directory)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a chakra workload is a mapping with a 'trace' key")
+    unknown = [k for k in data if k not in _KEYS]
+    if unknown:
+        raise SpecError(f"{origin}: unknown key {unknown[0]!r} in a chakra workload; valid: "
+                        f"{', '.join(_KEYS)}")
+    trace = data.get("trace")
+    if not isinstance(trace, str) or not trace:
+        raise SpecError(f"{origin}: trace must be the prefix of the trace's <prefix>.<rank>.et "
+                        f"files, got {trace!r}")
+    path = Path(trace)
+    if not path.is_absolute() and Path(origin).exists():
+        path = Path(origin).parent / path
+    cost = data.get("cost_compute", False)
+    if not isinstance(cost, bool):
+        raise SpecError(f"{origin}: cost_compute must be true or false, got {cost!r}")
+    mem = data.get("mem_node")
+    if mem is not None and not isinstance(mem, str):
+        raise SpecError(f"{origin}: mem_node must be a node name or a kind, got {mem!r}")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{origin}: name must be a non-empty string, got {name!r}")
+    return ChakraSpec(name, path, data.get("rank_map"), cost, mem, str(data.get("description", "")))
+
+
+@dataclass
+class ReplayResult:
+    """A replayed trace: the engine's result and the graph, with the workload's name."""
+
+    name: str
+    taskgraph: TaskGraph
+    simulation: SimulationResult
+
+    @property
+    def iteration_s(self) -> float:
+        return self.simulation.makespan_s
+
+    def summary(self) -> dict[str, Any]:
+        return {"workload": self.name, "kind": CHAKRA_KIND, "gpus": self.taskgraph.num_ranks,
+                "iteration_s": self.iteration_s, "tasks": len(self.taskgraph),
+                **self.simulation.summary()}
+
+
+def generate_chakra(spec: ChakraSpec, topology: Topology, overrides: Mapping[str, Any] | None,
+                    options: EngineOptions | None) -> Generated:
+    """The task graph of the trace on ``topology`` (no simulation)."""
+    for key, value in (overrides or {}).items():
+        if value not in _NEUTRAL_OVERRIDES.get(key, ()):
+            raise SpecError(f"workload {spec.name!r} (a Chakra trace replay) takes no option "
+                            f"{key}={value!r}: a trace fixes its tasks")
+    options = options or EngineOptions(record_links=False)
+    graph = chakra_to_taskgraph(read_chakra(spec.trace), topology, rank_map=spec.rank_map,
+                                cost_compute=spec.cost_compute, algo=options.forced_algo,
+                                mem_node=spec.mem_node)
+    return Generated(spec.name, graph, topology, lambda sim: ReplayResult(spec.name, graph, sim),
+                     options=replace(options, collectives=options.collectives.with_(algo="auto")))
