@@ -29,6 +29,7 @@ from dessim.errors import SpecError
 from dessim.taskgraph import TaskGraph
 from dessim.topology.graph import Topology
 from dessim.trace import chakra_to_taskgraph, read_chakra
+from dessim.workload.common.figures import IterationResult
 from dessim.workload.dataparallel.result import Generated
 
 __all__ = ["CHAKRA_KIND", "ChakraSpec", "ReplayResult", "parse_chakra", "generate_chakra"]
@@ -83,16 +84,12 @@ def parse_chakra(data: Any, origin: str, default_name: str) -> ChakraSpec:
 
 
 @dataclass
-class ReplayResult:
+class ReplayResult(IterationResult):
     """A replayed trace: the engine's result and the graph, with the workload's name."""
 
     name: str
     taskgraph: TaskGraph
     simulation: SimulationResult
-
-    @property
-    def iteration_s(self) -> float:
-        return self.simulation.makespan_s
 
     def summary(self) -> dict[str, Any]:
         return {"workload": self.name, "kind": CHAKRA_KIND, "gpus": self.taskgraph.num_ranks,

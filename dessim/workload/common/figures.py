@@ -11,7 +11,19 @@ from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
 
-__all__ = ["rate_figures", "closed_form_tp_exposed", "exposed_comm"]
+__all__ = ["IterationResult", "rate_figures", "closed_form_tp_exposed", "exposed_comm"]
+
+
+class IterationResult:
+    """What every workload kind's result has: the task graph it ran, the engine's result and
+    the iteration time (the makespan, seconds). A base of the kinds' result dataclasses."""
+
+    taskgraph: TaskGraph
+    simulation: SimulationResult
+
+    @property
+    def iteration_s(self) -> float:
+        return self.simulation.makespan_s
 
 
 def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,

@@ -25,13 +25,13 @@ from typing import Any
 from dessim.catalog.devices import get_device
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.figures import exposed_comm, rate_figures
+from dessim.workload.common.figures import IterationResult, exposed_comm, rate_figures
 
 __all__ = ["DPResult", "Generated"]
 
 
 @dataclass
-class DPResult:
+class DPResult(IterationResult):
     """One simulated iteration of a non-transformer workload."""
 
     kind: str
@@ -47,9 +47,6 @@ class DPResult:
     bucket_size: int = 0
     details: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def iteration_s(self) -> float:
-        return self.simulation.makespan_s
 
     def summary(self) -> dict[str, Any]:
         sim, it = self.simulation, self.iteration_s

@@ -28,7 +28,7 @@ from typing import Any
 from dessim.engine.intervals import length, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.figures import exposed_comm, rate_figures
+from dessim.workload.common.figures import IterationResult, exposed_comm, rate_figures
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
@@ -75,16 +75,12 @@ def bubble_fraction(sim: SimulationResult) -> float:
 
 
 @dataclass
-class WorkloadResult:
+class WorkloadResult(IterationResult):
     """One simulated training iteration: the plan, the task graph and the engine result."""
 
     plan: WorkloadPlan
     taskgraph: TaskGraph
     simulation: SimulationResult
-
-    @property
-    def iteration_s(self) -> float:
-        return self.simulation.makespan_s
 
     def groups_summary(self, shown: int = 2) -> dict[str, dict[str, Any]]:
         """Rank groups per kind: how many, their size, and the first ``shown`` groups."""
