@@ -57,7 +57,7 @@ def ring_point(p: int, size: float, off: bool) -> dict:
     t0 = time.perf_counter()
     topo = switch(p, "50GB/s", "500ns")
     t1 = time.perf_counter()
-    sched = build_schedule("allreduce", "ring", range(p), size, compact=not off)
+    sched = build_schedule("allreduce", "ring", range(p), size, compact_schedules=not off)
     t2 = time.perf_counter()
     env = simpy.Environment()
     net = make_network("flow", env, topo, bundles=not off)

@@ -147,3 +147,17 @@ def test_compare_command_writes_csv_and_plot(tmp_path):
     assert "winners:" in out.output
     assert csv.read_text().startswith("size_bytes,algorithm")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_collective_takes_the_collective_settings_by_their_field_names():
+    """One spelling: every field of CollectiveSettings is a keyword of run_collective (what
+    EngineOptions.run_collective_kwargs passes), and the shortcuts use their Shortcuts names."""
+    import inspect
+    from dataclasses import fields
+
+    from dessim.collectives import CollectiveSettings, run_collective
+    from dessim.engine import EngineOptions
+
+    params = inspect.signature(run_collective).parameters
+    assert {f.name for f in fields(CollectiveSettings)} <= set(params)
+    assert set(EngineOptions().run_collective_kwargs()) <= set(params)

@@ -158,7 +158,7 @@ def test_link_bytes_count_partial_progress():
 
 def test_counters_and_utilisation_record():
     env = simpy.Environment()
-    net = FlowNetwork(env, dumbbell(), record=True)
+    net = FlowNetwork(env, dumbbell(), record_links=True)
     for src, n in (("A1", 100e6), ("A2", 100e6), ("A3", 50e6)):
         net.transfer(src, "B", n)
     env.run()

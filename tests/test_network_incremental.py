@@ -175,9 +175,9 @@ def test_falling_back_to_the_full_solve_gives_the_same_times(monkeypatch):
 def test_leafspine_with_many_concurrent_flows_and_recorded_utilisation(bundles):
     topology = leafspine(4, 4, 2)
     transfers = random_leafspine_traffic(11, 120)
-    assert_same_run(topology, transfers, record=not bundles, bundles=bundles)
-    _, inc = run(topology, transfers, record=True)
-    _, full = run(topology, transfers, record=True, incremental=False)
+    assert_same_run(topology, transfers, record_links=not bundles, bundles=bundles)
+    _, inc = run(topology, transfers, record_links=True)
+    _, full = run(topology, transfers, record_links=True, incremental=False)
     # the same utilisation step function per channel, up to float rounding of the fractions
     for one, other in ((inc, full), (full, inc)):
         for t, ch, used in one.utilisation:

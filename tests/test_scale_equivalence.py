@@ -1,7 +1,7 @@
 """Every speed shortcut is exact: the same scenarios with and without it give the same times.
 
 Shortcuts (docs/performance.md): key-independent route memo (always on, same paths), compact
-step schedules (``compact``), flow bundles (``bundles``). Where the shortcut is exact by
+step schedules (``compact_schedules``), flow bundles (``bundles``). Where the shortcut is exact by
 construction the comparison is exact (==); where another flow splits a bundle, the members
 continue as ordinary flows and the comparison is still exact in practice — we allow 1e-12
 relative for float noise of a differently ordered solve, far inside the 0.1% rule.
@@ -27,15 +27,15 @@ from dessim.topology.routing import Router
 from engine_helpers import star
 
 COLUMNS = ("src", "dst", "nbytes", "reduce_bytes", "channel", "dep_start", "dep_index")
-MODES = [dict(compact=True, bundles=True), dict(compact=True, bundles=False),
-         dict(compact=False, bundles=False)]
+MODES = [dict(compact_schedules=True, bundles=True), dict(compact_schedules=True, bundles=False),
+         dict(compact_schedules=False, bundles=False)]
 
 
-def replay(topo, op, group, size, *, compact, bundles, chunks=1, channels=1, reduction_bw=None,
+def replay(topo, op, group, size, *, compact_schedules, bundles, chunks=1, channels=1, reduction_bw=None,
            cross=(), algo="ring"):
     """Run one collective (plus ``cross`` = (src, dst, bytes, start) transfers) from time 0."""
     sched = build_schedule(op, algo, group, size, chunks=chunks, channels=channels,
-                           compact=compact)
+                           compact_schedules=compact_schedules)
     env = simpy.Environment()
     net = make_network("flow", env, topo, bundles=bundles)
     run = run_schedule(net, sched, reduction_bw=reduction_bw, bundles=bundles)
@@ -54,7 +54,7 @@ def replay(topo, op, group, size, *, compact, bundles, chunks=1, channels=1, red
 def test_compact_ring_schedule_has_the_builders_rows(op, p, channels, chunks):
     group = list(range(p))[::-1]
     compact = build_schedule(op, "ring", group, 1e6, chunks=chunks, channels=channels)
-    rows = build_schedule(op, "ring", group, 1e6, chunks=chunks, channels=channels, compact=False)
+    rows = build_schedule(op, "ring", group, 1e6, chunks=chunks, channels=channels, compact_schedules=False)
     assert isinstance(compact, CompactSchedule) and len(compact) == len(rows)
     for col in COLUMNS:
         assert list(getattr(compact, col)) == list(getattr(rows, col)), col
@@ -109,7 +109,7 @@ def test_two_rings_sharing_a_switch_port_split_and_agree():
     for m in MODES:
         env = simpy.Environment()
         net = make_network("flow", env, topo, bundles=m["bundles"])
-        runs = [run_schedule(net, build_schedule("allreduce", "ring", g, 8e6, compact=m["compact"]),
+        runs = [run_schedule(net, build_schedule("allreduce", "ring", g, 8e6, compact_schedules=m["compact_schedules"]),
                              bundles=m["bundles"], key_base=k << 20)
                 for k, g in enumerate(([0, 1, 2, 3], [2, 3, 4, 5]))]
         env.run()
@@ -207,13 +207,13 @@ def test_bundle_template_refuses_what_it_cannot_carry_exactly():
     assert net.bundle_template([0, 0, 1], [1, 2, 3]) is None
     assert net.bundle_template([0], [0]) is None               # local copy
     assert FlowNetwork(env, topo, bundles=False).bundle_template([0], [1]) is None
-    assert FlowNetwork(env, topo, record=True).bundle_template([0], [1]) is None
+    assert FlowNetwork(env, topo, record_links=True).bundle_template([0], [1]) is None
 
 
 def test_run_collective_reports_the_same_figures_either_way():
     a = run_collective("allreduce", "64MiB", "switch:n=32,bw=50GB/s,lat=1us")
     b = run_collective("allreduce", "64MiB", "switch:n=32,bw=50GB/s,lat=1us", bundles=False,
-                       compact=False)
+                       compact_schedules=False)
     assert (a.time_s, a.busbw_GBps, a.link_util_max) == (b.time_s, b.busbw_GBps, b.link_util_max)
     assert a.link_util == b.link_util
 
@@ -252,7 +252,7 @@ def test_engine_results_identical_with_and_without_shortcuts(record):
 def test_compact_direct_schedule_has_the_builders_rows(op, p, channels):
     group = list(range(p))[::-1]
     compact = build_schedule(op, "direct", group, 1e6, channels=channels)
-    rows = build_schedule(op, "direct", group, 1e6, channels=channels, compact=False)
+    rows = build_schedule(op, "direct", group, 1e6, channels=channels, compact_schedules=False)
     assert isinstance(compact, CompactSchedule) and len(compact) == len(rows)
     for col in COLUMNS:
         assert list(getattr(compact, col)) == list(getattr(rows, col)), col

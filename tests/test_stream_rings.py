@@ -26,7 +26,7 @@ RAIL_RANKS = ",".join(str(8 * n + 3) for n in range(64))
 
 def _plan(op: str, group: tuple[int, ...], **kw):
     return build_schedule(get_op(op), kw.pop("algo", "ring"), group, 1e9,
-                          topology=load_topology(SWITCH), compact=True, **kw).plan
+                          topology=load_topology(SWITCH), compact_schedules=True, **kw).plan
 
 
 @pytest.mark.parametrize("op, steps", [("allreduce", 14), ("reducescatter", 7), ("allgather", 7)])
@@ -107,7 +107,7 @@ def _ring_with_cross_traffic(stream: bool, cross: list[tuple[int, int, float, fl
     env = simpy.Environment()
     net = make_network("flow", env, topo)
     sched = build_schedule(get_op("allreduce"), "ring", tuple(range(8)), 1e9, topology=topo,
-                           compact=True)
+                           compact_schedules=True)
 
     def send(a: int, b: int, nbytes: float, at: float):
         yield env.timeout(at)
@@ -138,7 +138,7 @@ def test_a_stream_starts_when_the_last_member_arrives():
     env = simpy.Environment()
     net = make_network("flow", env, topo)
     sched = build_schedule(get_op("allgather"), "ring", tuple(range(8)), 1e9, topology=topo,
-                           compact=True)
+                           compact_schedules=True)
     arrivals = {r: env.event() for r in range(8)}
     run = run_schedule(net, sched, arrivals=arrivals, stream_rings=True)
     for r in range(8):
@@ -209,9 +209,9 @@ def test_streams_keep_the_network_invariants(p, size, op, cross):
 
     def replay(stream: bool, net_cls=FlowNetwork):
         env = simpy.Environment()
-        net = net_cls(env, topo, record=True)
+        net = net_cls(env, topo, record_links=True)
         sched = build_schedule(get_op(op), "ring", tuple(range(p)), size, topology=topo,
-                               compact=True)
+                               compact_schedules=True)
 
         def send(a: int, b: int, nbytes: float, at: float):
             yield env.timeout(at)

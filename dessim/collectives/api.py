@@ -54,7 +54,7 @@ class CollectivePlan:
 
 def plan_collective(op: str | Op, group: tuple[int, ...], size: float, topology: Topology,
                     settings: CollectiveSettings | Mapping[str, Any] | None = None, *,
-                    root: int | None = None, compact: bool = True,
+                    root: int | None = None, compact_schedules: bool = True,
                     calibration: Calibration | None = None, **options) -> CollectivePlan:
     """The :class:`CollectivePlan` of ``op`` (``size`` bytes, nccl-tests semantics) on
     ``group``: ``auto`` resolved as NCCL would, the schedule built, the protocol charged with
@@ -68,7 +68,7 @@ def plan_collective(op: str | Op, group: tuple[int, ...], size: float, topology:
         algo, proto = choice.algorithm, choice.protocol
     schedule = build_schedule(op_, algo, group, size, chunks=settings.chunks,
                               channels=settings.channels, root=root, topology=topology,
-                              compact=compact, **options)
+                              compact_schedules=compact_schedules, **options)
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
     return CollectivePlan(schedule, make_protocol(proto, call_overhead(cal, group, topology,
                                                                        settings)), choice)
@@ -208,7 +208,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
                    reduction_bw: object = None, gpus_per_process: int = 1,
                    ranks: str | Iterable[int] | None = None,
                    network: str = "flow", root: int | None = None, bundles: bool = True,
-                   compact: bool = True, stream_rings: bool = False,
+                   compact_schedules: bool = True, stream_rings: bool = False,
                    calibration: Calibration | str | None = None, **options) -> CollectiveResult:
     """Simulate one collective from time 0 on an idle network and report its figures.
 
@@ -220,7 +220,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     ``links`` apply to the topology (:func:`~dessim.topology.calibrate.calibrated_topology`),
     its other values replace the built-in ones.
     ``options`` go to the algorithm (hierarchical: ``inner="ring,tree"``).
-    Exact speed shortcuts, on by default (docs/performance.md): ``compact`` stores uniform-step
+    Exact speed shortcuts, on by default (docs/performance.md): ``compact_schedules`` stores uniform-step
     algorithms (ring) as steps, ``bundles`` runs a step as one network bundle while its flows
     provably see identical, private bottlenecks. Switching them off changes no result.
     ``stream_rings`` (off by default, an approximation): rings run as one coupled flow per channel
@@ -237,7 +237,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     settings = CollectiveSettings(algo=algo, protocol=protocol, channels=channels, chunks=chunks,
                                   reduction_bw=reduction_bw, gpus_per_process=gpus_per_process)
     cal = load_calibration(own)
-    plan = plan_collective(op_, group, nbytes, topo, settings, root=root, compact=compact,
+    plan = plan_collective(op_, group, nbytes, topo, settings, root=root, compact_schedules=compact_schedules,
                            calibration=cal, **options)
     sched = plan.schedule
     env = simpy.Environment()

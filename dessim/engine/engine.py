@@ -117,7 +117,7 @@ class _Run:
                                                         self.calibration)
         self.env = simpy.Environment()
         self.shortcuts = options.shortcuts
-        self.net = make_network(options.network, self.env, topology, record=options.record_links,
+        self.net = make_network(options.network, self.env, topology, record_links=options.record_links,
                                 bundles=self.shortcuts.bundles)
         self.factors = straggler_factors(topology.num_gpus, options.noise)
         self.tasks: list[Task] = list(graph)
@@ -271,7 +271,7 @@ class _Run:
             try:
                 plan = plan_collective(t.op, group, t.size, self.topology,
                                        self.settings.with_(algo=algo),
-                                       compact=self.shortcuts.compact_schedules,
+                                       compact_schedules=self.shortcuts.compact_schedules,
                                        calibration=self.calibration)
             except DessimError as exc:
                 raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None

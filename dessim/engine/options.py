@@ -215,10 +215,9 @@ class EngineOptions:
         """These options as keyword arguments of :func:`dessim.collectives.run_collective`
         (one collective on an idle network: the noise and device do not apply)."""
         s, cut = self.collectives, self.shortcuts
-        return {"algo": s.algo, "protocol": s.protocol, "chunks": s.chunks, "channels": s.channels,
-                "reduction_bw": s.reduction_bw, "gpus_per_process": s.gpus_per_process,
-                "network": self.network, "calibration": self.calibration,
-                "bundles": cut.bundles, "compact": cut.compact_schedules,
+        settings = {f.name: getattr(s, f.name) for f in fields(s)}   # run_collective's names
+        return {**settings, "network": self.network, "calibration": self.calibration,
+                "bundles": cut.bundles, "compact_schedules": cut.compact_schedules,
                 "stream_rings": cut.stream_rings}
 
     @property

@@ -32,9 +32,9 @@ class AnalyticalNetwork(Network):
     name = "analytical"
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
-                 record: bool = False, bundles: bool = True) -> None:
-        super().__init__(env, topology, router=router, record=record, bundles=bundles)
-        self._in_use = [0.0] * len(self.channels)   # bytes/s per channel (record=True only)
+                 record_links: bool = False, bundles: bool = True) -> None:
+        super().__init__(env, topology, router=router, record_links=record_links, bundles=bundles)
+        self._in_use = [0.0] * len(self.channels)   # bytes/s per channel (record_links=True only)
 
     def _start(self, route: Route, nbytes: float) -> simpy.Event:
         now = self.env.now
@@ -47,7 +47,7 @@ class AnalyticalNetwork(Network):
                 self._done_bytes[d] += nbytes
 
         done.callbacks.append(finished)
-        if self.record and nbytes > 0:
+        if self.record_links and nbytes > 0:
             rate = route.bottleneck
             begin = self.env.timeout(route.latency)
             begin.callbacks.append(lambda _: self._load(route, rate))
@@ -58,7 +58,7 @@ class AnalyticalNetwork(Network):
                         destinations: Sequence[str | int]) -> BundleTemplate | None:
         """One timeout for transfers with key-independent routes of equal latency and
         bottleneck (no sharing in this model, so channels may repeat); None otherwise."""
-        if not self.bundles or self.record or not sources or len(sources) != len(destinations):
+        if not self.bundles or self.record_links or not sources or len(sources) != len(destinations):
             return None
         routes = self.fixed_routes(sources, destinations)
         return None if routes is None else _same_timing(routes)
@@ -68,7 +68,7 @@ class AnalyticalNetwork(Network):
                       cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """Transfers grouped by (latency, bottleneck) of their routes with ``key`` (one for
         all or one per transfer): each group ends at one time. Local copies stay single."""
-        if not self.bundles or self.record:
+        if not self.bundles or self.record_links:
             return None
         routes = self.keyed_routes(sources, destinations, key)
         classes: dict[tuple[float, float], list[int]] = {}

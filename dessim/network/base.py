@@ -75,7 +75,7 @@ class Network(abc.ABC):
     Counters: ``flows_started`` and ``flows_finished`` count transfers (local copies and
     empty messages included), ``solves`` counts rate re-computations, and ``events`` is their
     sum — the model's work, independent of how many simpy events it used internally.
-    With ``record=True`` the model appends :data:`UtilisationPoint` change points to
+    With ``record_links=True`` the model appends :data:`UtilisationPoint` change points to
     ``utilisation``. ``bundles`` allows the exact flow-bundle shortcut where a model has one
     (:meth:`bundle_template`); ``False`` switches it off.
     """
@@ -84,7 +84,7 @@ class Network(abc.ABC):
     name: ClassVar[str] = ""
 
     def __init__(self, env: simpy.Environment, topology: Topology, *,
-                 router: Router | None = None, record: bool = False,
+                 router: Router | None = None, record_links: bool = False,
                  bundles: bool = True) -> None:
         if not isinstance(topology, Topology):
             raise NetworkError(f"a network needs a dessim Topology, got {type(topology).__name__}")
@@ -92,7 +92,7 @@ class Network(abc.ABC):
         self.topology = topology
         self.router = router if router is not None else router_for(topology)
         self.channels = channel_map_for(topology)
-        self.record = bool(record)
+        self.record_links = bool(record_links)
         self.bundles = bool(bundles)
         self.utilisation: list[UtilisationPoint] = []
         #: bytes per direction of finished transfers (subclasses add to it)

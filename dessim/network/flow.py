@@ -48,7 +48,7 @@ Flow bundles (exact shortcut, ``bundles=True`` by default; see docs/performance.
   flows with the bundle's progress, rate and ETA, whose ids were reserved at the start so
   they keep start order. From there the ordinary solver takes over: results are identical
   to the unbundled run (tests/test_scale_equivalence.py).
-* Not used with ``record=True`` (utilisation change points are per channel).
+* Not used with ``record_links=True`` (utilisation change points are per channel).
 """
 
 from __future__ import annotations
@@ -149,9 +149,9 @@ class FlowNetwork(Network):
     name = "flow"
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
-                 record: bool = False, solver: Solver = solve_maxmin, bundles: bool = True,
+                 record_links: bool = False, solver: Solver = solve_maxmin, bundles: bool = True,
                  incremental: bool = True) -> None:
-        super().__init__(env, topology, router=router, record=record, bundles=bundles)
+        super().__init__(env, topology, router=router, record_links=record_links, bundles=bundles)
         #: The rates: flows are its variables, channels its constraints.
         self._system: MaxMinSystem[_Flow] = MaxMinSystem(self.channels.capacity, solver=solver,
                                                          incremental=incremental)
@@ -212,7 +212,7 @@ class FlowNetwork(Network):
         exact bundle: routes independent of the ECMP key, no channel used twice (within or
         across members), all latencies equal and all bottlenecks equal. None otherwise, and
         always None when bundles are off or utilisation is recorded. Cached per pair list."""
-        if not self.bundles or self.record:
+        if not self.bundles or self.record_links:
             return None
         memo = (tuple(sources), tuple(destinations))
         if memo in self._templates:
@@ -261,7 +261,7 @@ class FlowNetwork(Network):
         those ``transfer(..., key=...)`` takes, so the bundles carry exactly what the
         individual flows would. None when bundles are off or utilisation is recorded. Cached
         per pair list when one key serves all (unless ``cache=False``: one-off lists)."""
-        if not self.bundles or self.record:
+        if not self.bundles or self.record_links:
             return None
         single = cache and isinstance(key, int)
         memo = ("groups", tuple(sources), tuple(destinations), key) if single else None
@@ -488,7 +488,7 @@ class FlowNetwork(Network):
         self._after_solve(now, chans)
 
     def _after_solve(self, now: float, chans: Sequence[int]) -> None:
-        if self.record:
+        if self.record_links:
             self._record_utilisation(now, chans)
         if len(self._heap) > 4 * (len(self._active) + len(self._pending) + len(self._bundles)
                                   + len(self._bpending)) + 1024:

@@ -73,7 +73,7 @@ def _parse(topology: Topology, transfers: Iterable[Sequence[Any]]) -> list[tuple
 
 
 def simulate_transfers(topology: Topology, transfers: Iterable[Sequence[Any]], *,
-                       network: str = "flow", record: bool = False,
+                       network: str = "flow", record_links: bool = False,
                        **options: Any) -> TransferResult:
     """Run ``transfers`` — ``(src, dst, nbytes, start_s)`` each, endpoints as node names or GPU
     ranks, sizes and start times as numbers (bytes, s) or unit strings (``"1MiB"``, ``"5us"``) —
@@ -86,7 +86,7 @@ def simulate_transfers(topology: Topology, transfers: Iterable[Sequence[Any]], *
     parsed = _parse(topology, transfers)
     wall0 = time.perf_counter()
     env = simpy.Environment()
-    net = make_network(network, env, topology, record=record, **options)
+    net = make_network(network, env, topology, record_links=record_links, **options)
     finish: list[float] = [0.0] * len(parsed)
 
     def start_group(indices: list[int]) -> None:

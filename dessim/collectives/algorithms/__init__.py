@@ -38,7 +38,7 @@ def check_supported(op: Op, alg: Algorithm, group: tuple[int, ...],
 def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] | list[int],
                    size: float, *, chunks: int = 1, channels: int | None = None,
                    root: int | None = None, topology: Topology | None = None,
-                   compact: bool = True, **options) -> Schedule:
+                   compact_schedules: bool = True, **options) -> Schedule:
     """The transfers of ``op`` over ``group`` (global ranks) with ``size`` bytes.
 
     ``channels`` C splits the data over C independent lanes (None: as the algorithm lays
@@ -49,10 +49,10 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
     ``root`` (broadcast, reduce; default ``group[0]``) is a global rank. ``options`` are
     algorithm options (hierarchical: ``inner``).
 
-    ``compact`` (default): an algorithm with a ``plan`` method (ring all-reduce, reduce-scatter,
+    ``compact_schedules`` (default): an algorithm with a ``plan`` method (ring all-reduce, reduce-scatter,
     all-gather) returns a :class:`~dessim.collectives.schedule.CompactSchedule` — the same
     transfers and dependencies stored as uniform steps, O(steps) to build instead of
-    O(transfers). ``compact=False`` always builds the per-transfer rows. An algorithm with a
+    O(transfers). ``compact_schedules=False`` always builds the per-transfer rows. An algorithm with a
     ``fluid`` method (trees across nodes, NVLS) returns a
     :class:`~dessim.collectives.schedule.FluidSchedule`.
     """
@@ -85,7 +85,7 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
     lanes = alg.lanes(group, topology, channels)
     params = {"chunks": chunks, "channels": len(lanes), **options}
     plan_of = getattr(alg, "plan", None)
-    if compact and plan_of is not None and not options:
+    if compact_schedules and plan_of is not None and not options:
         plan = plan_of(op, group, float(size), chunks, lanes)
         if plan is not None:
             return CompactSchedule(op, alg.name, group, float(size), root, plan, params)

@@ -214,9 +214,9 @@ class TPIslands:
             self._times[key] = known
             return known
         plan = plan_collective(op, g, float(size), self.topology, o.collectives,
-                               compact=cut.compact_schedules, calibration=self.calibration)
+                               compact_schedules=cut.compact_schedules, calibration=self.calibration)
         env = simpy.Environment()
-        net = make_network(o.network, env, self.topology, record=False, bundles=cut.bundles)
+        net = make_network(o.network, env, self.topology, record_links=False, bundles=cut.bundles)
         run = run_schedule(net, plan.schedule, protocol=plan.protocol,
                            reduction_bw=o.collectives.reduction_bw, bundles=cut.bundles)
         env.run(run.done)
