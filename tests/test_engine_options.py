@@ -193,3 +193,33 @@ def test_a_bad_flag_value_fails_before_any_work():
 def test_exact_refuses_the_stream_rings_approximation():
     out = CliRunner().invoke(cli, ["simulate", "--exact", "--stream-rings"])
     assert out.exit_code != 0 and "drop --stream-rings" in out.output
+
+
+def test_the_network_model_may_be_a_strategy_object():
+    """As networkx takes ``flow_func``: a Network subclass is accepted where a name is, gives
+    the same run as its registered name, and outputs report its name."""
+    from dessim.errors import NetworkError
+    from dessim.network import FlowNetwork, Network
+
+    class Counting(FlowNetwork):
+        """A user's model: the flow network, counting the transfers it starts."""
+        name = "counting-flow"
+        started = 0
+
+        def transfer(self, *args, **kwargs):
+            type(self).started += 1
+            return super().transfer(*args, **kwargs)
+
+    by_name = EngineOptions(network="flow", record_links=False)
+    by_class = EngineOptions(network=FlowNetwork, record_links=False)
+    custom = EngineOptions(network=Counting, record_links=False)
+    assert (by_name.network_name, by_class.network_name, custom.network_name) == \
+        ("flow", "flow", "counting-flow")
+    from dessim.workload import simulate_workload
+    runs = [simulate_workload("gpt3-1.3b", "dgx-h100:nodes=1", options=o,
+                              overrides={"global_batch": 32}) for o in (by_name, by_class, custom)]
+    assert runs[0].iteration_s == runs[1].iteration_s == runs[2].iteration_s
+    assert runs[2].simulation.network == "counting-flow" and Counting.started > 0
+    with pytest.raises(NetworkError, match="network: unknown network model <class 'int'>"):
+        EngineOptions(network=int)
+    assert issubclass(Counting, Network)

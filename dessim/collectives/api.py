@@ -207,7 +207,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
                    protocol: str = "auto", chunks: int = 1, channels: int | None = None,
                    reduction_bw: object = None, gpus_per_process: int = 1,
                    ranks: str | Iterable[int] | None = None,
-                   network: str = "flow", root: int | None = None, bundles: bool = True,
+                   network: "str | type" = "flow", root: int | None = None, bundles: bool = True,
                    compact_schedules: bool = True, stream_rings: bool = False,
                    calibration: Calibration | str | None = None, **options) -> CollectiveResult:
     """Simulate one collective from time 0 on an idle network and report its figures.
@@ -252,7 +252,7 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     return CollectiveResult(
         op=op_.name, algorithm=sched.algorithm, ranks=group, size=nbytes, time_s=elapsed,
         algbw_GBps=algbw, busbw_GBps=algbw * op_.busbw_factor(len(group)), events=net.events,
-        wall_s=wall, transfers=len(sched), network=network, chunks=chunks,
+        wall_s=wall, transfers=len(sched), network=net.name, chunks=chunks,
         channels=int(sched.params.get("channels", 1)),
         link_util_max=max((r["utilisation"] for r in links), default=0.0), link_util=links,
         protocol=plan.protocol.name, auto=plan.choice, run=run, calibration=cal.label())

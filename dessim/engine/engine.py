@@ -524,7 +524,7 @@ class _Run:
             link_bytes=self.net.link_bytes(), link_capacity=self._link_capacity(),
             link_series=list(self.net.utilisation),
             events=self.engine_events + self.net.events, wall_s=wall_s,
-            network=self.options.network,
+            network=self.options.network_name,
             meta={"graph": self.graph.name, "topology": self.topology.name,
                   "rank_nodes": {r: self.topology.node_of(r) for r in range(n)},
                   "flows": self._cross_rank_flows(), **self._fold_meta(makespan),

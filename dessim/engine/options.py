@@ -120,10 +120,11 @@ class Shortcuts:
                    collective_memo=False, stream_rings=False)
 
 
-def _network_models() -> Mapping[str, type]:
-    from dessim.network import NETWORK_MODELS
+def _network_model(model: object) -> type:
+    """The network model class of ``model`` (a registered name or a Network subclass)."""
+    from dessim.network import network_model
 
-    return NETWORK_MODELS
+    return network_model(model)  # type: ignore[arg-type]
 
 
 #: Composite fields of EngineOptions: the part's class and how it is built from a mapping.
@@ -163,7 +164,9 @@ class EngineOptions:
     """How to run a task graph (validated at construction; seconds, bytes/second).
 
     * ``network``: the network model, a name in :data:`dessim.network.NETWORK_MODELS`
-      (``"flow"``: max-min fair sharing; ``"analytical"``: latency + bytes/bandwidth).
+      (``"flow"``: max-min fair sharing; ``"analytical"``: latency + bytes/bandwidth) or a
+      :class:`~dessim.network.Network` subclass itself (a strategy object, as networkx takes
+      ``flow_func``); :attr:`network_name` is the name every output reports.
     * ``collectives``: :class:`~dessim.collectives.CollectiveSettings` of every collective;
       ``algo="auto"`` keeps each task's own algorithm, a name forces it for every collective.
     * ``noise``: :class:`Noise`, per-rank compute slowdown.
@@ -180,7 +183,7 @@ class EngineOptions:
     :meth:`of` builds options from a nested mapping (sweep and cluster ``engine:`` sections).
     """
 
-    network: str = "flow"
+    network: "str | type" = "flow"
     collectives: CollectiveSettings = field(default_factory=CollectiveSettings)
     noise: Noise = field(default_factory=Noise)
     shortcuts: Shortcuts = field(default_factory=Shortcuts)
@@ -190,10 +193,10 @@ class EngineOptions:
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
-        models = _network_models()
-        if self.network not in models:
-            raise NetworkError(f"network: unknown network model {self.network!r}; valid models: "
-                               f"{', '.join(sorted(models))}")
+        try:
+            _network_model(self.network)
+        except NetworkError as exc:
+            raise NetworkError(f"network: {exc}") from None
         for name, cls in _PARTS.items():
             object.__setattr__(self, name, _part(cls, getattr(self, name), name))
         if not isinstance(self.record_links, bool):
@@ -210,6 +213,11 @@ class EngineOptions:
         """The algorithm forced on every collective, or None (each task keeps its own)."""
         algo = self.collectives.algo
         return None if algo == "auto" else algo
+
+    @property
+    def network_name(self) -> str:
+        """The name of the network model (its class's ``name`` for a strategy object)."""
+        return _network_model(self.network).name
 
     def run_collective_kwargs(self) -> dict[str, Any]:
         """These options as keyword arguments of :func:`dessim.collectives.run_collective`

@@ -11,7 +11,7 @@ transfers with :func:`simulate_transfers`. See docs/network.md.
 from __future__ import annotations
 
 from dessim.network.analytical import AnalyticalNetwork
-from dessim.network.base import NETWORK_MODELS, Network, Route, make_network
+from dessim.network.base import NETWORK_MODELS, Network, Route, make_network, network_model
 from dessim.network.channels import Channel, ChannelMap
 from dessim.network.flow import FlowNetwork
 from dessim.network.maxmin import solve_maxmin
@@ -27,6 +27,7 @@ __all__ = [
     "Route",
     "TransferResult",
     "make_network",
+    "network_model",
     "simulate_transfers",
     "solve_maxmin",
 ]

@@ -24,7 +24,7 @@ from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
 __all__ = ["BundleTemplate", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network",
-           "register_network", "sparse_bytes"]
+           "network_model", "register_network", "sparse_bytes"]
 
 #: One change point of a channel's utilisation: (time s, (a, b), used fraction of capacity).
 UtilisationPoint = tuple[float, tuple[str, str], float]
@@ -288,13 +288,24 @@ def register_network(cls: type[Network]) -> type[Network]:
     return cls
 
 
-def make_network(name: str, env: simpy.Environment, topology: Topology, **options: Any) -> Network:
-    """Instantiate the network model called ``name`` (see :data:`NETWORK_MODELS`)."""
-    cls = NETWORK_MODELS.get(name)
+def network_model(model: "str | type[Network]") -> type[Network]:
+    """The network model class of ``model``: a name in :data:`NETWORK_MODELS` or a
+    :class:`Network` subclass itself (a strategy object, as networkx takes ``flow_func``)."""
+    if isinstance(model, type) and issubclass(model, Network):
+        return model
+    cls = NETWORK_MODELS.get(model) if isinstance(model, str) else None
     if cls is None:
-        raise NetworkError(f"unknown network model {name!r}; valid models: "
-                           f"{', '.join(sorted(NETWORK_MODELS))}")
+        raise NetworkError(f"unknown network model {model!r}; valid models: "
+                           f"{', '.join(sorted(NETWORK_MODELS))} or a Network subclass")
+    return cls
+
+
+def make_network(model: "str | type[Network]", env: simpy.Environment, topology: Topology,
+                 **options: Any) -> Network:
+    """Instantiate the network model ``model`` (a name in :data:`NETWORK_MODELS` or a
+    :class:`Network` subclass)."""
+    cls = network_model(model)
     try:
         return cls(env, topology, **options)
     except TypeError as exc:  # an option the model does not take
-        raise NetworkError(f"network model {name!r}: {exc}") from None
+        raise NetworkError(f"network model {cls.name!r}: {exc}") from None
