@@ -310,6 +310,9 @@ def _with_call_latency(env: simpy.Environment, group: tuple[int, ...],
     return out
 
 
+#: Steps of at most this many members are accounted with a plain loop (speed only).
+_SMALL_STEP = 32
+
 #: Steps with fewer members than this start member by member when their routes depend on
 #: the ECMP key: grouping a handful of transfers costs more than it saves (speed only).
 MIN_GROUPED_STEP = 4
@@ -338,6 +341,8 @@ class _PlanStatic:
     dst_pos: list[np.ndarray]        #: per pattern: group positions of the receivers
     left: np.ndarray                 #: per group position: transfers it takes part in
     pattern_ranks: list[frozenset]   #: per pattern: the ranks it touches
+    roots: list[int]                 #: steps without a previous step, in order
+    idle: list[int]                  #: ranks without a transfer, in group order
     #: per (network, protocol): software latency per pattern (filled lazily by the runs)
     delays: dict = field(default_factory=dict)
 
@@ -364,7 +369,9 @@ def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
                              + np.bincount(dst_pos[k], minlength=len(group)))
     static = _PlanStatic(sizes, succ, {r: k for k, r in enumerate(group)}, src_pos, dst_pos,
                          left, [frozenset(p.src.tolist()) | frozenset(p.dst.tolist())
-                                for p in plan.patterns])
+                                for p in plan.patterns],
+                         [s for s, q in enumerate(plan.prev) if q < 0],
+                         [r for k, r in enumerate(group) if left[k] == 0])
     schedule.__dict__["_run_static"] = static
     return static
 
@@ -425,12 +432,11 @@ class _PlanRun:
         self.touching: dict[int, list[tuple[int, int]]] = {r: [] for r in self.absent}
         for r in sorted(self.absent):
             arrivals[r].callbacks.append(lambda _e, r=r: self._arrived(r))
-        for r in group:
-            if left[self.pos[r]] == 0 and r not in self.absent:
+        for r in static.idle:
+            if r not in self.absent:
                 self._rank_finished(r)
-        for s in range(nsteps):
-            if plan.prev[s] < 0:
-                self._start_step(s)
+        for s in static.roots:
+            self._start_step(s)
         self._check_done()
 
     # ------------------------------------------------------------ records
@@ -662,9 +668,15 @@ class _PlanRun:
         return found
 
     def _account(self, positions: np.ndarray, members: Sequence[int], whole: bool) -> None:
-        """One transfer fewer for the ranks at ``positions[members]``; finish those at 0."""
+        """One transfer fewer for the ranks at ``positions[members]``; finish those at 0
+        (in position order)."""
         left = self.left
-        if whole:
+        if whole and len(positions) <= _SMALL_STEP:      # plain loop: cheaper than numpy here
+            pos = positions.tolist()
+            for k in pos:
+                left[k] -= 1
+            done = sorted({k for k in pos if left[k] == 0})
+        elif whole:
             np.subtract.at(left, positions, 1)
             done = np.unique(positions[left[positions] == 0]).tolist()
         else:
