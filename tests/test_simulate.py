@@ -195,6 +195,13 @@ def test_cli_workload_show_and_list(cli):
     assert isinstance(simulate_cmd.command, click.Command)
 
 
+@pytest.mark.parametrize("preset, kind", [("dlrm-small", "dlrm"), ("resnet50", "cnn")])
+def test_cli_workload_show_says_it_describes_transformers_only(cli, preset, kind):
+    res = cli("workload", "show", preset)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert f"is a '{kind}' workload" in res.output and f"dessim simulate {preset}" in res.output
+
+
 def test_uneven_pipeline_stages_carry_their_own_layers():
     """10 layers on 4 stages: 2, 3, 3, 2 layers. The middle stages' forward passes take 3/2
     of the outer ones' (no embedding/head, so layers are all that differs), and each stage's

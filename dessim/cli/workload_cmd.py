@@ -146,6 +146,11 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     overrides = collect_overrides(kw)
     if topology is not None and gpus is not None:
         raise click.UsageError("give --topology or --gpus, not both")
+    kind = _kind_of(workload)
+    if kind not in (None, "transformer"):
+        raise click.UsageError(f"workload show describes transformer workloads; {workload!r} is a "
+                               f"{kind!r} workload: dessim simulate {workload} --topology SPEC "
+                               "reports its figures")
     topo = None
     if topology is not None:
         from dessim.topology import load_topology
@@ -198,3 +203,15 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
         click.echo(f"    {k:<14} {format_size(v)}")
     if dev is not None:
         click.echo(f"  {dev.name} HBM {format_size(dev.hbm_capacity)}: {fit}")
+
+
+def _kind_of(workload: str) -> str | None:
+    """The ``kind:`` of a workload file or preset name (None when it is neither: the
+    transformer loader then names the problem)."""
+    from pathlib import Path
+
+    from dessim.resources import find_data_file
+    from dessim.workload.transformer.spec import file_kind
+
+    path = Path(workload) if Path(workload).is_file() else find_data_file("workloads", workload)
+    return file_kind(path) if path is not None else None
