@@ -91,7 +91,7 @@ def list_cmd(as_json: bool) -> None:
     from dessim.workload.kinds import shipped_any
 
     rows = []
-    others = {kind: sorted(files) for kind, files in shipped_any().items() if kind != "transformer"}
+    others = {kind: sorted(files) for kind, files in shipped_any().items() if kind != "transformer" and files}
     for name in shipped_workloads():
         spec = load_workload(name)
         lo = spec.layout()
