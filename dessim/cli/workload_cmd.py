@@ -141,12 +141,13 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     from dessim.workload import (estimate_memory, hardware_flops_per_iteration, model_flops_per_iteration)
     from dessim.topology.presets import suggested_topology
     from dessim.workload.transformer.plan import resolve_workload
+    from dessim.workload.kinds import kind_of
     from dessim.workload.transformer.memory import check_fit
 
     overrides = collect_overrides(kw)
     if topology is not None and gpus is not None:
         raise click.UsageError("give --topology or --gpus, not both")
-    kind = _kind_of(workload)
+    kind = kind_of(workload)
     if kind not in (None, "transformer"):
         raise click.UsageError(f"workload show describes transformer workloads; {workload!r} is a "
                                f"{kind!r} workload: dessim simulate {workload} --topology SPEC "
@@ -204,14 +205,3 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     if dev is not None:
         click.echo(f"  {dev.name} HBM {format_size(dev.hbm_capacity)}: {fit}")
 
-
-def _kind_of(workload: str) -> str | None:
-    """The ``kind:`` of a workload file or preset name (None when it is neither: the
-    transformer loader then names the problem)."""
-    from pathlib import Path
-
-    from dessim.resources import find_data_file
-    from dessim.workload.transformer.spec import file_kind
-
-    path = Path(workload) if Path(workload).is_file() else find_data_file("workloads", workload)
-    return file_kind(path) if path is not None else None

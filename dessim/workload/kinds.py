@@ -34,10 +34,11 @@ from dessim.workload.replay import CHAKRA_KIND, ChakraSpec, generate_chakra, par
 from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.plan import plan_workload
 from dessim.workload.transformer.result import WorkloadResult
-from dessim.workload.transformer.spec import TRANSFORMER_KIND, WorkloadSpec, load_workload, shipped_workloads
+from dessim.workload.transformer.spec import (TRANSFORMER_KIND, WorkloadSpec, file_kind, load_workload,
+                                              shipped_workloads)
 
 __all__ = ["WorkloadKind", "WORKLOAD_KINDS", "load_any_workload", "generate_workload", "simulate_any",
-           "workload_kind", "shipped_any"]
+           "workload_kind", "kind_of", "shipped_any"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,13 @@ def _find(path_or_name: str | Path) -> Path | None:
     if path.is_file():
         return path
     return find_data_file("workloads", text)
+
+
+def kind_of(path_or_name: str | Path) -> str | None:
+    """The ``kind:`` of a workload file or preset name (``transformer`` when absent); None
+    when it is neither a file nor a preset, or cannot be read."""
+    path = _find(path_or_name)
+    return file_kind(path) if path is not None else None
 
 
 def _read(path: Path) -> Any:

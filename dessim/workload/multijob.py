@@ -48,6 +48,7 @@ from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
 from dessim.workload.common.figures import exposed_comm
+from dessim.workload.common.document import check_keys
 
 __all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
            "job_view", "merge_graphs", "simulate_cluster", "parse_gpus"]
@@ -110,11 +111,7 @@ def parse_gpus(value: Any, where: str) -> tuple[int, ...] | int:
 
 def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
     """A :class:`ClusterSpec` from a parsed YAML document."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: a cluster file is a mapping with keys {', '.join(_TOP)}")
-    for key in data:
-        if key not in _TOP:
-            raise SpecError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(_TOP)}")
+    check_keys(data, _TOP, origin, f"a cluster file is a mapping with keys {', '.join(_TOP)}")
     if data.get("kind", CLUSTER_KIND) != CLUSTER_KIND:
         raise SpecError(f"{origin}: kind {data['kind']!r}: a cluster file has kind: {CLUSTER_KIND} (or none)")
     if "topology" not in data:

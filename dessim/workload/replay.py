@@ -29,6 +29,7 @@ from dessim.errors import SpecError
 from dessim.taskgraph import TaskGraph
 from dessim.topology.graph import Topology
 from dessim.trace import chakra_to_taskgraph, read_chakra
+from dessim.workload.common.document import check_keys
 from dessim.workload.common.figures import IterationResult
 from dessim.workload.dataparallel.result import Generated
 
@@ -58,12 +59,7 @@ class ChakraSpec:
 def parse_chakra(data: Any, origin: str, default_name: str) -> ChakraSpec:
     """The :class:`ChakraSpec` of a ``kind: chakra`` document read from ``origin`` (a file:
     a relative ``trace`` is taken from the file's directory)."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: a chakra workload is a mapping with a 'trace' key")
-    unknown = [k for k in data if k not in _KEYS]
-    if unknown:
-        raise SpecError(f"{origin}: unknown key {unknown[0]!r} in a chakra workload; valid: "
-                        f"{', '.join(_KEYS)}")
+    check_keys(data, _KEYS, origin, "a chakra workload is a mapping with a 'trace' key")
     trace = data.get("trace")
     if not isinstance(trace, str) or not trace:
         raise SpecError(f"{origin}: trace must be the prefix of the trace's <prefix>.<rank>.et "

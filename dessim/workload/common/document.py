@@ -9,7 +9,33 @@ from typing import Any, Mapping
 
 from dessim.errors import DessimError, SpecError
 
-__all__ = ["check_section", "merge_document"]
+__all__ = ["as_bool", "as_str", "check_keys", "check_section", "merge_document"]
+
+
+def as_bool(value: Any, what: str) -> bool:
+    """``value`` if it is true or false, else a :class:`SpecError` naming ``what``."""
+    if not isinstance(value, bool):
+        raise SpecError(f"{what}: expected true or false, got {value!r}")
+    return value
+
+
+def as_str(value: Any, what: str) -> str:
+    """``value`` if it is a string, else a :class:`SpecError` naming ``what``."""
+    if not isinstance(value, str):
+        raise SpecError(f"{what}: expected a string, got {value!r}")
+    return value
+
+
+def check_keys(data: Any, valid: tuple[str, ...], where: str, not_mapping: str | None = None) -> dict[str, Any]:
+    """``data`` if it is a mapping whose keys are all in ``valid``; else a :class:`SpecError`
+    at ``where`` (``not_mapping``: what to say when it is not a mapping)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: " + (not_mapping or f"expected a mapping with keys "
+                                                       f"{', '.join(valid)}, got {data!r}"))
+    for key in data:
+        if key not in valid:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    return data
 
 
 def check_section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.units import parse_count, parse_size
 from dessim.workload.common.emitter import TaskEmitter
+from dessim.workload.common.document import as_bool
 
 __all__ = ["InputPipeline", "parse_input", "CACHES"]
 
@@ -109,12 +110,6 @@ class InputPipeline:
         return out
 
 
-def _bool(v: Any, what: str) -> bool:
-    if not isinstance(v, bool):
-        raise SpecError(f"{what}: expected true or false, got {v!r}")
-    return v
-
-
 def parse_input(data: Any, where: str) -> InputPipeline | None:
     """An :class:`InputPipeline` from a YAML ``input:`` mapping; None when absent."""
     if data is None:
@@ -133,15 +128,15 @@ def parse_input(data: Any, where: str) -> InputPipeline | None:
         if "hit_ratio" in data:
             kw["hit_ratio"] = float(data["hit_ratio"])
         if "cached_after_first_epoch" in data:
-            kw["cached_after_first_epoch"] = _bool(data["cached_after_first_epoch"],
-                                                   f"{where}.cached_after_first_epoch")
+            kw["cached_after_first_epoch"] = as_bool(data["cached_after_first_epoch"],
+                                                     f"{where}.cached_after_first_epoch")
         if "epoch" in data:
             kw["epoch"] = parse_count(data["epoch"], f"{where}.epoch", minimum=0)
         for key in ("dataset_bytes", "cache_bytes"):
             if key in data:
                 kw[key] = float(parse_size(data[key], f"{where}.{key}"))
         if "prefetch" in data:
-            kw["prefetch"] = _bool(data["prefetch"], f"{where}.prefetch")
+            kw["prefetch"] = as_bool(data["prefetch"], f"{where}.prefetch")
         if "storage" in data:
             if not isinstance(data["storage"], Mapping):
                 raise SpecError(f"{where}.storage: expected a mapping (kind, bw, lat, attach, client_bw, name)")

@@ -37,7 +37,7 @@ from dessim.workload.dataparallel.compression import Compression, parse_compress
 from dessim.workload.dataparallel.io import InputPipeline, parse_input
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.units import parse_count, parse_size
-from dessim.workload.common.document import check_section, merge_document
+from dessim.workload.common.document import as_str, check_section, merge_document
 
 __all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS"]
 
@@ -45,19 +45,12 @@ __all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFl
 COMMON_KEYS: tuple[str, ...] = ("kind", "name", "description", "source", "training", "compression", "input")
 
 
-
-def _str(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise SpecError(f"{what}: expected a string, got {value!r}")
-    return value
-
-
 def _positive(value: Any, what: str) -> int:
     return parse_count(value, what, minimum=1)
 
 
 _TRAINING_SCHEMA = {"global_batch": _positive, "micro_batch": _positive,
-                    "bucket_size": lambda v, what: parse_size(v, what), "device": _str}
+                    "bucket_size": lambda v, what: parse_size(v, what), "device": as_str}
 _FLAT = {"global_batch": "training", "micro_batch": "training", "bucket_size": "training",
          "device": "training"}
 #: Transformer-generator flags and the only value they may take here.
@@ -114,14 +107,14 @@ def parse_common(data: Any, origin: str, default_name: str, own_keys: tuple[str,
     if "global_batch" not in tr:
         raise SpecError(f"{origin}: training section lacks global_batch")
     return CommonSpec(
-        kind=_str(data.get("kind"), f"{origin}: kind"),
-        name=_str(data.get("name", default_name), f"{origin}: name"),
+        kind=as_str(data.get("kind"), f"{origin}: kind"),
+        name=as_str(data.get("name", default_name), f"{origin}: name"),
         training=DPTraining(**tr),
         compression=parse_compression(data.get("compression"), f"{origin}: compression"),
         input=parse_input(data.get("input"), f"{origin}: input"),
         document=copy.deepcopy(data),
-        description=_str(data.get("description", ""), f"{origin}: description"),
-        source=_str(data.get("source", ""), f"{origin}: source"))
+        description=as_str(data.get("description", ""), f"{origin}: description"),
+        source=as_str(data.get("source", ""), f"{origin}: source"))
 
 
 @dataclass(frozen=True)
@@ -129,7 +122,6 @@ class RunFlags:
     """Overrides that are not part of the document."""
 
     check_memory: bool = True
-
 
 
 def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sections: tuple[str, ...],

@@ -69,6 +69,7 @@ from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, resolve_devices
 from dessim.workload.common.precision import PRECISIONS, Precision
+from dessim.workload.common.document import check_keys
 
 __all__ = ["DLRMSpec", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers", "SPILL_TARGETS"]
 
@@ -118,14 +119,7 @@ class DLRMSpec:
 
 
 def _check_keys(data: Any, valid: tuple[str, ...], where: str) -> dict[str, Any]:
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping with keys {', '.join(valid)}, got {data!r}")
-    for key in data:
-        if key not in valid:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
-    return data
+    return {} if data is None else check_keys(data, valid, where)
 
 
 def _widths(value: Any, what: str) -> tuple[int, ...]:

@@ -61,7 +61,7 @@ import yaml
 from dessim.errors import DessimError, SpecError
 from dessim.resources import data_files, find_data_file, read_yaml
 from dessim.units import parse_count, parse_size
-from dessim.workload.common.document import check_section
+from dessim.workload.common.document import as_bool, as_str, check_keys, check_section
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.transformer.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
 from dessim.workload.transformer.memory import MemoryOptions
@@ -171,18 +171,6 @@ def _count(minimum: int = 1) -> Converter:
     return lambda value, what: parse_count(value, what, minimum=minimum)
 
 
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError(f"{what}: expected true or false, got {value!r}")
-    return value
-
-
-def _str(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise SpecError(f"{what}: expected a string, got {value!r}")
-    return value
-
-
 def _order(value: Any, what: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.replace("-", ",").split(",")]
@@ -201,26 +189,26 @@ def _zero(value: Any, what: str) -> int:
 
 _MODEL_SCHEMA: Mapping[str, Converter] = {
     "layers": _count(), "hidden": _count(), "heads": _count(), "ffn_hidden": _count(),
-    "vocab": _count(), "seq_len": _count(), "kv_heads": _count(), "activation": _str, "norm": _str,
-    "position_embedding": _str, "bias": _bool, "dropout": _bool, "tied_embeddings": _bool,
-    "precision": _str, "experts": _count(), "top_k": _count(), "moe_ffn_hidden": _count(),
-    "description": _str,
+    "vocab": _count(), "seq_len": _count(), "kv_heads": _count(), "activation": as_str, "norm": as_str,
+    "position_embedding": as_str, "bias": as_bool, "dropout": as_bool, "tied_embeddings": as_bool,
+    "precision": as_str, "experts": _count(), "top_k": _count(), "moe_ffn_hidden": _count(),
+    "description": as_str,
 }
 _MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
 
 _PARALLELISM_SCHEMA: Mapping[str, Converter] = {
-    "tp": _count(), "pp": _count(), "dp": _count(), "cp": _count(), "ep": _count(), "sp": _bool,
+    "tp": _count(), "pp": _count(), "dp": _count(), "cp": _count(), "ep": _count(), "sp": as_bool,
     "order": _order,
 }
 
 _TRAINING_SCHEMA: Mapping[str, Converter] = {
-    "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": _str,
-    "virtual_stages": _count(), "recompute": _str, "attention": _str, "zero_stage": _zero,
+    "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": as_str,
+    "virtual_stages": _count(), "recompute": as_str, "attention": as_str, "zero_stage": _zero,
     "bucket_size": _size,
     "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
-    "device": _str,
+    "device": as_str,
 }
-_OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": _str, "activations": _str}
+_OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": as_str, "activations": as_str}
 
 _TOP_KEYS = ("name", "description", "source", "kind", "model", "parallelism", "training")
 #: Value of the optional ``kind:`` key of a transformer file; other kinds (``dlrm``, ``cnn``)
@@ -231,15 +219,12 @@ TRANSFORMER_KIND = "transformer"
 def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload") -> WorkloadSpec:
     """A :class:`WorkloadSpec` from already-parsed YAML/JSON data; ``origin`` names the file
     in error messages."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: a workload file must be a mapping with keys {', '.join(_TOP_KEYS)}")
-    for key in data:
-        if key not in _TOP_KEYS:
-            raise SpecError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(_TOP_KEYS)}")
+    check_keys(data, _TOP_KEYS, origin,
+               f"a workload file must be a mapping with keys {', '.join(_TOP_KEYS)}")
     if data.get("kind", TRANSFORMER_KIND) != TRANSFORMER_KIND:
         raise SpecError(f"{origin}: kind {data['kind']!r} is not a transformer workload; load it with "
                         "dessim.workload.kinds.load_any_workload (simulate_workload accepts every kind)")
-    name = _str(data.get("name", default_name), f"{origin}: name")
+    name = as_str(data.get("name", default_name), f"{origin}: name")
     if "model" not in data:
         raise SpecError(f"{origin}: missing the 'model' section")
     model_kw = check_section(data["model"], _MODEL_SCHEMA, f"{origin}: model")
@@ -258,8 +243,8 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
             model = model.with_seq_len(tr_kw["seq_len"])
         spec = WorkloadSpec(name=name, model=model, parallelism=ParallelismSpec(**par_kw),
                             training=TrainingSpec(**tr_kw),
-                            description=_str(data.get("description", ""), f"{origin}: description"),
-                            source=_str(data.get("source", ""), f"{origin}: source"))
+                            description=as_str(data.get("description", ""), f"{origin}: description"),
+                            source=as_str(data.get("source", ""), f"{origin}: source"))
         spec.layout(spec.num_gpus)      # the defaults must form a valid layout
         spec.memory_options()
     except SpecError:
