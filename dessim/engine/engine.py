@@ -108,7 +108,7 @@ class _Run:
     def __init__(self, graph: TaskGraph, topology: Topology, options: EngineOptions,
                  compute_cost: ComputeCost | None) -> None:
         topology = calibrated_topology(topology, options.calibration)
-        graph.validate(num_ranks=topology.num_gpus)
+        checked = graph.validate(num_ranks=topology.num_gpus)
         self.graph = graph
         self.topology = topology
         self.options = options
@@ -136,13 +136,13 @@ class _Run:
         self.head = {k: 0 for k in self.queues}
         self.busy = {k: False for k in self.queues}
         # peers
-        pairs = graph.match_p2p()
+        pairs = checked.p2p
         self.partner: dict[int, int] = {}
         for s, r in pairs.items():
             self.partner[index[s]] = index[r]
             self.partner[index[r]] = index[s]
         self.colls = {cid: [index[t.id] for t in members]
-                      for cid, members in graph.collectives().items()}
+                      for cid, members in checked.collectives.items()}
         self.settings = options.collectives
         self.forced_algo = options.forced_algo
         #: collective memo (Shortcuts.collective_memo): key -> (duration, bytes per link

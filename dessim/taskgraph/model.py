@@ -39,7 +39,7 @@ Units: seconds, bytes, FLOP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import networkx as nx
 
@@ -162,6 +162,14 @@ class Task:
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Task) if f.name != "attrs"}
 
 
+class Checked(NamedTuple):
+    """What :meth:`TaskGraph.validate` found: {send id: recv id} and each collective's member
+    tasks in group order (:meth:`TaskGraph.match_p2p`, :meth:`TaskGraph.collectives`)."""
+
+    p2p: dict[str, str]
+    collectives: dict[str, list[Task]]
+
+
 class TaskGraph:
     """A task graph: :class:`Task` objects on an ``nx.DiGraph`` (edges = dependencies).
 
@@ -231,8 +239,10 @@ class TaskGraph:
         return hi + 1
 
     # ------------------------------------------------------------------ validation
-    def validate(self, num_ranks: int | None = None) -> None:
-        """Check the graph; raise :class:`TaskGraphError` naming the first bad task.
+    def validate(self, num_ranks: int | None = None) -> "Checked":
+        """Check the graph; raise :class:`TaskGraphError` naming the first bad task. Returns
+        what the checks found (the send/recv pairs and the collectives' members), so that a
+        caller needing them does not compute them again.
 
         Checks: no cycle; every send has its recv (same ranks, tag, size) and vice versa;
         the members of each collective agree on op, size, group and algo and each has exactly
@@ -246,8 +256,7 @@ class TaskGraph:
             self._check_ranks(num_ranks)
         if self.fold is not None:
             self._check_fold(num_ranks)
-        self.match_p2p()
-        self.collectives()
+        return Checked(self.match_p2p(), self.collectives())
 
     def _check_cycles(self) -> None:
         if nx.is_directed_acyclic_graph(self.graph):  # fast (topological sort); the search
