@@ -228,6 +228,30 @@ def test_gpus_per_process_is_a_whole_number_of_gpus():
             CollectiveSettings(gpus_per_process=bad)
 
 
+def test_the_tree_runs_at_nccls_own_tree_efficiency():
+    from dessim.collectives.nccl.tuning import AMPERE, HOPPER, tree_efficiency
+    from dessim.collectives.protocols import Protocol, wire_factor
+
+    simple, ll, ll128, raw = (Protocol(n) for n in ("Simple", "LL", "LL128", "raw"))
+    # ncclTopoTuneModel: all-reduce busBw * .92, x 0.85 on sm90, LL / 3.8, LL128 120/128 across nodes
+    assert wire_factor(simple, "dbtree", "allreduce", AMPERE, 4) == pytest.approx(1 / 0.92)
+    assert wire_factor(simple, "dbtree", "allreduce", HOPPER, 4) == pytest.approx(1 / (0.92 * 0.85))
+    assert wire_factor(ll, "dbtree", "allreduce", AMPERE, 4) == pytest.approx(3.8 / 0.92)
+    assert wire_factor(ll128, "dbtree", "allreduce", AMPERE, 4) == pytest.approx(128 / 120 / 0.92)
+    assert wire_factor(ll128, "dbtree", "allreduce", AMPERE, 1) == pytest.approx(9 / 7 / 0.92)
+    assert tree_efficiency("allreduce", "Simple", HOPPER, 5) == pytest.approx(0.782)
+    # other algorithms keep the protocol's framing; the textbook model has none
+    assert wire_factor(ll, "ring", "allreduce", HOPPER, 4) == 2.0
+    assert wire_factor(raw, "dbtree", "allreduce", HOPPER, 4) == 1.0
+    # on idle links the simulated Tree's bandwidth term shrinks by exactly that factor
+    topo = "dgx-h100:nodes=4"
+    big = [run_collective("allreduce", s, topo, algo="dbtree", protocol="simple").time_s
+           for s in (2**30, 2**31)]
+    raw_big = [run_collective("allreduce", s, topo, algo="dbtree", protocol="raw").time_s
+               for s in (2**30, 2**31)]
+    assert (big[1] - big[0]) / (raw_big[1] - raw_big[0]) == pytest.approx(1 / (0.92 * 0.85), rel=1e-6)
+
+
 # --------------------------------------------------------------------- published figures
 @pytest.fixture(scope="module")
 def validation():
@@ -265,7 +289,8 @@ def test_multi_node_plateaus_match_published_figures(validation):
     points = pd.read_csv(validation.ROOT / "validation" / "nccl_tests_points.csv")
     keep = ["h100_ndr_ring_per_nic", "dgxa100_8hdr_ring", "a100_4hdr_2node", "a100_4hdr_3node",
             "a100_8gpu_plateau", "h100_8gpu_ring_plateau", "h100_8gpu_nvls_plateau",
-            "a100_8gpu_ring_1ch_8B", "a100_2gpu_ring_1ch_8B", "a100_4gpu_ring_1ch_8B"]
+            "a100_8gpu_ring_1ch_8B", "a100_2gpu_ring_1ch_8B", "a100_4gpu_ring_1ch_8B",
+            "h100_4x400roce_5node_ring", "h100_4x400roce_5node_tree"]
     for p in validation.validate_points(points[points.id.isin(keep)]):
         limit = 0.25 if p["metric"] == "time_us" else 0.10
         assert abs(p["error"]) <= limit, p

@@ -40,7 +40,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import simpy
 
-from dessim.collectives.protocols import RAW, Protocol, link_class, net_overhead
+from dessim.collectives.nccl.system import arch_of
+from dessim.collectives.protocols import RAW, Protocol, link_class, net_overhead, wire_factor
 from dessim.collectives.schedule import (CompactSchedule, FluidSchedule, Schedule, StepPattern,
                                         pipelines)
 from dessim.errors import CollectiveError
@@ -254,9 +255,13 @@ class _Charges:
         self.factor = protocol.wire_factor
         self._extra: dict[tuple, float] = {}
         self.overhead = 0.0
-        if not protocol.is_raw and algorithm == "ring":
+        if not protocol.is_raw and algorithm in ("ring", "dbtree"):
             topo = network.topology
-            if len(host_map(topo).split(schedule.group)) > 1:
+            nodes = len(host_map(topo).split(schedule.group))
+            if algorithm == "dbtree":
+                self.factor = wire_factor(protocol, algorithm, schedule.op.name,
+                                          arch_of(topo, schedule.group[0]), nodes)
+            elif nodes > 1:
                 self.overhead = net_overhead(protocol, algorithm,
                                              topo.meta.get("cpu_vendor") == "amd")
 

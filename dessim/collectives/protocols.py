@@ -16,6 +16,9 @@ NCCL moves collective data with one of three protocols (NCCL 2.30.7; docs/refere
 A :class:`Protocol` turns that into what the executor charges each transfer:
 
 * **wire bytes** = payload × :attr:`Protocol.wire_factor` (LL 2, LL128 1/0.92, Simple 1);
+  NCCL's Tree (``dbtree``) instead pays the inverse of its own efficiency in NCCL's model
+  (:func:`wire_factor`, :func:`dessim.collectives.nccl.tuning.tree_efficiency`: all-reduce
+  ``.92``, LL ``/3.8``, LL128 ``120/128`` across nodes, ×0.85 on Hopper);
 * **step latency**: a transfer (one pipeline step) takes at least NCCL's per-hop latency
   ``hwLat[link class][algorithm][protocol]`` (NVLink, PCIe or network: whether the route
   crosses a NIC, else whether it uses NVLink) — for a ring across nodes, at least the network
@@ -42,11 +45,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dessim.collectives.nccl.tuning import BASE_LATENCY_US, HW_LATENCY_US, NET, NVLINK, PCI, PROTOCOLS
+from dessim.collectives.nccl.tuning import (BASE_LATENCY_US, HW_LATENCY_US, NET, NVLINK, PCI,
+                                           PROTOCOLS, tree_efficiency)
 from dessim.errors import CollectiveError
 
 __all__ = ["Protocol", "make_protocol", "RAW", "WIRE_FACTOR", "LINK_CLASSES", "link_class",
-           "net_overhead"]
+           "net_overhead", "wire_factor"]
 
 #: Bytes on the wire per payload byte (NCCL's bandwidth fractions: LL 0.5, LL128 0.92).
 WIRE_FACTOR: dict[str, float] = {"LL": 2.0, "LL128": 1.0 / 0.92, "Simple": 1.0, "raw": 1.0}
@@ -123,3 +127,14 @@ def net_overhead(protocol: Protocol, algorithm: str, amd_cpu: bool) -> float:
     if protocol.is_raw or algorithm != "ring":
         return 0.0
     return (2.0 if amd_cpu else 1.0) * (3 if protocol.name == "Simple" else 1) * 1e-6
+
+
+def wire_factor(protocol: Protocol, algorithm: str, op: str, arch: int, nodes: int) -> float:
+    """Wire bytes per payload byte of ``algorithm`` running ``op`` with ``protocol`` on GPUs
+    of NCCL architecture row ``arch`` spread over ``nodes`` hosts: the protocol's framing
+    (:attr:`Protocol.wire_factor`), except for NCCL's Tree (``dbtree``), whose simulated
+    flows run at NCCL's own Tree efficiency (:func:`~dessim.collectives.nccl.tuning.tree_efficiency`);
+    1 for the raw model."""
+    if protocol.is_raw or algorithm != "dbtree":
+        return protocol.wire_factor
+    return 1.0 / tree_efficiency(op, protocol.name, arch, nodes)

@@ -50,7 +50,7 @@ from dessim.errors import CollectiveError
 from dessim.topology.graph import Topology
 from dessim.topology.hosts import host_map
 
-__all__ = ["nccl_system", "ARCH_OF_GENERATION"]
+__all__ = ["nccl_system", "ARCH_OF_GENERATION", "arch_of"]
 
 #: NCCL table row of each GPU generation; RCCL (MI300X) is given Ampere's rows [U].
 ARCH_OF_GENERATION = {"volta": VOLTA, "ampere": AMPERE, "hopper": HOPPER,
@@ -96,6 +96,13 @@ def _search(speeds: tuple[float, ...], best: float, channels_at) -> tuple[int, f
     return max(1, n_best), bw_best
 
 
+def arch_of(topology: Topology, rank: int) -> int:
+    """Row of NCCL's per-architecture tables for the GPU of ``rank`` (AMPERE when the
+    topology names no device)."""
+    device = topology.device(rank)
+    return ARCH_OF_GENERATION.get(get_device(device).generation, AMPERE) if device else AMPERE
+
+
 def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
     """The :class:`NcclSystem` NCCL would see for a communicator of ``group`` on
     ``topology`` (see the module docstring). Cached per group shape by the caller."""
@@ -104,8 +111,7 @@ def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
     nodes, ppn = len(parts), max(len(p) for p in parts)
     graph = topology.graph
     gpu = topology.node_of(group[0])
-    device = topology.device(group[0])
-    arch = ARCH_OF_GENERATION.get(get_device(device).generation, AMPERE) if device else AMPERE
+    arch = arch_of(topology, group[0])
     # intra-node: NVLink bandwidth of a member (NCCL units) and whether an NVSwitch joins them
     nvl_raw = sum(float(d["bw"]) for _, _, d in graph.edges(gpu, data=True) if d["type"] == "nvlink")
     nvswitch = any(d["type"] == "nvlink" and graph.nodes[v]["kind"] == "switch"

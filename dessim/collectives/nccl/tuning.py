@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "NcclSystem", "algo_time", "allowed",
+__all__ = ["ALGORITHMS", "PROTOCOLS", "NcclSystem", "algo_time", "allowed", "tree_efficiency",
            "BASE_LATENCY_US", "HW_LATENCY_US", "VOLTA", "AMPERE", "HOPPER", "BLACKWELL",
            "NVLINK", "PCI", "NET"]
 
@@ -68,6 +68,32 @@ _PER_CH_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0),
 _PER_CH_NVLS_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5),
                      (0.0, 96.0, 80.0))
 _NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)
+
+#: ``busBw *= .92`` of a Tree all-reduce: the tree kernel's reduce-and-forward overhead.
+_TREE_ALLREDUCE = 0.92
+#: ``busBw *= 0.85`` on sm90+ (the search falls back from BALANCED_TREE to TREE).
+_TREE_SM90 = 0.85
+#: Tree protocol fractions of ``ncclTopoTuneModel`` by node count: LL ``/3.8``, LL128
+#: ``7/9`` on one node and ``120/128`` across nodes, Simple 1.
+_TREE_PROTOCOL = {"LL": lambda nodes: 1.0 / 3.8,
+                  "LL128": lambda nodes: 7.0 / 9.0 if nodes == 1 else 120.0 / 128.0,
+                  "Simple": lambda nodes: 1.0}
+
+
+def tree_efficiency(op: str, proto: str, arch: int, nodes: int) -> float:
+    """Fraction of its channels' bandwidth that NCCL's Tree reaches in ``ncclTopoTuneModel``
+    (NCCL 2.30.7 ``tuning.cc``): ``.92`` for all-reduce, × the protocol's fraction (LL
+    ``1/3.8``, LL128 ``7/9`` on one node or ``120/128`` across nodes), × ``0.85`` on Hopper
+    and later. The per-channel caps (``perChMaxTreeBws``) are not part of it.
+
+    The executor divides the bandwidth of the Tree's simulated flows by this (its wire
+    bytes grow by its inverse, in place of the protocol's ring framing), so that a pipelined
+    Tree on idle links runs at NCCL's own estimate of it: nccl#1368 (5 × 8 H100, 4 × 400G
+    RoCE per node, ``NCCL_ALGO=Tree``) measures 150 GB/s busbw where the links alone allow
+    193 and NCCL's model gives 146."""
+    eff = (_TREE_ALLREDUCE if op == "allreduce" else 1.0) * _TREE_PROTOCOL[proto](nodes)
+    return eff * (_TREE_SM90 if arch >= HOPPER else 1.0)
+
 
 #: ``treeCorrectionFactor[proto][log2(bytes/64)]`` for 64 B .. 512 MiB.
 _TREE_CORRECTION = (
@@ -216,14 +242,14 @@ def _bus_bw(op: str, algo: str, proto: str, s: NcclSystem) -> float:
             bus = min(bus * 0.92, s.channels * _PER_CH_RING_LL128[s.arch][idx])
     elif algo == "tree":
         if op == "allreduce":
-            bus = min(bus * 0.92, s.channels * _PER_CH_TREE[s.arch][idx])
+            bus = min(bus * _TREE_ALLREDUCE, s.channels * _PER_CH_TREE[s.arch][idx])
         if proto == "LL":
-            bus = min(bus / 3.8, ll_max)
+            bus = min(bus * _TREE_PROTOCOL["LL"](s.nodes), ll_max)
         elif proto == "LL128":
-            bus = min(bus * (7.0 / 9.0 if s.nodes == 1 else 120.0 / 128.0),
+            bus = min(bus * _TREE_PROTOCOL["LL128"](s.nodes),
                       s.channels * _PER_CH_TREE_LL128[s.arch][idx])
         if s.arch >= HOPPER:   # sm90 falls back from the balanced tree to the plain TREE pattern
-            bus *= 0.85
+            bus *= _TREE_SM90
     elif algo == "pat":
         bus *= 0.75
     return bus
