@@ -80,9 +80,10 @@ _FINISH, _JOIN = 0, 1
 
 class _Flow:
     __slots__ = ("fid", "route", "channels", "nbytes", "remaining", "rate", "last", "version",
-                 "eta", "join_at", "event")
+                 "eta", "join_at", "event", "member")
 
-    def __init__(self, fid: int, route: Route, nbytes: float, join_at: float, event: simpy.Event):
+    def __init__(self, fid: int, route: Route, nbytes: float, join_at: float,
+                 event: simpy.Event | None, member: tuple | None = None):
         self.fid = fid
         self.route = route
         self.channels = route.channels   # a variable of the MaxMinSystem: its constraints
@@ -93,7 +94,8 @@ class _Flow:
         self.version = 0
         self.eta = join_at
         self.join_at = join_at
-        self.event = event
+        self.event = event        # None for a member of a split bundle
+        self.member = member      # (the bundle's on_done, member index) for those
 
 
 class _Bundle:
@@ -115,6 +117,12 @@ class _Bundle:
         self.join_at = join_at
         self.event = event
         self.on_done = on_done
+
+
+def _report(on_done: Callable[[Sequence[int]], None], members: list[int]) -> None:
+    """Report bundle members one at a time, in order (see ``FlowNetwork._succeed``)."""
+    for k in members:
+        on_done((k,))
 
 
 class _WakeUp(simpy.Event):
@@ -357,8 +365,7 @@ class FlowNetwork(Network):
             finished.sort(key=lambda f: f.fid)
             self.flows_finished += sum(len(f.template) if type(f) is _Bundle else 1
                                        for f in finished)
-            for f in finished:
-                f.event.succeed(now)
+            self._succeed(finished, now)
             # Solve after the waiters have run, so the transfers they start now join the batch.
             self._arm(now)
             return
@@ -367,6 +374,31 @@ class FlowNetwork(Network):
         nxt = self._next_time()
         if nxt is not None:
             self._arm(nxt)
+
+    def _succeed(self, finished: list, now: float) -> None:
+        """Trigger the completions of ``finished`` (in fid order). Members of one split
+        bundle that finish together (consecutive fids) share one event whose callback
+        reports them one by one: the same calls in the same order as one event each, since
+        events triggered together run back to back, but one simpy event instead of many."""
+        i, n = 0, len(finished)
+        while i < n:
+            f = finished[i]
+            member = f.member if type(f) is _Flow else None
+            if member is None:
+                f.event.succeed(now)
+                i += 1
+                continue
+            on_done, ks = member[0], [member[1]]
+            i += 1
+            while i < n:
+                g = finished[i]
+                if type(g) is not _Flow or g.member is None or g.member[0] is not on_done:
+                    break
+                ks.append(g.member[1])
+                i += 1
+            event = self.env.event()
+            event.callbacks.append(lambda _e, on_done=on_done, ks=ks: _report(on_done, ks))
+            event.succeed(now)
 
     def _pop_due(self, now: float) -> list:
         heap, occ, system = self._heap, self._occ, self._system
@@ -438,10 +470,7 @@ class FlowNetwork(Network):
 
     def _member(self, b: _Bundle, k: int, route: Route) -> _Flow:
         """Member ``k`` of ``b`` as an ordinary flow (id reserved at the bundle's start)."""
-        event = self.env.event()
-        on_done, one = b.on_done, (k,)
-        event.callbacks.append(lambda _e: on_done(one))
-        f = _Flow(b.fid + 1 + k, route, b.nbytes, b.join_at, event)
+        f = _Flow(b.fid + 1 + k, route, b.nbytes, b.join_at, None, (b.on_done, k))
         f.remaining, f.rate, f.last, f.eta = b.remaining, b.rate, b.last, b.eta
         return f
 
