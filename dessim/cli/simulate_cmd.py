@@ -20,6 +20,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     attention = s["layout"].get("attention")      # transformers only (DLRM, CNN: none)
     click.echo(f"  compute model       {f'attention {attention}, ' if attention else ''}calibration "
                f"{s['calibration']}")
+    overlap = s.get("overlap")                     # transformers only
+    if overlap:
+        click.echo(f"  comp-comm overlap   TP comm overlap {'on' if overlap['tp_comm_overlap'] else 'off'}, "
+                   f"fused optimizer all-reduce {'on' if overlap['fuse_optimizer_allreduce'] else 'off'}")
     tokens = f"{s['tokens_per_s']:,.0f} tokens/s, " if s["tokens_per_s"] else ""
     click.echo(f"  throughput          {tokens}{s['samples_per_s']:,.2f} samples/s")
     click.echo(f"  model FLOP/s        {s['model_tflops_per_gpu']:.1f} TFLOP/s per GPU, MFU {100 * s['mfu']:.1f}%")

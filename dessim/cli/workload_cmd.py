@@ -46,12 +46,19 @@ layout_options = compose(
                  help="Keep optimizer states in host or CXL memory."),
     click.option("--offload-activations", type=click.Choice(["none", "host", "cxl"]), default=None,
                  help="Offload stored activations to host or CXL memory."),
+    click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
+                 help="Chunk tensor-parallel collectives against their GEMMs (Transformer Engine "
+                      "userbuffers / CoCoNet; docs/comp-comm-overlap.md)."),
+    click.option("--fuse-optimizer-allreduce/--no-fuse-optimizer-allreduce", "fuse_optimizer_allreduce",
+                 default=None, help="Per-bucket reduce-scatter + optimizer update + all-gather "
+                                    "(CoCoNet; docs/comp-comm-overlap.md)."),
 )
 
 #: Keyword names that :data:`layout_options` adds to a command.
 LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch",
                        "schedule", "virtual_stages", "recompute", "attention", "bucket_size",
-                       "offload_optimizer", "offload_activations")
+                       "offload_optimizer", "offload_activations", "tp_comm_overlap",
+                       "fuse_optimizer_allreduce")
 
 
 def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +66,7 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
     vals = {name: kw.pop(name, None) for name in LAYOUT_OPTION_NAMES}
     out: dict[str, Any] = {}
     for name in ("tp", "pp", "dp", "cp", "ep", "sp", "micro_batch", "global_batch", "schedule",
-                 "recompute", "attention"):
+                 "recompute", "attention", "tp_comm_overlap", "fuse_optimizer_allreduce"):
         if vals[name] is not None:
             out[name] = vals[name]
     if vals["zero"] is not None:

@@ -23,7 +23,12 @@ anything else (``elementwise``, ``norm``, ``softmax``, ``dropout``, ``optimizer`
     that is longer.
 
 Every kernel adds the measured per-kernel launch overhead. A kernel has the whole GPU (no
-concurrent kernels of one rank); its FLOPs and bytes are given by the workload generator.
+concurrent kernels of one rank) unless ``reserved_sms`` SMs are taken by communication
+kernels running beside it (tensor-parallel communication overlap,
+:mod:`dessim.workload.transformer.overlap`): a GEMM then runs on the remaining ``S - r`` SMs —
+its peak scaled by ``(S - r)/S`` and its wave quantization on ``S - r`` SMs (what
+Transformer Engine's ``set_sm_margin`` does: cuBLAS is given ``S - num_sm`` SMs); its memory
+bound is unchanged. Its FLOPs and bytes are given by the workload generator.
 """
 
 from __future__ import annotations
@@ -123,8 +128,15 @@ class DeviceModel:
                                     self.device.generation in FLASH_GENERATIONS["flash2"] else ""))
 
     # ------------------------------------------------------------------ kernels
-    def kernel_time(self, kind: str, shape: tuple[int, ...], flops: float, nbytes: float) -> float:
-        """Seconds of one kernel of ``kind`` (module docstring), launch overhead included."""
+    @property
+    def sms(self) -> int:
+        """Streaming multiprocessors of the GPU (:data:`SM_COUNT`; 108 when unknown)."""
+        return SM_COUNT.get(self.device.name, 108)
+
+    def kernel_time(self, kind: str, shape: tuple[int, ...], flops: float, nbytes: float,
+                    reserved_sms: int = 0) -> float:
+        """Seconds of one kernel of ``kind`` (module docstring), launch overhead included;
+        ``reserved_sms``: SMs a concurrent communication kernel holds (GEMMs only)."""
         c: _Constants = self._c  # type: ignore[attr-defined]
         if kind == "matmul":
             if len(shape) not in (3, 4) or min(shape) <= 0:
@@ -132,7 +144,12 @@ class DeviceModel:
                                      f"got {list(shape)}")
             m, n, k = shape[:3]
             batch = shape[3] if len(shape) == 4 else 1
-            t = gemm_time(m, n, k, batch, self.peak, SM_COUNT.get(self.device.name, 108), c.gemm,
+            sms = self.sms
+            if not 0 <= reserved_sms < sms:
+                raise TaskGraphError(f"reserved_sms={reserved_sms} must be in 0..{sms - 1} on "
+                                     f"{self.device.name} ({sms} SMs)")
+            free = sms - reserved_sms
+            t = gemm_time(m, n, k, batch, self.peak * free / sms, free, c.gemm,
                           hbm_bw=self.device.hbm_bw, memory_efficiency=c.memory_efficiency)
             return float(t) + c.launch_overhead
         if kind.startswith("attention"):

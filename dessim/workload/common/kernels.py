@@ -83,6 +83,10 @@ class Kernel:
     impl: str = ""                  #: attention implementation (flash2, flash3)
     #: (read, written) bytes of the backward kernel when the generic rule does not apply
     backward_bytes: tuple[float, float] | None = None
+    #: SMs held by communication kernels running beside this GEMM (tensor-parallel comm
+    #: overlap, :mod:`dessim.workload.transformer.overlap`); the device model gives the GEMM
+    #: the rest (:class:`~dessim.engine.device.DeviceModel`)
+    reserved_sms: int = 0
 
     @property
     def bytes(self) -> float:
@@ -236,5 +240,5 @@ class KernelTimer:
         t = self._times.get(key)
         if t is None:
             t = self._times[key] = self.model(device).kernel_time(
-                kernel.device_kind, kernel.shape or (), kernel.flops, kernel.bytes)
+                kernel.device_kind, kernel.shape or (), kernel.flops, kernel.bytes, kernel.reserved_sms)
         return t

@@ -91,6 +91,7 @@ from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                                 layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.overlap import OverlapOptions
 from dessim.workload.transformer.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
                                                 layer_points, merge_steps)
 from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
@@ -179,6 +180,8 @@ class WorkloadPlan:
     devices: tuple[str, ...]          #: catalog GPU name per rank
     estimate: MemoryEstimate
     capacity_bytes: float
+    #: computation–communication overlap (``training.tp_comm_overlap`` / ``fuse_optimizer_allreduce``)
+    overlap: OverlapOptions = OverlapOptions()
 
     @property
     def num_gpus(self) -> int:
@@ -198,7 +201,7 @@ class WorkloadPlan:
 def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topology, *,
               memory: MemoryOptions | None = None, options: GeneratorOptions | None = None,
               device: str | None = None, workload_device: str | None = None,
-              name: str | None = None) -> WorkloadPlan:
+              name: str | None = None, overlap: OverlapOptions | None = None) -> WorkloadPlan:
     """Validate ``layout`` against ``model`` and the topology's GPU count, resolve the GPU
     model of each rank (topology, else ``device``, else ``workload_device``) and check the
     memory fit (raising :class:`~dessim.errors.MemoryFitError` with suggestions)."""
@@ -217,7 +220,13 @@ def make_plan(model: TransformerConfig, layout: ParallelLayout, topology: Topolo
                                 f"{OFFLOAD_NODE_KINDS[target]} node, but topology {topology.name!r} has none")
     if options.check_memory:
         _check_far_memory(model, layout, memory, topology, name)
-    return WorkloadPlan(name, model, layout, memory, options, devices, estimate, float(capacity))
+    overlap = overlap or OverlapOptions()
+    if overlap.fuse_optimizer_allreduce and (layout.zero_stage >= 3 or memory.offload_optimizer != "none"):
+        raise WorkloadError(f"workload {name!r}: training.fuse_optimizer_allreduce needs zero_stage 0, 1 "
+                            f"or 2 and no optimizer offload (got zero_stage={layout.zero_stage}, "
+                            f"offload.optimizer={memory.offload_optimizer!r}): ZeRO 3 reduce-scatters per "
+                            "block and an offloaded optimizer updates in far memory")
+    return WorkloadPlan(name, model, layout, memory, options, devices, estimate, float(capacity), overlap)
 
 
 def _check_far_memory(model: TransformerConfig, layout: ParallelLayout, memory: MemoryOptions,
@@ -518,7 +527,7 @@ class _Generator:
         blocks = self._blocks(stage, chunk)
         zero3 = self.lo.zero_stage >= 3
         builder = PassBuilder(self.model, self.lo, zero3_param_bytes=self.model.precision_spec.param_bytes,
-                              offload_activations=self.act_bytes > 0)
+                              offload_activations=self.act_bytes > 0, overlap=self.plan.overlap)
         steps = builder.forward(blocks, zero3) if phase == "F" else builder.backward(blocks, zero3)
         if self.opts.granularity in ("layer", "stage"):
             steps = merge_steps(steps)
@@ -650,7 +659,7 @@ class _Generator:
             if op.phase == "B":
                 last_b[op.chunk] = n
         size = self._pp_size()
-        buckets: list[tuple[str, float]] = []      # (group kind, gradient bytes) of the final buckets
+        buckets: list[tuple[str, float, list[str]]] = []   # (group kind, gradient bytes, ids) of the final buckets
         last_compute = ""
         for n, op in enumerate(program):
             mb, chunk = op.mb, op.chunk
@@ -691,10 +700,12 @@ class _Generator:
                         buckets += made
         self._optimizer(rank, stage, last_compute, buckets)
 
-    def _reduce_gradients(self, rank: int, t: _Template, ids: list[list[str]], mb: int) -> list[tuple[str, float]]:
+    def _reduce_gradients(self, rank: int, t: _Template, ids: list[list[str]],
+                          mb: int) -> list[tuple[str, float, list[str]]]:
         """Bucketed gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2) of one backward."""
         lo = self.lo
-        op = "allreduce" if lo.zero_stage == 0 else "reducescatter"
+        fused = self.plan.overlap.fuse_optimizer_allreduce
+        op = "allreduce" if lo.zero_stage == 0 and not fused else "reducescatter"
         grad = self.model.precision_spec.grad_bytes
         limit = self.plan.bucket_size
         ready = ((block, {"dp_cp": dense * grad, "edp_cp": expert * grad})
@@ -703,17 +714,23 @@ class _Generator:
                 for b in fill_buckets(ready, limit, ("dp_cp", "edp_cp"))]
         return [b for b in made if b[1] > 0]
 
-    def _bucket(self, rank: int, gkind: str, op: str, nbytes: float, deps: list[str], mb: int) -> tuple[str, float]:
+    def _bucket(self, rank: int, gkind: str, op: str, nbytes: float, deps: list[str],
+                mb: int) -> tuple[str, float, list[str]]:
+        """One bucket's reduction: (group kind, gradient bytes, the ids that finish it)."""
         group = self.groups[gkind][rank]
         if len(group) == 1:
-            return (gkind, 0.0)
+            return (gkind, 0.0, [])
         n = self.em.count(rank, f"bucket.{gkind}")
-        self._collective(rank, f"dp {op} bucket{n} ({gkind}) mb{mb}", "dp", "dp", op, nbytes, group,
-                         list(deps), gkind)
-        return (gkind, nbytes)
+        done = self._collective(rank, f"dp {op} bucket{n} ({gkind}) mb{mb}", "dp", "dp", op, nbytes, group,
+                                list(deps), gkind)
+        return (gkind, nbytes, done)
 
-    def _optimizer(self, rank: int, stage: int, last_compute: str, buckets: list[tuple[str, float]]) -> None:
+    def _optimizer(self, rank: int, stage: int, last_compute: str,
+                   buckets: list[tuple[str, float, list[str]]]) -> None:
         if not self.opts.optimizer:
+            return
+        if self.plan.overlap.fuse_optimizer_allreduce and buckets:
+            self._fused_optimizer(rank, stage, last_compute, buckets)
             return
         lo, model = self.lo, self.model
         prec = model.precision_spec
@@ -746,10 +763,33 @@ class _Generator:
                                          "mem.out", [opt]))
         if 1 <= lo.zero_stage <= 2:
             ratio = prec.param_bytes / prec.grad_bytes
-            for n, (gkind, nbytes) in enumerate(buckets):
+            for n, (gkind, nbytes, _) in enumerate(buckets):
                 group = self.groups[gkind][rank]
                 self._collective(rank, f"dp allgather params bucket{n} ({gkind})", "dp", "dp", "allgather",
                                  nbytes * ratio, group, [done[-1]] if target == "none" else list(done), gkind)
+
+    def _fused_optimizer(self, rank: int, stage: int, last_compute: str,
+                         buckets: list[tuple[str, float, list[str]]]) -> None:
+        """CoCoNet's fused reduction + optimizer (:mod:`dessim.workload.transformer.overlap`):
+        per final bucket, the update of the rank's slice of its parameters as soon as the
+        bucket is reduce-scattered, then the all-gather of the updated 16-bit parameters;
+        parameters of a one-rank group (nothing to reduce) in one step after the backward."""
+        lo, prec = self.lo, self.model.precision_spec
+        shard = {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp * lo.cp}
+        base = [last_compute] if last_compute else []
+        for n, (gkind, nbytes, done) in enumerate(buckets):
+            k = optimizer_kernel(f"optimizer.bucket{n}", nbytes / prec.grad_bytes / shard[gkind], prec)
+            step = Step("compute", k.name, "optimizer", "compute", block=f"bucket{n}", kernels=[k])
+            opt = self._compute(rank, step, f"optimizer step bucket{n} ({gkind})", {"model_flops": 0.0},
+                                base + done)
+            self._collective(rank, f"dp allgather params bucket{n} ({gkind})", "dp", "dp", "allgather",
+                             nbytes * prec.param_bytes / prec.grad_bytes, self.groups[gkind][rank], [opt], gkind)
+        blocks = [b for c in range(self.v) for b in self._blocks(stage, c)]
+        rest = sum(b.params[i] for b in blocks for i, g in enumerate(("dp_cp", "edp_cp")) if shard[g] == 1)
+        if rest:
+            k = optimizer_kernel("optimizer.step", rest, prec)
+            step = Step("compute", k.name, "optimizer", "compute", block="optimizer", kernels=[k])
+            self._compute(rank, step, "optimizer step (unreduced)", {"model_flops": 0.0}, base)
 
     # ------------------------------------------------------------------ free communication
     def _link_free(self) -> None:
@@ -829,7 +869,8 @@ def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None
         lay = layout or workload.layout(topology.num_gpus)
         mem = memory or workload.memory_options()
         return make_plan(workload.model, lay, topology, memory=mem, options=options, device=device,
-                         workload_device=workload.training.device, name=workload.name)
+                         workload_device=workload.training.device, name=workload.name,
+                         overlap=workload.overlap_options())
     if isinstance(workload, tuple) and len(workload) == 2:
         model, lay = workload
         if not isinstance(model, TransformerConfig) or not isinstance(lay, ParallelLayout):

@@ -48,6 +48,13 @@ Activation offload
     one layer ahead of the layer's backward (two layers' worth stay in HBM, as
     :mod:`dessim.workload.transformer.memory` assumes).
 
+Tensor-parallel communication overlap (``training.tp_comm_overlap``)
+    The TP collectives next to a GEMM are chunked and pipelined with the GEMM's row blocks
+    (:mod:`dessim.workload.transformer.overlap`): forward, the all-gather before a
+    column-parallel GEMM (SP) and the reduce-scatter or all-reduce after a row-parallel GEMM;
+    backward, the all-gather of the output gradient before a row-parallel GEMM's data
+    gradient (SP). Only GEMM neighbours are chunked (not the embedding lookup).
+
 Merging (``granularity="layer"``): consecutive compute steps of one block and phase become
 one task when nothing depends on the first and the second waits for nothing else; a block's
 trailing segment (after its last communication) merges into the next block's first. Without
@@ -62,6 +69,7 @@ from typing import Callable, Sequence
 from dessim.workload.common.kernels import ATTENTION, MATMUL, Kernel, KernelSet
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.overlap import OverlapOptions, chunk_kernel, method_for
 
 __all__ = ["Step", "Block", "PassBuilder", "CommPoint", "CommSpec", "layer_points",
            "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES"]
@@ -224,8 +232,10 @@ class PassBuilder:
     """Builds the step list of one pass (see :meth:`forward` and :meth:`backward`)."""
 
     def __init__(self, model: TransformerConfig, layout: ParallelLayout, *,
-                 zero3_param_bytes: float = 0.0, offload_activations: bool = False) -> None:
+                 zero3_param_bytes: float = 0.0, offload_activations: bool = False,
+                 overlap: OverlapOptions | None = None) -> None:
         self.model = model
+        self.overlap = overlap or OverlapOptions()
         self.layout = layout
         self.steps: list[Step] = []
         self.waits: list[int] = []          # deps for the next compute step
@@ -260,6 +270,46 @@ class PassBuilder:
                        deps: list[int], stream: str) -> int:
         return self._add(Step("collective", label, "dp", stream, deps, block, op=op, size=size,
                               group=group))
+
+    # -------------------------------------------------------------- TP comm overlap
+    def _overlap_method(self, specs: Sequence[CommSpec], position: str, kernels: Sequence[Kernel]):
+        """The overlap method for ``specs`` next to ``kernels``, or None (not overlapped)."""
+        if not self.overlap.tp_comm_overlap or len(specs) != 1 or not kernels:
+            return None
+        if any(k.kind != MATMUL for k in kernels):
+            return None
+        return method_for(position, specs[0].op)
+
+    def _chunk_comm(self, spec: CommSpec, i: int, n: int, block: str, dep: int) -> int:
+        return self.comm(replace(spec, size=spec.size / n, label=f"{spec.label}#{i}"), block, dep)
+
+    def _overlap_pre(self, specs: Sequence[CommSpec], kernels: Sequence[Kernel], block: str,
+                     category: str, dep: int) -> bool:
+        """Chunked collective before ``kernels`` (GEMMs of one input): GEMM chunk ``i`` waits
+        for communication chunk ``i``. False when not overlapped (nothing emitted)."""
+        method = self._overlap_method(specs, "pre", kernels)
+        if method is None:
+            return False
+        chunks = [chunk_kernel(k, method.chunks(self.layout.tp), method.reserved_sms) for k in kernels]
+        n = len(chunks[0])
+        comms = [self._chunk_comm(specs[0], i, n, block, dep) for i in range(n)]
+        for i in range(n):
+            self.waits.append(comms[i])
+            for part in chunks:
+                self.compute(part[i], block, category)
+        return True
+
+    def _overlap_post(self, specs: Sequence[CommSpec], kernel: Kernel, block: str, category: str) -> bool:
+        """``kernel`` chunked with its collective after it: communication chunk ``i`` waits
+        for GEMM chunk ``i``; the next step waits for every chunk."""
+        method = self._overlap_method(specs, "post", [kernel])
+        if method is None:
+            return False
+        chunks = chunk_kernel(kernel, method.chunks(self.layout.tp), method.reserved_sms)
+        comms = [self._chunk_comm(specs[0], i, len(chunks), block, self.compute(c, block, category))
+                 for i, c in enumerate(chunks)]
+        self.waits += comms
+        return True
 
     # -------------------------------------------------------------- ring attention
     def _ring_attention(self, kernel: Kernel, block: str, category: str, factor: float) -> None:
@@ -307,16 +357,29 @@ class PassBuilder:
     def forward_like(self, block: Block, kernels: Sequence[Kernel], category: str) -> None:
         """Forward (or recomputation) kernels of ``block`` with their forward comms."""
         points = {p.before: p for p in block.points}
+        whole = len(kernels) == len(block.kernels.forward)
         started = False
-        for k in kernels:
+        done: set[str] = set()              # kernels and points already emitted by an overlap
+        for i, k in enumerate(kernels):
+            if k.name in done:
+                continue
             p = points.get(k.name)
-            if p is not None and started:
+            if p is not None and started and f"point {k.name}" not in done:
+                consumers = [c for c in kernels if c.name in p.consumers]
+                if self._overlap_pre(p.fwd, consumers, block.name, category, self.last_compute):
+                    done.update(p.consumers)
+                    continue
                 for spec in p.fwd:
                     self.waits.append(self.comm(spec, block.name, self.last_compute))
-            self._kernel(k, block.name, category)
+            after = kernels[i + 1].name if i + 1 < len(kernels) else (END if whole else "")
+            q = points.get(after)
+            if q is not None and self._overlap_post(q.fwd, k, block.name, category):
+                done.add(f"point {after}")
+            else:
+                self._kernel(k, block.name, category)
             started = True
         p = points.get(END)
-        if p is not None and len(kernels) == len(block.kernels.forward):
+        if p is not None and whole and f"point {END}" not in done:
             for spec in p.fwd:
                 self.waits.append(self.comm(spec, block.name, self.last_compute))
 
@@ -393,7 +456,8 @@ class PassBuilder:
         regather_wait: dict[str, list[int]] = {}
         for k in ks.backward:
             p = bwd_points.get(k.name)
-            if p is not None:
+            chunked = p is not None and self._overlap_pre(p.bwd, [k], block.name, "bwd", self.last_main)
+            if p is not None and not chunked:
                 for spec in p.bwd:
                     self.waits.append(self.comm(spec, block.name, self.last_main))
             q = early.get(k.name)
@@ -406,7 +470,8 @@ class PassBuilder:
                 self._kernel(selective[base], block.name, "recompute")
             if k.name in regather_wait:
                 self.waits += regather_wait[k.name]
-            self._kernel(k, block.name, "bwd")
+            if not chunked:
+                self._kernel(k, block.name, "bwd")
 
 
 def merge_steps(steps: list[Step]) -> list[Step]:

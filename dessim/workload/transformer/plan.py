@@ -84,7 +84,7 @@ _DOC_KEYS: dict[str, str] = {
     "micro_batch": "training", "global_batch": "training", "schedule": "training",
     "virtual_stages": "training", "recompute": "training", "attention": "training",
     "zero_stage": "training",
-    "bucket_size": "training",
+    "bucket_size": "training", "tp_comm_overlap": "training", "fuse_optimizer_allreduce": "training",
 }
 _OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "offload_activations": "activations"}
 
@@ -98,14 +98,14 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
     spec = workload if isinstance(workload, WorkloadSpec) else load_workload(workload)
     overrides = dict(overrides or {})
     valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
-             | set(_MEM_FIELDS) | {_HBM_KEY})
+             | set(_MEM_FIELDS) | set(_DOC_KEYS) | {_HBM_KEY})
     for key in overrides:
         if key not in valid:
             raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
                                 f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
                                 f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
                                 f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)}), "
-                                f"or {_HBM_KEY}")
+                                f"a training flag (tp_comm_overlap, fuse_optimizer_allreduce) or {_HBM_KEY}")
     doc = workload_document(spec)
     sections: dict[str, Any] = {}
     for name in _SECTIONS:
@@ -156,7 +156,7 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
     options = GeneratorOptions(**gen_kw)
     capacity = None if hbm is None else parse_size(hbm, f"workload {spec.name!r}: override {_HBM_KEY}",
                                                    allow_zero=False)
-    plan = make_plan(spec.model, layout, topo, memory=memory, device=device,
+    plan = make_plan(spec.model, layout, topo, memory=memory, device=device, overlap=spec.overlap_options(),
                      options=options if capacity is None else replace(options, check_memory=False),
                      workload_device=spec.training.device, name=spec.name)
     if capacity is not None:

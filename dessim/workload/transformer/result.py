@@ -16,6 +16,8 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.fl
 * ``exposed_comm_s`` — per category (tp, dp, pp, ep, cp, offload): communication time not
   overlapped by any compute of the rank, mean over ranks (the engine's accounting,
   :mod:`dessim.engine.result`).
+* ``overlap`` — ``tp_comm_overlap`` and ``fuse_optimizer_allreduce`` of the run
+  (:mod:`dessim.workload.transformer.overlap`).
 * ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
   (:meth:`~dessim.workload.transformer.memory.MemoryEstimate.breakdown`), with ``total``.
 """
@@ -140,6 +142,8 @@ class WorkloadResult(IterationResult):
                 "recompute": lo.recompute, "attention": lo.attention, "order": "-".join(lo.order),
                 "describe": lo.describe(),
             },
+            "overlap": {"tp_comm_overlap": plan.overlap.tp_comm_overlap,
+                        "fuse_optimizer_allreduce": plan.overlap.fuse_optimizer_allreduce},
             "groups": self.groups_summary(),
             "calibration": sim.meta.get("collectives", {}).get("calibration"),
             "granularity": plan.options.granularity,

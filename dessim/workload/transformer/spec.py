@@ -42,6 +42,8 @@ the key, the file and the valid keys)::
       attention: flash2              # unfused | flash2 | flash3 (fused, Hopper)
       zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
       bucket_size: 25MiB             # gradient bucket (dessim.units sizes)
+      tp_comm_overlap: false         # chunk TP collectives against their GEMMs (overlap.py)
+      fuse_optimizer_allreduce: false  # per-bucket reduce-scatter + update + all-gather (overlap.py)
       offload:
         optimizer: none              # none | host | cxl
         activations: none            # none | host | cxl
@@ -66,6 +68,7 @@ from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.transformer.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
 from dessim.workload.transformer.memory import MemoryOptions
 from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.overlap import OverlapOptions
 
 __all__ = [
     "ParallelismSpec",
@@ -111,6 +114,8 @@ class TrainingSpec:
     offload_optimizer: str = "none"
     offload_activations: str = "none"
     device: str | None = None
+    tp_comm_overlap: bool = False
+    fuse_optimizer_allreduce: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,11 @@ class WorkloadSpec:
                 kwargs["dp"] = num_gpus // model_par
         layout = ParallelLayout(**kwargs)
         return layout.validate(self.model, num_gpus)
+
+    def overlap_options(self) -> OverlapOptions:
+        """Computation–communication overlap of ``training`` (:mod:`dessim.workload.transformer.overlap`)."""
+        tr = self.training
+        return OverlapOptions(tr.tp_comm_overlap, tr.fuse_optimizer_allreduce)
 
     def memory_options(self, **overrides: Any) -> MemoryOptions:
         tr = self.training
@@ -206,7 +216,7 @@ _TRAINING_SCHEMA: Mapping[str, Converter] = {
     "virtual_stages": _count(), "recompute": as_str, "attention": as_str, "zero_stage": _zero,
     "bucket_size": _size,
     "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
-    "device": as_str,
+    "device": as_str, "tp_comm_overlap": as_bool, "fuse_optimizer_allreduce": as_bool,
 }
 _OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": as_str, "activations": as_str}
 
