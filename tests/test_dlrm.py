@@ -90,7 +90,7 @@ def test_presets_match_the_reference_shapes():
     assert len(small.tables) == len(large.tables) == 26
     assert small.interaction_width() == 367 and large.interaction_width() == 479
     assert sum(t.rows for t in large.tables) == 187_767_399
-    assert large.embeddings.spill == "host"
+    assert large.embeddings.spill == ("host",)
 
 
 def test_simulate_workload_runs_a_dlrm_file(tmp_path):

@@ -17,7 +17,11 @@ File schema (shared sections in :mod:`dessim.workload.dataparallel.spec`)::
       column_shards: 2
       element_bytes: 4                # bytes per embedding element (fp32 tables), also on the wire
       hbm_budget: 40GB                # embedding bytes per GPU kept in HBM (default: HBM − dense memory)
-      spill: none                     # none | host | cxl: where the rest of the shards live
+      spill: none                     # none | host | cxl | ssd, or a list nearest first: [host, ssd]
+      spill_budget: {host: 64GB}      # bytes per GPU of every spill tier but the last
+      prefetch: false                 # fetch the next iteration's far rows during this one
+      storage: {kind: nvme, bw: 7GB/s, lat: 80us}   # attach an SSD tier if the topology has none
+      comm_precision: fp32            # or {forward: fp16, backward: bf16}: quantised exchange
 
 One iteration on every rank (hybrid parallelism, the DLRM paper §4.2):
 
@@ -25,12 +29,15 @@ One iteration on every rank (hybrid parallelism, the DLRM paper §4.2):
 2. the embedding lookup of the rank's shards (one fused, memory-bound kernel — FBGEMM's
    table-batched embedding): reads ``lookups·dim·e`` bytes, writes the pooled ``B·dim·e``
    (``/W`` rows for row-wise shards; :mod:`dessim.workload.recsys.dlrm_model`). Spilled shards'
-   rows come from far memory first: a ``memcpy`` of their ``lookups·dim·e`` bytes from the
-   nearest ``host_mem``/``cxl_mem`` node (category ``offload``);
+   rows come from their far tier first: a ``memcpy`` of their ``lookups·dim·e`` bytes from the
+   nearest ``host_mem`` / ``cxl_mem`` / ``storage`` node (category ``offload``;
+   :mod:`dessim.workload.recsys.tiers`: tiers, budgets, prefetch);
 3. the forward all-to-all (one send/recv pair per GPU pair with bytes, per-peer streams
    ``a2a.send.<peer>``/``a2a.recv.<peer>``: NCCL's all-to-all is grouped send/recv) and the
    row-wise reduce-scatter (stream ``a2a.rw``), category ``a2a``; meanwhile the bottom MLP
-   runs on the rank's ``b`` samples;
+   runs on the rank's ``b`` samples. With ``comm_precision`` the exchange is quantised
+   (:mod:`dessim.workload.recsys.qcomm`: a quantise kernel before, a dequantise kernel on
+   stream ``a2a.codec`` after, fewer bytes on the wire), forward and backward;
 4. the dot interaction of the ``T + 1`` vectors (bottom MLP output and one per table): a
    batched GEMM, FLOPs ``2·b·(T+1)²·dim``, modelled as one GEMM of shape
    ``(b·(T+1), T+1, dim)``; output ``dim + T(T+1)/2`` features per sample, the top MLP's
@@ -44,19 +51,20 @@ One iteration on every rank (hybrid parallelism, the DLRM paper §4.2):
    (:mod:`dessim.workload.dataparallel.graph`, optional compression), then the dense optimizer step.
 
 HBM placement: a rank keeps its hottest shards (lookups per byte) in HBM up to
-``hbm_budget`` and spills the rest to ``spill`` memory; with ``spill: none`` shards that do
-not fit raise :class:`~dessim.errors.MemoryFitError`.
+``hbm_budget`` and spills the rest to the ``spill`` tiers (:mod:`dessim.workload.recsys.tiers`);
+with ``spill: none`` shards that do not fit raise :class:`~dessim.errors.MemoryFitError`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dessim.catalog.calibration import Calibration
 from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.topology.graph import Topology
+from dessim.topology.storage import attach_storage
 from dessim.units import format_size, parse_count, parse_size
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
@@ -67,16 +75,17 @@ from dessim.workload.dataparallel.result import DPResult, Generated
 from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, parse_common
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
-from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, resolve_devices
+from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS, Precision
-from dessim.workload.common.document import check_keys
+from dessim.workload.common.document import as_bool, check_keys
+from dessim.workload.recsys.qcomm import CommPrecision, parse_comm_precision
+from dessim.workload.recsys.tiers import TIER_NODE_KINDS, parse_spill, parse_spill_budget, place_tiers
 
-__all__ = ["DLRMSpec", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers", "SPILL_TARGETS"]
+__all__ = ["DLRMSpec", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers"]
 
-#: Where shards that do not fit in HBM may live.
-SPILL_TARGETS: tuple[str, ...] = ("none", "host", "cxl")
 _MODEL_KEYS = ("dense_features", "bottom_mlp", "top_mlp", "embedding_dim", "pooling", "tables", "precision")
-_EMB_KEYS = ("sharding", "sharder", "column_shards", "element_bytes", "hbm_budget", "spill")
+_EMB_KEYS = ("sharding", "sharder", "column_shards", "element_bytes", "hbm_budget", "spill", "spill_budget",
+             "prefetch", "storage", "comm_precision")
 _TABLE_KEYS = ("name", "rows", "dim", "pooling", "sharding")
 
 
@@ -89,7 +98,11 @@ class EmbeddingOptions:
     column_shards: int = 2
     element_bytes: int = 4
     hbm_budget: float | None = None
-    spill: str = "none"
+    spill: tuple[str, ...] = ()                     #: far tiers, nearest first (tiers.py)
+    spill_budget: Mapping[str, float] = field(default_factory=dict)  #: bytes per GPU per tier
+    prefetch: bool = False
+    storage: Mapping[str, Any] = field(default_factory=dict)  #: attach_storage keys of an SSD tier
+    comm_precision: CommPrecision = CommPrecision()
 
 
 @dataclass(frozen=True)
@@ -171,6 +184,7 @@ def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
         if bottom[-1] != dim:
             raise SpecError(f"{origin}: the bottom MLP ends at {bottom[-1]} but embedding_dim is {dim}; the dot "
                             "interaction needs them equal")
+        spill = parse_spill(e.get("spill", "none"), f"{origin}: embeddings.spill")
         precision = m.get("precision", "bf16")
         if precision not in PRECISIONS:
             raise SpecError(f"{origin}: model.precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
@@ -180,9 +194,12 @@ def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
             element_bytes=parse_count(e.get("element_bytes", 4), f"{origin}: embeddings.element_bytes", minimum=1),
             hbm_budget=(float(parse_size(e["hbm_budget"], f"{origin}: embeddings.hbm_budget"))
                         if e.get("hbm_budget") is not None else None),
-            spill=str(e.get("spill", "none")))
-        for value, valid, key in ((emb.sharding, SHARDINGS, "sharding"), (emb.sharder, SHARDERS, "sharder"),
-                                  (emb.spill, SPILL_TARGETS, "spill")):
+            spill=spill,
+            spill_budget=parse_spill_budget(e.get("spill_budget"), spill, f"{origin}: embeddings.spill_budget"),
+            prefetch=as_bool(e.get("prefetch", False), f"{origin}: embeddings.prefetch"),
+            storage=_storage(e.get("storage"), f"{origin}: embeddings.storage"),
+            comm_precision=parse_comm_precision(e.get("comm_precision"), f"{origin}: embeddings.comm_precision"))
+        for value, valid, key in ((emb.sharding, SHARDINGS, "sharding"), (emb.sharder, SHARDERS, "sharder")):
             if value not in valid:
                 raise SpecError(f"{origin}: embeddings.{key} {value!r} is unknown; valid: {', '.join(valid)}")
         pooling = float(m.get("pooling", 1))
@@ -194,6 +211,23 @@ def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
         raise
     except (DessimError, ValueError) as exc:
         raise SpecError(f"{origin}: {exc}") from None
+
+
+def _storage(value: Any, where: str) -> dict[str, Any]:
+    """``embeddings.storage``: keys of :func:`~dessim.topology.storage.attach_storage`."""
+    if value is None:
+        return {}
+    return dict(check_keys(value, ("kind", "bw", "lat", "attach", "client_bw", "name"), where))
+
+
+def _with_ssd(topology: Topology, opt: EmbeddingOptions, where: str) -> Topology:
+    """``topology`` with the SSD tier ``embeddings.storage`` attaches when it has no storage."""
+    if "ssd" not in opt.spill or topology.nodes_of_kind("storage"):
+        return topology
+    if not opt.storage:
+        raise SpecError(f"{where}: embeddings.spill has the ssd tier but topology {topology.name!r} has no "
+                        "storage node; give embeddings.storage (e.g. {kind: nvme, bw: 7GB/s, lat: 80us})")
+    return attach_storage(topology, **{"kind": "nvme", **opt.storage})
 
 
 def dense_layers(spec: DLRMSpec, local_batch: int, precision: Precision) -> tuple[list[Layer], list[Layer]]:
@@ -213,19 +247,6 @@ def dense_layers(spec: DLRMSpec, local_batch: int, precision: Precision) -> tupl
     return bottom + [Layer("interaction", (inter,), bwd, 0.0)], top
 
 
-def _place_in_hbm(shards: list[Shard], budget: float, e: int, batch: int) -> tuple[list[Shard], list[Shard]]:
-    """Hottest shards (lookups per byte) first until ``budget`` bytes; the rest spill."""
-    order = sorted(shards, key=lambda s: (-lookups(s, batch) / s.bytes(e), s.table))
-    hbm, spilled, used = [], [], 0.0
-    for s in order:
-        if used + s.bytes(e) <= budget:
-            hbm.append(s)
-            used += s.bytes(e)
-        else:
-            spilled.append(s)
-    return hbm, spilled
-
-
 def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
                   device: str | None = None, calibration: Calibration | None = None) -> Generated:
     """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
@@ -234,6 +255,7 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     spec = parse_dlrm(doc, f"workload {spec.name!r}", spec.name)
     c, opt = spec.common, spec.embeddings
     where = f"workload {spec.name!r}"
+    topology = _with_ssd(topology, opt, where)
     if c.input is not None:
         topology = c.input.prepare(topology)
     devices = resolve_devices(topology, (device, c.training.device), where)
@@ -250,10 +272,10 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     per_rank: dict[int, list[Shard]] = {r: [] for r in range(W)}
     for s in shards:
         per_rank[s.rank].append(s)
-    placement = {r: _place_in_hbm(per_rank[r], budget, e, B) for r in range(W)}
-    worst = max(sum(s.bytes(e) for s in placement[r][0]) for r in range(W))
-    spilled_max = max(sum(s.bytes(e) for s in placement[r][1]) for r in range(W))
-    if spilled_max and opt.spill == "none" and flags.check_memory:
+    placement = {r: place_tiers(per_rank[r], budget, opt.spill, opt.spill_budget, e, B) for r in range(W)}
+    worst = max(sum(s.bytes(e) for s in placement[r]["hbm"]) for r in range(W))
+    spilled_max = max(sum(s.bytes(e) for s in placement[r]["overflow"]) for r in range(W))
+    if spilled_max and flags.check_memory:
         raise MemoryFitError(f"{where}: a GPU's embedding shards need {format_size(worst + spilled_max)} but only "
                              f"{format_size(budget)} of HBM are left for them; spill them (embeddings.spill: host "
                              "or cxl), use more GPUs or another sharding")
@@ -262,13 +284,15 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
         raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in {format_size(capacity)}")
     matrix = alltoall_matrix(shards, W, b, e)
     rw_size = rowwise_bytes(shards, B, e)
+    qc = opt.comm_precision
+    wire = {p: ([[x * qc.ratio(p, e) for x in row] for row in matrix], rw_size * qc.ratio(p, e))
+            for p in ("forward", "backward")}
     group = tuple(range(W))
     sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
     em = TaskEmitter(f"{spec.name} dp={W}", topology, devices, spec.precision,
                      meta={"workload": spec.name, "kind": "dlrm", "generator": "dessim.workload.recsys.dlrm"},
                      calibration=calibration)
     hit = c.input.effective_hit_ratio(topology) if c.input else 0.0
-    target = OFFLOAD_NODE_KINDS.get(opt.spill)
 
     def emb_kernels(ss: list[Shard], name: str) -> tuple[Kernel, Kernel]:
         rows = sum(lookups(s, B) * s.dim for s in ss)
@@ -277,42 +301,47 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
                 Kernel(f"{name}.update", ELEMENTWISE, "bwd", 2 * rows, outs * e + rows * e, rows * e))
 
     for rank in range(W):
-        hbm, spilled = placement[rank]
+        tiers = placement[rank]
+        owned = [sh for t in ("hbm", *opt.spill, "overflow") for sh in tiers[t]]
         reads = c.input.emit(em, rank, b, hit) if c.input else []
         waits = [] if (c.input is None or c.input.prefetch) else reads
-        fetch = []
-        spill_bytes = sum(lookups(s, B) * s.dim * e for s in spilled)
-        if spill_bytes:
-            node = em.nearest(rank, OFFLOAD_NODE_KINDS[opt.spill], f"{where}: embeddings.spill")
-            fetch = [em.memcpy(rank, spill_bytes, node, "to_hbm", "embedding rows from far memory",
-                               "offload", "mem.in", waits)]
-        fwd_k, bwd_k = emb_kernels(hbm + spilled, "emb")
-        lookup = em.compute(rank, [fwd_k], "fwd embeddings", "fwd", waits + fetch) if hbm + spilled else ""
-        arrived = _exchange(em, rank, matrix, rw_size, [lookup] if lookup else waits, backward=False)
+        far = {t: sum(lookups(sh, B) * sh.dim * e for sh in tiers[t]) for t in opt.spill}
+        far = {t: v for t, v in far.items() if v}
+        fetch = [em.memcpy(rank, nbytes, em.nearest(rank, TIER_NODE_KINDS[t], f"{where}: embeddings.spill {t}"),
+                           "to_hbm", f"embedding rows from {t}", "offload", "mem.in", waits)
+                 for t, nbytes in far.items()]
+        fwd_k, bwd_k = emb_kernels(owned, "emb")
+        lookup = (em.compute(rank, [fwd_k], "fwd embeddings", "fwd", waits + ([] if opt.prefetch else fetch))
+                  if owned else "")
+        arrived = _exchange(em, rank, wire["forward"], qc, e, [lookup] if lookup else waits, backward=False)
         last = emit_forward(em, rank, layers, waits, 0, extra_deps={"interaction": arrived})
         grads: list[str] = []
 
         def start_backward_a2a(tid: str, rank: int = rank, out: list[str] = grads) -> None:
-            out += _exchange(em, rank, matrix, rw_size, [tid], backward=True)
+            out += _exchange(em, rank, wire["backward"], qc, e, [tid], backward=True)
 
         last = emit_backward(em, rank, layers, [last], 0, sync, c.training.bucket_size,
                              after={"interaction": start_backward_a2a})
-        if hbm + spilled:
+        if owned:
             last = em.compute(rank, [bwd_k], "bwd embeddings", "bwd", [last] + grads)
-            if spill_bytes:
-                em.memcpy(rank, spill_bytes, em.nearest(rank, OFFLOAD_NODE_KINDS[opt.spill], where), "from_hbm",
-                          "updated embedding rows to far memory", "offload", "mem.out", [last])
+            for t, nbytes in far.items():
+                em.memcpy(rank, nbytes, em.nearest(rank, TIER_NODE_KINDS[t], where), "from_hbm",
+                          f"updated embedding rows to {t}", "offload", "mem.out", [last])
         emit_optimizer(em, rank, params, precision, [last])
 
-    a2a_sent = [sum(row) for row in matrix]
+    a2a_sent = [sum(row) for row in wire["forward"][0]]
     details = {
         "tables": len(spec.tables), "embedding_bytes": sum(t.bytes(e) for t in spec.tables),
         "dense_params": params, "sharding": opt.sharding, "sharder": opt.sharder,
         "shards_per_gpu": [len(per_rank[r]) for r in range(W)],
         "embedding_bytes_per_gpu": [sum(s.bytes(e) for s in per_rank[r]) for r in range(W)],
-        "spilled_bytes_per_gpu": [sum(s.bytes(e) for s in placement[r][1]) for r in range(W)],
-        "spill": opt.spill if target else "none", "hbm_budget": budget,
-        "alltoall_sent_bytes_per_gpu": a2a_sent, "rowwise_reducescatter_bytes": rw_size,
+        "spilled_bytes_per_gpu": [sum(s.bytes(e) for t in opt.spill for s in placement[r][t])
+                                  for r in range(W)],
+        "tier_bytes_per_gpu": {t: [sum(s.bytes(e) for s in placement[r][t]) for r in range(W)]
+                               for t in ("hbm", *opt.spill)},
+        "spill": "+".join(opt.spill) or "none", "hbm_budget": budget, "prefetch": opt.prefetch,
+        "comm_precision": qc.describe(),
+        "alltoall_sent_bytes_per_gpu": a2a_sent, "rowwise_reducescatter_bytes": wire["forward"][1],
         "interaction_width": spec.interaction_width(), "local_batch": b,
         "compression": c.compression.method, "input_hit_ratio": hit if c.input else None,
     }
@@ -326,23 +355,30 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     return Generated(spec.name, em.graph, topology, finish)
 
 
-def _exchange(em: TaskEmitter, rank: int, matrix: list[list[float]], rw_size: float, deps: list[str],
-              backward: bool) -> list[str]:
+def _exchange(em: TaskEmitter, rank: int, wire: tuple[list[list[float]], float], qc: CommPrecision,
+              e: int, deps: list[str], backward: bool) -> list[str]:
     """The rank's part of the embedding all-to-all (forward, or the transposed backward) and
-    the row-wise reduce-scatter (all-gather backward); returns what the consumer waits for."""
+    the row-wise reduce-scatter (all-gather backward), in wire bytes ``wire = (matrix,
+    row-wise size)``, quantised by ``qc`` (module docstring); returns what the consumer waits
+    for."""
+    matrix, rw_size = wire
     W = len(matrix)
     tag = 1 if backward else 0
     phase = "bwd" if backward else "fwd"
+    sends = {p: matrix[p][rank] if backward else matrix[rank][p] for p in range(W) if p != rank}
+    recvs = {p: matrix[rank][p] if backward else matrix[p][rank] for p in range(W) if p != rank}
+    ratio = qc.ratio("backward" if backward else "forward", e)
+    rw_in, rw_out = (rw_size / W, rw_size) if backward else (rw_size, rw_size / W)
+    quant, dequant = qc.kernels("backward" if backward else "forward",
+                                (sum(sends.values()) + rw_in) / ratio, (sum(recvs.values()) + rw_out) / ratio, e)
+    if quant:
+        deps = [em.compute(rank, quant, f"quantise a2a {phase}", "compress", deps)]
     done: list[str] = []
-    for peer in range(W):
-        if peer == rank:
-            continue
-        out = matrix[peer][rank] if backward else matrix[rank][peer]
-        inn = matrix[rank][peer] if backward else matrix[peer][rank]
-        if out:
-            em.p2p(rank, "send", peer, tag, out, f"a2a {phase} to {peer}", "a2a", f"a2a.send.{peer}", deps)
-        if inn:
-            done.append(em.p2p(rank, "recv", peer, tag, inn, f"a2a {phase} from {peer}", "a2a",
+    for peer in sends:
+        if sends[peer]:
+            em.p2p(rank, "send", peer, tag, sends[peer], f"a2a {phase} to {peer}", "a2a", f"a2a.send.{peer}", deps)
+        if recvs[peer]:
+            done.append(em.p2p(rank, "recv", peer, tag, recvs[peer], f"a2a {phase} from {peer}", "a2a",
                                f"a2a.recv.{peer}"))
     if rw_size:
         op = "allgather" if backward else "reducescatter"
@@ -350,4 +386,6 @@ def _exchange(em: TaskEmitter, rank: int, matrix: list[list[float]], rw_size: fl
                             "a2a.rw", deps)
         if tid:
             done.append(tid)
+    if dequant and done:
+        done = [em.compute(rank, dequant, f"dequantise a2a {phase}", "compress", done, stream="a2a.codec")]
     return done
