@@ -345,8 +345,11 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
         "interaction_width": spec.interaction_width(), "local_batch": b,
         "compression": c.compression.method, "input_hit_ratio": hit if c.input else None,
     }
+    extra = (f", spill {'+'.join(opt.spill)}{' (prefetch)' if opt.prefetch else ''}" if opt.spill else "")
+    if qc != CommPrecision():
+        extra += f", exchange {qc.describe()['forward']}/{qc.describe()['backward']} (fwd/bwd)"
     layout = {"dp": W, "micro_batch": b, "global_batch": B, "num_micro_batches": 1,
-              "describe": f"dp={W} (MLPs), {opt.sharding} embeddings ({opt.sharder}), batch {b}/GPU"}
+              "describe": f"dp={W} (MLPs), {opt.sharding} embeddings ({opt.sharder}), batch {b}/GPU{extra}"}
 
     def finish(sim):
         return DPResult("dlrm", spec.name, em.graph, sim, devices, spec.precision, B, layout, memory, 0,
