@@ -182,6 +182,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     f_hw = hardware_flops_per_iteration(model, layout.global_batch, layout.recompute)
     out = {"workload": spec.name, "params": model.num_params(), "active_params": model.num_active_params(),
            "gpus": layout.world_size, "layout": layout.describe(),
+           "overlap": spec.overlap_options().describe(),
            "groups": {k: [list(g) for g in layout.groups(k)[:4]] for k in ("tp", "cp", "dp", "pp", "ep")},
            "group_counts": {k: len(layout.groups(k)) for k in ("tp", "cp", "dp", "pp", "ep")},
            "model_flops": f_model, "hardware_flops": f_hw,
@@ -195,6 +196,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
                + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
     click.echo(f"  layout      {layout.describe()}")
+    click.echo(f"  overlap     {out['overlap']} (training.tp_comm_overlap, fuse_optimizer_allreduce)")
     if topology is None and out["topology"] is None:
         click.echo(f"  topology    none built in for {dev_name} (no DGX preset): describe the "
                    "cluster with --topology (docs/topologies.md)")
