@@ -201,3 +201,19 @@ def test_sweep_axis_and_summary(tmp_path):
     table = run_sweep(spec, workers=1, out=tmp_path / "r.parquet").table
     assert list(table["details.comm_precision.forward"]) == ["fp32", "bf16"]
     assert table["exposed_comm_s.a2a"].iloc[1] < table["exposed_comm_s.a2a"].iloc[0]
+
+
+
+def test_spilled_shards_must_fit_their_tier_node():
+    from dessim.errors import MemoryFitError
+
+    topo = load_topology("pcie:4,gpu=H100")
+    mems = topo.nodes_of_kind("host_mem")
+    assert mems
+    for n in mems:
+        topo.graph.nodes[n]["capacity"] = 100e3        # GPU 3's 128 kB table does not fit
+    with pytest.raises(MemoryFitError, match="spilled to .mem1. need 125KiB but it holds 97.66KiB"):
+        generate_dlrm(tiny(hbm_budget="100kB", spill="host"), topo)
+    for n in mems:
+        topo.graph.nodes[n]["capacity"] = 200e3
+    assert _tasks(generate_dlrm(tiny(hbm_budget="100kB", spill="host"), topo), "memcpy")

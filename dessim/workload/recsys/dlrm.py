@@ -230,6 +230,26 @@ def _with_ssd(topology: Topology, opt: EmbeddingOptions, where: str) -> Topology
     return attach_storage(topology, **{"kind": "nvme", **opt.storage})
 
 
+def _check_tier_capacity(em: TaskEmitter, placement: Mapping[int, Mapping[str, list[Shard]]],
+                         tiers: tuple[str, ...], e: int, where: str) -> None:
+    """The shards of every GPU sharing a far-tier node must fit in its ``capacity`` (nodes
+    without one are unbounded), as the transformer's offload check does."""
+    used: dict[str, float] = {}
+    for rank, by_tier in placement.items():
+        for t in tiers:
+            nbytes = sum(s.bytes(e) for s in by_tier[t])
+            if nbytes:
+                node = em.nearest(rank, TIER_NODE_KINDS[t], f"{where}: embeddings.spill {t}")
+                used[node] = used.get(node, 0.0) + nbytes
+    graph = em.topology.graph
+    for node, nbytes in sorted(used.items()):
+        cap = graph.nodes[node].get("capacity")
+        if cap is not None and nbytes > cap:
+            raise MemoryFitError(f"{where}: the embedding shards spilled to {node!r} need {format_size(nbytes)} "
+                                 f"but it holds {format_size(cap)}; raise embeddings.spill_budget of a nearer "
+                                 "tier, add a tier or use more GPUs")
+
+
 def dense_layers(spec: DLRMSpec, local_batch: int, precision: Precision) -> tuple[list[Layer], list[Layer]]:
     """(bottom MLP + interaction, top MLP) layers for ``local_batch`` samples (module docstring)."""
     bottom = mlp_layers("bot", (spec.dense_features,) + spec.bottom_mlp, local_batch, precision)
@@ -300,6 +320,8 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
         return (Kernel(f"{name}.lookup", ELEMENTWISE, "fwd", rows, rows * e, outs * e),
                 Kernel(f"{name}.update", ELEMENTWISE, "bwd", 2 * rows, outs * e + rows * e, rows * e))
 
+    if flags.check_memory:
+        _check_tier_capacity(em, placement, opt.spill, e, where)
     for rank in range(W):
         tiers = placement[rank]
         owned = [sh for t in ("hbm", *opt.spill, "overflow") for sh in tiers[t]]

@@ -6,7 +6,8 @@ Tiers (:data:`TIER_NODE_KINDS`): ``host`` (host DDR, a ``host_mem`` node), ``cxl
 :func:`~dessim.topology.storage.attach_storage`, with its bandwidth and latency;
 ``embeddings.storage`` attaches one when the topology has none). A GPU keeps its hottest
 shards (lookups per byte) in HBM up to ``hbm_budget``, the next hottest in the first far tier
-up to its ``spill_budget`` (bytes per GPU), and so on — each shard, hottest first, into the
+up to its ``spill_budget`` (bytes per GPU; the GPUs sharing a tier node must fit in its
+``capacity`` when it has one), and so on — each shard, hottest first, into the
 nearest tier with room — and the last tier takes the rest.
 
 Per iteration a far-tier shard's looked-up rows (``lookups·dim·e`` bytes) move from the
