@@ -235,3 +235,33 @@ def test_engine_replay_of_the_chunked_pipeline_equals_the_closed_form_timeline()
     assert stage["shortcuts"]["stage_merged"] and not layer["shortcuts"]["stage_merged"]
     assert stage["iteration_s"] == pytest.approx(layer["iteration_s"], rel=1e-12)
     assert stage["exposed_comm_s"]["tp"] == pytest.approx(layer["exposed_comm_s"]["tp"], rel=1e-9)
+
+
+#: examples/comp-comm-overlap/sweep.yaml (docs/comp-comm-overlap.md, "Where it pays"):
+#: (micro-batch, overlap) -> (iteration_s, exposed TP s)
+GOLDEN_SWEEP = {
+    (1, False): (0.011060945987261383, 0.001814730551351351),
+    (1, True): (0.012137790490457613, 0.0006997603118490114),
+    (2, False): (0.021159190215642287, 0.003243061102702705),
+    (2, True): (0.02180083063396889, 0.001124547780123772),
+    (4, False): (0.04149708707650317, 0.00609972220540541),
+    (4, True): (0.03972035185537082, 0.0017264602328730867),
+}
+
+
+def test_example_sweep_shows_where_overlap_pays():
+    from pathlib import Path
+
+    from dessim.sweep import run_sweep
+
+    spec = Path(__file__).resolve().parent.parent / "examples" / "comp-comm-overlap" / "sweep.yaml"
+    table = run_sweep(spec, workers=1).table
+    got = {(int(r["workload.training.micro_batch"]), bool(r["workload.training.tp_comm_overlap"])):
+           (r["iteration_s"], r["exposed_comm_s.tp"]) for _, r in table.iterrows()}
+    assert got.keys() == GOLDEN_SWEEP.keys()
+    for k, v in GOLDEN_SWEEP.items():
+        assert got[k] == pytest.approx(v, rel=1e-9)
+    for mb in (1, 2, 4):        # exposed TP always falls by more than half ...
+        assert got[(mb, True)][1] < 0.5 * got[(mb, False)][1]
+    # ... but the chunked GEMMs only pay for themselves at the larger micro-batch
+    assert got[(1, True)][0] > got[(1, False)][0] and got[(4, True)][0] < got[(4, False)][0]
