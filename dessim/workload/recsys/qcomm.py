@@ -11,9 +11,12 @@ format than the tables' ``element_bytes``::
 
 Wire bytes: the all-to-all matrix and the row-wise reduce-scatter / all-gather scale by
 ``d / e`` (``d`` bytes of the wire format, :data:`~dessim.workload.dataparallel.compression.WIRE_BYTES`).
-Costs: a quantise kernel before sending (read ``n·e``, write ``n·d``) and a dequantise
-kernel after receiving (read ``n·d``, write ``n·e``), memory-bound elementwise kernels on the
-``compute`` stream (category ``compress``) — the ``cast`` kernels of gradient compression
+Costs: a quantise kernel before sending (read ``n·e``, write ``n·d``; on the ``compute``
+stream right after the producer) and a dequantise kernel after receiving (read ``n·d``, write
+``n·e``; on stream ``a2a.codec``, so it does not hold the compute stream's bottom MLP behind
+the exchange — it runs beside compute without contention, as gradient compression's
+decompress does on ``dp``): memory-bound elementwise kernels (category ``compress``), the
+``cast`` kernels of gradient compression
 (:class:`~dessim.workload.dataparallel.compression.Compression`), FP8's amax pass included.
 A format as wide as the tables costs nothing and changes nothing. The dense MLP gradients'
 quantised all-reduce is ``compression: {method: cast, dtype: bf16}`` (the same kernels).
