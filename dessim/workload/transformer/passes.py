@@ -69,7 +69,7 @@ from typing import Callable, Sequence
 from dessim.workload.common.kernels import ATTENTION, MATMUL, Kernel, KernelSet
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
-from dessim.workload.transformer.overlap import OverlapOptions, chunk_kernel, method_for
+from dessim.workload.transformer.overlap import OverlapMethod, OverlapOptions, chunk_kernel, method_for
 
 __all__ = ["Step", "Block", "PassBuilder", "CommPoint", "CommSpec", "layer_points",
            "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES"]
@@ -272,7 +272,8 @@ class PassBuilder:
                               group=group))
 
     # -------------------------------------------------------------- TP comm overlap
-    def _overlap_method(self, specs: Sequence[CommSpec], position: str, kernels: Sequence[Kernel]):
+    def _overlap_method(self, specs: Sequence[CommSpec], position: str,
+                        kernels: Sequence[Kernel]) -> OverlapMethod | None:
         """The overlap method for ``specs`` next to ``kernels``, or None (not overlapped)."""
         if not self.overlap.tp_comm_overlap or len(specs) != 1 or not kernels:
             return None
