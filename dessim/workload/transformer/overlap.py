@@ -36,7 +36,8 @@ Engine's userbuffers, ``initialize_ub`` in ``transformer_engine/pytorch/module/b
     Modelled as chunked collectives: TE's ring exchange is ``tp − 1`` point-to-point steps of
     ``size/tp``; here ``tp`` all-gathers of ``size/tp`` move the same bytes with more
     latency, and the first GEMM chunk waits for a transfer where TE's starts on the rank's
-    local rows (both conservative: at most one chunk of communication more is exposed). TE's ``bulk`` overlaps (the backward re-gather beside the
+    local rows (both conservative: one more chunk of communication may be exposed, and each chunk pays
+    an all-gather's latency instead of one hop's). TE's ``bulk`` overlaps (the backward re-gather beside the
     data-gradient GEMM, the input-gradient reduce-scatter beside the weight-gradient GEMM)
     exist without this option already (:mod:`dessim.workload.transformer.passes`, "Overlap in
     backward") and are left as they are, without SM margin.
