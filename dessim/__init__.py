@@ -4,6 +4,11 @@ Public API (everything in SI units: seconds, bytes, bytes/second, FLOP/s):
 
 * :func:`load_topology` — a :class:`Topology` from an inline spec, a YAML file or a preset.
 * :func:`simulate_transfers` — point-to-point transfers on a topology's network.
+* :func:`run_collective`, :func:`compare_collectives` — one collective, algorithms side by side.
+* :func:`load_workload`, :func:`simulate_workload` — a training iteration of a workload (a
+  preset name, a workload YAML file or a Hugging Face ``config.json``).
+* :func:`simulate`, :class:`EngineOptions` — replay a task graph; :func:`read_chakra`,
+  :func:`replay_chakra` — Chakra execution traces; :func:`load_sweep`, :func:`run_sweep`.
 
 Architecture, bottom to top (a layer imports only from layers below it; README "Architecture")::
 
@@ -27,6 +32,9 @@ Architecture, bottom to top (a layer imports only from layers below it; README "
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from dessim.errors import DessimError
 from dessim.network import simulate_transfers
 from dessim.topology import load_topology
@@ -34,4 +42,34 @@ from dessim.topology.graph import Link, Topology
 
 __version__ = "0.1.0"
 
-__all__ = ["DessimError", "Link", "Topology", "load_topology", "simulate_transfers", "__version__"]
+#: The rest of the public API (README "The Python API"), by name → defining module. Imported
+#: on first use (PEP 562), so that ``import dessim`` and the ``dessim`` command stay fast.
+LAZY_EXPORTS: dict[str, str] = {
+    "run_collective": "dessim.collectives",
+    "compare_collectives": "dessim.collectives",
+    "CollectiveSettings": "dessim.collectives",
+    "EngineOptions": "dessim.engine",
+    "simulate": "dessim.engine",
+    "load_workload": "dessim.workload",
+    "simulate_workload": "dessim.workload",
+    "read_chakra": "dessim.trace",
+    "replay_chakra": "dessim.trace",
+    "load_sweep": "dessim.sweep.spec",
+    "run_sweep": "dessim.sweep.runner",
+}
+
+__all__ = ["DessimError", "Link", "Topology", "load_topology", "simulate_transfers", "__version__",
+           *LAZY_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = LAZY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dessim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(LAZY_EXPORTS))

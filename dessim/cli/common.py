@@ -22,7 +22,7 @@ from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
-           "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag"]
+           "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -237,6 +237,39 @@ def write_outputs(result: SimulationResult, timeline: str | None, gantt: str | N
 
 def print_json(obj: dict[str, Any]) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=float))
+
+
+#: The ``--json`` flag of every command that can print one JSON object instead of text.
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print one JSON object instead of text (SI units; null where "
+                                "a value is missing).")
+
+
+def _plain(value: Any) -> Any:
+    """A table cell as plain JSON data: numpy scalars as Python numbers, NaN/NA as None."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and value != value:
+        return None
+    try:
+        import pandas as pd
+
+        if value is pd.NA or value is pd.NaT:
+            return None
+    except ImportError:         # pragma: no cover - pandas is a core dependency
+        pass
+    return value
+
+
+def table_records(table: Any) -> list[dict[str, Any]]:
+    """The rows of a pandas DataFrame as JSON-ready mappings (column → value; missing values
+    are None, printed as ``null``; numbers keep full precision)."""
+    return [{str(k): _plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
 
 
 def print_run_summary(result: SimulationResult, title: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dessim.cli.collective_cmd import COLLECTIVE_PATHS, ranks_option
-from dessim.cli.common import engine_options
+from dessim.cli.common import engine_options, json_option, print_json, table_records
 from dessim.engine.options import EngineOptions
 from dessim.units import format_size, format_time
 
@@ -21,14 +21,28 @@ from dessim.units import format_size, format_time
               help="Write the table as CSV.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of busbw vs size per algorithm.")
+@json_option
 def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
-            engine: EngineOptions, csv_path: str | None, plot_path: str | None) -> None:
-    """Compare algorithms for collective OP over sizes: time and busbw, winner per size."""
+            engine: EngineOptions, csv_path: str | None, plot_path: str | None,
+            as_json: bool) -> None:
+    """Compare algorithms for collective OP over sizes: time and busbw, winner per size.
+
+    --json prints {op, topology, rows, winners, calibration, files}: one row per (size,
+    algorithm) with size_bytes, algorithm, chosen, protocol, time_s, algbw_GBps, busbw_GBps
+    (GB/s = 1e9 bytes/s), events, winner.
+    """
     from dessim.collectives import compare_collectives
 
     kwargs = engine.run_collective_kwargs()
     kwargs.pop("algo")                      # each of --algos in turn
     df = compare_collectives(op, algos, sizes, topology, ranks=ranks, **kwargs)
+    if as_json:
+        files = _write_files(df, op, topology, csv_path, plot_path)
+        winners = df[df["winner"]]
+        print_json({"op": op, "topology": topology, "rows": table_records(df),
+                    "winners": {str(int(r.size_bytes)): r.algorithm for r in winners.itertuples(index=False)},
+                    "calibration": str(df["calibration"].iloc[0]), "files": files})
+        return
     header = (f"{'size':>10}  {'algorithm':<16} {'protocol':<8} {'time':>12} {'busbw GB/s':>11}"
               "  winner")
     click.echo(header)
@@ -41,11 +55,19 @@ def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
     click.echo("winners: " + ", ".join(f"{format_size(r.size_bytes)} {r.algorithm}"
                                        for r in winners.itertuples(index=False)))
     click.echo(f"calibration: {df['calibration'].iloc[0]}")
+    for path in _write_files(df, op, topology, csv_path, plot_path):
+        click.echo(f"wrote {path}")
+
+
+def _write_files(df, op: str, topology: str, csv_path: str | None, plot_path: str | None) -> list[str]:
+    """Write the CSV table and the busbw plot asked for; the paths written."""
+    written = []
     if csv_path:
         df.to_csv(csv_path, index=False)
-        click.echo(f"wrote {csv_path}")
+        written.append(csv_path)
     if plot_path:
         from dessim.outputs.plots import plot_busbw
 
         plot_busbw(df, plot_path, f"{op} on {topology}")
-        click.echo(f"wrote {plot_path}")
+        written.append(plot_path)
+    return written

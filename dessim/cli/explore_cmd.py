@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.common import calibration_option, engine_flag
+from dessim.cli.common import calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import calibration_lines
 from dessim.sweep.runner import BACKENDS, run_sweep
@@ -62,6 +62,15 @@ def ranked_text(result, top: int) -> str:
     return "\n".join(lines)
 
 
+def ranked_json(result, workload: str, topology: str) -> dict:
+    """``dessim explore --json``: every layout that ran, fastest first, and those that did not."""
+    ok, metric = result.ok(), result.metric
+    ranked = ok.sort_values([metric, "index"], kind="mergesort") if len(ok) else ok
+    return {"workload": workload, "topology": topology, "metric": metric, "points": result.points,
+            "ranked": table_records(ranked), "failed": table_records(result.failed()),
+            "files": [str(p) for p in result.written]}
+
+
 def _gpus(result) -> str:
     col = result.table.get("gpus")
     return str(int(col.dropna().iloc[0])) if col is not None and col.notna().any() else "all"
@@ -91,15 +100,19 @@ def _gpus(result) -> str:
               help="Layouts to print.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @calibration_option
+@json_option
 def command(workload: str, topology: str, hbm: str | None, expansion: str | None,
             expansion_bw: str | None, global_batch: int | None, network: str, workers: int | None,
             backend: str, address: str | None, out: str | None, top: int, progress: bool,
-            calibration: str | None) -> None:
+            calibration: str | None, as_json: bool) -> None:
     """Rank every parallel layout of WORKLOAD (file or preset) on a cluster.
 
     Enumerates the (tp, pp, dp, cp, ep) layouts that are valid for the model on all GPUs of
     the topology, simulates one iteration of each that fits in memory and prints them
-    fastest first; layouts that do not fit are listed with the reason.
+    fastest first; layouts that do not fit are listed with the reason. --json prints
+    {workload, topology, metric, points, ranked, failed, files}: ranked holds every layout
+    that ran (all its table columns, SI units), fastest first; failed the others with
+    error_type and reason.
 
     \b
     Examples:
@@ -117,6 +130,9 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
         workers = max(1, os.cpu_count() or 1) if backend == "local" else 1
     result = run_sweep(spec, out=out, workers=workers, backend=backend,
                        backend_options=backend_options(address), progress=progress)
+    if as_json:
+        print_json(ranked_json(result, workload, topology))
+        return
     click.echo(ranked_text(result, top))
     for path in result.written:
         click.echo(f"results: {path}")

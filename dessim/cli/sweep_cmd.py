@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.common import calibration_option
+from dessim.cli.common import calibration_option, json_option, print_json, table_records
 from dessim.sweep.runner import BACKENDS, run_sweep
 from dessim.sweep.spec import SweepSpec, load_sweep
 
@@ -87,16 +87,20 @@ _BACKEND_HELP = "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values())
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress bar with ETA on stderr.")
 @calibration_option
+@json_option
 def command(spec: str, workers: int, backend: str, address: str | None, out: str | None,
             group_by: tuple[str, ...], metric: str | None, plots: str | None,
             max_points: int | None, fresh: bool, top: int, progress: bool,
-            calibration: str | None) -> None:
+            calibration: str | None, as_json: bool) -> None:
     """Run every configuration of the sweep SPEC (YAML, see docs/sweeps.md).
 
     A point that does not fit or is invalid is recorded with status=failed and its reason;
     the sweep goes on. Interrupt it at any time: the same command resumes where it stopped.
     --calibration runs every point with that file (the results' calibration column names it;
     points are keyed by the file's content, so a journal of another calibration is not reused).
+    --json prints {sweep, metric, points, evaluated, reused, pending, group_by, best, results,
+    files, journal, plots}: best per group and every finished point (the table's columns, SI
+    units; null where a point has no value).
 
     \b
     Example:
@@ -109,4 +113,21 @@ def command(spec: str, workers: int, backend: str, address: str | None, out: str
     result = run_sweep(parsed, out=out or default_out(spec), workers=workers, backend=backend,
                        backend_options=backend_options(address), progress=progress,
                        max_points=max_points, resume=not fresh)
+    if as_json:
+        print_json(sweep_json(result, group_by, plots))
+        return
     report(result, group_by, top, plots)
+
+
+def sweep_json(result, group_by: tuple[str, ...], plots: str | None) -> dict:
+    """``dessim sweep --json``: counts, best per group, every finished point, files."""
+    from dessim.sweep.analysis import best_per_group, default_group_by, write_plots
+
+    group = tuple(group_by) or default_group_by(result)
+    best = best_per_group(result.table, result.metric, group, result.spec.analysis.minimize)
+    return {"sweep": result.spec.name, "metric": result.metric, "points": result.points,
+            "evaluated": result.evaluated, "reused": result.reused, "pending": result.pending,
+            "group_by": list(group), "best": table_records(best),
+            "results": table_records(result.table), "files": [str(p) for p in result.written],
+            "journal": str(result.journal) if result.journal is not None else None,
+            "plots": [str(p) for p in write_plots(result, plots)] if plots else []}
