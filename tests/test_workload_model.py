@@ -119,6 +119,15 @@ def test_load_file_applies_overrides_and_units(tmp_path):
     assert spec.layout(num_gpus=8).dp == 4
 
 
+def test_global_batch_defaults_to_one_micro_batch_per_replica(tmp_path):
+    """Without training.global_batch: micro_batch × dp (Megatron-LM's default)."""
+    path = tmp_path / "w.yaml"
+    path.write_text(GOOD.replace("global_batch: 8, ", ""))
+    spec = load_workload(path)
+    assert spec.training.global_batch is None
+    assert spec.layout().global_batch == 2 * 2 and spec.layout(num_gpus=8).global_batch == 2 * 4
+
+
 @pytest.mark.parametrize("text,fragment", [
     (GOOD + "extra: 1\n", "unknown key 'extra'; valid keys: name, description"),
     (GOOD.replace("seq_len: 128}", "seq_len: 128, hiden: 3}"), "model: unknown key 'hiden'; valid keys: layers"),
@@ -127,7 +136,6 @@ def test_load_file_applies_overrides_and_units(tmp_path):
     (GOOD.replace("{optimizer: cxl}", "{optimiser: cxl}"), "training.offload: unknown key 'optimiser'; "
                                                           "valid keys: optimizer, activations"),
     (GOOD.replace("vocab: 1000, ", ""), "model section lacks vocab"),
-    (GOOD.replace("global_batch: 8, ", ""), "training section lacks global_batch"),
     (GOOD.replace("heads: 8", "heads: 7"), "hidden=256 is not divisible by heads=7"),
     (GOOD.replace("tp: 2", "tp: 3"), "heads=8 is not divisible by tp=3"),
     (GOOD.replace("layers: 4", "layers: four"), "model.layers"),

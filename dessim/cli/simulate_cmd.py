@@ -131,8 +131,9 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
             spans: str | None, as_json: bool, **kw: Any) -> None:
     """Simulate one training iteration of WORKLOAD on a topology.
 
-    WORKLOAD is a preset name (dessim workload list) or a workload YAML file; the layout
-    flags override the file's. Without WORKLOAD: the gpt3-1.3b preset; without --topology:
+    WORKLOAD is a preset name (dessim workload list), a workload YAML file or a Hugging Face
+    config.json (local; its model with default training: --seq-len, --global-batch); the
+    layout flags override the file's. Without WORKLOAD: the gpt3-1.3b preset; without --topology:
     dgx-h100:nodes=1. Data parallelism fills the topology (dp = GPUs / (tp·pp·cp)) unless
     --dp is given.
 

@@ -31,6 +31,9 @@ layout_options = compose(
                  help="ZeRO stage (fsdp = 3)."),
     click.option("--micro-batch", type=_POS, default=None, help="Sequences per micro-batch."),
     click.option("--global-batch", type=_POS, default=None, help="Sequences per iteration."),
+    click.option("--seq-len", type=_POS, default=None,
+                 help="Tokens per sequence (default: the workload's; a Hugging Face config's "
+                      "context length)."),
     click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
                  help="Pipeline schedule."),
     click.option("--interleave", "virtual_stages", type=_POS, default=None, metavar="V",
@@ -55,7 +58,7 @@ layout_options = compose(
 )
 
 #: Keyword names that :data:`layout_options` adds to a command.
-LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch",
+LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch", "seq_len",
                        "schedule", "virtual_stages", "recompute", "attention", "bucket_size",
                        "offload_optimizer", "offload_activations", "tp_comm_overlap",
                        "fuse_optimizer_allreduce")
@@ -69,6 +72,8 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
                  "recompute", "attention", "tp_comm_overlap", "fuse_optimizer_allreduce"):
         if vals[name] is not None:
             out[name] = vals[name]
+    if vals["seq_len"] is not None:
+        out["training"] = {"seq_len": vals["seq_len"]}
     if vals["zero"] is not None:
         out["zero_stage"] = vals["zero"] if vals["zero"] == "fsdp" else int(vals["zero"])
     v = vals["virtual_stages"]
@@ -138,7 +143,8 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
              as_json: bool, **kw: Any) -> None:
     """Show WORKLOAD's layout, rank groups, FLOPs per iteration and memory per GPU.
 
-    WORKLOAD is a preset name (dessim workload list) or a YAML file. Nothing is simulated;
+    WORKLOAD is a preset name (dessim workload list), a YAML file or a Hugging Face
+    config.json. Nothing is simulated;
     the memory estimate is compared with the device's HBM (a shortfall is shown, not an error).
 
     Example: dessim workload show gpt3-175b --gpus 1024 --pp 16
@@ -202,7 +208,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
                    "cluster with --topology (docs/topologies.md)")
     elif topology is None:
         click.echo(f"  topology    {out['topology']} (suggested: this layout's GPUs on "
-                   f"{dev_name or 'H100'} DGX nodes; dessim simulate {spec.name} --topology "
+                   f"{dev_name or 'H100'} DGX nodes; dessim simulate {workload} --topology "
                    f"{out['topology']})")
     click.echo("  groups")
     for line in _groups_text(layout) or ["    (every group has one rank)"]:

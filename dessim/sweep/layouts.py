@@ -103,6 +103,10 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
         devices = resolve_devices(topo, (device, spec.training.device), f"workload {spec.name!r}")
         hbm = min(get_device(d).hbm_capacity for d in set(devices))
     par, tr = spec.parallelism, spec.training
+    if tr.global_batch is None:     # micro_batch × dp would change with every layout's dp
+        raise SpecError(f"workload {spec.name!r} gives no training.global_batch: layouts with "
+                        "different dp need one fixed global batch (overrides: {training: "
+                        "{global_batch: N}}; dessim explore --global-batch N)")
     base = ParallelLayout(pp=par.pp, sp=par.sp, order=par.order, zero_stage=tr.zero_stage,
                           schedule=tr.schedule, virtual_stages=tr.virtual_stages,
                           micro_batch=tr.micro_batch, global_batch=tr.global_batch,

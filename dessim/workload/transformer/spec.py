@@ -7,7 +7,10 @@ the key, the file and the valid keys)::
     description: "..."               # free text
     source: "..."                    # where the architecture comes from
     model:                           # *required*: a TransformerConfig (dessim/workload/transformer/model.py)
-      layers: 96                     # *required*
+      hf_config: llama/config.json   # a Hugging Face config.json (path relative to this file)
+                                     # gives every key below; keys given here override it
+                                     # (dessim/workload/transformer/hf_config.py)
+      layers: 96                     # *required* (without hf_config)
       hidden: 12288                  # *required*
       heads: 96                      # *required*
       ffn_hidden: 49152              # *required*
@@ -34,7 +37,8 @@ the key, the file and the valid keys)::
       order: [tp, cp, dp, pp]        # placement, fastest-varying first
     training:
       micro_batch: 1
-      global_batch: 1536             # *required*
+      global_batch: 1536             # sequences per iteration; default micro_batch × dp
+                                     # (Megatron-LM's default for --global-batch-size)
       seq_len: 4096                  # overrides model.seq_len
       schedule: 1f1b                 # gpipe | 1f1b | interleaved
       virtual_stages: 1              # > 1 with interleaved
@@ -50,6 +54,9 @@ the key, the file and the valid keys)::
       device: H100                   # a GPU name of dessim.catalog.devices (not checked here)
 
 Numbers accept dessim.units forms (``"1k"`` counts, ``"25MiB"`` sizes).
+
+A Hugging Face ``config.json`` is itself accepted wherever a workload file is
+(:func:`load_workload`): its model with the default parallelism and training above.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ from dessim.resources import data_files, find_data_file, read_yaml
 from dessim.units import parse_count, parse_size
 from dessim.workload.common.document import as_bool, as_str, check_keys, check_section
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
+from dessim.workload.transformer.hf_config import (HF_CONFIG_KEY, hf_model_section, hf_workload_name,
+                                                   is_hf_config, read_hf_config)
 from dessim.workload.transformer.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
 from dessim.workload.transformer.memory import MemoryOptions
 from dessim.workload.transformer.model import TransformerConfig
@@ -100,9 +109,10 @@ class ParallelismSpec:
 
 @dataclass(frozen=True, slots=True)
 class TrainingSpec:
-    """The ``training:`` section."""
+    """The ``training:`` section. ``global_batch`` None: ``micro_batch × dp`` sequences (one
+    micro-batch per data-parallel replica, Megatron-LM's default)."""
 
-    global_batch: int
+    global_batch: int | None = None
     micro_batch: int = 1
     seq_len: int | None = None
     schedule: str = "1f1b"
@@ -226,9 +236,25 @@ _TOP_KEYS = ("name", "description", "source", "kind", "model", "parallelism", "t
 TRANSFORMER_KIND = "transformer"
 
 
-def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload") -> WorkloadSpec:
+def _model_section(raw: Any, origin: str, base: Path | None) -> dict[str, Any]:
+    """The ``model:`` section with a ``hf_config`` (path relative to ``base``) expanded: the
+    Hugging Face config's keys, overridden by the section's own."""
+    if not isinstance(raw, dict) or HF_CONFIG_KEY not in raw:
+        return raw
+    where = f"{origin}: model.{HF_CONFIG_KEY}"
+    ref = as_str(raw[HF_CONFIG_KEY], where)
+    path = Path(ref).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    hf = hf_model_section(read_hf_config(path), str(path))
+    return {**hf, **{k: v for k, v in raw.items() if k != HF_CONFIG_KEY}}
+
+
+def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload",
+                   base: Path | None = None) -> WorkloadSpec:
     """A :class:`WorkloadSpec` from already-parsed YAML/JSON data; ``origin`` names the file
-    in error messages."""
+    in error messages; ``base``: the directory relative ``model.hf_config`` paths start from
+    (default: the current directory)."""
     check_keys(data, _TOP_KEYS, origin,
                f"a workload file must be a mapping with keys {', '.join(_TOP_KEYS)}")
     if data.get("kind", TRANSFORMER_KIND) != TRANSFORMER_KIND:
@@ -237,7 +263,7 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
     name = as_str(data.get("name", default_name), f"{origin}: name")
     if "model" not in data:
         raise SpecError(f"{origin}: missing the 'model' section")
-    model_kw = check_section(data["model"], _MODEL_SCHEMA, f"{origin}: model")
+    model_kw = check_section(_model_section(data["model"], origin, base), _MODEL_SCHEMA, f"{origin}: model")
     missing = [k for k in _MODEL_REQUIRED if k not in model_kw]
     if missing:
         raise SpecError(f"{origin}: model section lacks {', '.join(missing)}")
@@ -245,8 +271,6 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
     tr_kw = check_section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
     offload = check_section(tr_kw.pop("offload", None), _OFFLOAD_SCHEMA, f"{origin}: training.offload")
     tr_kw.update({f"offload_{k}": v for k, v in offload.items()})
-    if "global_batch" not in tr_kw:
-        raise SpecError(f"{origin}: training section lacks global_batch")
     try:
         model = TransformerConfig(name=name, **model_kw)
         if tr_kw.get("seq_len") is not None:
@@ -283,7 +307,9 @@ def file_kind(path: Path) -> str | None:
 
 
 def load_workload(path_or_name: str | Path) -> WorkloadSpec:
-    """Load a workload from a YAML file path, or a preset by name (``"gpt3-175b"``).
+    """Load a workload from a YAML file path, a preset by name (``"gpt3-175b"``) or a Hugging
+    Face ``config.json`` (the model with the default parallelism and training; named after
+    its directory).
 
     Raises :class:`~dessim.errors.SpecError` naming the file and what is wrong in it.
     """
@@ -298,7 +324,12 @@ def load_workload(path_or_name: str | Path) -> WorkloadSpec:
             raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets: {names}")
         path = found
     data = read_yaml(path, "workload file")
-    spec = parse_workload(data, origin=str(path), default_name=path.stem)
+    name = path.stem
+    if is_hf_config(data):
+        name = hf_workload_name(path)
+        data = {"name": name, "source": f"Hugging Face config {path}",
+                "model": {HF_CONFIG_KEY: path.name}}
+    spec = parse_workload(data, origin=str(path), default_name=name, base=path.parent)
     return WorkloadSpec(spec.name, spec.model, spec.parallelism, spec.training,
                         spec.description, spec.source, path)
 
