@@ -18,6 +18,7 @@ from dessim.errors import DessimError
 #: Sub-command modules, each defining ``command`` (a click command or group).
 COMMAND_MODULES: tuple[str, ...] = (
     "dessim.cli.simulate_cmd",
+    "dessim.cli.megatron_cmd",
     "dessim.cli.workload_cmd",
     "dessim.cli.topology_cmd",
     "dessim.cli.collective_cmd",

@@ -14,7 +14,8 @@ from dessim.units import format_size, format_time
 from dessim.workload.api import DEFAULT_TOPOLOGY
 
 
-def _print_summary(s: dict[str, Any]) -> None:
+def print_summary(s: dict[str, Any]) -> None:
+    """The readable report of a training iteration's summary (``dessim simulate``, ``megatron``)."""
     click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['layout']['describe']}")
     click.echo(f"  iteration           {format_time(s['iteration_s'])}")
     attention = s["layout"].get("attention")      # transformers only (DLRM, CNN: none)
@@ -192,6 +193,6 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
         summary["files"] = written
         print_json(summary)
         return
-    _print_summary(summary)
+    print_summary(summary)
     for line in written:
         click.echo(f"  wrote {line}")

@@ -1,0 +1,350 @@
+"""Megatron-LM launch arguments (``pretrain_gpt.py``) → a transformer workload.
+
+``dessim megatron -t TOPOLOGY -- --num-layers 96 --hidden-size 12288 ...`` simulates what that
+launch would run on the topology's GPUs (``data-parallel size = GPUs / (TP·PP·CP)``, as
+Megatron computes it from the world size). Every flag is in exactly one table:
+
+* :data:`MAPPED` — flags that set the model, the layout or the training step;
+* :data:`NO_EFFECT` — flags that do not change one training iteration (learning rate, data
+  paths, logging, checkpointing, the batch-size ramp-up: dessim simulates a steady-state
+  iteration at the full global batch);
+* :data:`UNSUPPORTED` — Megatron features dessim does not model (yet), with the reason;
+* anything else is *unknown*.
+
+Unsupported and unknown flags are never dropped silently: :func:`megatron_workload` raises a
+:class:`~dessim.errors.SpecError` listing them all unless ``allow_unsupported`` is set, and
+then returns them for the caller to print.
+
+Defaults and derived values follow Megatron-LM's ``megatron/training/arguments.py``
+(github.com/NVIDIA/Megatron-LM; docs/references.md "Megatron-LM arguments"):
+
+* ``--ffn-hidden-size`` defaults to ``4·h``, or ``int(4·h·2/3 / 64)·64`` with ``--swiglu``;
+* ``--global-batch-size`` defaults to ``micro-batch-size × data-parallel size``;
+* the vocabulary is padded to a multiple of ``--make-vocab-size-divisible-by`` (128) ×
+  TP (``_vocab_size_with_padding``, ``megatron/training/tokenizer/tokenizer.py``); with
+  ``--vocab-file`` and the GPT-2 BPE tokenizer its size is the file's entry count, or GPT-2's
+  50,257 when the file is not on this machine;
+* dropout 0.1, LayerNorm, learned absolute positions, biases, tied embeddings, fp32 without
+  ``--bf16``/``--fp16``, ``--moe-router-topk`` 2, ``--num-query-groups`` 1 with
+  ``--group-query-attention``;
+* ``--num-layers-per-virtual-pipeline-stage N`` gives ``layers / PP / N`` model chunks per
+  stage (the interleaved schedule); ``--use-distributed-optimizer`` is ZeRO stage 1 (optimizer
+  state sharded over data parallelism, gradients reduce-scattered, parameters all-gathered);
+* gradient buckets (``megatron/core/distributed/distributed_data_parallel.py``): with
+  ``--overlap-grad-reduce``, ``max(40,000,000, 1,000,000 × DP)`` parameters per bucket
+  (``--ddp-bucket-size`` overrides), each reduced as soon as the backward fills it; without it,
+  one reduction after the backward (dessim ``bucket_size: 0``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from dessim.errors import SpecError
+
+__all__ = ["MegatronLaunch", "MAPPED", "NO_EFFECT", "UNSUPPORTED", "parse_megatron_args",
+           "megatron_workload", "GPT2_VOCAB"]
+
+#: Entries of GPT-2's BPE vocabulary (``gpt2-vocab.json``), the default tokenizer of the GPT
+#: recipes (Radford et al. 2019; the vocab_size of openai-community/gpt2's config.json).
+GPT2_VOCAB = 50257
+
+#: Flags that set the model, the layout or the training step → number of values (0: a switch).
+MAPPED: Mapping[str, int] = MappingProxyType({
+    "num-layers": 1, "hidden-size": 1, "ffn-hidden-size": 1, "num-attention-heads": 1,
+    "group-query-attention": 0, "num-query-groups": 1, "seq-length": 1,
+    "max-position-embeddings": 1, "micro-batch-size": 1, "global-batch-size": 1,
+    "tensor-model-parallel-size": 1, "pipeline-model-parallel-size": 1,
+    "context-parallel-size": 1, "expert-model-parallel-size": 1,
+    "num-layers-per-virtual-pipeline-stage": 1, "virtual-pipeline-model-parallel-size": 1,
+    "num-virtual-stages-per-pipeline-rank": 1, "sequence-parallel": 0,
+    "recompute-granularity": 1, "recompute-method": 1, "recompute-num-layers": 1,
+    "recompute-activations": 0, "use-distributed-optimizer": 0, "bf16": 0, "fp16": 0,
+    "fp8-format": 1, "swiglu": 0, "untie-embeddings-and-output-weights": 0, "num-experts": 1,
+    "moe-router-topk": 1, "moe-ffn-hidden-size": 1, "vocab-size": 1,
+    "make-vocab-size-divisible-by": 1, "vocab-file": 1, "merge-file": 1, "tokenizer-type": 1,
+    "normalization": 1, "position-embedding-type": 1, "use-rotary-position-embeddings": 0,
+    "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
+    "attention-backend": 1, "use-flash-attn": 0, "overlap-grad-reduce": 0,
+    "ddp-bucket-size": 1, "accumulate-allreduce-grads-in-fp32": 0,
+})
+
+#: Flags that do not change one steady-state iteration → number of values (-1: any).
+NO_EFFECT: Mapping[str, int] = MappingProxyType({
+    "train-iters": 1, "train-samples": 1, "rampup-batch-size": 3, "lr": 1, "min-lr": 1,
+    "lr-decay-style": 1, "lr-decay-iters": 1, "lr-decay-samples": 1, "lr-warmup-fraction": 1,
+    "lr-warmup-iters": 1, "lr-warmup-samples": 1, "weight-decay": 1, "adam-beta1": 1,
+    "adam-beta2": 1, "adam-eps": 1, "init-method-std": 1, "clip-grad": 1, "seed": 1,
+    "loss-scale": 1, "initial-loss-scale": 1, "min-loss-scale": 1, "loss-scale-window": 1,
+    "hysteresis": 1, "data-path": -1, "split": 1, "data-cache-path": 1, "mock-data": 0,
+    "log-interval": 1, "save-interval": 1, "eval-interval": 1, "eval-iters": 1, "save": 1,
+    "load": 1, "tensorboard-dir": 1, "log-throughput": 0, "log-timers-to-tensorboard": 0,
+    "log-validation-ppl-to-tensorboard": 0, "log-memory-to-tensorboard": 0, "wandb-project": 1,
+    "wandb-exp-name": 1, "no-load-optim": 0, "no-load-rng": 0, "distributed-backend": 1,
+    "distributed-timeout-minutes": 1, "exit-duration-in-mins": 1, "exit-interval": 1,
+    "tokenizer-model": 1, "ckpt-format": 1, "use-checkpoint-args": 0, "finetune": 0,
+    "no-masked-softmax-fusion": 0, "no-bias-gelu-fusion": 0, "no-bias-dropout-fusion": 0,
+    "no-gradient-accumulation-fusion": 0, "no-async-tensor-model-parallel-allreduce": 0,
+    "use-legacy-models": 0, "timing-log-level": 1, "norm-epsilon": 1, "rotary-base": 1,
+    "rotary-percent": 1, "apply-query-key-layer-scaling": 0, "attention-softmax-in-fp32": 0,
+    "moe-aux-loss-coeff": 1, "moe-router-load-balancing-type": 1, "moe-z-loss-coeff": 1,
+    "use-mcore-models": 0, "transformer-impl": 1,
+})
+
+#: Megatron features dessim does not model → (values, reason).
+UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
+    "overlap-param-gather": (0, "dessim all-gathers parameters after the optimizer step, not "
+                                "during the next forward"),
+    "tp-comm-overlap": (0, "TP communication is not split and overlapped with GEMMs"),
+    "overlap-p2p-communication": (0, "pipeline sends are not overlapped with compute"),
+    "multi-latent-attention": (0, "multi-head latent attention (MLA)"),
+    "q-lora-rank": (1, "multi-head latent attention (MLA)"),
+    "kv-lora-rank": (1, "multi-head latent attention (MLA)"),
+    "moe-shared-expert-intermediate-size": (1, "shared experts"),
+    "moe-layer-freq": (1, "MoE on some layers only"),
+    "moe-grouped-gemm": (0, "experts run as separate GEMMs"),
+    "expert-tensor-parallel-size": (1, "expert tensor parallelism differs from TP"),
+    "decoder-first-pipeline-num-layers": (1, "uneven pipeline stages"),
+    "decoder-last-pipeline-num-layers": (1, "uneven pipeline stages"),
+    "account-for-embedding-in-pipeline-split": (0, "uneven pipeline stages"),
+    "account-for-loss-in-pipeline-split": (0, "uneven pipeline stages"),
+    "squared-relu": (0, "squared-ReLU MLP"),
+    "add-qkv-bias": (0, "biases on the QKV projection only"),
+    "fp8-param-gather": (0, "FP8 parameter all-gather"),
+    "cpu-offloading": (0, "Megatron's activation offloading"),
+    "num-layers-per-stage": (1, "uneven pipeline stages"),
+})
+
+
+@dataclass
+class MegatronLaunch:
+    """What a Megatron-LM argument list means for dessim.
+
+    ``document``: the workload document (``model``, ``parallelism``, ``training``; SI units).
+    ``notes``: assumptions made (a default derived, a value dessim approximates).
+    ``no_effect`` / ``unsupported`` / ``unknown``: the flags of each kind, as given."""
+
+    document: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    no_effect: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+
+def _split(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``--flag v1 v2 --switch`` → ``[("flag", ["v1", "v2"]), ("switch", [])]``; ``--k=v`` too."""
+    out: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--") and len(token) > 2:
+            name, eq, value = token[2:].partition("=")
+            out.append((name, [value] if eq else []))
+        elif out:
+            out[-1][1].append(token)
+        else:
+            raise SpecError(f"megatron arguments: {token!r} is not a --flag (arguments start with "
+                            "a flag such as --num-layers)")
+    return out
+
+
+def parse_megatron_args(argv: Sequence[str]) -> tuple[dict[str, Any], MegatronLaunch]:
+    """The flags of ``argv`` by name (a switch is True, a one-value flag its string, others a
+    list; the last occurrence wins, as argparse) and a :class:`MegatronLaunch` with the
+    no-effect, unsupported and unknown flags filled in."""
+    launch = MegatronLaunch(document={})
+    flags: dict[str, Any] = {}
+    for name, values in _split(argv):
+        shown = f"--{name}" + "".join(f" {v}" for v in values)
+        if name in MAPPED:
+            nargs = MAPPED[name]
+        elif name in NO_EFFECT:
+            nargs = NO_EFFECT[name]
+            launch.no_effect.append(shown)
+        elif name in UNSUPPORTED:
+            nargs, why = UNSUPPORTED[name]
+            launch.unsupported.append(f"{shown} ({why})")
+        else:
+            launch.unknown.append(shown)
+            continue
+        if nargs >= 0 and len(values) != nargs:
+            raise SpecError(f"megatron arguments: --{name} takes {nargs or 'no'} value"
+                            f"{'s' if nargs != 1 else ''}, got {values or 'none'}")
+        flags[name] = True if nargs == 0 else values[0] if nargs == 1 else values
+    return flags, launch
+
+
+def _int(flags: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
+    if name not in flags:
+        return default
+    try:
+        value = int(flags[name])
+    except ValueError:
+        raise SpecError(f"megatron arguments: --{name} {flags[name]!r} is not a whole number") from None
+    if value < 1:
+        raise SpecError(f"megatron arguments: --{name} {value} must be >= 1")
+    return value
+
+
+def _float(flags: Mapping[str, Any], name: str, default: float) -> float:
+    try:
+        return float(flags.get(name, default))
+    except ValueError:
+        raise SpecError(f"megatron arguments: --{name} {flags[name]!r} is not a number") from None
+
+
+def _choice(flags: Mapping[str, Any], name: str, valid: Mapping[str, Any], default: str) -> Any:
+    value = flags.get(name, default)
+    if value not in valid:
+        raise SpecError(f"megatron arguments: --{name} {value!r} is not supported; supported: "
+                        f"{', '.join(valid)}")
+    return valid[value]
+
+
+_NORMS = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
+_POSITIONS = {"learned_absolute": "learned", "rope": "rope"}
+_ATTENTION = {"auto": "flash2", "flash": "flash2", "fused": "flash2", "unfused": "unfused",
+              "local": "unfused"}
+_RECOMPUTE = {"selective": "selective", "full": "full"}
+_FP8 = {"hybrid": "fp8", "e4m3": "fp8"}
+
+
+def _vocab(flags: Mapping[str, Any], tp: int, notes: list[str]) -> int:
+    size = _int(flags, "vocab-size")
+    if size is None:
+        tokenizer = flags.get("tokenizer-type", "GPT2BPETokenizer")
+        if "vocab-file" not in flags or tokenizer != "GPT2BPETokenizer":
+            raise SpecError("megatron arguments: the vocabulary size is unknown: give --vocab-size N "
+                            f"(dessim reads only GPT-2 BPE --vocab-file files; tokenizer {tokenizer!r})")
+        path = Path(flags["vocab-file"])
+        try:
+            size = len(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            size = GPT2_VOCAB
+            notes.append(f"--vocab-file {path} is not readable here: GPT-2's {GPT2_VOCAB} tokens assumed")
+    multiple = (_int(flags, "make-vocab-size-divisible-by", 128) or 128) * tp
+    padded = math.ceil(size / multiple) * multiple
+    if padded != size:
+        notes.append(f"vocabulary {size} padded to {padded} (a multiple of "
+                     f"--make-vocab-size-divisible-by × TP = {multiple})")
+    return padded
+
+
+def _require(flags: Mapping[str, Any], *names: str) -> None:
+    missing = [f"--{n}" for n in names if n not in flags]
+    if missing:
+        raise SpecError(f"megatron arguments: missing {', '.join(missing)} (required by pretrain_gpt.py)")
+
+
+def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: bool = False,
+                      name: str = "megatron") -> MegatronLaunch:
+    """The workload a ``pretrain_gpt.py`` launch runs on ``num_gpus`` GPUs (module docstring).
+
+    Raises :class:`SpecError` for a missing required flag, a bad value, or (unless
+    ``allow_unsupported``) any unsupported or unknown flag — all of them listed."""
+    flags, launch = parse_megatron_args(argv)
+    if (launch.unsupported or launch.unknown) and not allow_unsupported:
+        parts = ([f"unsupported: {'; '.join(launch.unsupported)}"] if launch.unsupported else []) + \
+                ([f"unknown: {', '.join(launch.unknown)}"] if launch.unknown else [])
+        raise SpecError("megatron arguments: " + " | ".join(parts) +
+                        " (--allow-unsupported simulates without them)")
+    _require(flags, "num-layers", "hidden-size", "num-attention-heads", "seq-length", "micro-batch-size")
+    notes = launch.notes
+    layers, hidden = _int(flags, "num-layers"), _int(flags, "hidden-size")
+    tp, pp = _int(flags, "tensor-model-parallel-size", 1), _int(flags, "pipeline-model-parallel-size", 1)
+    cp, ep = _int(flags, "context-parallel-size", 1), _int(flags, "expert-model-parallel-size", 1)
+    assert layers and hidden and tp and pp and cp and ep
+    if num_gpus % (tp * pp * cp):
+        raise SpecError(f"megatron arguments: {num_gpus} GPUs are not divisible by TP × PP × CP = "
+                        f"{tp * pp * cp}")
+    dp = num_gpus // (tp * pp * cp)
+    swiglu = bool(flags.get("swiglu"))
+    ffn = _int(flags, "ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
+    position = "rope" if flags.get("use-rotary-position-embeddings") else \
+        _choice(flags, "position-embedding-type", _POSITIONS, "learned_absolute")
+    seq = _int(flags, "seq-length")
+    max_pos = _int(flags, "max-position-embeddings", seq)
+    if position == "learned" and max_pos != seq:
+        notes.append(f"learned position table of --seq-length {seq} rows, not "
+                     f"--max-position-embeddings {max_pos} ({abs(max_pos - seq) * hidden} parameters)")
+    precision = (_choice(flags, "fp8-format", _FP8, "hybrid") if "fp8-format" in flags
+                 else "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32")
+    model: dict[str, Any] = {
+        "layers": layers, "hidden": hidden, "heads": _int(flags, "num-attention-heads"),
+        "ffn_hidden": ffn, "vocab": _vocab(flags, tp, notes), "seq_len": seq,
+        "activation": "swiglu" if swiglu else "gelu",
+        "norm": _choice(flags, "normalization", _NORMS, "LayerNorm"),
+        "position_embedding": position, "bias": not flags.get("disable-bias-linear"),
+        "dropout": _float(flags, "hidden-dropout", 0.1) > 0 or _float(flags, "attention-dropout", 0.1) > 0,
+        "tied_embeddings": not flags.get("untie-embeddings-and-output-weights"),
+        "precision": precision,
+    }
+    if flags.get("group-query-attention"):
+        model["kv_heads"] = _int(flags, "num-query-groups", 1)
+    experts = _int(flags, "num-experts")
+    if experts:
+        model.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2))
+        if "moe-ffn-hidden-size" in flags:
+            model["moe_ffn_hidden"] = _int(flags, "moe-ffn-hidden-size")
+    virtual = _virtual_stages(flags, layers, pp)
+    training: dict[str, Any] = {
+        "micro_batch": _int(flags, "micro-batch-size"),
+        "schedule": "interleaved" if virtual > 1 else "1f1b", "virtual_stages": virtual,
+        "recompute": _recompute(flags, layers // (pp * virtual)),
+        "attention": "flash2" if flags.get("use-flash-attn") else
+        _choice(flags, "attention-backend", _ATTENTION, "auto"),
+        "zero_stage": 1 if flags.get("use-distributed-optimizer") else 0,
+        "bucket_size": _bucket_bytes(flags, dp, precision),
+    }
+    if "global-batch-size" in flags:
+        training["global_batch"] = _int(flags, "global-batch-size")
+    if training["attention"] == "flash2" and flags.get("attention-backend", "auto") != "flash" \
+            and not flags.get("use-flash-attn"):
+        notes.append("attention backend auto/fused (Transformer Engine / cuDNN fused attention) "
+                     "costed as FlashAttention-2")
+    launch.document = {"name": name, "source": "Megatron-LM arguments: " + " ".join(argv),
+                       "model": model,
+                       "parallelism": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep,
+                                       "sp": bool(flags.get("sequence-parallel"))},
+                       "training": training}
+    return launch
+
+
+def _virtual_stages(flags: Mapping[str, Any], layers: int, pp: int) -> int:
+    per_stage = _int(flags, "num-layers-per-virtual-pipeline-stage")
+    if per_stage is None:
+        return _int(flags, "virtual-pipeline-model-parallel-size") or \
+            _int(flags, "num-virtual-stages-per-pipeline-rank", 1) or 1
+    if layers % pp or (layers // pp) % per_stage:
+        raise SpecError(f"megatron arguments: --num-layers {layers} / --pipeline-model-parallel-size "
+                        f"{pp} is not a multiple of --num-layers-per-virtual-pipeline-stage {per_stage}")
+    return layers // pp // per_stage
+
+
+def _recompute(flags: Mapping[str, Any], layers_per_chunk: int) -> str:
+    if flags.get("recompute-activations"):
+        return "selective"                      # the older spelling of selective recompute
+    granularity = _choice(flags, "recompute-granularity", {**_RECOMPUTE, "none": "none"}, "none")
+    if granularity != "full":
+        return granularity
+    method = flags.get("recompute-method")
+    if method not in ("uniform", "block"):
+        raise SpecError("megatron arguments: --recompute-granularity full needs --recompute-method "
+                        f"uniform or block, got {method!r}")
+    n = _int(flags, "recompute-num-layers", 1)
+    if method == "block" and n is not None and n < layers_per_chunk:
+        raise SpecError(f"megatron arguments: not supported yet: --recompute-method block "
+                        f"--recompute-num-layers {n} recomputes {n} of the {layers_per_chunk} layers of "
+                        "each model chunk; dessim recomputes all or none")
+    return "full"
+
+
+def _bucket_bytes(flags: Mapping[str, Any], dp: int, precision: str) -> int:
+    if not flags.get("overlap-grad-reduce"):
+        return 0
+    params = _int(flags, "ddp-bucket-size") or max(40_000_000, 1_000_000 * dp)
+    grad_bytes = 4 if precision == "fp32" or flags.get("accumulate-allreduce-grads-in-fp32") else 2
+    return params * grad_bytes

@@ -1,0 +1,122 @@
+"""Megatron-LM launch arguments → dessim workload (dessim/workload/transformer/megatron.py).
+
+tests/data/megatron/train_gpt3_175b_distributed.args is the argument list of Megatron-LM's
+public GPT-3 175B recipe; it must give GPT-3 175B with the recipe's layout, and every flag
+must be mapped, listed as without effect, or reported — never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dessim.cli.main import cli
+from dessim.errors import SpecError
+from dessim.workload import load_workload
+from dessim.workload.transformer.megatron import megatron_workload
+from dessim.workload.transformer.spec import parse_workload
+
+RECIPE = Path(__file__).parent / "data" / "megatron" / "train_gpt3_175b_distributed.args"
+
+
+def recipe_args() -> list[str]:
+    lines = [ln.split("#")[0].strip() for ln in RECIPE.read_text().splitlines()]
+    return " ".join(ln for ln in lines if ln).split()
+
+
+def test_the_gpt3_175b_recipe_is_gpt3_175b_with_its_layout():
+    launch = megatron_workload(recipe_args(), 128)
+    spec = parse_workload(launch.document, "recipe")
+    preset = load_workload("gpt3-175b").model
+    for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
+              "norm", "position_embedding", "bias", "dropout", "tied_embeddings"):
+        assert getattr(spec.model, f) == getattr(preset, f), f
+    assert spec.model.num_params() == preset.num_params()
+    assert spec.model.precision == "fp16"                       # --fp16
+    par, tr = spec.parallelism, spec.training
+    assert (par.tp, par.pp, par.dp, par.cp, par.sp) == (8, 16, 1, 1, False)
+    assert (tr.micro_batch, tr.global_batch, tr.zero_stage, tr.recompute, tr.bucket_size) == \
+        (1, 1536, 0, "none", 0)
+    # every flag of the recipe is accounted for: mapped, or listed as without effect
+    assert not launch.unsupported and not launch.unknown
+    assert "--rampup-batch-size 16 16 5859375" in launch.no_effect and "--lr 6.0e-5" in launch.no_effect
+    assert any("padded to 51200" in n for n in launch.notes)
+
+
+def test_issue_launch_line_interleaved_selective_distributed_optimizer():
+    argv = ("--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 "
+            "--micro-batch-size 1 --global-batch-size 1536 --tensor-model-parallel-size 8 "
+            "--pipeline-model-parallel-size 16 --num-layers-per-virtual-pipeline-stage 2 "
+            "--sequence-parallel --recompute-granularity selective --use-distributed-optimizer "
+            "--bf16 --vocab-size 50257 --overlap-grad-reduce").split()
+    doc = megatron_workload(argv, 1024).document
+    spec = parse_workload(doc, "issue")
+    tr = spec.training
+    assert (tr.schedule, tr.virtual_stages, tr.recompute, tr.zero_stage) == ("interleaved", 3, "selective", 1)
+    assert spec.parallelism.dp == 8 and spec.parallelism.sp and spec.model.precision == "bf16"
+    assert tr.bucket_size == 40_000_000 * 2        # max(4e7, 1e6 · dp) bf16 gradients
+
+
+def test_swiglu_gqa_moe_and_precision_defaults():
+    base = "--num-layers 4 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 " \
+           "--micro-batch-size 1 --vocab-size 32000 "
+    m = megatron_workload((base + "--swiglu --group-query-attention --num-query-groups 8 "
+                           "--normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
+                           "--untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 "
+                           "--num-experts 8 --moe-router-topk 2 --fp8-format hybrid --bf16").split(), 8)
+    model = m.document["model"]
+    assert model["ffn_hidden"] == int(4 * 4096 * 2 / 3 / 64) * 64 == 10880    # Megatron's SwiGLU default
+    assert (model["kv_heads"], model["experts"], model["top_k"], model["precision"]) == (8, 8, 2, "fp8")
+    assert (model["norm"], model["position_embedding"], model["bias"], model["dropout"],
+            model["tied_embeddings"]) == ("rmsnorm", "rope", False, False, False)
+    plain = megatron_workload(base.split(), 8).document
+    assert plain["model"]["precision"] == "fp32" and plain["model"]["ffn_hidden"] == 4 * 4096
+    assert "global_batch" not in plain["training"]          # micro_batch × dp, as Megatron
+    assert parse_workload(plain, "x").layout(8).global_batch == 8
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("--foo 3 --overlap-param-gather", "unsupported: --overlap-param-gather"),
+    ("--foo 3", "unknown: --foo 3"),
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+     "recomputes 1 of the 4 layers"),
+    ("--tensor-model-parallel-size 3", "not divisible by TP × PP × CP = 3"),
+    ("--normalization BatchNorm", "--normalization 'BatchNorm' is not supported"),
+    ("--seq-length x", "--seq-length 'x' is not a whole number"),
+    ("--sequence-parallel 1", "--sequence-parallel takes no values"),
+])
+def test_bad_or_unsupported_flags_are_errors_naming_them(extra, message):
+    argv = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+            "--micro-batch-size 1 --vocab-size 1000 " + extra).split()
+    with pytest.raises(SpecError, match="megatron arguments") as err:
+        megatron_workload(argv, 8)
+    assert message in str(err.value)
+
+
+def test_cli_lists_what_it_leaves_out_and_simulates_like_simulate(tmp_path):
+    argv = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 "
+            "--max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 8 "
+            "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+            "--num-layers-per-virtual-pipeline-stage 1 --sequence-parallel --use-distributed-optimizer "
+            "--recompute-granularity selective --bf16 --vocab-size 1000 --lr 1e-4 "
+            "--overlap-grad-reduce --ddp-bucket-size 100000").split()
+    runner = CliRunner()
+    topo = ["-t", "dgx-h100:nodes=1"]
+    res = runner.invoke(cli, ["megatron", *topo, "--json", "--", *argv])
+    assert res.exit_code == 0, res.output
+    meg = json.loads(res.output)
+    assert meg["megatron"]["no_effect"] == ["--lr 1e-4"]
+    assert meg["layout"]["virtual_stages"] == 2
+    # the same workload written as a dessim file, simulated by `dessim simulate`
+    wl = tmp_path / "w.yaml"
+    wl.write_text(runner.invoke(cli, ["megatron", *topo, "--print-workload", "--", *argv]).output)
+    sim = json.loads(runner.invoke(cli, ["simulate", str(wl), *topo, "--json"]).output)
+    assert sim["iteration_s"] == meg["iteration_s"]
+    bad = runner.invoke(cli, ["megatron", *topo, "--", *argv, "--bogus", "--tp-comm-overlap"])
+    assert bad.exit_code == 2 and "unknown: --bogus" in bad.output and "--tp-comm-overlap" in bad.output
+    ok = runner.invoke(cli, ["megatron", *topo, "--allow-unsupported", "--json", "--", *argv, "--bogus"])
+    assert ok.exit_code == 0
+    assert "megatron flags unknown, left out: --bogus" in ok.stderr
