@@ -614,8 +614,14 @@ def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
 
 
 def load_yaml(path: str | os.PathLike[str]) -> Topology:
-    """Load a topology YAML (or JSON) file."""
-    return topology_from_dict(read_yaml(path, "topology file"), str(path))
+    """Load a topology YAML (or JSON) file: dessim's schema, or an ASTRA-sim analytical network
+    file (:mod:`dessim.topology.astra`, recognised by its ``npus_count`` key)."""
+    from dessim.topology.astra import astra_network, is_astra_network
+
+    data = read_yaml(path, "topology file")
+    if is_astra_network(data):
+        return astra_network(data, str(path))
+    return topology_from_dict(data, str(path))
 
 
 def load_topology(spec: Topology | str | os.PathLike[str] | Mapping[str, Any]) -> Topology:

@@ -87,6 +87,7 @@ __all__ = [
     "taskgraph_to_chakra",
     "export_chakra",
     "replay_chakra",
+    "trace_collective_ops",
     "parse_rank_map",
     "nearest_memory_node",
 ]
@@ -371,7 +372,7 @@ class _Member:
 
 class _Converter:
     def __init__(self, trace: ChakraTrace, topology: Topology | None, rank_map: RankMapLike,
-                 cost_compute: bool, algo: str | None, mem_node: str | None,
+                 cost_compute: bool, algo: str | Mapping[str, str] | None, mem_node: str | None,
                  extra_groups: Mapping[str, Sequence[int]] | None, use_dessim_attrs: bool,
                  name: str | None) -> None:
         self.trace = trace
@@ -480,13 +481,19 @@ class _Converter:
             # Nothing moves (a one-rank group, or zero bytes): a zero-length wait.
             return Task(tid, grank, "delay", stream=stream, name=node.name, duration=0.0,
                         attrs={"chakra_comm_type": comm_type, "coll_id": coll_id})
-        algo = mapping.algo or self.algo or "auto"
+        algo = mapping.algo or self.algo_of(mapping.op) or "auto"
         task = Task(tid, grank, "collective", stream=stream, name=node.name, op=mapping.op,
                     size=size, group=group, coll_id=coll_id, algo=algo, attrs=attrs)
         self.members[coll_id].append(_Member(task, where, comm_type))
         return task
 
     # ---------------------------------------------------------------- dessim attributes
+    def algo_of(self, op: str) -> str | None:
+        """The user's algorithm for collectives of ``op``: one for all, or one per op."""
+        if isinstance(self.algo, Mapping):
+            return self.algo.get(op)
+        return self.algo
+
     def from_dessim(self, node: ChakraNode, rank: int, where: str) -> Task | None:
         raw = node.attrs.get(DESSIM_TASK_ATTR)
         if raw is None or not self.use_dessim:
@@ -513,8 +520,8 @@ class _Converter:
                                  f"the node's group is ranks {_ranges(sorted(members))}")
             task.group = tuple(self.map[r] for r in task.group)
             forced = COLLECTIVES[_comm_type_of(task)].algo if task.op != "sendrecv" else None
-            if self.algo and not forced:
-                task.algo = self.algo
+            if self.algo_of(task.op) and not forced:
+                task.algo = self.algo_of(task.op)
             self.members[task.coll_id].append(
                 _Member(task, where, node.comm_type or "SENDRECV"))
         if task.kind == "memcpy" and self.topology is not None and task.mem_node not in self.topology.graph:
@@ -641,7 +648,7 @@ def _check_dessim_task(task: Task, node: ChakraNode, rank: int, where: str) -> N
 
 def chakra_to_taskgraph(trace: ChakraTrace | str | os.PathLike[str],
                         topology: Topology | None = None, *, rank_map: RankMapLike = None,
-                        cost_compute: bool = False, algo: str | None = None,
+                        cost_compute: bool = False, algo: str | Mapping[str, str] | None = None,
                         mem_node: str | None = None,
                         extra_groups: Mapping[str, Sequence[int]] | None = None,
                         use_dessim_attrs: bool = True, name: str | None = None) -> TaskGraph:
@@ -652,7 +659,8 @@ def chakra_to_taskgraph(trace: ChakraTrace | str | os.PathLike[str],
     dict, a list, ``"0:3,1:2"`` or a JSON/YAML file) places ranks. ``cost_compute`` costs every
     GPU compute node that carries ``num_ops``/``tensor_size`` with the device model instead of
     its duration. ``algo`` sets the algorithm of every collective (except GATHER/SCATTER,
-    which need ``direct``). ``mem_node`` picks the memory of MEM nodes: a node name, or a kind
+    which need ``direct``), or, as a mapping dessim op → algorithm (``{"allreduce": "ring"}``,
+    an ASTRA-sim system file's implementations), of the collectives of those ops only. ``mem_node`` picks the memory of MEM nodes: a node name, or a kind
     (``host_mem``/``cxl_mem``) of which the nearest is used; default the nearest of either.
     ``extra_groups`` adds process groups (pg_name -> ranks). Raises :class:`TraceError` naming
     the file, the node and the problem.
@@ -689,6 +697,12 @@ def _node_type(task: Task) -> str:
     if task.kind == "recv" or (task.kind == "collective" and task.op == "sendrecv"):
         return "COMM_RECV_NODE"
     return "COMM_COLL_NODE"
+
+
+def trace_collective_ops(trace: ChakraTrace) -> set[str]:
+    """The dessim ops of the collectives a trace runs (``{"allreduce", "alltoall"}``)."""
+    return {COLLECTIVES[n.comm_type].op for r in trace.ranks for n in r.nodes.values()
+            if n.type == "COMM_COLL_NODE" and n.comm_type in COLLECTIVES}
 
 
 def _comm_type_of(task: Task) -> str:
@@ -848,7 +862,7 @@ def export_chakra(graph: TaskGraph, prefix: str | os.PathLike[str],
 
 def replay_chakra(trace: ChakraTrace | str | os.PathLike[str], topology: Topology | str,
                   options=None, *, rank_map: RankMapLike = None, cost_compute: bool = False,
-                  algo: str | None = None, mem_node: str | None = None,
+                  algo: str | Mapping[str, str] | None = None, mem_node: str | None = None,
                   extra_groups: Mapping[str, Sequence[int]] | None = None,
                   use_dessim_attrs: bool = True):
     """Read (if needed), convert and simulate a Chakra trace; return the SimulationResult.
