@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from dessim.cli.main import cli
 
 COMMANDS = ["simulate", "workload", "topology", "collective", "compare", "run", "replay", "sweep",
-            "explore", "cluster"]
+            "explore", "cluster", "megatron"]
 
 
 def test_every_command_is_registered_with_help():

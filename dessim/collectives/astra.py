@@ -1,7 +1,7 @@
 """ASTRA-sim system files (``system.json``) → dessim collective settings.
 
 ASTRA-sim's system layer reads one JSON object per run (``astra-sim/system/Sys.cc``,
-``Sys::initialize_sys`` and ``generate_collective_implementation_from_input``;
+``Sys::initialize_sys`` and ``generate_collective_impl_from_input``;
 github.com/astra-sim/astra-sim; docs/references.md "ASTRA-sim system"). dessim maps:
 
 * ``all-reduce-implementation``, ``all-gather-implementation``, ``reduce-scatter-implementation``,
@@ -54,7 +54,9 @@ NOT_MODELLED: Mapping[str, str] = MappingProxyType({
     "endpoint-delay": "no per-message endpoint delay (cycles, 1 ns each in ASTRA-sim)",
     "active-chunks-per-dimension": "chunks are not throttled per dimension",
     "collective-optimization": "no local-bandwidth-aware rewriting of collectives",
-    "local-mem-bw": "reductions are free unless --reduction-bw is given",
+    "local-mem-bw": "ASTRA-sim's roofline memory bandwidth (GB/s); dessim costs compute with "
+                    "its kernel model",
+    "local-reduction-delay": "reductions are free unless --reduction-bw is given",
     "boost-mode": "no boost mode",
     "roofline-enabled": "compute nodes last their trace duration (--cost-compute: dessim's "
                         "kernel model, not a roofline)",
