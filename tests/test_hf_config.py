@@ -129,6 +129,16 @@ def test_config_simulates_like_the_equivalent_workload_file(tmp_path):
     assert a["workload"] == "llama3-8b" and a["layout"]["global_batch"] == 8
 
 
+def test_explore_needs_a_global_batch_for_a_bare_config():
+    res = CliRunner().invoke(cli, ["explore", str(HF / "gpt2"), "-t", "dgx-h100:nodes=1",
+                                   "--no-progress", "-j", "1"])
+    assert res.exit_code == 2 and "--global-batch" in res.output
+
+
+def test_a_model_directory_is_its_config_json():
+    assert load_workload(HF / "gpt2").model.num_params() == 124_439_808
+
+
 def test_default_global_batch_is_one_micro_batch_per_replica():
     spec = load_workload(HF / "gpt2" / "config.json")
     assert spec.training.global_batch is None

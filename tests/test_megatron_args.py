@@ -87,6 +87,7 @@ def test_swiglu_gqa_moe_and_precision_defaults():
     ("--normalization BatchNorm", "--normalization 'BatchNorm' is not supported"),
     ("--seq-length x", "--seq-length 'x' is not a whole number"),
     ("--sequence-parallel 1", "--sequence-parallel takes no values"),
+    ("--kv-channels 64", "--kv-channels 64 ≠ --hidden-size / --num-attention-heads = 32"),
 ])
 def test_bad_or_unsupported_flags_are_errors_naming_them(extra, message):
     argv = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "

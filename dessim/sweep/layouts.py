@@ -104,7 +104,7 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
         hbm = min(get_device(d).hbm_capacity for d in set(devices))
     par, tr = spec.parallelism, spec.training
     if tr.global_batch is None:     # micro_batch × dp would change with every layout's dp
-        raise SpecError(f"workload {spec.name!r} gives no training.global_batch: layouts with "
+        raise NoGlobalBatch(f"workload {spec.name!r} gives no training.global_batch: layouts with "
                         "different dp need one fixed global batch (overrides: {training: "
                         "{global_batch: N}}; dessim explore --global-batch N)")
     base = ParallelLayout(pp=par.pp, sp=par.sp, order=par.order, zero_stage=tr.zero_stage,
@@ -116,6 +116,11 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
 
 #: Layout of one GPU: resolving the workload with it checks the model and batch without
 #: tying them to the workload file's own layout (which the enumeration replaces).
+class NoGlobalBatch(SpecError):
+    """The workload leaves the global batch to micro_batch × dp, which differs between the
+    layouts enumerated: a spec error of the whole sweep, not of one point."""
+
+
 _NEUTRAL = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 1}
 
 
@@ -178,6 +183,8 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
         if key not in cache:
             try:
                 cache[key] = _choices(_problem(cfg, load_topology, spec.source))
+            except NoGlobalBatch:
+                raise
             except DessimError as exc:   # the point itself is invalid: evaluate it as is, so
                 cache[key] = exc         # that it is recorded as failed with this reason
         choices = cache[key]

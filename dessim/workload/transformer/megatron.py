@@ -71,7 +71,7 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "normalization": 1, "position-embedding-type": 1, "use-rotary-position-embeddings": 0,
     "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
     "attention-backend": 1, "use-flash-attn": 0, "overlap-grad-reduce": 0,
-    "ddp-bucket-size": 1, "accumulate-allreduce-grads-in-fp32": 0,
+    "ddp-bucket-size": 1, "accumulate-allreduce-grads-in-fp32": 0, "kv-channels": 1,
 })
 
 #: Flags that do not change one steady-state iteration → number of values (-1: any).
@@ -93,7 +93,12 @@ NO_EFFECT: Mapping[str, int] = MappingProxyType({
     "use-legacy-models": 0, "timing-log-level": 1, "norm-epsilon": 1, "rotary-base": 1,
     "rotary-percent": 1, "apply-query-key-layer-scaling": 0, "attention-softmax-in-fp32": 0,
     "moe-aux-loss-coeff": 1, "moe-router-load-balancing-type": 1, "moe-z-loss-coeff": 1,
-    "use-mcore-models": 0, "transformer-impl": 1,
+    "use-mcore-models": 0, "transformer-impl": 1, "fp8-margin": 1, "fp8-interval": 1,
+    "fp8-amax-history-len": 1, "fp8-amax-compute-algo": 1, "num-workers": 1,
+    "dataloader-type": 1, "eod-mask-loss": 0, "no-create-attention-mask-in-dataloader": 0,
+    "manual-gc": 0, "manual-gc-interval": 1, "no-rope-fusion": 0, "use-distributed-sampler": 0,
+    "moe-router-pre-softmax": 0, "moe-router-score-function": 1, "log-params-norm": 0,
+    "log-num-zeros-in-grad": 0, "tensorboard-log-interval": 1,
 })
 
 #: Megatron features dessim does not model → (values, reason).
@@ -118,6 +123,11 @@ UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "fp8-param-gather": (0, "FP8 parameter all-gather"),
     "cpu-offloading": (0, "Megatron's activation offloading"),
     "num-layers-per-stage": (1, "uneven pipeline stages"),
+    "moe-token-dispatcher-type": (1, "expert tokens always move by all-to-all"),
+    "recompute-modules": (-1, "selective recompute of chosen modules (dessim: attention core)"),
+    "use-torch-fsdp2": (0, "PyTorch FSDP2 instead of Megatron's DDP"),
+    "use-custom-fsdp": (0, "Megatron FSDP"),
+    "fp8-recipe": (1, "FP8 scaling recipes (dessim's fp8: per-tensor casts, docs/workloads.md)"),
 })
 
 
@@ -282,6 +292,10 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         "tied_embeddings": not flags.get("untie-embeddings-and-output-weights"),
         "precision": precision,
     }
+    kv_channels = _int(flags, "kv-channels")
+    if kv_channels is not None and kv_channels * model["heads"] != hidden:
+        raise SpecError(f"megatron arguments: not supported yet: --kv-channels {kv_channels} ≠ "
+                        f"--hidden-size / --num-attention-heads = {hidden / model['heads']:g}")
     if flags.get("group-query-attention"):
         model["kv_heads"] = _int(flags, "num-query-groups", 1)
     experts = _int(flags, "num-experts")

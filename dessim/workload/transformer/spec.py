@@ -308,13 +308,15 @@ def file_kind(path: Path) -> str | None:
 
 def load_workload(path_or_name: str | Path) -> WorkloadSpec:
     """Load a workload from a YAML file path, a preset by name (``"gpt3-175b"``) or a Hugging
-    Face ``config.json`` (the model with the default parallelism and training; named after
-    its directory).
+    Face ``config.json`` or the directory holding it (the model with the default parallelism
+    and training; named after its directory).
 
     Raises :class:`~dessim.errors.SpecError` naming the file and what is wrong in it.
     """
     text = str(path_or_name)
     path = Path(text)
+    if path.is_dir() and (path / "config.json").is_file():     # a Hugging Face model checkout
+        path = path / "config.json"
     if not path.is_file():
         found = find_data_file("workloads", text)
         if found is None:
