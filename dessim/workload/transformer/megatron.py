@@ -187,7 +187,8 @@ def parse_megatron_args(argv: Sequence[str]) -> tuple[dict[str, Any], MegatronLa
     return flags, launch
 
 
-def _int(flags: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
+def _int(flags: Mapping[str, Any], name: str, default: int) -> int:
+    """Flag ``name`` as a whole number >= 1 (``default`` when absent)."""
     if name not in flags:
         return default
     try:
@@ -197,6 +198,11 @@ def _int(flags: Mapping[str, Any], name: str, default: int | None = None) -> int
     if value < 1:
         raise SpecError(f"megatron arguments: --{name} {value} must be >= 1")
     return value
+
+
+def _opt_int(flags: Mapping[str, Any], name: str) -> int | None:
+    """Flag ``name`` as a whole number >= 1, or None when absent."""
+    return _int(flags, name, 0) or None
 
 
 def _float(flags: Mapping[str, Any], name: str, default: float) -> float:
@@ -223,7 +229,7 @@ _FP8 = {"hybrid": "fp8", "e4m3": "fp8"}
 
 
 def _vocab(flags: Mapping[str, Any], tp: int, notes: list[str]) -> int:
-    size = _int(flags, "vocab-size")
+    size = _opt_int(flags, "vocab-size")
     if size is None:
         tokenizer = flags.get("tokenizer-type", "GPT2BPETokenizer")
         if "vocab-file" not in flags or tokenizer != "GPT2BPETokenizer":
@@ -235,7 +241,7 @@ def _vocab(flags: Mapping[str, Any], tp: int, notes: list[str]) -> int:
         except (OSError, ValueError):
             size = GPT2_VOCAB
             notes.append(f"--vocab-file {path} is not readable here: GPT-2's {GPT2_VOCAB} tokens assumed")
-    multiple = (_int(flags, "make-vocab-size-divisible-by", 128) or 128) * tp
+    multiple = _int(flags, "make-vocab-size-divisible-by", 128) * tp
     padded = math.ceil(size / multiple) * multiple
     if padded != size:
         notes.append(f"vocabulary {size} padded to {padded} (a multiple of "
@@ -263,19 +269,18 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
                         " (--allow-unsupported simulates without them)")
     _require(flags, "num-layers", "hidden-size", "num-attention-heads", "seq-length", "micro-batch-size")
     notes = launch.notes
-    layers, hidden = _int(flags, "num-layers"), _int(flags, "hidden-size")
+    layers, hidden = _int(flags, "num-layers", 0), _int(flags, "hidden-size", 0)     # required
     tp, pp = _int(flags, "tensor-model-parallel-size", 1), _int(flags, "pipeline-model-parallel-size", 1)
     cp, ep = _int(flags, "context-parallel-size", 1), _int(flags, "expert-model-parallel-size", 1)
-    assert layers and hidden and tp and pp and cp and ep
     if num_gpus % (tp * pp * cp):
         raise SpecError(f"megatron arguments: {num_gpus} GPUs are not divisible by TP × PP × CP = "
                         f"{tp * pp * cp}")
     dp = num_gpus // (tp * pp * cp)
     swiglu = bool(flags.get("swiglu"))
-    ffn = _int(flags, "ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
+    ffn = _opt_int(flags, "ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
     position = "rope" if flags.get("use-rotary-position-embeddings") else \
         _choice(flags, "position-embedding-type", _POSITIONS, "learned_absolute")
-    seq = _int(flags, "seq-length")
+    seq = _int(flags, "seq-length", 0)                                              # required
     max_pos = _int(flags, "max-position-embeddings", seq)
     if position == "learned" and max_pos != seq:
         notes.append(f"learned position table of --seq-length {seq} rows, not "
@@ -283,7 +288,7 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
     precision = (_choice(flags, "fp8-format", _FP8, "hybrid") if "fp8-format" in flags
                  else "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32")
     model: dict[str, Any] = {
-        "layers": layers, "hidden": hidden, "heads": _int(flags, "num-attention-heads"),
+        "layers": layers, "hidden": hidden, "heads": _int(flags, "num-attention-heads", 0),
         "ffn_hidden": ffn, "vocab": _vocab(flags, tp, notes), "seq_len": seq,
         "activation": "swiglu" if swiglu else "gelu",
         "norm": _choice(flags, "normalization", _NORMS, "LayerNorm"),
@@ -292,20 +297,20 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         "tied_embeddings": not flags.get("untie-embeddings-and-output-weights"),
         "precision": precision,
     }
-    kv_channels = _int(flags, "kv-channels")
+    kv_channels = _opt_int(flags, "kv-channels")
     if kv_channels is not None and kv_channels * model["heads"] != hidden:
         raise SpecError(f"megatron arguments: not supported yet: --kv-channels {kv_channels} ≠ "
                         f"--hidden-size / --num-attention-heads = {hidden / model['heads']:g}")
     if flags.get("group-query-attention"):
         model["kv_heads"] = _int(flags, "num-query-groups", 1)
-    experts = _int(flags, "num-experts")
+    experts = _opt_int(flags, "num-experts")
     if experts:
         model.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2))
         if "moe-ffn-hidden-size" in flags:
-            model["moe_ffn_hidden"] = _int(flags, "moe-ffn-hidden-size")
+            model["moe_ffn_hidden"] = _int(flags, "moe-ffn-hidden-size", 0)
     virtual = _virtual_stages(flags, layers, pp)
     training: dict[str, Any] = {
-        "micro_batch": _int(flags, "micro-batch-size"),
+        "micro_batch": _int(flags, "micro-batch-size", 0),                       # required
         "schedule": "interleaved" if virtual > 1 else "1f1b", "virtual_stages": virtual,
         "recompute": _recompute(flags, layers // (pp * virtual)),
         "attention": "flash2" if flags.get("use-flash-attn") else
@@ -314,9 +319,8 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         "bucket_size": _bucket_bytes(flags, dp, precision),
     }
     if "global-batch-size" in flags:
-        training["global_batch"] = _int(flags, "global-batch-size")
-    if training["attention"] == "flash2" and flags.get("attention-backend", "auto") != "flash" \
-            and not flags.get("use-flash-attn"):
+        training["global_batch"] = _int(flags, "global-batch-size", 0)
+    if not flags.get("use-flash-attn") and flags.get("attention-backend", "auto") in ("auto", "fused"):
         notes.append("attention backend auto/fused (Transformer Engine / cuDNN fused attention) "
                      "costed as FlashAttention-2")
     launch.document = {"name": name, "source": "Megatron-LM arguments: " + " ".join(argv),
@@ -328,10 +332,10 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
 
 
 def _virtual_stages(flags: Mapping[str, Any], layers: int, pp: int) -> int:
-    per_stage = _int(flags, "num-layers-per-virtual-pipeline-stage")
+    per_stage = _opt_int(flags, "num-layers-per-virtual-pipeline-stage")
     if per_stage is None:
-        return _int(flags, "virtual-pipeline-model-parallel-size") or \
-            _int(flags, "num-virtual-stages-per-pipeline-rank", 1) or 1
+        return _opt_int(flags, "virtual-pipeline-model-parallel-size") or \
+            _int(flags, "num-virtual-stages-per-pipeline-rank", 1)
     if layers % pp or (layers // pp) % per_stage:
         raise SpecError(f"megatron arguments: --num-layers {layers} / --pipeline-model-parallel-size "
                         f"{pp} is not a multiple of --num-layers-per-virtual-pipeline-stage {per_stage}")
@@ -349,7 +353,7 @@ def _recompute(flags: Mapping[str, Any], layers_per_chunk: int) -> str:
         raise SpecError("megatron arguments: --recompute-granularity full needs --recompute-method "
                         f"uniform or block, got {method!r}")
     n = _int(flags, "recompute-num-layers", 1)
-    if method == "block" and n is not None and n < layers_per_chunk:
+    if method == "block" and n < layers_per_chunk:
         raise SpecError(f"megatron arguments: not supported yet: --recompute-method block "
                         f"--recompute-num-layers {n} recomputes {n} of the {layers_per_chunk} layers of "
                         "each model chunk; dessim recomputes all or none")
@@ -359,6 +363,6 @@ def _recompute(flags: Mapping[str, Any], layers_per_chunk: int) -> str:
 def _bucket_bytes(flags: Mapping[str, Any], dp: int, precision: str) -> int:
     if not flags.get("overlap-grad-reduce"):
         return 0
-    params = _int(flags, "ddp-bucket-size") or max(40_000_000, 1_000_000 * dp)
+    params = _opt_int(flags, "ddp-bucket-size") or max(40_000_000, 1_000_000 * dp)
     grad_bytes = 4 if precision == "fp32" or flags.get("accumulate-allreduce-grads-in-fp32") else 2
     return params * grad_bytes
