@@ -3,7 +3,6 @@ is the ``dessim`` command; every name ``dessim.__all__`` promises exists."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -43,10 +42,7 @@ def test_all_names_resolve():
 
 
 def test_python_dash_m_dessim():
-    proc = subprocess.run([sys.executable, "-m", "dessim", "topology", "show", "ring:4", "--json"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["gpus"] == 4
+    """One subprocess: ``python -m dessim`` is the command, down to its clean errors."""
     bad = subprocess.run([sys.executable, "-m", "dessim", "simulate", "no-such-workload"],
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.startswith("error:")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown workload 'no-such-workload'")
