@@ -31,6 +31,11 @@ def print_summary(s: dict[str, Any]) -> None:
     click.echo(f"  hardware FLOP/s     {s['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU, HFU {100 * s['hfu']:.1f}%")
     if s["bubble_fraction"] or s["layout"].get("pp", 1) > 1:
         click.echo(f"  pipeline bubble     {100 * s['bubble_fraction']:.1f}% of the pipeline window")
+    d = s.get("details") or {}
+    if d.get("gradient_sync") == "parameter_server":
+        mode = d["ps_mode"] + (f", staleness {d['ps_staleness']}" if d["ps_mode"] == "async" else "")
+        click.echo(f"  gradient sync       {d['parameter_servers']} parameter servers ({d['ps_placement']}, {mode}); "
+                   f"steady state of {d['ps_iterations']} iterations")
     click.echo(f"  exposed comm        {format_time(s['exposed_comm_total_s'])} (mean per GPU)")
     for cat, v in s["exposed_comm_s"].items():
         if v:

@@ -55,13 +55,24 @@ layout_options = compose(
     click.option("--fuse-optimizer-allreduce/--no-fuse-optimizer-allreduce", "fuse_optimizer_allreduce",
                  default=None, help="Per-bucket reduce-scatter + optimizer update + all-gather "
                                     "(CoCoNet; docs/comp-comm-overlap.md)."),
+    click.option("--gradient-sync", type=click.Choice(["allreduce", "parameter_server"]), default=None,
+                 help="Data-parallel gradient synchronisation (DLRM, CNN/ViT workloads)."),
+    click.option("--parameter-servers", type=_POS, default=None, metavar="N",
+                 help="Parameter-server processes (implies --gradient-sync parameter_server)."),
+    click.option("--ps-placement", type=click.Choice(["dedicated", "colocated"]), default=None,
+                 help="Parameter servers on their own hosts or beside GPUs."),
+    click.option("--ps-mode", type=click.Choice(["sync", "async"]), default=None,
+                 help="Synchronous or bounded-staleness asynchronous parameter servers."),
+    click.option("--ps-staleness", type=click.IntRange(min=0), default=None, metavar="S",
+                 help="Iterations a worker may run ahead of the slowest (--ps-mode async)."),
 )
 
 #: Keyword names that :data:`layout_options` adds to a command.
 LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch", "seq_len",
                        "schedule", "virtual_stages", "recompute", "attention", "bucket_size",
                        "offload_optimizer", "offload_activations", "tp_comm_overlap",
-                       "fuse_optimizer_allreduce")
+                       "fuse_optimizer_allreduce", "gradient_sync", "parameter_servers",
+                       "ps_placement", "ps_mode", "ps_staleness")
 
 
 def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +94,8 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
             out["schedule"] = "interleaved"
     if vals["bucket_size"] is not None:
         out["bucket_size"] = int(parse_size(vals["bucket_size"], "--bucket-size"))
-    for name in ("offload_optimizer", "offload_activations"):
+    for name in ("offload_optimizer", "offload_activations", "gradient_sync", "parameter_servers",
+                 "ps_placement", "ps_mode", "ps_staleness"):
         if vals[name] is not None:
             out[name] = vals[name]
     return out

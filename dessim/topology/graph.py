@@ -5,7 +5,8 @@ Nodes
     (int, 0..N-1) and ``device`` (a GPU name from :mod:`dessim.catalog.devices`, or ``None``).
     Memory nodes (``host_mem``, ``cxl_mem``) may carry ``capacity`` (bytes).
     ``transit`` (bool) says whether traffic between two *other* nodes may be routed through
-    this node. Defaults: switches, NICs and CPUs forward; memory and storage nodes never do;
+    this node. Defaults: switches, NICs and CPUs forward; memory, storage and parameter-server
+    nodes (``param_server``, :mod:`dessim.topology.paramservers`) never do;
     GPUs forward (direct topologies such as rings and tori need it) unless the builder or the
     YAML file says ``transit: false`` (the DGX presets do: GPUs there do not route IB traffic).
     A GPU may name its own NIC with ``nic`` (a node of kind ``nic``): routing then sends the
@@ -51,12 +52,13 @@ _T = TypeVar("_T")
 __all__ = ["NODE_KINDS", "TRANSIT_DEFAULT", "Link", "Topology"]
 
 #: Node kinds a topology may contain.
-NODE_KINDS: tuple[str, ...] = ("gpu", "cpu", "switch", "nic", "host_mem", "cxl_mem", "storage")
+NODE_KINDS: tuple[str, ...] = ("gpu", "cpu", "switch", "nic", "host_mem", "cxl_mem", "storage",
+                               "param_server")
 
 #: Whether a node of each kind forwards traffic, unless the node says otherwise.
 TRANSIT_DEFAULT: dict[str, bool] = {
     "gpu": True, "cpu": True, "switch": True, "nic": True,
-    "host_mem": False, "cxl_mem": False, "storage": False,
+    "host_mem": False, "cxl_mem": False, "storage": False, "param_server": False,
 }
 
 

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from dessim.workload.dataparallel.compression import GradSync
+from dessim.workload.dataparallel.paramserver import PSSync, bucket_of_layers, emit_iterations
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.gradsync import fill_buckets
 from dessim.workload.common.kernels import Kernel, KernelBuilder
 from dessim.workload.common.precision import Precision
 
 __all__ = ["Layer", "mlp_layers", "emit_forward", "emit_backward", "emit_optimizer", "optimizer_kernel",
-           "layer_from_forward", "memory_breakdown"]
+           "layer_from_forward", "memory_breakdown", "emit_training"]
 
 #: FLOPs per element of ReLU (one compare) — an estimate, not model FLOPs.
 RELU_FLOPS = 1.0
@@ -136,16 +137,31 @@ def emit_optimizer(em: TaskEmitter, rank: int, params: float, precision: Precisi
     return em.compute(rank, [optimizer_kernel(params, precision)], "optimizer step", "optimizer", waits)
 
 
+def emit_training(em: TaskEmitter, ranks: int, layers: Sequence[Layer], params: float, precision: Precision,
+                  bucket_size: float, ps: PSSync | None,
+                  iteration: Callable[[int, list[str], dict[str, list[str]]], str]) -> None:
+    """Every rank's training: ``iteration(rank, start deps, extra deps by layer)`` emits one
+    rank's forward and backward and returns its last task. All-reduce (``ps`` None): one
+    iteration, then the optimizer step; parameter servers: several iterations with pushes and
+    pulls (:func:`~dessim.workload.dataparallel.paramserver.emit_iterations`)."""
+    if ps is None:
+        for rank in range(ranks):
+            emit_optimizer(em, rank, params, precision, [iteration(rank, [], {})])
+    else:
+        emit_iterations(ps, em, bucket_of_layers(layers, precision.grad_bytes, bucket_size), iteration)
+
+
 def memory_breakdown(params: float, precision: Precision, layers: Sequence[Layer], bucket_size: float,
-                     extra: Mapping[str, float] | None = None) -> dict[str, float]:
+                     extra: Mapping[str, float] | None = None, servers: bool = False) -> dict[str, float]:
     """Per-GPU memory of a data-parallel replica (bytes): weights, gradients and optimizer
     state (``param_bytes + grad_bytes + K`` per parameter, :class:`Precision`), stored
     activations (every forward kernel's output of one micro-batch, kept for the backward —
     an upper bound, no in-place reuse), two gradient buckets in flight (the transformer
-    estimate's assumption), plus ``extra`` categories; ``total`` last."""
+    estimate's assumption), plus ``extra`` categories; ``total`` last. ``servers``: parameter
+    servers hold the optimizer state (none on the GPU)."""
     p = precision
     out = {"weights": params * p.param_bytes, "gradients": params * p.grad_bytes,
-           "optimizer": params * p.optimizer_bytes,
+           "optimizer": 0.0 if servers else params * p.optimizer_bytes,
            "activations": float(sum(k.bytes_written for l in layers for k in l.forward)),
            "comm_buffers": 2.0 * bucket_size}
     out.update(extra or {})

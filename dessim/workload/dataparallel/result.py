@@ -15,6 +15,9 @@ sweeps read both alike) plus ``kind`` and ``details`` (kind-specific figures):
   communication-bound job shows idle GPUs here and in the timeline;
 * ``memory_per_gpu_bytes`` by category with ``total`` (largest rank).
 * ``calibration``: the name of the calibration the run used (as the transformer's).
+
+A graph of several iterations (parameter servers, :mod:`~dessim.workload.dataparallel.paramserver`)
+reports the steady-state iteration time and every other figure per iteration (totals / iterations).
 """
 
 from __future__ import annotations
@@ -46,17 +49,26 @@ class DPResult(IterationResult):
     tokens_per_sample: int = 0
     bucket_size: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    #: iterations the graph holds (parameter servers simulate several to reach steady state)
+    iterations: int = 1
+    #: steady-state seconds per iteration when ``iterations > 1`` (None: the makespan)
+    steady_iteration_s: float | None = None
 
+    @property
+    def iteration_s(self) -> float:
+        """Seconds per iteration: the makespan, or the steady state of a multi-iteration graph."""
+        return self.simulation.makespan_s if self.steady_iteration_s is None else self.steady_iteration_s
 
     def summary(self) -> dict[str, Any]:
         sim, it = self.simulation, self.iteration_s
         n = len(sim.ranks) or 1
+        k = self.iterations          # graph totals -> per iteration
         gpus = len(self.devices)
-        f_model = sum(float(t.attrs.get("model_flops", 0.0)) for t in self.taskgraph if t.kind == "compute")
-        f_hw = sum(t.flops for t in self.taskgraph if t.kind == "compute")
+        f_model = sum(float(t.attrs.get("model_flops", 0.0)) for t in self.taskgraph if t.kind == "compute") / k
+        f_hw = sum(t.flops for t in self.taskgraph if t.kind == "compute") / k
         peak = sum(get_device(d).peak_flops(self.precision) for d in self.devices)
-        exposed = exposed_comm(sim, self.taskgraph)
-        compute = sum(r.compute_s for r in sim.ranks) / n
+        exposed = {c: v / k for c, v in exposed_comm(sim, self.taskgraph).items()}
+        compute = sum(r.compute_s for r in sim.ranks) / n / k
         return {
             "workload": self.name,
             "kind": self.kind,

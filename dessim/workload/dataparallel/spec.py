@@ -12,6 +12,12 @@ A file of kind ``dlrm`` or ``cnn`` (:mod:`dessim.workload.kinds`) has, besides i
       micro_batch: 64              # samples per GPU per step (default global_batch / GPUs)
       bucket_size: 25MiB           # DDP gradient bucket (0: one all-reduce after the backward)
       device: H100                 # GPU model when the topology names none
+      gradient_sync: allreduce     # allreduce (default) | parameter_server
+      parameter_servers: 4         # server processes (implies gradient_sync: parameter_server)
+      ps_placement: dedicated      # dedicated (own hosts) | colocated (beside GPUs)
+      ps_mode: sync                # sync | async (bounded staleness ps_staleness: s)
+      ps_iterations: 3             # iterations simulated for the steady state
+      ps_nic_bw: 25GB/s            # a server's link (default: as the workers' hosts')
     compression: {method: topk, density: 0.01}      # dessim.workload.dataparallel.compression
     input: {sample_bytes: 110KB, cache: host, ...}   # dessim.workload.dataparallel.io
 
@@ -36,10 +42,12 @@ from dessim.errors import SpecError, WorkloadError
 from dessim.workload.dataparallel.compression import Compression, parse_compression
 from dessim.workload.dataparallel.io import InputPipeline, parse_input
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
-from dessim.units import parse_count, parse_size
+from dessim.units import parse_bandwidth, parse_count, parse_size
+from dessim.workload.dataparallel.paramserver import GRADIENT_SYNCS, PSConfig, PSSync
 from dessim.workload.common.document import as_str, check_section, merge_document
 
-__all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS"]
+__all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS", "dp_sync",
+           "sync_details"]
 
 #: Top-level keys every non-transformer file may have (its own sections come in addition).
 COMMON_KEYS: tuple[str, ...] = ("kind", "name", "description", "source", "training", "compression", "input")
@@ -49,10 +57,20 @@ def _positive(value: Any, what: str) -> int:
     return parse_count(value, what, minimum=1)
 
 
+def _count0(value: Any, what: str) -> int:
+    return parse_count(value, what, minimum=0)
+
+
 _TRAINING_SCHEMA = {"global_batch": _positive, "micro_batch": _positive,
-                    "bucket_size": lambda v, what: parse_size(v, what), "device": as_str}
-_FLAT = {"global_batch": "training", "micro_batch": "training", "bucket_size": "training",
-         "device": "training"}
+                    "bucket_size": lambda v, what: parse_size(v, what), "device": as_str,
+                    "gradient_sync": as_str, "parameter_servers": _positive, "ps_placement": as_str,
+                    "ps_mode": as_str, "ps_staleness": _count0,
+                    "ps_iterations": lambda v, what: parse_count(v, what, minimum=2),
+                    "ps_nic_bw": lambda v, what: parse_bandwidth(v, what)}
+#: Flat overrides and the section they go to: every training key.
+_FLAT = {key: "training" for key in _TRAINING_SCHEMA}
+#: Training keys that only apply to parameter servers.
+_PS_KEYS = ("parameter_servers", "ps_placement", "ps_mode", "ps_staleness", "ps_iterations", "ps_nic_bw")
 #: Transformer-generator flags and the only value they may take here.
 _FIXED = {"granularity": ("layer", "auto"), "comm": (True,), "embedding_head": (True,),
           "fold": (None, False)}
@@ -66,6 +84,39 @@ class DPTraining:
     micro_batch: int | None = None
     bucket_size: int = DEFAULT_BUCKET_SIZE
     device: str | None = None
+    #: ``allreduce`` | ``parameter_server`` (default: ``parameter_server`` when
+    #: ``parameter_servers`` is given); :mod:`dessim.workload.dataparallel.paramserver`
+    gradient_sync: str | None = None
+    parameter_servers: int | None = None
+    ps_placement: str = "dedicated"
+    ps_mode: str = "sync"
+    ps_staleness: int = 0
+    ps_iterations: int | None = None
+    ps_nic_bw: float | None = None         #: bytes/s of a server's link (None: topology default)
+
+    def __post_init__(self) -> None:
+        sync = self.gradient_sync or ("parameter_server" if self.parameter_servers else "allreduce")
+        if sync not in GRADIENT_SYNCS:
+            raise SpecError(f"training.gradient_sync: {sync!r} is unknown; valid: {', '.join(GRADIENT_SYNCS)}")
+        object.__setattr__(self, "gradient_sync", sync)
+        if sync == "parameter_server":
+            if self.parameter_servers is None:
+                raise SpecError("training.gradient_sync: parameter_server needs training.parameter_servers "
+                                "(the number of server processes)")
+            self.ps      # validated now
+        else:
+            given = [k for k in _PS_KEYS if getattr(self, k) != getattr(DPTraining, k)]
+            if given:
+                raise SpecError(f"training.{given[0]}: applies to gradient_sync: parameter_server only "
+                                f"(gradient_sync is {sync!r})")
+
+    @property
+    def ps(self) -> PSConfig | None:
+        """The parameter-server settings, or None with ``gradient_sync: allreduce``."""
+        if self.gradient_sync != "parameter_server":
+            return None
+        return PSConfig(self.parameter_servers or 1, self.ps_placement, self.ps_mode, self.ps_staleness,
+                        self.ps_iterations, self.ps_nic_bw)
 
     def per_gpu(self, gpus: int, where: str) -> tuple[int, int]:
         """(micro-batch, micro-batches per iteration) on ``gpus`` data-parallel GPUs."""
@@ -106,10 +157,14 @@ def parse_common(data: Any, origin: str, default_name: str, own_keys: tuple[str,
     tr = check_section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
     if "global_batch" not in tr:
         raise SpecError(f"{origin}: training section lacks global_batch")
+    try:
+        training = DPTraining(**tr)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
     return CommonSpec(
         kind=as_str(data.get("kind"), f"{origin}: kind"),
         name=as_str(data.get("name", default_name), f"{origin}: name"),
-        training=DPTraining(**tr),
+        training=training,
         compression=parse_compression(data.get("compression"), f"{origin}: compression"),
         input=parse_input(data.get("input"), f"{origin}: input"),
         document=copy.deepcopy(data),
@@ -152,3 +207,25 @@ def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sec
                            | set(_FLAT) | set(_FIXED))
             raise WorkloadError(f"{where}: unknown or inapplicable override {key!r}; valid: {', '.join(valid)}")
     return doc, RunFlags(**flags)
+
+
+def dp_sync(common: CommonSpec, em: Any, precision: Any, ranks: int, where: str) -> PSSync | None:
+    """The parameter-server synchroniser of a generator (None with ``gradient_sync:
+    allreduce``); compression applies to all-reduce only."""
+    ps = common.training.ps
+    if ps is None:
+        return None
+    if common.compression.method != "none":
+        raise WorkloadError(f"{where}: compression {common.compression.method!r} applies to gradient_sync: "
+                            "allreduce only; remove it or use allreduce")
+    if ranks < 1:
+        raise WorkloadError(f"{where}: no GPUs")
+    return PSSync(ps, ranks, precision.grad_bytes, precision.param_bytes)
+
+
+def sync_details(training: DPTraining) -> dict[str, Any]:
+    """The gradient-synchronisation figures every data-parallel summary reports (``details``)."""
+    ps = training.ps
+    base = {"gradient_sync": training.gradient_sync, "parameter_servers": 0, "ps_placement": None,
+            "ps_mode": None, "ps_staleness": None, "ps_iterations": 1}
+    return base if ps is None else {**base, **ps.summary()}

@@ -69,10 +69,11 @@ from dessim.units import format_size, parse_count, parse_size
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
                                                rowwise_bytes, shard_tables)
-from dessim.workload.dataparallel.graph import (Layer, emit_backward, emit_forward, emit_optimizer, memory_breakdown,
+from dessim.workload.dataparallel.graph import (Layer, emit_backward, emit_forward, emit_training, memory_breakdown,
                                                 mlp_layers)
 from dessim.workload.dataparallel.result import DPResult, Generated
-from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, parse_common
+from dessim.workload.dataparallel.paramserver import iteration_figures
+from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, dp_sync, parse_common, sync_details
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
 from dessim.workload.common.placement import resolve_devices
@@ -278,6 +279,8 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     topology = _with_ssd(topology, opt, where)
     if c.input is not None:
         topology = c.input.prepare(topology)
+    if c.training.ps is not None:
+        topology = c.training.ps.prepare(topology)
     devices = resolve_devices(topology, (device, c.training.device), where)
     precision = PRECISIONS[spec.precision]
     b, _ = c.training.per_gpu(W, where)
@@ -285,7 +288,8 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     bottom, top = dense_layers(spec, b, precision)
     layers = bottom + top
     params = sum(l.params for l in layers)
-    dense_mem = memory_breakdown(params, precision, layers, c.training.bucket_size)
+    servers = c.training.ps is not None
+    dense_mem = memory_breakdown(params, precision, layers, c.training.bucket_size, servers=servers)
     capacity = min(get_device(d).hbm_capacity for d in set(devices))
     budget = opt.hbm_budget if opt.hbm_budget is not None else max(0.0, capacity - dense_mem["total"])
     shards = shard_tables(spec.tables, W, opt.sharding, opt.sharder, opt.column_shards, e)
@@ -299,7 +303,8 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
         raise MemoryFitError(f"{where}: a GPU's embedding shards need {format_size(worst + spilled_max)} but only "
                              f"{format_size(budget)} of HBM are left for them; spill them (embeddings.spill: host "
                              "or cxl), use more GPUs or another sharding")
-    memory = memory_breakdown(params, precision, layers, c.training.bucket_size, {"embeddings": worst})
+    memory = memory_breakdown(params, precision, layers, c.training.bucket_size, {"embeddings": worst},
+                              servers=servers)
     if flags.check_memory and memory["total"] > capacity:
         raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in {format_size(capacity)}")
     matrix = alltoall_matrix(shards, W, b, e)
@@ -322,11 +327,13 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
 
     if flags.check_memory:
         _check_tier_capacity(em, placement, opt.spill, e, where)
-    for rank in range(W):
+    ps = dp_sync(c, em, precision, W, where)
+
+    def iteration(rank: int, start: list[str], extra: dict[str, list[str]]) -> str:
         tiers = placement[rank]
         owned = [sh for t in ("hbm", *opt.spill, "overflow") for sh in tiers[t]]
         reads = c.input.emit(em, rank, b, hit) if c.input else []
-        waits = [] if (c.input is None or c.input.prefetch) else reads
+        waits = ([] if (c.input is None or c.input.prefetch) else reads) + start
         far = {t: sum(lookups(sh, B) * sh.dim * e for sh in tiers[t]) for t in opt.spill}
         far = {t: v for t, v in far.items() if v}
         fetch = [em.memcpy(rank, nbytes, em.nearest(rank, TIER_NODE_KINDS[t], f"{where}: embeddings.spill {t}"),
@@ -336,20 +343,23 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
         lookup = (em.compute(rank, [fwd_k], "fwd embeddings", "fwd", waits + ([] if opt.prefetch else fetch))
                   if owned else "")
         arrived = _exchange(em, rank, wire["forward"], qc, e, [lookup] if lookup else waits, backward=False)
-        last = emit_forward(em, rank, layers, waits, 0, extra_deps={"interaction": arrived})
+        gates = {**extra, "interaction": arrived + extra.get("interaction", [])}
+        last = emit_forward(em, rank, layers, waits, 0, extra_deps=gates)
         grads: list[str] = []
 
         def start_backward_a2a(tid: str, rank: int = rank, out: list[str] = grads) -> None:
             out += _exchange(em, rank, wire["backward"], qc, e, [tid], backward=True)
 
-        last = emit_backward(em, rank, layers, [last], 0, sync, c.training.bucket_size,
+        last = emit_backward(em, rank, layers, [last], 0, ps or sync, c.training.bucket_size,
                              after={"interaction": start_backward_a2a})
         if owned:
             last = em.compute(rank, [bwd_k], "bwd embeddings", "bwd", [last] + grads)
             for t, nbytes in far.items():
                 em.memcpy(rank, nbytes, em.nearest(rank, TIER_NODE_KINDS[t], where), "from_hbm",
                           f"updated embedding rows to {t}", "offload", "mem.out", [last])
-        emit_optimizer(em, rank, params, precision, [last])
+        return last
+
+    emit_training(em, W, layers, params, precision, c.training.bucket_size, ps, iteration)
 
     a2a_sent = [sum(row) for row in wire["forward"][0]]
     details = {
@@ -366,6 +376,7 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
         "alltoall_sent_bytes_per_gpu": a2a_sent, "rowwise_reducescatter_bytes": wire["forward"][1],
         "interaction_width": spec.interaction_width(), "local_batch": b,
         "compression": c.compression.method, "input_hit_ratio": hit if c.input else None,
+        **sync_details(c.training),
     }
     extra = (f", spill {'+'.join(opt.spill)}{' (prefetch)' if opt.prefetch else ''}" if opt.spill else "")
     if qc != CommPrecision():
@@ -375,7 +386,8 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
 
     def finish(sim):
         return DPResult("dlrm", spec.name, em.graph, sim, devices, spec.precision, B, layout, memory, 0,
-                        c.training.bucket_size, details)
+                        c.training.bucket_size, details,
+                        *iteration_figures(ps, sim))
 
     return Generated(spec.name, em.graph, topology, finish)
 

@@ -13,7 +13,9 @@ One iteration on every rank (:mod:`dessim.workload.dataparallel.graph`): the inp
 (:mod:`dessim.workload.dataparallel.io`), for each micro-batch the forward and backward of every layer
 (:mod:`dessim.workload.vision.cnn_models`), the last backward's gradients all-reduced in DDP buckets
 (optionally compressed, :mod:`dessim.workload.dataparallel.compression`) overlapping the backward, then
-the optimizer step.
+the optimizer step. With ``training.gradient_sync: parameter_server`` the buckets are pushed to
+and pulled from parameter servers instead, over several iterations
+(:mod:`dessim.workload.dataparallel.paramserver`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from dessim.topology.graph import Topology
 from dessim.units import format_size, parse_count
 from dessim.workload.vision.cnn_models import ARCHS, total_params
 from dessim.workload.dataparallel.compression import GradSync
-from dessim.workload.dataparallel.graph import emit_backward, emit_forward, emit_optimizer, memory_breakdown
+from dessim.workload.dataparallel.graph import emit_backward, emit_forward, emit_training, memory_breakdown
+from dessim.workload.dataparallel.paramserver import iteration_figures
 from dessim.workload.dataparallel.result import DPResult, Generated
-from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, parse_common
+from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, dp_sync, parse_common, sync_details
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS
@@ -93,7 +96,10 @@ def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any]
     mb, steps = c.training.per_gpu(W, where)
     layers = ARCHS[spec.arch](mb, precision, spec.image_size, spec.classes)
     params = total_params(layers)
-    memory = memory_breakdown(params, precision, layers, c.training.bucket_size)
+    if c.training.ps is not None:
+        topology = c.training.ps.prepare(topology)
+    memory = memory_breakdown(params, precision, layers, c.training.bucket_size,
+                              servers=c.training.ps is not None)
     capacity = min(get_device(d).hbm_capacity for d in set(devices))
     if flags.check_memory and memory["total"] > capacity:
         raise MemoryFitError(f"{where}: {format_size(memory['total'])} per GPU do not fit in "
@@ -104,19 +110,25 @@ def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any]
     group = tuple(range(W))
     sync = GradSync({r: group for r in range(W)}, precision.grad_bytes, c.compression)
     hit = c.input.effective_hit_ratio(topology) if c.input else 0.0
-    for rank in range(W):
+    ps = dp_sync(c, em, precision, W, where)
+
+    def iteration(rank: int, start: list[str], extra: dict[str, list[str]]) -> str:
         reads = c.input.emit(em, rank, mb * steps, hit) if c.input else []
         waits = [] if (c.input is None or c.input.prefetch) else reads
         last = ""
         for step in range(steps):
-            last = emit_forward(em, rank, layers, [last] + (waits if step == 0 else []), step)
+            first = step == 0
+            last = emit_forward(em, rank, layers, [last] + (waits + start if first else []), step,
+                                extra_deps=extra if first else None)
             final = step == steps - 1
-            last = emit_backward(em, rank, layers, [last], step, sync if final else None,
+            last = emit_backward(em, rank, layers, [last], step, (ps or sync) if final else None,
                                  c.training.bucket_size)
-        emit_optimizer(em, rank, params, precision, [last])
+        return last
+
+    emit_training(em, W, layers, params, precision, c.training.bucket_size, ps, iteration)
     tokens = (spec.image_size // 16) ** 2 + 1 if spec.arch.startswith("vit") else 0
     details = {"arch": spec.arch, "params": params, "micro_batch": mb, "micro_batches": steps,
-               "compression": c.compression.method,
+               "compression": c.compression.method, **sync_details(c.training),
                "input_hit_ratio": hit if c.input else None,
                "input_bytes_per_gpu": mb * steps * c.input.sample_bytes if c.input else 0.0}
     layout = {"dp": W, "micro_batch": mb, "global_batch": c.training.global_batch,
@@ -124,6 +136,7 @@ def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any]
 
     def finish(sim):
         return DPResult("cnn", spec.name, em.graph, sim, devices, spec.precision, c.training.global_batch,
-                        layout, memory, tokens, c.training.bucket_size, details)
+                        layout, memory, tokens, c.training.bucket_size, details,
+                        *iteration_figures(ps, sim))
 
     return Generated(spec.name, em.graph, topology, finish)
