@@ -1,0 +1,33 @@
+"""Write the committed table of the parameter-server example from a ``dessim sweep`` results file.
+
+    python examples/parameter-servers/summarize.py ps.parquet
+
+``results.csv``: every point (placement, servers, the headline figures, seconds);
+docs/parameter-servers.md reads it and tests/test_examples_ps_cluster.py checks a fresh run
+against it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).parent
+COLUMNS = ["workload.training.ps_placement", "workload.training.parameter_servers", "status", "iteration_s",
+           "compute_s", "gpu_busy_fraction", "exposed_comm_s.ps", "samples_per_s", "details.ps_mode"]
+
+
+def table(results: pd.DataFrame) -> pd.DataFrame:
+    """The committed columns of a results table, in point order."""
+    return results[COLUMNS].reset_index(drop=True)
+
+
+def main(path: str) -> None:
+    results = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+    table(results).to_csv(HERE / "results.csv", index=False, float_format="%.9g")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
