@@ -1,19 +1,24 @@
-"""Span tables: CSV and Parquet export of :meth:`SimulationResult.spans`."""
+"""Tables as CSV or Parquet: :meth:`SimulationResult.spans` and any other result table."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError
 
-__all__ = ["write_spans"]
+__all__ = ["write_spans", "write_table"]
 
 
 def write_spans(result: SimulationResult, path: str | Path) -> Path:
     """Write the span table; the format follows the suffix: ``.csv`` or ``.parquet``."""
+    return write_table(result.spans(), path, "span table")
+
+
+def write_table(df: Any, path: str | Path, what: str = "table") -> Path:
+    """Write a pandas DataFrame; the format follows the suffix: ``.csv`` or ``.parquet``."""
     path = Path(path)
-    df = result.spans()
     if path.suffix == ".csv":
         df.to_csv(path, index=False)
     elif path.suffix in (".parquet", ".pq"):
@@ -22,6 +27,6 @@ def write_spans(result: SimulationResult, path: str | Path) -> Path:
         except ImportError:
             raise DessimError("writing Parquet needs pyarrow: pip install 'dessim[parquet]'") from None
     else:
-        raise DessimError(f"span table {str(path)!r}: unknown format {path.suffix!r} "
+        raise DessimError(f"{what} {str(path)!r}: unknown format {path.suffix!r} "
                           "(use .csv or .parquet)")
     return path

@@ -6,6 +6,12 @@ set, the function that turns a configuration into metrics, and optionally an exp
 points (``parallelism: auto``). :data:`EVALUATORS` is the registry the sweep spec's ``kind``
 selects from.
 
+``cluster``
+    A shared cluster over time (``base.cluster``: a cluster file with a ``scheduler:``
+    section): ``scheduler.policy`` / ``scheduler.resize_overhead`` axes, ``topology.KEY``
+    (with ``base.topology``) and ``engine.PATH``; metrics: makespan, utilisation, fairness
+    loss, slowdowns, and ``jobs.<name>.{jct_s, slowdown, queue_s, mean_gpus, resizes}``.
+    Running sets are memoised per process across points.
 ``collective``
     One collective (``collective.op``, ``collective.size``, optionally ``collective.ranks`` and
     ``collective.root``) on a topology, run with
@@ -446,8 +452,59 @@ WORKLOAD = Evaluator(
 )
 
 
+# ---------------------------------------------------------------- cluster over time
+#: Running sets and alone runs already simulated in this process (dessim.workload.sharedcluster).
+_CLUSTER_MEMO: dict[Any, Any] = {}
+_SCHEDULER_KEYS = ("policy", "resize_overhead")
+
+
+def _evaluate_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    from dessim.units import parse_time
+    from dessim.workload.jobtrace import load_job_trace
+    from dessim.workload.sharedcluster import simulate_job_trace
+
+    trace = load_job_trace(cfg["cluster"])
+    engine = {**trace.engine, **(cfg.get("engine") or {})}
+    sched = cfg.get("scheduler") or {}
+    overhead = sched.get("resize_overhead")
+    topo = cfg.get("topology")
+    result = simulate_job_trace(trace, topology=_load_topology_cached(topo) if topo is not None else None,
+                                options=_engine_of(engine, str(cfg["cluster"])), policy=sched.get("policy"),
+                                resize_overhead=None if overhead is None else parse_time(
+                                    overhead, "scheduler.resize_overhead"),
+                                memo=_CLUSTER_MEMO)
+    summary = result.summary()
+    summary.pop("allocations")
+    jobs = summary.pop("jobs")
+    out = flatten(summary)
+    for j in jobs:
+        for key in ("jct_s", "slowdown", "queue_s", "mean_gpus", "resizes"):
+            out[f"jobs.{j['name']}.{key}"] = j[key]
+    return out
+
+
+CLUSTER = Evaluator(
+    name="cluster",
+    help="a shared cluster over time: a job-arrival trace under a scheduler "
+         "(dessim.workload.sharedcluster.simulate_job_trace)",
+    base_keys=("cluster", "topology", "engine", "scheduler"),
+    base_sections={"engine": None, "scheduler": _SCHEDULER_KEYS},
+    section_checks={"engine": _check_engine_section(None)},
+    required=("cluster",),
+    namespaces={"topology": _TOPOLOGY_NS,
+                "scheduler": Namespace("scheduler", ("scheduler",), _SCHEDULER_KEYS,
+                                       help="policy (fifo, fair, dorm), resize_overhead"),
+                "engine": Namespace("engine", ("engine",), nested=True,
+                                    help="an EngineOptions setting by its dotted path",
+                                    check=_check_engine_axis(None))},
+    evaluate=_evaluate_cluster,
+    default_metric="makespan_s",
+    defaults={"engine": {}, "scheduler": {}},
+)
+
+
 #: Point kinds by name (the sweep spec's ``kind``).
-EVALUATORS: dict[str, Evaluator] = {e.name: e for e in (WORKLOAD, COLLECTIVE)}
+EVALUATORS: dict[str, Evaluator] = {e.name: e for e in (WORKLOAD, COLLECTIVE, CLUSTER)}
 
 
 def get_evaluator(name: object, where: str = "kind") -> Evaluator:

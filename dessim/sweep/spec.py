@@ -143,7 +143,7 @@ def _parse_analysis(raw: object, where: str) -> AnalysisSpec:
 
 
 #: Base keys whose string values may be files named relative to the sweep file.
-FILE_KEYS: tuple[str, ...] = ("workload", "topology")
+FILE_KEYS: tuple[str, ...] = ("workload", "topology", "cluster")
 
 
 def _resolve_files(base: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:

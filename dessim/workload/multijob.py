@@ -51,7 +51,8 @@ from dessim.workload.common.figures import exposed_comm
 from dessim.workload.common.document import check_keys
 
 __all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
-           "job_view", "merge_graphs", "simulate_cluster", "parse_gpus"]
+           "job_view", "merge_graphs", "simulate_cluster", "parse_gpus", "resolve_workload",
+           "check_cluster_sections", "check_cluster_head", "cluster_topology"]
 
 _TOP = ("kind", "name", "description", "topology", "storage", "engine", "jobs")
 #: The ``kind:`` of a cluster file (keeps it out of the workload preset lists).
@@ -109,13 +110,37 @@ def parse_gpus(value: Any, where: str) -> tuple[int, ...] | int:
     return tuple(items)
 
 
-def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
-    """A :class:`ClusterSpec` from a parsed YAML document."""
-    check_keys(data, _TOP, origin, f"a cluster file is a mapping with keys {', '.join(_TOP)}")
+def resolve_workload(workload: Any, origin: str) -> Any:
+    """A job's ``workload``: a file name relative to the cluster file's folder when it exists
+    there, else as given (a preset name or a path)."""
+    if isinstance(workload, str) and not Path(workload).is_absolute() and origin.endswith((".yaml", ".yml")):
+        local = Path(origin).parent / workload
+        return str(local) if local.is_file() else workload
+    return workload
+
+
+def check_cluster_sections(data: Mapping[str, Any], names: Sequence[str], origin: str) -> None:
+    """Distinct job names, ``engine``/``storage`` mappings, every engine setting valid."""
+    if len(set(names)) != len(names):
+        raise SpecError(f"{origin}: job names must be distinct, got {list(names)}")
+    for key in ("engine", "storage"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise SpecError(f"{origin}: {key} must be a mapping")
+    EngineOptions.of(data.get("engine"), origin)   # every setting checked now
+
+
+def check_cluster_head(data: Any, keys: tuple[str, ...], origin: str) -> None:
+    """A cluster file's top level: a mapping of ``keys``, kind ``cluster`` (or none), a topology."""
+    check_keys(data, keys, origin, f"a cluster file is a mapping with keys {', '.join(keys)}")
     if data.get("kind", CLUSTER_KIND) != CLUSTER_KIND:
         raise SpecError(f"{origin}: kind {data['kind']!r}: a cluster file has kind: {CLUSTER_KIND} (or none)")
     if "topology" not in data:
         raise SpecError(f"{origin}: missing 'topology' (any topology spec, e.g. dgx-h100:nodes=2)")
+
+
+def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
+    """A :class:`ClusterSpec` from a parsed YAML document."""
+    check_cluster_head(data, _TOP, origin)
     jobs_raw = data.get("jobs")
     if not isinstance(jobs_raw, list) or not jobs_raw:
         raise SpecError(f"{origin}: 'jobs' must be a non-empty list of mappings with keys {', '.join(_JOB)}")
@@ -133,19 +158,10 @@ def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
         overrides = item.get("overrides") or {}
         if not isinstance(overrides, dict):
             raise SpecError(f"{where}: overrides must be a mapping")
-        workload = item["workload"]
-        if isinstance(workload, str) and not Path(workload).is_absolute() and origin.endswith((".yaml", ".yml")):
-            local = Path(origin).parent / workload
-            workload = str(local) if local.is_file() else workload
+        workload = resolve_workload(item["workload"], origin)
         jobs.append(JobSpec(str(item.get("name", f"job{i}")), workload,
                             parse_gpus(item["gpus"], f"{where}.gpus"), overrides))
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        raise SpecError(f"{origin}: job names must be distinct, got {names}")
-    for key in ("engine", "storage"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise SpecError(f"{origin}: {key} must be a mapping")
-    EngineOptions.of(data.get("engine"), origin)   # every setting checked now
+    check_cluster_sections(data, [j.name for j in jobs], origin)
     return ClusterSpec(str(data.get("name", Path(origin).stem)), data["topology"], tuple(jobs),
                        dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")))
 
@@ -280,22 +296,32 @@ def _job_figures(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int]) 
     return end, dict(sorted(exposed_comm(sim, graph, ranks).items()))
 
 
+def cluster_topology(topology: Topology | str, storage: Mapping[str, Any] | None, options: EngineOptions,
+                     where: str) -> Topology:
+    """The cluster's topology: loaded, with its ``storage:`` tier, calibrated (before the jobs'
+    views are cut). A :class:`Topology` that already went through here is returned as is."""
+    if isinstance(topology, Topology) and topology.meta.get("cluster_prepared"):
+        return topology
+    topo = load_topology(topology)
+    if storage:
+        try:
+            topo = attach_storage(topo, **dict(storage))
+        except TypeError:
+            raise SpecError(f"{where}: storage: unknown key in {sorted(storage)}; valid: kind, bw, lat, "
+                            "attach, client_bw, name") from None
+    topo = calibrated_topology(topo, options.calibration)
+    return Topology(topo.graph, name=topo.name, dims=topo.dims, meta={**topo.meta, "cluster_prepared": True})
+
+
 def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | str | None = None,
                      options: EngineOptions | None = None, alone: bool = True) -> ClusterResult:
     """Simulate every job of ``cluster`` together (and each alone unless ``alone=False``);
     ``topology`` and ``options`` replace the file's."""
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     where = f"cluster {spec.name!r}"
-    topo = load_topology(topology if topology is not None else spec.topology)
-    if spec.storage:
-        try:
-            topo = attach_storage(topo, **dict(spec.storage))
-        except TypeError:
-            raise SpecError(f"{where}: storage: unknown key in {sorted(spec.storage)}; valid: kind, bw, lat, "
-                            "attach, client_bw, name") from None
     if options is None:
         options = EngineOptions.of(spec.engine, where, record_links=False)
-    topo = calibrated_topology(topo, options.calibration)   # before the jobs' views are cut
+    topo = cluster_topology(topology if topology is not None else spec.topology, spec.storage, options, where)
     gpu_sets = assign_gpus(spec.jobs, topo.num_gpus, where)
     parts = []
     for job, gpus in zip(spec.jobs, gpu_sets):
