@@ -29,6 +29,7 @@ from dessim.sweep.axes import normalize_value
 from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["COST_KEYS", "check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
+           "read_results", "write_example_table",
            "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe",
            "shorten", "configuration_spread"]
 
@@ -179,6 +180,21 @@ def pareto_front(table: pd.DataFrame, metric: str, cost: str = "cost",
 
 
 # ---------------------------------------------------------------- plots
+def read_results(path: str | Path) -> pd.DataFrame:
+    """A results table written by ``dessim sweep --out`` (.parquet or .csv)."""
+    path = str(path)
+    return pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+
+
+def write_example_table(results: pd.DataFrame, columns: Sequence[str], out: str | Path) -> pd.DataFrame:
+    """The ``columns`` of a results table in point order, written to ``out`` (CSV, 9 significant
+    digits): the committed table of a worked example (examples/*/summarize.py)."""
+    _check_columns(results, columns, "example table")
+    table = results[list(columns)].reset_index(drop=True)
+    table.to_csv(out, index=False, float_format="%.9g")
+    return table
+
+
 def _pyplot():
     import matplotlib
     matplotlib.use("Agg")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from dessim.errors import SpecError
+from dessim.errors import DessimError, SpecError
 from dessim.resources import read_yaml
 from dessim.units import parse_count, parse_time
 from dessim.workload.common.document import check_keys
@@ -114,9 +114,14 @@ def _job(item: Any, i: int, origin: str) -> TraceJob:
         hi = parse_count(item.get("max_gpus", gpus), f"{where}.max_gpus", minimum=1)
         arrival = parse_time(item.get("arrival", 0), f"{where}.arrival")
         iterations = parse_count(item["iterations"], f"{where}.iterations", minimum=1) if "iterations" in item else None
-        tokens = float(item["tokens"]) if "tokens" in item else None
-    except (TypeError, ValueError):
-        raise SpecError(f"{where}: tokens {item.get('tokens')!r} is not a number") from None
+    except DessimError as exc:
+        raise SpecError(str(exc)) from None
+    tokens = None
+    if "tokens" in item:
+        try:
+            tokens = float(item["tokens"])
+        except (TypeError, ValueError):
+            raise SpecError(f"{where}.tokens: {item['tokens']!r} is not a number") from None
     if tokens is not None and not tokens > 0:
         raise SpecError(f"{where}.tokens: {tokens!r} must be > 0")
     if not lo <= gpus <= hi:

@@ -51,7 +51,7 @@ from dessim.workload.kinds import simulate_any
 from dessim.workload.multijob import ClusterSpec, JobSpec, cluster_topology, job_view, simulate_cluster
 from dessim.workload.schedulers import POLICIES, fair_shares, place
 
-__all__ = ["JobOutcome", "SharedClusterResult", "simulate_job_trace", "JOB_COLUMNS"]
+__all__ = ["JobOutcome", "Segment", "SharedClusterResult", "simulate_job_trace", "JOB_COLUMNS"]
 
 #: Columns of the per-job table (:meth:`SharedClusterResult.job_table`), units in the names.
 JOB_COLUMNS: tuple[str, ...] = ("name", "workload", "gpus_requested", "arrival_s", "start_s", "finish_s",
@@ -102,6 +102,16 @@ class JobOutcome:
         return {k: values[k] for k in JOB_COLUMNS}
 
 
+@dataclass(frozen=True)
+class Segment:
+    """The interval between two events: each running job's GPU count and iteration time (s)."""
+
+    start_s: float
+    end_s: float
+    gpus: dict[str, int]
+    iteration_s: dict[str, float]
+
+
 @dataclass
 class SharedClusterResult:
     """Every job's outcome, the allocation timeline and the cluster figures (module docstring)."""
@@ -111,8 +121,7 @@ class SharedClusterResult:
     policy: str
     resize_overhead_s: float
     jobs: list[JobOutcome]
-    #: (start s, end s, {job: GPU count}) of every interval between two events
-    segments: list[tuple[float, float, dict[str, int]]]
+    segments: list[Segment]
     fairness_loss: float
     simulations: int
 
@@ -140,7 +149,8 @@ class SharedClusterResult:
                 "fairness_loss": self.fairness_loss, "mean_slowdown": sum(slow) / len(slow),
                 "max_slowdown": max(slow), "mean_jct_s": sum(j.jct_s for j in self.jobs) / len(self.jobs),
                 "simulations": self.simulations, "jobs": [j.summary() for j in self.jobs],
-                "allocations": [{"start_s": a, "end_s": b, "gpus": dict(c)} for a, b, c in self.segments]}
+                "allocations": [{"start_s": g.start_s, "end_s": g.end_s, "gpus": dict(g.gpus),
+                                 "iteration_s": dict(g.iteration_s)} for g in self.segments]}
 
 
 def _workload_name(job: TraceJob) -> str:
@@ -254,7 +264,7 @@ def simulate_job_trace(trace: JobTrace | str | Path, *, topology: Topology | str
     remaining = {n: float(outcomes[n].iterations) for n in jobs}
     paused_until: dict[str, float] = {}
     ranks: dict[str, tuple[int, ...]] = {}
-    segments: list[tuple[float, float, dict[str, int]]] = []
+    segments: list[Segment] = []
     fairness = 0.0
     now = jobs[pending[0]].arrival
     start = now
@@ -279,7 +289,7 @@ def simulate_job_trace(trace: JobTrace | str | Path, *, topology: Topology | str
                             f"{spec.scheduler.policy!r} (not enough GPUs)")
         dt = nxt - now
         alloc = {n: len(r) for n, r in ranks.items()}
-        segments.append((now, nxt, alloc))
+        segments.append(Segment(now, nxt, alloc, dict(times)))
         fairness += dt * _fairness_term([jobs[n] for n in active], alloc, G)
         for n, r in ranks.items():
             outcomes[n].gpu_seconds += dt * len(r)

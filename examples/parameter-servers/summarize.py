@@ -12,21 +12,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pandas as pd
+from dessim.sweep.analysis import read_results, write_example_table
 
 HERE = Path(__file__).parent
 COLUMNS = ["workload.training.ps_placement", "workload.training.parameter_servers", "status", "iteration_s",
            "compute_s", "gpu_busy_fraction", "exposed_comm_s.ps", "samples_per_s", "details.ps_mode"]
 
 
-def table(results: pd.DataFrame) -> pd.DataFrame:
-    """The committed columns of a results table, in point order."""
-    return results[COLUMNS].reset_index(drop=True)
-
-
 def main(path: str) -> None:
-    results = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
-    table(results).to_csv(HERE / "results.csv", index=False, float_format="%.9g")
+    write_example_table(read_results(path), COLUMNS, HERE / "results.csv")
 
 
 if __name__ == "__main__":
