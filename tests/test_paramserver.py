@@ -12,6 +12,7 @@ from dessim.topology import load_topology
 from dessim.topology.paramservers import attach_parameter_servers
 from dessim.workload import simulate_workload
 from dessim.workload.dataparallel.paramserver import push_time
+from dessim.workload.kinds import generate_workload
 
 LEAF = "leafspine:hosts=8,leaves=1,bw=10GB/s,lat=1us"
 
@@ -140,6 +141,19 @@ def test_compression_is_for_allreduce_only():
     with pytest.raises(DessimError, match="compression 'topk' applies to gradient_sync: allreduce only"):
         simulate_workload("resnet50", LEAF, overrides={"training": {"global_batch": 8, "parameter_servers": 2},
                                                        "compression": {"method": "topk"}})
+
+
+def test_ps_attach_places_servers_on_named_nodes():
+    over = {"training": {"global_batch": 8, "parameter_servers": 2}}
+    default = generate_workload("resnet50", "leafspine:hosts=8,leaves=2,bw=10GB/s", overrides=over).topology
+    named = generate_workload("resnet50", "leafspine:hosts=8,leaves=2,bw=10GB/s", overrides={
+        "training": {**over["training"], "ps_attach": ["leaf1", "leaf1"]}}).topology
+    assert sorted(default.graph.adj["ps0"]) + sorted(default.graph.adj["ps1"]) == ["leaf0", "leaf1"]
+    assert sorted(named.graph.adj["ps0"]) + sorted(named.graph.adj["ps1"]) == ["leaf1", "leaf1"]
+    with pytest.raises(DessimError, match="ps_attach.*'nowhere' is not a node"):
+        _ps(1, ps_attach=["nowhere"])
+    with pytest.raises(DessimError, match="ps_attach"):
+        _ps(1, ps_attach="leaf0")
 
 
 def test_ps_nic_bw_sets_the_server_links():

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from dessim.engine.result import SimulationResult
-from dessim.errors import SpecError
+from dessim.errors import DessimError, SpecError
 from dessim.topology.graph import Topology
 from dessim.topology.paramservers import PLACEMENTS, attach_parameter_servers, server_names
 from dessim.workload.common.emitter import TaskEmitter
@@ -84,6 +84,7 @@ class PSConfig:
     staleness: int = 0
     iterations: int | None = None     #: iterations simulated (None: :meth:`simulated`)
     nic_bw: float | None = None       #: bytes/s of a server's link (None: topology default)
+    attach: tuple[str, ...] | None = None   #: nodes the servers hang off (None: by placement)
 
     def __post_init__(self) -> None:
         where = "training"
@@ -110,7 +111,11 @@ class PSConfig:
         if topology.nodes_of_kind("param_server"):
             raise SpecError(f"training.parameter_servers: topology {topology.name!r} already has "
                             "parameter-server nodes; the workload attaches its own")
-        return attach_parameter_servers(topology, self.servers, self.placement, bw=self.nic_bw)
+        try:
+            return attach_parameter_servers(topology, self.servers, self.placement, bw=self.nic_bw,
+                                            attach=self.attach)
+        except DessimError as exc:
+            raise SpecError(f"training.ps_attach / parameter_servers: {exc}") from None
 
     def summary(self) -> dict[str, Any]:
         """The settings as the workload summary reports them (``details``)."""

@@ -18,6 +18,7 @@ A file of kind ``dlrm`` or ``cnn`` (:mod:`dessim.workload.kinds`) has, besides i
       ps_mode: sync                # sync | async (bounded staleness ps_staleness: s)
       ps_iterations: 3             # iterations simulated for the steady state
       ps_nic_bw: 25GB/s            # a server's link (default: as the workers' hosts')
+      ps_attach: [leaf0, leaf1]    # topology nodes the servers hang off, one per server
     compression: {method: topk, density: 0.01}      # dessim.workload.dataparallel.compression
     input: {sample_bytes: 110KB, cache: host, ...}   # dessim.workload.dataparallel.io
 
@@ -57,6 +58,12 @@ def _positive(value: Any, what: str) -> int:
     return parse_count(value, what, minimum=1)
 
 
+def _node_list(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{what}: expected a list of topology node names (one per server), got {value!r}")
+    return tuple(value)
+
+
 def _count0(value: Any, what: str) -> int:
     return parse_count(value, what, minimum=0)
 
@@ -66,11 +73,13 @@ _TRAINING_SCHEMA = {"global_batch": _positive, "micro_batch": _positive,
                     "gradient_sync": as_str, "parameter_servers": _positive, "ps_placement": as_str,
                     "ps_mode": as_str, "ps_staleness": _count0,
                     "ps_iterations": lambda v, what: parse_count(v, what, minimum=2),
-                    "ps_nic_bw": lambda v, what: parse_bandwidth(v, what)}
+                    "ps_nic_bw": lambda v, what: parse_bandwidth(v, what),
+                    "ps_attach": lambda v, what: _node_list(v, what)}
 #: Flat overrides and the section they go to: every training key.
 _FLAT = {key: "training" for key in _TRAINING_SCHEMA}
 #: Training keys that only apply to parameter servers.
-_PS_KEYS = ("parameter_servers", "ps_placement", "ps_mode", "ps_staleness", "ps_iterations", "ps_nic_bw")
+_PS_KEYS = ("parameter_servers", "ps_placement", "ps_mode", "ps_staleness", "ps_iterations", "ps_nic_bw",
+            "ps_attach")
 #: Transformer-generator flags and the only value they may take here.
 _FIXED = {"granularity": ("layer", "auto"), "comm": (True,), "embedding_head": (True,),
           "fold": (None, False)}
@@ -93,6 +102,7 @@ class DPTraining:
     ps_staleness: int = 0
     ps_iterations: int | None = None
     ps_nic_bw: float | None = None         #: bytes/s of a server's link (None: topology default)
+    ps_attach: tuple[str, ...] | None = None   #: topology nodes the servers hang off (None: by placement)
 
     def __post_init__(self) -> None:
         sync = self.gradient_sync or ("parameter_server" if self.parameter_servers else "allreduce")
@@ -116,7 +126,7 @@ class DPTraining:
         if self.gradient_sync != "parameter_server":
             return None
         return PSConfig(self.parameter_servers or 1, self.ps_placement, self.ps_mode, self.ps_staleness,
-                        self.ps_iterations, self.ps_nic_bw)
+                        self.ps_iterations, self.ps_nic_bw, self.ps_attach)
 
     def per_gpu(self, gpus: int, where: str) -> tuple[int, int]:
         """(micro-batch, micro-batches per iteration) on ``gpus`` data-parallel GPUs."""
