@@ -184,12 +184,12 @@ class _Rates:
         got = self.sets.get(key)
         if got is None:
             spec = ClusterSpec(self.trace.name, self.topo, tuple(
-                JobSpec(f"j{i}", jobs[n].workload, ranks[n], jobs[n].overrides) for i, n in enumerate(names)),
+                JobSpec(n, jobs[n].workload, ranks[n], jobs[n].overrides) for n in names),
                 self.trace.engine, None)
             try:
                 res = simulate_cluster(spec, topology=self.topo, options=self.options, alone=False)
             except DessimError as exc:
-                raise type(exc)(f"running {', '.join(f'{n} on {len(ranks[n])} GPUs' for n in names)}: {exc}") \
+                raise type(exc)(f"{exc} (running {', '.join(f'{n} on {len(ranks[n])} GPUs' for n in names)})") \
                     from None
             got = {i: j.shared_s for i, j in enumerate(res.jobs)}
             self.sets[key] = got
