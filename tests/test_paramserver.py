@@ -187,3 +187,20 @@ def test_attach_errors():
     with pytest.raises(SpecError, match="already has parameter-server nodes"):
         simulate_workload("resnet50", attach_parameter_servers(base, 1),
                           overrides={"training": {"global_batch": 8, "parameter_servers": 1}})
+
+
+def test_jobs_with_parameter_servers_share_a_cluster():
+    """Each job brings its servers (renamed <job>/ps<i>); a job alone in the cluster reports what
+    the workload reports on its own, the steady state of its iterations."""
+    from dessim.workload.multijob import job_view, parse_cluster, simulate_cluster
+
+    topo = "leafspine:hosts=8,leaves=2,oversub=4,spines=1,bw=12.5GB/s,lat=1us,device=H100"
+    job = {"workload": "resnet50", "overrides": {"training": {"global_batch": 32, "parameter_servers": 2}}}
+    res = simulate_cluster(parse_cluster({"topology": topo, "jobs": [{**job, "name": "a", "gpus": "0-3"},
+                                                                     {**job, "name": "b", "gpus": 4}]}, "<t>"))
+    assert sorted(n for n in res.topology.graph.nodes if "ps" in n) == ["a/ps0", "a/ps1", "b/ps0", "b/ps1"]
+    solo = simulate_workload("resnet50", job_view(load_topology(topo), range(4), "a"), overrides=job["overrides"])
+    a = res.jobs[0]
+    assert a.alone_s == pytest.approx(solo.iteration_s, rel=1e-9)
+    assert a.exposed_comm_alone_s["ps"] == pytest.approx(solo.summary()["exposed_comm_s"]["ps"], rel=1e-9)
+    assert all(j.shared_s >= j.alone_s * (1 - 1e-9) for j in res.jobs)

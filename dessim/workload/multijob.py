@@ -24,6 +24,9 @@ How (:func:`simulate_cluster`)
     with ``<job>/``, ranks, peers and groups mapped to global ranks (so jobs are generated
     without replica folding unless one asks for it, which is an error). One simulation runs them
     all; every job starts at t = 0 and a job's iteration time is the end of its last task.
+    A job with parameter servers (:mod:`dessim.workload.dataparallel.paramserver`) brings its
+    server nodes into the cluster renamed ``<job>/ps<i>`` (linked where its view placed them,
+    :func:`with_job_nodes`) and reports the steady state of its several iterations.
     Each job is also simulated alone on the same topology (its remapped graph only); the
     slowdown from interference is ``shared / alone``. Under the flow model, jobs slow each
     other down only where their flows share links (max-min fair shares).
@@ -47,12 +50,13 @@ from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
-from dessim.workload.common.figures import exposed_comm
+from dessim.workload.common.figures import ITERATION_MARKS, exposed_comm, steady_iteration_s
 from dessim.workload.common.document import check_keys
 
 __all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
            "job_view", "merge_graphs", "simulate_cluster", "parse_gpus", "resolve_workload",
-           "check_cluster_sections", "check_cluster_head", "cluster_topology"]
+           "check_cluster_sections", "check_cluster_head", "cluster_topology", "with_job_nodes",
+           "JOB_NODES"]
 
 _TOP = ("kind", "name", "description", "topology", "storage", "engine", "jobs")
 #: The ``kind:`` of a cluster file (keeps it out of the workload preset lists).
@@ -214,6 +218,26 @@ def job_view(topology: Topology, gpus: Sequence[int], name: str) -> Topology:
     return Topology(graph, name=f"{topology.name}[{name}]", meta=dict(topology.meta, job=name))
 
 
+#: Task-graph meta key: nodes a job's generator added to its view of the cluster (its
+#: parameter servers), renamed ``<job>/<node>`` in the cluster (:func:`with_job_nodes`).
+JOB_NODES = "job_nodes"
+
+
+def with_job_nodes(topology: Topology, added: Sequence[tuple[str, Topology, Sequence[str]]]) -> Topology:
+    """``topology`` plus the nodes each ``(job, the job's generated topology, its added nodes)``
+    brought, renamed ``<job>/<node>``, with their links (to the same cluster nodes)."""
+    if not any(nodes for _, _, nodes in added):
+        return topology
+    graph = topology.graph.copy()
+    for job, own, nodes in added:
+        rename = {n: f"{job}/{n}" for n in nodes}
+        for n in nodes:
+            graph.add_node(rename[n], **own.graph.nodes[n])
+            for m in own.graph.adj[n]:
+                graph.add_edge(rename[n], rename.get(m, m), **own.graph.edges[n, m])
+    return Topology(graph, name=topology.name, dims=topology.dims, meta=topology.meta)
+
+
 def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]]) -> TaskGraph:
     """One graph of every ``(job, graph, global ranks)`` (module docstring for the renaming)."""
     folded = [job for job, graph, _ in parts if graph.fold is not None]
@@ -228,12 +252,14 @@ def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]
                                    "stage_merged": any(g.meta.get("stage_merged") for _, g, _ in parts)})
     for job, graph, ranks in parts:
         to_global = list(ranks)
+        owned = set(graph.meta.get(JOB_NODES, ()))
         for t in graph:
             merged.add(dataclasses.replace(
                 t, id=f"{job}/{t.id}", rank=to_global[t.rank],
                 peer=to_global[t.peer] if t.peer >= 0 else -1,
                 group=tuple(to_global[g] for g in t.group),
                 coll_id=f"{job}/{t.coll_id}" if t.coll_id else "",
+                mem_node=f"{job}/{t.mem_node}" if t.mem_node in owned else t.mem_node,
                 attrs=dict(t.attrs, job=job)))
         for a, b in graph.graph.edges:
             merged.depend(f"{job}/{a}", f"{job}/{b}")
@@ -289,11 +315,17 @@ class ClusterResult:
                 "tasks": len(self.taskgraph), "events": self.simulation.events, "wall_s": self.simulation.wall_s}
 
 
-def _job_figures(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int]) -> tuple[float, dict[str, float]]:
-    """A job's iteration (the end of its last task) and exposed communication by category, as
-    its workload summary computes it (:func:`~dessim.workload.transformer.result.exposed_comm`)."""
-    end = max(sim.ranks[r].end_s for r in ranks)
-    return end, dict(sorted(exposed_comm(sim, graph, ranks).items()))
+def _job_figures(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int], own: TaskGraph,
+                 job: str) -> tuple[float, dict[str, float]]:
+    """A job's iteration and exposed communication by category, as its workload summary
+    computes them (:func:`~dessim.workload.common.figures.exposed_comm`): the end of its last
+    task, or the steady state of a graph of several iterations (parameter servers,
+    :func:`~dessim.workload.common.figures.steady_iteration_s`; exposure per iteration).
+    ``graph`` is the merged graph ``sim`` ran, ``own`` the job's own."""
+    steady = steady_iteration_s(sim, own, f"{job}/")
+    k = len(own.meta.get(ITERATION_MARKS) or ()) or 1
+    exposed = {c: v / k for c, v in sorted(exposed_comm(sim, graph, ranks).items())}
+    return (max(sim.ranks[r].end_s for r in ranks) if steady is None else steady), exposed
 
 
 def cluster_topology(topology: Topology | str, storage: Mapping[str, Any] | None, options: EngineOptions,
@@ -324,24 +356,29 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
     topo = cluster_topology(topology if topology is not None else spec.topology, spec.storage, options, where)
     gpu_sets = assign_gpus(spec.jobs, topo.num_gpus, where)
     parts = []
+    owned: list[tuple[str, Topology, list[str]]] = []
     for job, gpus in zip(spec.jobs, gpu_sets):
         view = job_view(topo, gpus, job.name)
         try:
             gen = generate_workload(job.workload, view, overrides=_unfolded(job.overrides), options=options)
         except DessimError as exc:
             raise type(exc)(f"{where}: job {job.name!r}: {exc}") from None
-        if gen.topology is not view:
+        nodes = [n for n in gen.topology.graph.nodes if n not in view.graph]
+        if any(gen.topology.kind(n) != "param_server" for n in nodes):
             raise SpecError(f"{where}: job {job.name!r} attaches its own storage tier; give it to the cluster "
                             "instead (cluster key 'storage:' or storage nodes in the topology)")
+        gen.graph.meta[JOB_NODES] = nodes
         parts.append((job.name, gen.graph, gpus))
+        owned.append((job.name, gen.topology, nodes))
+    topo = with_job_nodes(topo, owned)
     merged = merge_graphs(spec.name, parts)
     shared = simulate(merged, topo, options)
     results = []
     for (name, graph, gpus), job in zip(parts, spec.jobs):
-        end_shared, exp_shared = _job_figures(shared, merged, gpus)
+        end_shared, exp_shared = _job_figures(shared, merged, gpus, graph, name)
         if alone:
             solo_graph = merge_graphs(name, [(name, graph, gpus)])
-            end_alone, exp_alone = _job_figures(simulate(solo_graph, topo, options), solo_graph, gpus)
+            end_alone, exp_alone = _job_figures(simulate(solo_graph, topo, options), solo_graph, gpus, graph, name)
         else:
             end_alone, exp_alone = float("nan"), {}
         results.append(JobResult(name, str(job.workload if isinstance(job.workload, (str, Path))

@@ -11,7 +11,12 @@ from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
 
-__all__ = ["IterationResult", "rate_figures", "closed_form_tp_exposed", "exposed_comm"]
+__all__ = ["IterationResult", "rate_figures", "closed_form_tp_exposed", "exposed_comm", "ITERATION_MARKS",
+           "steady_iteration_s"]
+
+#: Task-graph meta key of a graph holding several iterations: for each iteration, the ids of
+#: the tasks whose end closes it (:func:`steady_iteration_s`).
+ITERATION_MARKS = "iteration_marks"
 
 
 class IterationResult:
@@ -92,3 +97,19 @@ def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] |
         out["tp"] = out.get("tp", 0.0) + closed_form_tp_exposed(
             sim, graph, None if ranks is None else frozenset(ranks))
     return out
+
+
+def steady_iteration_s(sim: SimulationResult, graph: TaskGraph, prefix: str = "") -> float | None:
+    """Seconds per iteration in the steady state of a graph holding ``K ≥ 2`` iterations
+    (``graph.meta[ITERATION_MARKS]``): ``(T_K − T_1) / (K − 1)``, ``T_k`` the latest end of
+    iteration ``k``'s marked tasks — the first iteration, which overlaps nothing before it, is
+    left out. ``prefix``: prepended to the marked ids (a job's ``<job>/`` in a merged
+    cluster graph). None for a graph without marks."""
+    marks = graph.meta.get(ITERATION_MARKS)
+    if not marks:
+        return None
+    end = {rec[2]: rec[8] for rec in sim.span_records}
+    times = [max(end[prefix + t] for t in ids) for ids in marks]
+    if len(times) < 2:
+        return times[0]
+    return (times[-1] - times[0]) / (len(times) - 1)

@@ -34,9 +34,11 @@ Consistency (``ps_mode``)
     worker runs more than ``s`` iterations ahead of the slowest).
 
 Steady state: the graph holds ``ps_iterations`` iterations (default :meth:`PSConfig.simulated`:
-3, or ``s + 3`` when asynchronous); the reported iteration time is
+3, or ``s + 3`` when asynchronous) and marks each iteration's pulls
+(:data:`~dessim.workload.common.figures.ITERATION_MARKS`); the reported iteration time is
 ``(T_K − T_1) / (K − 1)``, ``T_k`` the end of the last pull of iteration ``k`` over all
-workers — the first iteration (no overlap with a previous one) is left out.
+workers (:func:`~dessim.workload.common.figures.steady_iteration_s`) — the first iteration
+(no overlap with a previous one) is left out. A job of a cluster reports the same.
 
 Closed form (idle network, one bucket): each server receives ``W·G/N`` bytes through its link
 of bandwidth ``B_s`` while each worker sends ``G`` through its own link ``B_w``, so a push
@@ -54,6 +56,8 @@ from dessim.errors import DessimError, SpecError
 from dessim.topology.graph import Topology
 from dessim.topology.paramservers import PLACEMENTS, attach_parameter_servers, server_names
 from dessim.workload.common.emitter import TaskEmitter
+from dessim.taskgraph.model import TaskGraph
+from dessim.workload.common.figures import ITERATION_MARKS, steady_iteration_s
 from dessim.workload.common.gradsync import fill_buckets
 
 __all__ = ["GRADIENT_SYNCS", "PS_MODES", "PSConfig", "PSSync", "push_time", "bucket_of_layers",
@@ -204,21 +208,11 @@ class PSSync:
             return []
         return [tid for j in range(len(self.servers)) for tid in self.pushes[(k, last, j)].values()]
 
-    def steady_iteration_s(self, sim: SimulationResult) -> float:
-        """``(T_K − T_1) / (K − 1)`` (module docstring), seconds."""
-        end: dict[str, float] = {}
-        for rec in sim.span_records:
-            end[rec[2]] = rec[8]
-        times = [max(end[t] for t in self.pulled[k]) for k in sorted(self.pulled)]
-        if len(times) < 2:
-            return times[0] if times else sim.makespan_s
-        return (times[-1] - times[0]) / (len(times) - 1)
 
-
-def iteration_figures(ps: PSSync | None, sim: SimulationResult) -> tuple[int, float | None]:
+def iteration_figures(ps: PSSync | None, sim: SimulationResult, graph: TaskGraph) -> tuple[int, float | None]:
     """(iterations in the graph, steady-state seconds per iteration or None) of a generator's
     run: ``(1, None)`` without parameter servers."""
-    return (1, None) if ps is None else (ps.config.simulated, ps.steady_iteration_s(sim))
+    return (1, None) if ps is None else (ps.config.simulated, steady_iteration_s(sim, graph))
 
 
 def emit_iterations(ps: PSSync, em: TaskEmitter, layer_bucket: Mapping[str, int],
@@ -236,3 +230,4 @@ def emit_iterations(ps: PSSync, em: TaskEmitter, layer_bucket: Mapping[str, int]
         for rank in range(ps.ranks):
             pulls = ps.pulls(em, rank)
             extra[rank] = {name: list(pulls.get(b, ())) for name, b in layer_bucket.items()}
+    em.graph.meta[ITERATION_MARKS] = [ps.pulled[k] for k in sorted(ps.pulled)]

@@ -387,7 +387,7 @@ def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, An
     def finish(sim):
         return DPResult("dlrm", spec.name, em.graph, sim, devices, spec.precision, B, layout, memory, 0,
                         c.training.bucket_size, details,
-                        *iteration_figures(ps, sim))
+                        *iteration_figures(ps, sim, em.graph))
 
     return Generated(spec.name, em.graph, topology, finish)
 

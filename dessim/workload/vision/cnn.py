@@ -137,6 +137,6 @@ def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any]
     def finish(sim):
         return DPResult("cnn", spec.name, em.graph, sim, devices, spec.precision, c.training.global_batch,
                         layout, memory, tokens, c.training.bucket_size, details,
-                        *iteration_figures(ps, sim))
+                        *iteration_figures(ps, sim, em.graph))
 
     return Generated(spec.name, em.graph, topology, finish)
