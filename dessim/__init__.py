@@ -22,7 +22,8 @@ Architecture, bottom to top (a layer imports only from layers below it; README "
     engine               simpy replay of task graphs on the network; the kernel model
     workload             model + parallel layout -> task graph, one subpackage per domain:
                            common, transformer, dataparallel, recsys (DLRM), vision (CNN, ViT);
-                           front: api (simulate_workload), kinds, multijob
+                           front: api (simulate_workload), kinds, multijob; jobtrace,
+                           schedulers, sharedcluster (a shared cluster over time)
     trace                Chakra execution traces
     outputs              timelines, Gantt charts, tables
     sweep                design-space exploration
@@ -52,6 +53,7 @@ LAZY_EXPORTS: dict[str, str] = {
     "simulate": "dessim.engine",
     "load_workload": "dessim.workload",
     "simulate_workload": "dessim.workload",
+    "simulate_job_trace": "dessim.workload.sharedcluster",
     "read_chakra": "dessim.trace",
     "replay_chakra": "dessim.trace",
     "load_sweep": "dessim.sweep.spec",

@@ -14,10 +14,13 @@ as the front.
   timing, task emission, gradient buckets, device placement, workload documents, rates;
 * :mod:`~dessim.workload.kinds` — the registry of kinds (a file's ``kind:`` key);
   :mod:`~dessim.workload.api` — :func:`simulate_workload` for any kind;
-  :mod:`~dessim.workload.multijob` — several jobs of any kind on one cluster.
+  :mod:`~dessim.workload.multijob` — several jobs of any kind on one cluster;
+  :mod:`~dessim.workload.jobtrace`, :mod:`~dessim.workload.schedulers` and
+  :mod:`~dessim.workload.sharedcluster` — jobs arriving over time under a scheduler.
 
 Imports go one way: common ← dataparallel ← {recsys, vision}; common ← transformer ← vision
-(a ViT is built from transformer layers); kinds, api and multijob above them all
+(a ViT is built from transformer layers); kinds, api, multijob and the shared-cluster
+modules above them all
 (tests/test_import_cycles.py). Everything is in SI units: bytes, FLOPs, seconds.
 """
 
