@@ -93,7 +93,7 @@ def test_gantt_png_and_html_are_written(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     html = write_gantt(res, tmp_path / "g.html")
     text = html.read_text()
-    assert "<html>" in text[:100] and "plotly" in text.lower() and "r0.fwd" in text
+    assert "<html>" in text[:100] and "<svg" in text and "sample · on line3 · iteration" in text
     with pytest.raises(DessimError, match="unknown format '.svgz'"):
         write_gantt(res, tmp_path / "g.svgz")
 
@@ -125,12 +125,3 @@ def test_collective_timeline_passes_the_schema_check(tmp_path):
     assert len(spans) == 2 * 2 * (4 - 1) * 4     # channels x 2(p-1) steps x p senders
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(
         2 * 3 * (1.0 + 8 * 2**20 / 2 / 4 / 10e9 * 1e6), rel=1e-9)  # us: 2(p-1)(a + n/(C p B))
-
-
-def test_gantt_of_a_large_run_draws_the_first_ranks_that_fit(tmp_path):
-    from dessim.outputs.gantt import _rows
-
-    res = sample_result()                       # 3 ranks: 3 + 4 + 3 tasks
-    df, labels, _, note = _rows(res, max_spans=7)
-    assert sorted(set(df["rank"])) == [0, 1] and "ranks 0-1 of 3" in note
-    assert write_gantt(res, tmp_path / "g.png", max_spans=7).stat().st_size > 5000

@@ -7,7 +7,7 @@ import click
 
 from typing import Any, Mapping
 
-from dessim.cli.common import engine_options, print_json, write_outputs
+from dessim.cli.common import GanttRequest, engine_options, print_json, write_outputs
 from dessim.units import format_time
 
 
@@ -83,7 +83,7 @@ def command(spec: str, topology: str | None, no_alone: bool, timeline: str | Non
     options = EngineOptions.of(_over(dict(cluster.engine), engine), spec,
                                record_links=bool(timeline or gantt))
     result = simulate_cluster(cluster, topology=topology, options=options, alone=not no_alone)
-    written = write_outputs(result.simulation, timeline, gantt, spans)
+    written = write_outputs(result.simulation, timeline, GanttRequest(gantt) if gantt else None, spans)
     summary = result.summary()
     if _printed_json(summary, written, as_json):
         return

@@ -18,9 +18,10 @@ import click
 from dessim.collectives.settings import PROTOCOL_NAMES
 from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
+from dessim.outputs.gantt import ROW_MODES, GanttLabels, GanttOptions
 from dessim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["report_run", "compose", "engine_options", "output_options", "build_engine_options",
+__all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
            "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option"]
 
@@ -188,15 +189,41 @@ def engine_options(topology_default: str | None = None, *, paths: tuple[str, ...
     return compose(*decorators, collect)
 
 
+@dataclass(frozen=True)
+class GanttRequest:
+    """A Gantt chart asked for on the command line: the file and how to draw it."""
+
+    path: str
+    options: GanttOptions = GanttOptions()
+
+
+def _gantt_request(f: Callable) -> Callable:
+    """Replace the ``gantt`` path and its ``--gantt-*`` flags by one :class:`GanttRequest`."""
+    @functools.wraps(f)
+    def wrapper(*args: Any, gantt: str | None, gantt_rows: str, gantt_max_rows: int, **kw: Any) -> Any:
+        request = None
+        if gantt:
+            request = GanttRequest(gantt, GanttOptions(rows=gantt_rows, max_rows=gantt_max_rows))
+        return f(*args, gantt=request, **kw)
+    return wrapper
+
+
 #: Output options: timeline, Gantt, spans, JSON.
 output_options = compose(
     click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-                 help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev)."),
+                 help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev); link "
+                      "counters in GB/s and utilisation."),
     click.option("--gantt", type=click.Path(dir_okay=False), default=None,
-                 help="Write a Gantt chart: .png or standalone interactive .html."),
+                 help="Write a Gantt chart: .png or self-contained .html (at most 2 MB)."),
+    click.option("--gantt-rows", type=click.Choice(ROW_MODES), default="auto", show_default=True,
+                 help="Gantt rows: one per pipeline stage, one per rank (blocks of ranks past "
+                      "--gantt-max-rows), or auto (stages where the workload has them)."),
+    click.option("--gantt-max-rows", type=click.IntRange(min=1), default=64, show_default=True,
+                 help="Most rank rows in a Gantt chart; more ranks are drawn in blocks."),
     click.option("--spans", type=click.Path(dir_okay=False), default=None,
                  help="Write the per-task span table: .csv or .parquet."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text."),
+    _gantt_request,
 )
 
 
@@ -220,16 +247,17 @@ def build_engine_options(values: dict[str, Any], *, record_links: bool = False) 
     return EngineOptions.of(_nest(values), "command line", record_links=record_links)
 
 
-def write_outputs(result: SimulationResult, timeline: str | None, gantt: str | None,
-                  spans: str | None) -> list[str]:
-    """Write the requested files; return a line per file written."""
+def write_outputs(result: SimulationResult, timeline: str | None, gantt: GanttRequest | None,
+                  spans: str | None, labels: GanttLabels | None = None) -> list[str]:
+    """Write the requested files; return a line per file written. ``labels`` name the run
+    and its pipeline stages in the Gantt chart."""
     from dessim.outputs import write_chrome_trace, write_gantt, write_spans
 
     written = []
     if timeline:
         written.append(f"timeline: {write_chrome_trace(result, timeline)}")
     if gantt:
-        written.append(f"gantt: {write_gantt(result, gantt)}")
+        written.append(f"gantt: {write_gantt(result, gantt.path, labels, gantt.options)}")
     if spans:
         written.append(f"spans: {write_spans(result, spans)}")
     return written

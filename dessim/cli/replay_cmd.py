@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import click
 
-from dessim.cli.common import TOPOLOGY_HELP, engine_options, output_options, report_run, write_outputs
+from dessim.cli.common import (TOPOLOGY_HELP, GanttRequest, engine_options, output_options, report_run,
+                               write_outputs)
 from dessim.engine import EngineOptions
 
 
@@ -42,7 +43,7 @@ from dessim.engine import EngineOptions
 def command(trace_prefix: str, topology: str | None, engine: EngineOptions, astra_network: str | None,
             astra_system: str | None, allow_unsupported: bool, rank_map: str | None,
             cost_compute: bool, mem_node: str | None, ignore_dessim_attrs: bool,
-            timeline: str | None, gantt: str | None, spans: str | None, as_json: bool) -> None:
+            timeline: str | None, gantt: GanttRequest | None, spans: str | None, as_json: bool) -> None:
     """Replay the Chakra execution trace TRACE_PREFIX on a topology.
 
     TRACE_PREFIX is the path ASTRA-sim takes: DIR/prefix for the files

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from dessim.cli.common import engine_options, output_options, report_run, write_outputs
+from dessim.cli.common import GanttRequest, engine_options, output_options, report_run, write_outputs
 from dessim.engine import EngineOptions
 
 
@@ -15,7 +15,7 @@ from dessim.engine import EngineOptions
 @engine_options()
 @output_options
 def command(graph: str, topology: str, engine: EngineOptions, timeline: str | None,
-            gantt: str | None, spans: str | None, as_json: bool) -> None:
+            gantt: GanttRequest | None, spans: str | None, as_json: bool) -> None:
     """Replay the task graph GRAPH (dessim JSON format) on a topology.
 
     Prints the makespan and where the time went (compute, communication, exposed

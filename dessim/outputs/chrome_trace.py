@@ -8,8 +8,9 @@ Layout of the trace:
   ``args`` carry the task's kind, category, bytes, FLOPs and the time it waited for peers;
 * flow arrows (``ph: "s"`` / ``"f"``) for every dependency that crosses ranks and from each
   send to its matching recv;
-* a ``links`` process (``pid = 0``) with one counter track per directed link that carried
-  traffic: its utilisation (0..1) over time.
+* a ``links`` process (``pid = 0``) with two counter tracks per directed link that carried
+  traffic: ``A->B GB/s`` (the rate it carries, utilisation × capacity, in GB/s = 1e9
+  bytes/s) and ``A->B utilisation`` (0..1), both step functions over time.
 
 Times are microseconds (``ts``/``dur``), as the format requires; the simulation's seconds
 are multiplied by 1e6.
@@ -90,11 +91,16 @@ def chrome_trace(result: SimulationResult, *, link_counters: bool = True,
         busiest = sorted(result.link_bytes, key=lambda k: (-result.link_bytes[k], k))
         keep = set(busiest[:max_link_tracks])
         events.append({"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
-                       "args": {"name": "links (utilisation)"}})
+                       "args": {"name": "links (GB/s and utilisation)"}})
+        capacity = result.link_capacity
         for t, (a, b), util in result.link_series:
             if (a, b) in keep:
-                events.append({"ph": "C", "name": f"{a}->{b}", "pid": LINKS_PID, "tid": 0,
-                               "ts": t * _US, "args": {"util": round(util, 9)}})
+                if (a, b) in capacity:
+                    events.append({"ph": "C", "name": f"{a}->{b} GB/s", "pid": LINKS_PID, "tid": 0,
+                                   "ts": t * _US,
+                                   "args": {"GB/s": round(util * capacity[(a, b)] / 1e9, 9)}})
+                events.append({"ph": "C", "name": f"{a}->{b} utilisation", "pid": LINKS_PID,
+                               "tid": 0, "ts": t * _US, "args": {"utilisation": round(util, 9)}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"makespan_s": result.makespan_s, "network": result.network,
                           **{k: v for k, v in result.meta.items()
