@@ -59,8 +59,13 @@ class SimulationResult:
 
     # ---------------------------------------------------------------- tables
     def spans(self) -> pd.DataFrame:
-        """One row per task (see :data:`SPAN_COLUMNS`), sorted by rank, start, task."""
+        """One row per task (see :data:`SPAN_COLUMNS`), sorted by rank, start, task. What a
+        task does not have is null: ``peer`` (nullable ``Int64``) of tasks without a peer,
+        ``category`` and ``op`` of tasks without one."""
         df = pd.DataFrame.from_records(self.span_records, columns=list(SPAN_COLUMNS))
+        df["peer"] = df["peer"].where(df["peer"] >= 0).astype("Int64")
+        for col in ("category", "op"):
+            df[col] = df[col].where(df[col].astype(bool), None)
         return df.sort_values(["rank", "start_s", "task"], kind="stable").reset_index(drop=True)
 
     def rank_table(self) -> pd.DataFrame:

@@ -33,7 +33,7 @@ from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_flops, parse_size, parse_time
 
 __all__ = ["Axis", "Point", "QUANTITY_PARSERS", "SI_SUFFIX", "quantity_family", "normalize_value",
-           "expand_axis", "expand_axis_pairs", "point_key"]
+           "expand_axis", "expand_axis_pairs", "point_key", "fingerprint"]
 
 #: Quantity families tried, in order, on string values (all parsers of dessim.units). A size
 #: never ends in "/s", a bandwidth always does, a time has a time unit, a rate a FLOP unit, so
@@ -195,12 +195,12 @@ class Point:
         return self.inputs or self.params
 
 
-def _fingerprint(value: object) -> object:
+def fingerprint(value: object) -> object:
     """JSON-ready value; a string naming an existing file adds the file's SHA-256."""
     if isinstance(value, Mapping):
-        return {str(k): _fingerprint(v) for k, v in value.items()}
+        return {str(k): fingerprint(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_fingerprint(v) for v in value]
+        return [fingerprint(v) for v in value]
     if isinstance(value, str) and len(value) < 4096:
         try:
             p = Path(value)
@@ -213,6 +213,6 @@ def _fingerprint(value: object) -> object:
 
 def point_key(kind: str, base: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     """Stable 16-hex-digit identity of a point (SHA-256 of canonical JSON)."""
-    doc = {"kind": kind, "base": _fingerprint(base), "params": dict(params)}
+    doc = {"kind": kind, "base": fingerprint(base), "params": dict(params)}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

@@ -7,8 +7,9 @@ Journal
     most the points being evaluated. A line torn by the kill is cut off when the journal is
     reopened. On start, points whose key (:func:`dessim.sweep.axes.point_key`) is in the
     journal with status ``ok`` or ``failed`` are not evaluated again; ``error`` points (bugs)
-    are retried. The results table (``--out``, Parquet or CSV) is rewritten from the journal
-    at the end of every run; keep the journal beside it to resume or extend a sweep.
+    are retried. The results table (``--out``, Parquet or CSV; columns, nulls, units and
+    recorded inputs: :mod:`dessim.sweep.table`) is rewritten from the journal at the end of
+    every run; keep the journal beside it to resume or extend a sweep.
 
 Backends (:data:`BACKENDS`)
     ``local`` — this machine: in-process with 1 worker, else a ``concurrent.futures`` process
@@ -23,7 +24,6 @@ Backends (:data:`BACKENDS`)
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 import os
 import sys
@@ -39,13 +39,12 @@ from dessim.errors import SweepError
 from dessim.sweep.points import EVALUATORS, STATUS_ERROR, STATUS_OK, evaluate_task, make_task
 from dessim.sweep.axes import Point
 from dessim.sweep.spec import SweepSpec, load_sweep, parse_sweep
+from dessim.sweep.table import FIXED_COLUMNS, WRITERS, records_to_table, write_table
 
 __all__ = ["Backend", "BACKENDS", "Journal", "SweepResult", "run_sweep", "journal_path",
            "records_to_table", "write_table", "sweep_points", "WRITERS", "FIXED_COLUMNS",
            "FSYNC_INTERVAL_S"]
 
-#: Columns every results table starts with (then the axes, the metrics, eval_wall_s).
-FIXED_COLUMNS: tuple[str, ...] = ("index", "key", "status", "reason", "error_type")
 #: Longest time between two fsyncs of the journal (a power cut loses at most this much).
 FSYNC_INTERVAL_S = 2.0
 #: Tasks per process-pool submission: enough to amortise inter-process overhead, small
@@ -234,60 +233,6 @@ class SweepResult:
         return self.table[self.table["status"] != STATUS_OK]
 
 
-def records_to_table(points: Sequence[Point], records: Mapping[str, Mapping[str, Any]],
-                     axis_paths: Sequence[str]) -> pd.DataFrame:
-    """Rows of the finished points in point order: fixed columns, parameters, metrics."""
-    rows, metric_cols = [], {}
-    for p in points:
-        rec = records.get(p.key)
-        if rec is None:
-            continue
-        row = {"index": p.index, "key": p.key, "status": rec["status"],
-               "reason": rec.get("reason", ""), "error_type": rec.get("error_type", "")}
-        row.update(p.params)
-        for k, v in (rec.get("metrics") or {}).items():
-            metric_cols.setdefault(k, None)
-            row[k] = v
-        row["eval_wall_s"] = rec.get("eval_wall_s", math.nan)
-        rows.append(row)
-    param_cols = list(dict.fromkeys([*axis_paths, *(k for p in points for k in p.params)]))
-    columns = [*FIXED_COLUMNS, *param_cols,
-               *(c for c in metric_cols if c not in param_cols), "eval_wall_s"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """Object columns holding several Python types become strings (Parquet needs one type)."""
-    out = df.copy()
-    for col in out.columns:
-        if out[col].dtype == object:
-            types = {type(v) for v in out[col] if v is not None and not (isinstance(v, float) and math.isnan(v))}
-            if len(types) > 1 or (types and not types <= {str, bool}):
-                out[col] = out[col].map(lambda v: None if v is None else str(v))
-    return out
-
-
-#: Table writers by file suffix.
-WRITERS: dict[str, Callable[[pd.DataFrame, Path], None]] = {
-    ".parquet": lambda df, p: _parquet_safe(df).to_parquet(p, index=False),
-    ".csv": lambda df, p: df.to_csv(p, index=False),
-}
-
-
-def write_table(df: pd.DataFrame, out: str | Path) -> Path:
-    """Write the results table; the format follows the suffix (.parquet or .csv)."""
-    p = Path(out)
-    writer = WRITERS.get(p.suffix.lower())
-    if writer is None:
-        raise SweepError(f"results file {str(p)!r}: unknown format {p.suffix!r}; use "
-                         f"{' or '.join(WRITERS)}")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    writer(df, tmp)
-    os.replace(tmp, p)   # atomic: a kill never leaves a half-written table
-    return p
-
-
 # ---------------------------------------------------------------- the run
 def _as_spec(spec: SweepSpec | str | Path | Mapping[str, Any]) -> SweepSpec:
     if isinstance(spec, SweepSpec):
@@ -400,7 +345,7 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
                          Path(out) if out is not None else None,
                          journal.path if journal is not None else None)
     if out is not None:
-        result.written.append(str(write_table(table, out)))
+        result.written.append(str(write_table(table, out, spec)))
     if cost_error is not None:
         saved = f"; the results were written to {out} without cost" if out is not None else ""
         raise SweepError(f"{cost_error}{saved}")
