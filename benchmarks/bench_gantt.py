@@ -44,7 +44,7 @@ def screenshot(html: Path, png: Path, height: int) -> bool:
 
 
 def main() -> None:
-    from dessim.outputs.gantt import GanttLabels, build_gantt, write_gantt
+    from dessim.outputs.gantt import build_gantt, workload_labels, write_gantt
     from dessim.workload import simulate_workload
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -58,19 +58,14 @@ def main() -> None:
         t0 = time.perf_counter()
         result = simulate_workload(workload, topology, overrides=layout)
         sim_s = time.perf_counter() - t0
-        lo = result.plan.layout
-        stages: dict[int, list[int]] = {}
-        for rank in range(result.plan.num_gpus):
-            stages.setdefault(lo.stage_of(rank), []).append(rank)
-        labels = GanttLabels(workload, lo.describe(), topology,
-                             tuple((f"stage {s}", tuple(r)) for s, r in sorted(stages.items())))
+        labels = workload_labels(result, topology)
         t0 = time.perf_counter()
         html = write_gantt(result.simulation, out / f"gantt_{gpus}.html", labels)
         html_s = time.perf_counter() - t0
         write_gantt(result.simulation, out / f"gantt_{gpus}.png", labels)
         rows = len({lane.row for lane in build_gantt(result.simulation, labels).lanes})
         shot = screenshot(html, out / f"gantt_{gpus}_browser.png", 130 + 23 * rows + 60)
-        print(json.dumps({"gpus": gpus, "workload": workload, "layout": lo.describe(),
+        print(json.dumps({"gpus": gpus, "workload": workload, "layout": labels.layout,
                           "tasks": len(result.simulation.span_records), "rows": rows,
                           "html_bytes": html.stat().st_size, "simulate_s": round(sim_s, 2),
                           "gantt_html_s": round(html_s, 3), "browser_screenshot": shot}))

@@ -4,6 +4,7 @@ a browser rendering (when a headless Chromium is installed), and the timeline's 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -169,7 +170,7 @@ def test_title_names_workload_layout_topology_and_iteration_time():
 
 
 def test_html_of_1024_ranks_stays_under_the_byte_bound(tmp_path):
-    res = result_of(many_ranks(1024, passes=24))
+    res = result_of(many_ranks(1024, passes=8))
     labels = GanttLabels("w", "l", "t", stages_of(1024))
     for options in (GanttOptions(rows="rank"), GanttOptions(rows="rank", max_rows=1024)):
         path = write_gantt(res, tmp_path / "g.html", labels, options)
@@ -257,3 +258,40 @@ def test_timeline_link_counters_in_gb_per_s_and_utilisation():
     assert max(rate) == pytest.approx(BW / 1e9) and max(util) == pytest.approx(1.0)
     assert rate[-1] == 0 and len(rate) == len(util)
     json.dumps(events, allow_nan=False)             # no NaN in the trace
+
+
+# ------------------------------------------------------------------ command line
+def test_cli_gantt_rows_and_max_rows(tmp_path):
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    prefix = str(Path(__file__).parent / "data" / "chakra" / "dp_overlap_8npu" / "dp_overlap")
+    out = tmp_path / "g.html"
+    res = CliRunner().invoke(cli, ["replay", prefix, "-t", "ring:8,bw=50GB/s,lat=500ns",
+                                   "--gantt", str(out), "--gantt-rows", "rank", "--gantt-max-rows", "4"])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert all(f">ranks {a}-{a + 1}<" in text for a in (0, 2, 4, 6))
+    assert "one row per 2 consecutive ranks" in text
+    res = CliRunner().invoke(cli, ["replay", prefix, "-t", "ring:8,bw=50GB/s,lat=500ns",
+                                   "--gantt", str(out), "--gantt-rows", "stage"])
+    assert res.exit_code == 2 and "no pipeline stages" in res.output and "Traceback" not in res.output
+
+
+def test_a_transformer_run_gets_stage_rows_and_its_layout_in_the_title():
+    from dessim.outputs.gantt import workload_labels
+    from dessim.workload import simulate_workload
+
+    small = {"model": {"layers": 4, "hidden": 1024, "heads": 16, "ffn_hidden": 4096},
+             "training": {"seq_len": 512, "micro_batch": 1, "global_batch": 4},
+             "tp": 2, "pp": 2, "granularity": "kernel", "fold": False}
+    result = simulate_workload("gpt3-1.3b", "dgx-h100:nodes=1", overrides=small)
+    labels = workload_labels(result, "dgx-h100:nodes=1")
+    assert labels.stages == (("stage 0", (0, 1, 2, 3)), ("stage 1", (4, 5, 6, 7)))   # pp outermost
+    chart = build_gantt(result.simulation, labels)
+    assert [lane.row for lane in chart.lanes] == ["stage 0"] * 2 + ["stage 1"] * 2
+    assert chart.title.startswith("gpt3-1.3b · tp=2 pp=2 dp=2 (8 GPUs)")
+    assert "on dgx-h100:nodes=1 · iteration" in chart.title
+    used = {ACTIVITIES[s.activity].name for lane in chart.lanes for s in lane.segments}
+    assert {"forward", "backward", "weight-gradient", "tp", "pp", "dp"} <= used, used

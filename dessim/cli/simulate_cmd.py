@@ -10,7 +10,7 @@ import click
 from dessim.cli.common import (GanttRequest, engine_options, output_options, print_json, report_run,
                                write_outputs)
 from dessim.engine.options import EngineOptions, Shortcuts
-from dessim.outputs.gantt import GanttLabels
+from dessim.outputs.gantt import workload_labels
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
 from dessim.workload.api import DEFAULT_TOPOLOGY
@@ -100,21 +100,6 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
 LARGE_GRAPH_TASKS = 200_000
 
 
-def _gantt_labels(result: Any, topology: str) -> GanttLabels:
-    """The run's name, layout and pipeline stages (transformer workloads) for its Gantt chart."""
-    from dessim.workload.transformer.result import WorkloadResult
-
-    name = result.summary().get("workload", "") if hasattr(result, "summary") else ""
-    if not isinstance(result, WorkloadResult):
-        return GanttLabels(workload=str(name), topology=topology)
-    lo = result.plan.layout
-    stages: dict[int, list[int]] = {}
-    for rank in range(result.plan.num_gpus):
-        stages.setdefault(lo.stage_of(rank), []).append(rank)
-    return GanttLabels(workload=result.plan.name, layout=lo.describe(), topology=topology,
-                       stages=tuple((f"stage {s}", tuple(r)) for s, r in sorted(stages.items())))
-
-
 @click.command("simulate")
 @click.argument("workload", required=False)
 @layout_options
@@ -195,7 +180,7 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     options = replace(engine, record_links=bool(timeline or gantt))
     result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
                                options=options)
-    written = write_outputs(result.simulation, timeline, gantt, spans, _gantt_labels(result, topology))
+    written = write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
     if save_graph:
         written.append(f"graph: {save_taskgraph(result.taskgraph, save_graph)}")
     replayed = isinstance(result, ReplayResult)

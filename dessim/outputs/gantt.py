@@ -29,14 +29,14 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from dessim.engine.result import SPAN_COLUMNS, SimulationResult
 from dessim.errors import DessimError
 from dessim.outputs.activity import ACTIVITIES, LANES, LaneRow, gantt_rows, rank_lanes
 
 __all__ = ["GanttOptions", "GanttLabels", "GanttChart", "ROW_MODES", "build_gantt", "write_gantt",
-           "gantt_html"]
+           "gantt_html", "workload_labels"]
 
 #: Row modes of :class:`GanttOptions` (see module doc).
 ROW_MODES: tuple[str, ...] = ("auto", "stage", "rank")
@@ -76,6 +76,21 @@ class GanttLabels:
     layout: str = ""
     topology: str = ""
     stages: tuple[tuple[str, tuple[int, ...]], ...] = field(default_factory=tuple)
+
+
+def workload_labels(result: Any, topology: str) -> GanttLabels:
+    """The labels of a :func:`dessim.workload.simulate_workload` result: name, and for a
+    transformer its layout and pipeline stages (ranks of each stage, in stage order)."""
+    from dessim.workload.transformer.result import WorkloadResult
+
+    if not isinstance(result, WorkloadResult):     # DLRM, CNN, a Chakra trace: no stages
+        return GanttLabels(workload=str(getattr(result, "name", "")), topology=topology)
+    lo = result.plan.layout
+    stages: dict[int, list[int]] = {}
+    for rank in range(result.plan.num_gpus):
+        stages.setdefault(lo.stage_of(rank), []).append(rank)
+    return GanttLabels(workload=result.plan.name, layout=lo.describe(), topology=topology,
+                       stages=tuple((f"stage {s}", tuple(r)) for s, r in sorted(stages.items())))
 
 
 @dataclass(frozen=True)
