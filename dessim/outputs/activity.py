@@ -3,7 +3,8 @@
 The Gantt charts (:mod:`dessim.outputs.gantt`) draw this, not raw spans, so that a chart of a
 1,024-GPU run stays readable and small.
 
-Activities (:data:`ACTIVITIES`, data; colours from matplotlib's "tab"/"deep" palettes)
+Activities (:data:`ACTIVITIES`, data; colours from matplotlib's "tab"/"deep" palettes, the comm
+    lane's picked to stay apart when drawn light)
     Every span is one activity on one of two *lanes* of its rank:
 
     * ``compute`` lane: ``forward`` (category ``fwd``), ``backward`` (``bwd``),
@@ -68,9 +69,9 @@ ACTIVITIES: tuple[Activity, ...] = (
     Activity("cp", "comm", "#2CA02C"),
     Activity("ep", "comm", "#BCBD22"),
     Activity("pp", "comm", "#C44E52"),
-    Activity("dp", "comm", "#E377C2"),
+    Activity("dp", "comm", "#7B3294"),
     Activity("offload", "comm", "#937860"),
-    Activity("other comm", "comm", "#B07AA1"),
+    Activity("other comm", "comm", "#555555"),
 )
 #: The lanes of a row, top to bottom.
 LANES: tuple[str, ...] = ("compute", "comm")
