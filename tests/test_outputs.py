@@ -106,6 +106,18 @@ def test_span_tables_csv_and_parquet(tmp_path):
                                      "start_s", "active_s"]
     assert len(csv) == len(pq) == len(res.span_records)
     assert (pq["end_s"] >= pq["active_s"]).all() and (pq["active_s"] >= pq["start_s"]).all()
+    # what a task does not have is null, not -1 or ""
+    compute = pq[pq["kind"] == "compute"]
+    assert compute["peer"].isna().all() and compute["op"].isna().all()
+    assert str(pq["peer"].dtype) == "Int64" and set(pq.loc[pq["kind"] == "send", "peer"]) == {1, 2}
+    assert pq.loc[pq["task"] == "r0.aux", "category"].isna().all()
+    import pyarrow.parquet as pa_pq
+
+    schema = pa_pq.read_schema(tmp_path / "s.parquet")
+    assert schema.field("start_s").metadata == {b"unit": b"s"}
+    assert schema.field("bytes").metadata == {b"unit": b"B"}
+    meta = json.loads(schema.metadata[b"dessim"])
+    assert meta["graph"] == "sample" and meta["makespan_s"] == res.makespan_s
 
 
 def test_collective_timeline_passes_the_schema_check(tmp_path):

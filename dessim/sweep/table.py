@@ -24,7 +24,6 @@ File metadata (Parquet, key ``dessim``)
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from dessim.errors import SweepError
+from dessim.outputs.tables import METADATA_KEY, write_parquet
 from dessim.sweep.axes import SI_SUFFIX, Point, fingerprint
 
 __all__ = ["FIXED_COLUMNS", "METRIC_UNITS", "METADATA_KEY", "WRITERS", "records_to_table",
@@ -46,8 +46,6 @@ METRIC_UNITS: tuple[tuple[str, str], ...] = (
     ("_tflops_per_gpu", "TFLOP/s"), ("_GBps", "GB/s"), ("_Bps", "B/s"), ("_bytes", "B"),
     ("_flops", "FLOP"), ("_s", "s"),
 )
-#: Key of the Parquet schema metadata that records the run (module doc).
-METADATA_KEY = "dessim"
 
 
 def _present(value: Any) -> bool:
@@ -123,19 +121,8 @@ def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_parquet(df: pd.DataFrame, path: Path, meta: Mapping[str, Any] | None) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pandas(_parquet_safe(df), preserve_index=False)
-    if meta is not None:
-        units = meta.get("units", {})
-        fields = [f.with_metadata({"unit": units[f.name]}) if f.name in units else f
-                  for f in table.schema]
-        schema = pa.schema(fields, metadata={**(table.schema.metadata or {}),
-                                             METADATA_KEY.encode(): json.dumps(meta, sort_keys=True,
-                                                                               default=str).encode()})
-        table = table.cast(schema)
-    pq.write_table(table, path)
+    meta = dict(meta or {})
+    write_parquet(_parquet_safe(df), path, meta.pop("units", {}), meta)
 
 
 #: Table writers by file suffix: ``writer(table, path, metadata or None)``.
