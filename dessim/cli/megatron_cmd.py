@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import engine_options, output_options, print_json, write_outputs
+from dessim.cli.common import GanttRequest, engine_options, output_options, print_json, write_outputs
 from dessim.engine.options import EngineOptions
+from dessim.outputs.gantt import workload_labels
 
 
 @click.command("megatron", context_settings={"ignore_unknown_options": True})
@@ -22,7 +23,7 @@ from dessim.engine.options import EngineOptions
 @engine_options()
 @output_options
 def command(args: tuple[str, ...], allow_unsupported: bool, print_workload: bool, name: str,
-            topology: str, engine: EngineOptions, timeline: str | None, gantt: str | None,
+            topology: str, engine: EngineOptions, timeline: str | None, gantt: GanttRequest | None,
             spans: str | None, as_json: bool) -> None:
     """Simulate one iteration of the Megatron-LM launch whose pretrain_gpt.py ARGS follow '--'.
 
@@ -60,7 +61,7 @@ def command(args: tuple[str, ...], allow_unsupported: bool, print_workload: bool
     overrides: dict[str, Any] = {"device": engine.device} if engine.device else {}
     result = simulate_workload(spec, topo, overrides=overrides,
                                options=replace(engine, record_links=bool(timeline or gantt)))
-    written = write_outputs(result.simulation, timeline, gantt, spans)
+    written = write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
     summary = result.summary()
     megatron = {"notes": launch.notes, "no_effect": launch.no_effect,
                 "unsupported": launch.unsupported, "unknown": launch.unknown}
