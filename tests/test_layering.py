@@ -1,7 +1,8 @@
 """The package is layered: a module imports only from its own layer or the layers below.
 
 Order, bottom to top (README "Architecture"): errors, units, resources, catalog, topology,
-network, collectives, taskgraph, engine, {workload, trace}, outputs, sweep, calibrate, cli.
+network, collectives, taskgraph, engine, {workload, trace}, training_run, outputs, sweep, calibrate,
+cli.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 import dessim
 
 LAYERS = ["errors", "units", "resources", "catalog", "topology", "network", "collectives",
-          "taskgraph", "engine", "workload|trace", "outputs", "sweep", "calibrate", "cli"]
+          "taskgraph", "engine", "workload|trace", "training_run", "outputs", "sweep", "calibrate",
+          "cli"]
 RANK = {name: i for i, group in enumerate(LAYERS) for name in group.split("|")}
 ROOT = Path(dessim.__file__).parent
 

@@ -19,6 +19,7 @@ from dessim.errors import DessimError
 COMMAND_MODULES: tuple[str, ...] = (
     "dessim.cli.simulate_cmd",
     "dessim.cli.megatron_cmd",
+    "dessim.cli.train_cmd",
     "dessim.cli.workload_cmd",
     "dessim.cli.topology_cmd",
     "dessim.cli.collective_cmd",

@@ -1,0 +1,90 @@
+"""Checkpoint size and the time to write and restore it over the topology (bytes, seconds).
+
+Size: the model state a restart needs — weights and optimizer state, not gradients:
+``parameters · (param_bytes + optimizer_bytes)`` of the training precision for a transformer
+(bf16 mixed-precision Adam: 2 + 12 = 14 bytes per parameter; ZeRO §3.1, as the memory model
+counts them, :mod:`dessim.workload.transformer.memory`). Data-parallel kinds (DLRM, CNN):
+the per-GPU ``weights + optimizer`` of their memory estimate (the replicated state; a
+sharded embedding table is counted once per GPU's shard only — give ``checkpoint_bytes``
+for exact figures).
+
+Time: a simulated transfer. Every GPU writes ``size / gpus`` bytes (a sharded checkpoint in
+which every rank saves an equal, distinct part, as PyTorch Distributed Checkpoint does) to
+its nearest ``storage`` node, all at once, as ``memcpy`` tasks over the topology's links
+(:func:`dessim.engine.simulate`): the storage tier's bandwidth, the host links and NICs are
+shared max-min fairly. A restore reads the same bytes back. A topology without a storage
+node gets a parallel file system (:func:`~dessim.topology.storage.attach_storage`) of
+``storage_bw`` aggregate bandwidth; the default, 2 TB/s, is the sustained throughput of the
+Llama 3 training cluster's Tectonic file system ("Llama 3 (Dubey et al. 2024)" §3.3.1 in
+docs/references.md) — a 16,384-GPU cluster's figure: give the storage of smaller clusters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dessim.engine import EngineOptions, simulate
+from dessim.errors import DessimError
+from dessim.taskgraph.model import Task, TaskGraph
+from dessim.topology.graph import Topology
+from dessim.topology.routing import router_for
+from dessim.topology.storage import attach_storage
+from dessim.workload.common.placement import nearest_node
+
+__all__ = ["checkpoint_bytes", "CheckpointTimes", "checkpoint_times", "DEFAULT_STORAGE_BW"]
+
+#: Aggregate bandwidth of the file system attached when the topology has none, bytes/s.
+DEFAULT_STORAGE_BW = 2e12
+
+
+def checkpoint_bytes(result: Any) -> float:
+    """Bytes of one checkpoint of the workload simulated in ``result`` (module docstring)."""
+    plan = getattr(result, "plan", None)
+    if plan is not None:
+        model = plan.model
+        prec = model.precision_spec
+        return float(model.num_params()) * (prec.param_bytes + prec.optimizer_bytes)
+    memory = getattr(result, "memory", None)
+    if isinstance(memory, dict) and "weights" in memory:
+        return float(memory["weights"]) + float(memory.get("optimizer", 0.0))
+    raise DessimError("train: cannot size the checkpoint of this workload (no model state); "
+                      "give checkpoint_bytes (--checkpoint-size)")
+
+
+@dataclass(frozen=True)
+class CheckpointTimes:
+    """Simulated seconds to write and to restore one checkpoint of ``bytes`` bytes."""
+
+    bytes: float
+    write_s: float
+    restore_s: float
+    storage: str        #: where it went: the storage nodes' names
+
+
+def with_storage(topology: Topology, storage_bw: float) -> Topology:
+    """``topology`` itself when it has a storage node, else with a PFS of ``storage_bw``."""
+    if topology.nodes_of_kind("storage"):
+        return topology
+    return attach_storage(topology, "pfs", storage_bw)
+
+
+def _transfer_time(topology: Topology, nbytes: float, direction: str) -> float:
+    graph = TaskGraph(f"checkpoint {direction}")
+    router = router_for(topology)
+    share = nbytes / topology.num_gpus
+    for rank, gpu in enumerate(topology.gpus):
+        node = nearest_node(router, topology, gpu, "storage", "a checkpoint")
+        graph.add(Task(f"ckpt.{rank}", rank, "memcpy", stream="io", name=f"checkpoint {direction}",
+                       category="checkpoint", size=share, mem_node=node, direction=direction))
+    return simulate(graph, topology, EngineOptions(record_links=False)).makespan_s
+
+
+def checkpoint_times(topology: Topology, nbytes: float, storage_bw: float = DEFAULT_STORAGE_BW) -> CheckpointTimes:
+    """Simulated write (``from_hbm``) and restore (``to_hbm``) times of ``nbytes`` bytes."""
+    topo = with_storage(topology, storage_bw)
+    storage = ",".join(sorted(topo.nodes_of_kind("storage")))
+    if nbytes <= 0:
+        return CheckpointTimes(0.0, 0.0, 0.0, storage)
+    return CheckpointTimes(nbytes, _transfer_time(topo, nbytes, "from_hbm"),
+                           _transfer_time(topo, nbytes, "to_hbm"), storage)
