@@ -18,9 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dessim.training_run.reliability import RenewalModel
+from dessim.training_run.reliability import ReliabilityError, RenewalModel
 
-__all__ = ["RunSamples", "sample_runs"]
+__all__ = ["RunSamples", "sample_runs", "MAX_EXPECTED_FAILURES"]
+
+#: Runs expecting more failures than this are refused (each costs one vectorised round).
+MAX_EXPECTED_FAILURES = 1e5
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,12 @@ def sample_runs(work_s: float | np.ndarray, interval_s: float, checkpoint_s: flo
     value per sample. Parameters are checked as :class:`RenewalModel` checks them."""
     work = np.broadcast_to(np.asarray(work_s, dtype=float), (samples,)).copy()
     for w in np.unique(work):
-        RenewalModel(float(w), interval_s, checkpoint_s, restart_s, mtbf_s)   # validates
+        failures = RenewalModel(float(w), interval_s, checkpoint_s, restart_s, mtbf_s).expected_failures()
+        if failures > MAX_EXPECTED_FAILURES:
+            raise ReliabilityError(f"Monte Carlo: {failures:.3g} failures expected per run (MTBF {mtbf_s:g} s "
+                                   f"against segments of {interval_s + checkpoint_s:g} s and restarts of "
+                                   f"{restart_s:g} s); the run would hardly progress — more than "
+                                   f"{MAX_EXPECTED_FAILURES:g} is not sampled")
     rng = np.random.default_rng(seed)
     seg = interval_s + checkpoint_s
     full = np.floor(work / interval_s)

@@ -84,7 +84,10 @@ def segment_time(work_s: float, checkpoint_s: float, restart_s: float, mtbf_s: f
                                                                         allow_zero=True)
     if math.isinf(m):
         return t
-    return m * math.exp(_positive("restart time", restart_s, allow_zero=True) / m) * math.expm1(t / m)
+    log_a = math.log(m) + _positive("restart time", restart_s, allow_zero=True) / m
+    x = t / m
+    log_a += math.log(math.expm1(x)) if x < 700 else x     # expm1(x) = e^x at that size
+    return math.exp(log_a) if log_a < 709 else math.inf   # inf: the run would never finish
 
 
 @dataclass(frozen=True)
@@ -137,9 +140,12 @@ class RenewalModel:
         return self.expected_failures() * self.mtbf_s * -math.expm1(-self.restart_s / self.mtbf_s)
 
     def expected_lost_s(self) -> float:
-        """Expected seconds of lost work (work and checkpoint writes redone after failures)."""
-        return (self.expected_wall_s() - self.work_s - self.checkpoints * self.checkpoint_s
-                - self.expected_restart_s())
+        """Expected seconds of lost work (work and checkpoint writes redone after failures;
+        0 when nothing fails, never below 0 by rounding)."""
+        if math.isinf(self.mtbf_s):
+            return 0.0
+        return max(0.0, self.expected_wall_s() - self.work_s - self.checkpoints * self.checkpoint_s
+                   - self.expected_restart_s())
 
     def goodput(self) -> float:
         """Useful seconds / expected wall seconds (1 for an empty run)."""

@@ -221,6 +221,11 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     if not (interval > 0 and math.isfinite(interval)) or interval > work > 0:
         interval = max(work, 1e-9)   # nothing fails / free checkpoints: one checkpoint at the end
     model = RenewalModel(work, interval, ckpt.write_s, restart, mtbf)
+    if model.goodput() < 1e-3:
+        raise DessimError(f"train: the run would hardly progress: job MTBF {mtbf:.4g} s against a "
+                          f"restart of {restart:.4g} s and checkpoints of {ckpt.write_s:.4g} s every "
+                          f"{interval:.4g} s (expected goodput {model.goodput():.2e}); check the MTBFs "
+                          "(--mtbf) and restart times")
     energy = iteration_energy(nominal.simulation, _devices(nominal, topo, engine), counts, options.power)
     samples = None
     if options.samples:

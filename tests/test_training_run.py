@@ -1,0 +1,218 @@
+"""A whole training run (dessim.training_run): closed forms against Monte Carlo, the
+Young/Daly optimum, the Llama 3 snapshot the default failure rates come from, component
+counting, energy bookkeeping, option errors, the API, the CLI and determinism."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
+
+from dessim.cli.main import cli
+from dessim.errors import DessimError, SpecError
+from dessim.topology import load_topology
+from dessim.training_run import (RenewalModel, daly_interval, optimal_interval, parse_train_options,
+                                 simulate_training_run, young_interval)
+from dessim.training_run.failures import (DEFAULT_FAILURE_RATES, LLAMA3_SNAPSHOT, ComponentCounts,
+                                          count_components, job_failure_rate)
+from dessim.training_run.montecarlo import sample_runs
+from dessim.training_run.reliability import segment_time
+
+pos = st.floats(min_value=1e-3, max_value=1e4, allow_nan=False)
+
+
+# ---------------------------------------------------------------- closed forms
+@given(c=pos, m=st.floats(min_value=1.0, max_value=1e9))
+def test_young_is_the_square_root_of_2cm(c, m):
+    assert young_interval(c, m) == pytest.approx(math.sqrt(2 * c * m), rel=1e-12)
+
+
+@settings(max_examples=60)
+@given(ratio=st.floats(min_value=1e-8, max_value=0.1), m=st.floats(min_value=10.0, max_value=1e8),
+       r_ratio=st.floats(min_value=0.0, max_value=5.0))
+def test_optimum_is_the_minimum_and_young_daly_its_approximations(ratio, m, r_ratio):
+    c, r = ratio * m, r_ratio * m
+    opt = optimal_interval(c, m)
+    best = RenewalModel(1e9, opt, c, r, m).steady_goodput()
+    for tau in (opt * 0.99, opt * 1.01, young_interval(c, m), daly_interval(c, m)):
+        assert RenewalModel(1e9, tau, c, r, m).steady_goodput() <= best * (1 + 1e-12)
+    # Young is the first-order root: its relative error is O(sqrt(C/M)); Daly's is smaller
+    assert abs(young_interval(c, m) / opt - 1) <= math.sqrt(ratio) + 1e-9
+    assert abs(daly_interval(c, m) / opt - 1) <= 0.01
+
+
+@given(c=pos, r=pos, m=st.floats(min_value=10.0, max_value=1e7), tau=pos)
+def test_segment_time_is_the_renewal_expectation(c, r, m, tau):
+    """Daly's A(tau) against the first-step equations it solves: A = M(1-p) + (1-p)B,
+    B = A + M(e^(R/M) - 1), p = e^(-(tau+C)/M)."""
+    if (tau + c + r) / m > 300:
+        assert segment_time(tau, c, r, m) > 1e100        # hopeless runs: huge or inf, no overflow error
+        return
+    a = segment_time(tau, c, r, m)
+    q = -math.expm1(-(tau + c) / m)                      # 1 - p without cancellation
+    b = a + m * math.expm1(r / m)
+    assert a == pytest.approx(m * q + q * b, rel=1e-9)
+    assert a >= tau + c
+
+
+@given(c=pos, r=pos, tau=pos)
+def test_goodput_tends_to_the_checkpoint_cost_alone_without_failures(c, r, tau):
+    model = RenewalModel(100 * tau, tau, c, r, math.inf)
+    assert model.goodput() == pytest.approx(tau / (tau + c), rel=1e-12)
+    assert model.expected_failures() == 0 and model.expected_lost_s() == 0
+
+
+def test_expected_overheads_add_up():
+    m = RenewalModel(1e6, 300.0, 5.0, 120.0, 4000.0)
+    parts = m.work_s + m.checkpoints * m.checkpoint_s + m.expected_restart_s() + m.expected_lost_s()
+    assert parts == pytest.approx(m.expected_wall_s(), rel=1e-12)
+    assert m.expected_lost_s() > 0 and 0 < m.goodput() < 1
+
+
+@pytest.mark.parametrize("work,tau,c,r,mtbf", [(2e5, 600.0, 20.0, 300.0, 5000.0),
+                                               (5e4, 1000.0, 0.0, 0.0, 800.0),
+                                               (3.3e4, 700.0, 50.0, 900.0, 1500.0)])
+def test_monte_carlo_converges_to_the_closed_form(work, tau, c, r, mtbf):
+    """Sample means within 4 standard errors of the renewal expectations (seeded)."""
+    n = 4000
+    s = sample_runs(work, tau, c, r, mtbf, n, seed=11)
+    m = RenewalModel(work, tau, c, r, mtbf)
+    for got, want in ((s.wall_s, m.expected_wall_s()), (s.failures.astype(float), m.expected_failures()),
+                      (s.restart_s, m.expected_restart_s()), (s.lost_s, m.expected_lost_s())):
+        se = got.std(ddof=1) / math.sqrt(n)
+        assert abs(got.mean() - want) <= 4 * se + 1e-9 * want, (got.mean(), want, se)
+    assert np.all(s.wall_s >= work + m.checkpoints * c - 1e-6)
+
+
+def test_hopeless_runs_are_refused_not_sampled_forever():
+    from dessim.training_run.reliability import ReliabilityError
+    with pytest.raises(ReliabilityError, match="hardly progress"):
+        sample_runs(1e6, 500.0, 10.0, 1e5, 100.0, 10)
+
+
+def test_monte_carlo_is_seeded():
+    a = sample_runs(1e5, 500.0, 10.0, 100.0, 3000.0, 200, seed=3)
+    b = sample_runs(1e5, 500.0, 10.0, 100.0, 3000.0, 200, seed=3)
+    assert np.array_equal(a.wall_s, b.wall_s) and np.array_equal(a.failures, b.failures)
+
+
+# ---------------------------------------------------------------- failures
+def test_default_rates_reproduce_the_llama3_snapshot():
+    """419 unexpected interruptions in 54 days on 16,384 GPUs (Llama 3 report §3.3.4)."""
+    counts = ComponentCounts(**LLAMA3_SNAPSHOT.components)
+    rate = sum(job_failure_rate(counts, DEFAULT_FAILURE_RATES).values())
+    assert rate * 54 * 86400 == pytest.approx(419, rel=1e-12)
+    assert sum(LLAMA3_SNAPSHOT.interruptions.values()) == 419
+    assert 1 / rate / 3600 == pytest.approx(3.09, abs=0.01)    # "one failure every three hours"
+
+
+def test_components_of_a_dgx_cluster():
+    c = count_components(load_topology("dgx-h100:nodes=2"))
+    assert c.as_dict() == {"gpu": 16, "host": 2, "nic": 16, "link": 32, "switch": 10, "software": 16}
+    assert count_components(load_topology("switch:8")).host == 1
+
+
+# ---------------------------------------------------------------- options
+@pytest.mark.parametrize("data,match", [
+    ({"tokens": "1T", "steps": 2}, "exactly one"),
+    ({"steps": 2, "foo": 1}, "unknown key 'foo'"),
+    ({"steps": 2, "mtbf": {"cpu": "1h"}}, "'cpu' is unknown"),
+    ({"steps": 2, "pue": 0.5}, "pue"),
+    ({"steps": 2, "checkpoint_interval": "weekly"}, "checkpoint_interval"),
+    ({"steps": 2, "gpu_power": {"busy": 700}}, "gpu_power"),
+    ({"steps": 2, "usd_per_kwh": -1}, "usd_per_kwh"),
+])
+def test_bad_train_options_name_the_key(data, match):
+    with pytest.raises(SpecError, match=match):
+        parse_train_options(data)
+
+
+# ---------------------------------------------------------------- the whole run
+@pytest.fixture(scope="module")
+def small_run():
+    opts = parse_train_options({"tokens": "20G", "samples": 300, "mc_seed": 5,
+                                "mtbf": {"gpu": "2000h"}, "usd_per_gpu_hour": 2.0})
+    return simulate_training_run("gpt3-1.3b", "dgx-h100:nodes=1", opts)
+
+
+def test_run_scales_one_iteration(small_run):
+    s = small_run.summary()
+    it = small_run.nominal
+    assert s["steps"] == math.ceil(20e9 / s["tokens_per_iteration"])
+    assert s["useful_s"] == pytest.approx(s["steps"] * it.iteration_s)
+    assert s["time_to_train_s"] > s["useful_s"] and 0 < s["goodput"] < 1
+    assert s["goodput"] == pytest.approx(s["useful_s"] / s["time_to_train_s"])
+    ck = s["checkpoint"]
+    model = it.plan.model
+    assert ck["bytes"] == model.num_params() * 14            # bf16 weights + fp32 Adam state
+    assert ck["write_s"] > 0 and ck["interval_s"] == pytest.approx(ck["daly_s"])
+    assert s["restart_s"] == pytest.approx(300 + 60 + ck["restore_s"])
+    # the user's GPU MTBF dominates the job rate: 8 GPUs at 2000 h
+    assert s["failures"]["rate_per_s"]["gpu"] == pytest.approx(8 / (2000 * 3600))
+    mc = s["monte_carlo"]
+    assert mc["time_to_train_s"]["p50"] <= mc["time_to_train_s"]["p90"] <= mc["time_to_train_s"]["p99"]
+
+
+def test_energy_and_cost_bookkeeping(small_run):
+    s = small_run.summary()
+    e = s["energy"]
+    assert sum(e["breakdown_j"].values()) == pytest.approx(e["per_iteration_j"])
+    # every GPU is at most at its TDP: 8 x 700 W plus the fixed parts, times PUE
+    upper = (8 * 700 + 1000 + 8 * 25) * 1.2 * small_run.nominal.iteration_s
+    assert e["per_iteration_j"] <= upper * (1 + 1e-9)
+    assert e["per_iteration_j"] / s["tokens_per_iteration"] == pytest.approx(s["energy_per_token_j"])
+    assert s["energy_run_mwh"] * 3.6e9 >= s["steps"] * e["per_iteration_j"] * (1 - 1e-9)
+    cost = s["cost"]
+    assert cost["rental"] == pytest.approx(8 * s["time_to_train_s"] / 3600 * 2.0)
+    assert s["cost_usd"] == pytest.approx(sum(cost.values()))
+
+
+def test_health_states_and_attribution():
+    from dessim.engine import EngineOptions
+    opts = parse_train_options({"steps": 1000, "samples": 50, "health_states": 3, "attribute": 2})
+    eng = EngineOptions(noise={"straggler_sigma": 0.1, "seed": 2})
+    r = simulate_training_run("gpt3-1.3b", "switch:8", opts, engine=eng,
+                              overrides={"device": "H100", "global_batch": 32, "model": {"layers": 4}})
+    s = r.summary()
+    assert s["health"]["states"] == 3
+    times = r.iteration_times
+    assert len(set(times)) == 3
+    att = s["health"]["attribution"]
+    assert att and att[0]["saved_s"] > 0                     # healing the slowest rank helps
+    assert att[0]["slowdown"] >= att[-1]["slowdown"]
+    assert all(a["saved_s"] >= -1e-12 for a in att)
+    with pytest.raises(DessimError, match="straggler_sigma"):
+        simulate_training_run("gpt3-1.3b", "switch:8", opts, overrides={"device": "H100"})
+
+
+def test_cli_train_json_is_deterministic_and_plots(tmp_path):
+    args = ["train", "gpt3-1.3b", "--topology", "dgx-h100:nodes=1", "--tokens", "10G",
+            "--samples", "100", "--json"]
+    runner = CliRunner()
+    a = runner.invoke(cli, args)
+    b = runner.invoke(cli, args)
+    assert a.exit_code == 0, a.output
+    da, db = json.loads(a.output), json.loads(b.output)
+    assert da == db
+    assert da["monte_carlo"]["samples"] == 100 and da["time_to_train_s"] > da["useful_s"]
+    text = runner.invoke(cli, ["train", "gpt3-1.3b", "--steps", "100", "--samples", "20", "--plots",
+                               str(tmp_path)])
+    assert text.exit_code == 0, text.output
+    assert "time to train" in text.output and "MWh" in text.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["energy.png", "goodput_vs_interval.png",
+                                                          "time_to_train.png"]
+
+
+@pytest.mark.parametrize("args,match", [
+    (["train", "gpt3-1.3b"], "--tokens"),
+    (["train", "gpt3-1.3b", "--steps", "10", "--mtbf", "gpu"], "KIND=TIME"),
+    (["train", "gpt3-1.3b", "--steps", "10", "--gpu-power", "700"], "BUSY,COMM,IDLE"),
+    (["train", "gpt3-1.3b", "--tokens", "lots"], "tokens"),
+])
+def test_cli_train_bad_input_is_a_clean_error(args, match):
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and match in res.output and "Traceback" not in res.output
