@@ -216,3 +216,40 @@ def test_cli_train_json_is_deterministic_and_plots(tmp_path):
 def test_cli_train_bad_input_is_a_clean_error(args, match):
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 2 and match in res.output and "Traceback" not in res.output
+
+
+# ---------------------------------------------------------------- sweeps
+TINY = """\
+name: tiny
+model: {layers: 4, hidden: 256, heads: 8, ffn_hidden: 1024, vocab: 1024, seq_len: 256}
+parallelism: {tp: 1, pp: 1}
+training: {global_batch: 8, micro_batch: 1, zero_stage: 1, bucket_size: 1MiB}
+"""
+
+
+def test_train_sweep_reports_run_metrics_per_point(tmp_path):
+    from dessim.sweep.runner import run_sweep
+    from dessim.sweep.spec import parse_sweep
+
+    wl = tmp_path / "tiny.yaml"
+    wl.write_text(TINY)
+    spec = parse_sweep({"kind": "train",
+                        "base": {"workload": str(wl), "topology": "dgx-a100:nodes=1",
+                                 "engine": {"network": "analytical"},
+                                 "train": {"tokens": "1G", "samples": 50, "mtbf": {"gpu": "500h"}}},
+                        "axes": {"train.checkpoint_interval": ["young", "2min"], "train.pue": [1.1, 1.5]}},
+                       "inline")
+    table = run_sweep(spec).table
+    assert list(table["status"]) == ["ok"] * 4
+    for col in ("time_to_train_s", "goodput", "energy_run_mwh", "cost_usd", "expected_failures",
+                "monte_carlo.time_to_train_s.p90", "iteration_s", "mfu"):
+        assert col in table.columns, col
+    by = table.set_index(["train.checkpoint_interval", "train.pue"])
+    assert by.loc[(120, 1.5), "energy_run_mwh"] > by.loc[(120, 1.1), "energy_run_mwh"]
+    assert by.loc[(120, 1.1), "checkpoint.interval_s"] == 120       # the axis parsed '2min'
+    young = by.loc[("young", 1.1)]
+    assert young["checkpoint.interval_s"] == pytest.approx(young["checkpoint.young_s"])
+    bad = parse_sweep({"kind": "train", "base": {"workload": str(wl), "topology": "dgx-a100:nodes=1",
+                                                  "train": {"steps": 10, "pue": 0.2}}}, "inline")
+    rec = run_sweep(bad).table.iloc[0]
+    assert rec["status"] == "failed" and "pue" in rec["reason"]

@@ -33,6 +33,14 @@ selects from.
     (:mod:`dessim.sweep.layouts`). Metrics: the workload result's ``summary()``, nested
     mappings flattened with dots (``exposed_comm_s.dp``, ``memory_per_gpu_bytes.weights``),
     without host time (``wall_s``) and the rank lists of the groups.
+``train``
+    A whole training run of that workload (:func:`dessim.training_run.simulate_training_run`):
+    everything of ``workload`` plus a ``train:`` base section and ``train.KEY`` axes (the keys
+    of :data:`dessim.training_run.options.TRAIN_KEYS`: ``tokens``, ``checkpoint_interval``,
+    ``mtbf.gpu``, ``pue``, ``usd_per_kwh``, ...). Metrics: the iteration's, then the run's
+    summary flattened — ``time_to_train_s`` (the default metric), ``goodput``,
+    ``expected_failures``, ``energy_run_mwh``, ``energy_per_token_j``, ``cost_usd``,
+    ``monte_carlo.time_to_train_s.p90``, ... (docs/training-run.md).
 
 Every namespace ``topology.K`` sets key ``K`` of the base topology's builder (any key that
 ``dessim topology list`` shows for that builder); the topology is rebuilt per point, cached
@@ -48,7 +56,7 @@ import copy
 import json
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -395,21 +403,49 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 _DROPPED_SUMMARY_KEYS: tuple[str, ...] = ("wall_s", "groups")
 
 
-def _evaluate_workload(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    from dessim.workload import plan_workload, simulate_workload
+def _workload_inputs(cfg: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """(topology, engine options, overrides) of a workload point; a memory expansion's
+    capacity is checked before anything is simulated."""
+    from dessim.workload import plan_workload
 
-    cfg = _canonical_workload(cfg)
     setup = memory_setup(cfg.get("memory"))
     topo = _load_topology_cached(cfg["topology"], setup)
     options = _engine_of(cfg.get("engine"))
     overrides = setup.overrides(cfg.get("overrides")) or None
-    if setup.has_expansion:  # its capacity is checked before anything is simulated
+    if setup.has_expansion:
         check_expansion_fit(plan_workload(cfg["workload"], topo, overrides=overrides, engine=options)[0],
                             setup)
-    result = simulate_workload(cfg["workload"], topo, overrides=overrides, options=options)
+    return topo, options, overrides
+
+
+def _iteration_metrics(result: Any, topo: Any) -> dict[str, Any]:
     summary = {k: v for k, v in result.summary().items() if k not in _DROPPED_SUMMARY_KEYS}
     out = flatten(summary)
     out.setdefault("gpus", topo.num_gpus)
+    return out
+
+
+def _evaluate_workload(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    from dessim.workload import simulate_workload
+
+    cfg = _canonical_workload(cfg)
+    topo, options, overrides = _workload_inputs(cfg)
+    return _iteration_metrics(simulate_workload(cfg["workload"], topo, overrides=overrides, options=options),
+                              topo)
+
+
+def _evaluate_train(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The iteration's metrics and the whole run's (:mod:`dessim.training_run`): headline
+    ``time_to_train_s``, ``goodput``, ``expected_failures``, ``energy_run_mwh``,
+    ``energy_per_token_j``, ``cost_usd`` and the nested figures flattened with dots."""
+    from dessim.training_run import parse_train_options, simulate_training_run
+
+    cfg = _canonical_workload(cfg)
+    topo, options, overrides = _workload_inputs(cfg)
+    train = parse_train_options(cfg.get("train") or {}, "train")
+    run = simulate_training_run(cfg["workload"], topo, train, overrides=overrides, engine=options)
+    out = _iteration_metrics(run.nominal, topo)
+    out.update(flatten(run.summary()))
     return out
 
 
@@ -503,8 +539,29 @@ CLUSTER = Evaluator(
 )
 
 
+def _train_keys() -> tuple[str, ...]:
+    from dessim.training_run.options import TRAIN_KEYS
+    return tuple(TRAIN_KEYS)
+
+
+TRAIN = replace(
+    WORKLOAD, name="train",
+    help="a whole training run of a workload: time to train, goodput, energy, cost "
+         "(dessim.training_run.simulate_training_run)",
+    base_keys=(*WORKLOAD.base_keys, "train"),
+    base_sections={**WORKLOAD.base_sections, "train": _train_keys()},
+    namespaces={**WORKLOAD.namespaces,
+                "train": Namespace("train", ("train",), _train_keys(), nested=True,
+                                   help="a key of the train section (tokens, checkpoint_interval, "
+                                        "mtbf.gpu, pue, usd_per_kwh, ...; docs/training-run.md)")},
+    evaluate=_evaluate_train,
+    default_metric="time_to_train_s",
+    expand=lambda spec, points: expand_layouts(spec, points, TRAIN.config, _load_topology_cached),
+    defaults={**WORKLOAD.defaults, "train": {}},
+)
+
 #: Point kinds by name (the sweep spec's ``kind``).
-EVALUATORS: dict[str, Evaluator] = {e.name: e for e in (WORKLOAD, COLLECTIVE, CLUSTER)}
+EVALUATORS: dict[str, Evaluator] = {e.name: e for e in (WORKLOAD, COLLECTIVE, CLUSTER, TRAIN)}
 
 
 def get_evaluator(name: object, where: str = "kind") -> Evaluator:
