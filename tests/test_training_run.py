@@ -253,3 +253,33 @@ def test_train_sweep_reports_run_metrics_per_point(tmp_path):
                                                   "train": {"steps": 10, "pue": 0.2}}}, "inline")
     rec = run_sweep(bad).table.iloc[0]
     assert rec["status"] == "failed" and "pue" in rec["reason"]
+
+
+# ---------------------------------------------------------------- docs/training-run.md
+def test_llama3_worked_example():
+    """The table of docs/training-run.md "Worked example": 54 days on the Llama 3 cluster."""
+    from dessim.workload import load_workload
+
+    model = load_workload("llama3-405b").model
+    ckpt = model.num_params() * 14
+    assert ckpt / 16_384 == pytest.approx(347e6, rel=1e-3)      # within the report's 1 MB-4 GB per GPU
+    counts = ComponentCounts(**LLAMA3_SNAPSHOT.components)
+    rates = job_failure_rate(counts, DEFAULT_FAILURE_RATES)
+    m = 1 / sum(rates.values())
+    c = ckpt / 2e12
+    assert c == pytest.approx(2.84, abs=0.005)
+    assert (young_interval(c, m), daly_interval(c, m), optimal_interval(c, m)) == pytest.approx(
+        (251.5, 249.6, 249.6), abs=0.05)
+    assert rates["gpu"] / sum(rates.values()) == pytest.approx(0.64, abs=0.005)
+    wall = 54 * 86400
+    tau = daly_interval(c, m)
+    for minutes, goodput in ((5, 0.952), (10, 0.926), (15, 0.902), (20, 0.878), (30, 0.832)):
+        r = minutes * 60.0
+        work = RenewalModel(1e9, tau, c, r, m).steady_goodput() * wall
+        run = RenewalModel(work, tau, c, r, m)
+        assert run.expected_wall_s() == pytest.approx(wall, rel=1e-4)
+        assert run.expected_failures() == pytest.approx(419, rel=1e-4)
+        assert run.goodput() == pytest.approx(goodput, abs=5e-4)
+    s = sample_runs(RenewalModel(1e9, tau, c, 600.0, m).steady_goodput() * wall, tau, c, 600.0, m, 2000, seed=1)
+    p50, p90, p99 = np.percentile(s.failures, [50, 90, 99])
+    assert 415 <= p50 <= 424 and 440 <= p90 <= 455 and 465 <= p99 <= 485

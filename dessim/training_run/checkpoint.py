@@ -14,9 +14,10 @@ its nearest ``storage`` node, all at once, as ``memcpy`` tasks over the topology
 (:func:`dessim.engine.simulate`): the storage tier's bandwidth, the host links and NICs are
 shared max-min fairly. A restore reads the same bytes back. A topology without a storage
 node gets a parallel file system (:func:`~dessim.topology.storage.attach_storage`) of
-``storage_bw`` aggregate bandwidth; the default, 2 TB/s, is the sustained throughput of the
-Llama 3 training cluster's Tectonic file system ("Llama 3 (Dubey et al. 2024)" §3.3.1 in
-docs/references.md) — a 16,384-GPU cluster's figure: give the storage of smaller clusters.
+``storage_bw`` aggregate bandwidth (:func:`checkpoint_times`' default 2 TB/s is the
+sustained throughput of the Llama 3 training cluster's Tectonic file system, "Llama 3
+(Dubey et al. 2024)" §3.3.1 in docs/references.md [C2]; ``dessim train``
+scales it by GPUs / 16,384 — give the storage of a real cluster).
 """
 
 from __future__ import annotations
@@ -30,12 +31,21 @@ from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import router_for
 from dessim.topology.storage import attach_storage
+from dessim.training_run.failures import LLAMA3_SNAPSHOT
 from dessim.workload.common.placement import nearest_node
 
-__all__ = ["checkpoint_bytes", "CheckpointTimes", "checkpoint_times", "DEFAULT_STORAGE_BW"]
+__all__ = ["checkpoint_bytes", "CheckpointTimes", "checkpoint_times", "DEFAULT_STORAGE_BW",
+           "default_storage_bw"]
 
-#: Aggregate bandwidth of the file system attached when the topology has none, bytes/s.
+#: Aggregate bandwidth of the Llama 3 cluster's file system (module docstring), bytes/s.
 DEFAULT_STORAGE_BW = 2e12
+
+
+def default_storage_bw(gpus: int) -> float:
+    """:data:`DEFAULT_STORAGE_BW` per GPU of that 16,384-GPU cluster, times ``gpus`` (bytes/s):
+    the file system ``dessim train`` attaches when the topology has none ([U] proportional
+    scaling)."""
+    return DEFAULT_STORAGE_BW * gpus / LLAMA3_SNAPSHOT.components["gpu"]
 
 
 def checkpoint_bytes(result: Any) -> float:

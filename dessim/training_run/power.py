@@ -9,7 +9,8 @@ fans, NVSwitch and PCIe switches: everything in the host but the GPUs and NICs),
 ``nic_w``, every fabric switch ``switch_w`` — all the time. Facility overhead is the power
 usage effectiveness ``pue`` (total facility / IT energy).
 
-Defaults per GPU model (:data:`GPU_POWER`). ``busy_w`` is the board power limit (TDP) —
+Defaults per GPU model (:data:`GPU_POWER`, each with its source in docs/references.md
+"Whole training runs"). ``busy_w`` is the board power limit (TDP) —
 an upper bound: a node measured under LLM training drew at most 8.4 kW of its 10.2 kW
 rating (Latif et al. 2024, "H100 node power" in docs/references.md), so the busy figure
 over-estimates GPU power by up to ≈ 20 % when kernels do not saturate the GPU; override it
@@ -47,17 +48,18 @@ class GPUPower:
 
 
 _IDLE_U = "[U] idle and comm-only: unconfirmed fractions of TDP (~15 % and ~40 %); override"
+_TDP_U = "[U] the datasheet TDP, not re-read for dessim; override"
 
-#: Per GPU model (catalog names): TDP as busy power ([C2] datasheets via the catalog sources).
+#: Per GPU model (catalog names): the board power limit (TDP) as busy power.
 GPU_POWER: Mapping[str, GPUPower] = MappingProxyType({
-    "V100": GPUPower(300.0, 120.0, 45.0, "[C2] V100 SXM2 datasheet: 300 W; " + _IDLE_U),
-    "A100-40GB": GPUPower(400.0, 160.0, 60.0, "[C2] A100 SXM4 datasheet: 400 W; " + _IDLE_U),
-    "A100-80GB": GPUPower(400.0, 160.0, 60.0, "[C2] A100 SXM4 datasheet: 400 W; " + _IDLE_U),
-    "H100": GPUPower(700.0, 280.0, 105.0, "[C2] H100 SXM5 datasheet: up to 700 W; Llama 3 model "
-                                          "card (H100-80GB, TDP 700 W); " + _IDLE_U),
-    "H200": GPUPower(700.0, 280.0, 105.0, "[C2] H200 SXM datasheet: up to 700 W; " + _IDLE_U),
+    "V100": GPUPower(300.0, 120.0, 45.0, "V100 SXM2 300 W " + _TDP_U + "; " + _IDLE_U),
+    "A100-40GB": GPUPower(400.0, 160.0, 60.0, "[C2] glennklockwood A100 (400 W maximum); " + _IDLE_U),
+    "A100-80GB": GPUPower(400.0, 160.0, 60.0, "[C2] glennklockwood A100 (400 W maximum, as the "
+                                              "40 GB part); " + _IDLE_U),
+    "H100": GPUPower(700.0, 280.0, 105.0, "[C2] H100 power (H100 SXM up to 700 W TDP); " + _IDLE_U),
+    "H200": GPUPower(700.0, 280.0, 105.0, "H200 SXM 700 W " + _TDP_U + "; " + _IDLE_U),
     "B200": GPUPower(1000.0, 400.0, 150.0, "[C2] glennklockwood B200 (HGX B200: 1,000 W); " + _IDLE_U),
-    "MI300X": GPUPower(750.0, 300.0, 113.0, "[C2] MI300X specs: 750 W; " + _IDLE_U),
+    "MI300X": GPUPower(750.0, 300.0, 113.0, "MI300X 750 W " + _TDP_U + "; " + _IDLE_U),
 })
 
 

@@ -36,7 +36,8 @@ from dessim.engine.engine import straggler_factors
 from dessim.errors import DessimError
 from dessim.topology import load_topology
 from dessim.topology.graph import Topology
-from dessim.training_run.checkpoint import CheckpointTimes, checkpoint_bytes, checkpoint_times
+from dessim.training_run.checkpoint import (CheckpointTimes, checkpoint_bytes, checkpoint_times,
+                                            default_storage_bw)
 from dessim.training_run.failures import ComponentCounts, count_components, job_failure_rate
 from dessim.training_run.montecarlo import RunSamples, sample_runs
 from dessim.training_run.options import TrainOptions
@@ -208,7 +209,7 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     else:
         steps = int(options.steps)
     nbytes = options.checkpoint_bytes if options.checkpoint_bytes is not None else checkpoint_bytes(nominal)
-    storage_bw = options.storage_bw if options.storage_bw is not None else 2e12 * topo.num_gpus / 16_384
+    storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
     ckpt = checkpoint_times(topo, nbytes, storage_bw)
     counts = count_components(topo)
     rates = job_failure_rate(counts, options.failure_rates)
