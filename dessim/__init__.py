@@ -25,7 +25,8 @@ Architecture, bottom to top (a layer imports only from layers below it; README "
                            front: api (simulate_workload), kinds, multijob; jobtrace,
                            schedulers, sharedcluster (a shared cluster over time)
     trace                Chakra execution traces
-    outputs              timelines, Gantt charts, tables
+    training_run         a whole run from one iteration: failures, goodput, energy, cost
+    outputs              timelines, Gantt charts, tables, plots
     sweep                design-space exploration
     calibrate            fitting the calibration file to a user's measurements
     cli                  the ``dessim`` command

@@ -149,7 +149,8 @@ def test_run_scales_one_iteration(small_run):
     ck = s["checkpoint"]
     model = it.plan.model
     assert ck["bytes"] == model.num_params() * 14            # bf16 weights + fp32 Adam state
-    assert ck["write_s"] > 0 and ck["interval_s"] == pytest.approx(ck["daly_s"])
+    assert ck["write_s"] > 0 and ck["interval_s"] == pytest.approx(ck["every_steps"] * it.iteration_s)
+    assert abs(ck["interval_s"] - ck["daly_s"]) <= it.iteration_s / 2     # Daly's, to a whole step
     assert s["restart_s"] == pytest.approx(300 + 60 + ck["restore_s"])
     # the user's GPU MTBF dominates the job rate: 8 GPUs at 2000 h
     assert s["failures"]["rate_per_s"]["gpu"] == pytest.approx(8 / (2000 * 3600))
@@ -246,9 +247,10 @@ def test_train_sweep_reports_run_metrics_per_point(tmp_path):
         assert col in table.columns, col
     by = table.set_index(["train.checkpoint_interval", "train.pue"])
     assert by.loc[(120, 1.5), "energy_run_mwh"] > by.loc[(120, 1.1), "energy_run_mwh"]
-    assert by.loc[(120, 1.1), "checkpoint.interval_s"] == 120       # the axis parsed '2min'
+    point = by.loc[(120, 1.1)]                                       # the axis parsed '2min'
+    assert abs(point["checkpoint.interval_s"] - 120) <= point["iteration_s"] / 2
     young = by.loc[("young", 1.1)]
-    assert young["checkpoint.interval_s"] == pytest.approx(young["checkpoint.young_s"])
+    assert abs(young["checkpoint.interval_s"] - young["checkpoint.young_s"]) <= young["iteration_s"] / 2
     bad = parse_sweep({"kind": "train", "base": {"workload": str(wl), "topology": "dgx-a100:nodes=1",
                                                   "train": {"steps": 10, "pue": 0.2}}}, "inline")
     rec = run_sweep(bad).table.iloc[0]

@@ -11,12 +11,13 @@ Pipeline (docs/training-run.md):
    to the storage tier (:mod:`dessim.training_run.checkpoint`).
 4. Job failure rate ``Σ count · rate`` over the topology's components
    (:mod:`dessim.training_run.failures`); restart ``R = restart + restore + rewarm``; the
-   checkpoint interval by Young, Daly, the exact optimum or as given.
+   checkpoint interval by Young, Daly, the exact optimum or as given, rounded to a whole
+   number of iterations (checkpoints are taken between steps).
 5. Closed-form expectation of the renewal model (:mod:`dessim.training_run.reliability`)
    and a seeded Monte Carlo over failure arrivals and health states
    (:mod:`dessim.training_run.montecarlo`): P50/P90/P99 of time to train.
-6. "What if rank r were healthy": the slowest health state is re-simulated with each of its
-   ``attribute`` slowest ranks at full speed.
+6. "What if rank r were healthy": when some rank is slowed (``noise``), the slowest health
+   state is re-simulated with each of its ``attribute`` slowest ranks at full speed.
 7. Energy (:mod:`dessim.training_run.power`) and cost (:mod:`dessim.training_run.cost`):
    useful and lost work at the iteration's mean power; restarts and checkpoint writes at the
    cluster's idle power.
@@ -132,7 +133,8 @@ class TrainingRunResult:
                 "attribution": self.attribution},
             "checkpoint": {"bytes": self.checkpoint.bytes, "write_s": self.checkpoint.write_s,
                            "restore_s": self.checkpoint.restore_s, "storage": self.checkpoint.storage,
-                           "interval_s": self.interval_s, "rule": (self.options.checkpoint_interval
+                           "interval_s": self.interval_s,
+                           "every_steps": round(self.interval_s / self.nominal.iteration_s), "rule": (self.options.checkpoint_interval
                                                                     if isinstance(self.options.checkpoint_interval, str)
                                                                     else "given"),
                            "young_s": _finite(young_interval(max(self.checkpoint.write_s, 1e-300), self.model.mtbf_s)),
@@ -219,8 +221,10 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     work = steps * nominal.iteration_s
     ci = options.checkpoint_interval
     interval = _RULES[ci](ckpt.write_s, mtbf) if isinstance(ci, str) else float(ci)
-    if not (interval > 0 and math.isfinite(interval)) or interval > work > 0:
-        interval = max(work, 1e-9)   # nothing fails / free checkpoints: one checkpoint at the end
+    # checkpoints are taken between steps: a whole number of iterations, at least one, at most
+    # the run (nothing fails: one checkpoint at the end)
+    every = max(1, min(steps, round(interval / nominal.iteration_s))) if math.isfinite(interval) else steps
+    interval = every * nominal.iteration_s
     model = RenewalModel(work, interval, ckpt.write_s, restart, mtbf)
     if model.goodput() < 1e-3:
         raise DessimError(f"train: the run would hardly progress: job MTBF {mtbf:.4g} s against a "
@@ -236,7 +240,7 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         samples = sample_runs(works, interval, ckpt.write_s, restart, mtbf, options.samples,
                               seed=options.mc_seed + 1)
     attribution: list[dict[str, float]] = []
-    if options.health_states > 1 and options.attribute:
+    if options.attribute and engine.noise.active:
         worst = max(range(len(iterations)), key=lambda i: (iterations[i].iteration_s, -i))
         attribution = _attribution(workload, topo, overrides, engines[worst], options.attribute, iterations[worst])
     return TrainingRunResult(options, iterations, counts, ckpt, steps, tpi, interval, restart, model,
