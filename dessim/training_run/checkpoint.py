@@ -79,12 +79,19 @@ def with_storage(topology: Topology, storage_bw: float) -> Topology:
     return attach_storage(topology, "pfs", storage_bw)
 
 
-def _transfer_time(topology: Topology, nbytes: float, direction: str) -> float:
-    graph = TaskGraph(f"checkpoint {direction}")
+def _storage_of_ranks(topology: Topology) -> list[str]:
+    """The storage node nearest to each rank's GPU (one look-up when there is one node)."""
+    nodes = topology.nodes_of_kind("storage")
+    if len(nodes) == 1:
+        return nodes * topology.num_gpus
     router = router_for(topology)
+    return [nearest_node(router, topology, gpu, "storage", "a checkpoint") for gpu in topology.gpus]
+
+
+def _transfer_time(topology: Topology, targets: list[str], nbytes: float, direction: str) -> float:
+    graph = TaskGraph(f"checkpoint {direction}")
     share = nbytes / topology.num_gpus
-    for rank, gpu in enumerate(topology.gpus):
-        node = nearest_node(router, topology, gpu, "storage", "a checkpoint")
+    for rank, node in enumerate(targets):
         graph.add(Task(f"ckpt.{rank}", rank, "memcpy", stream="io", name=f"checkpoint {direction}",
                        category="checkpoint", size=share, mem_node=node, direction=direction))
     return simulate(graph, topology, EngineOptions(record_links=False)).makespan_s
@@ -96,5 +103,6 @@ def checkpoint_times(topology: Topology, nbytes: float, storage_bw: float = DEFA
     storage = ",".join(sorted(topo.nodes_of_kind("storage")))
     if nbytes <= 0:
         return CheckpointTimes(0.0, 0.0, 0.0, storage)
-    return CheckpointTimes(nbytes, _transfer_time(topo, nbytes, "from_hbm"),
-                           _transfer_time(topo, nbytes, "to_hbm"), storage)
+    targets = _storage_of_ranks(topo)
+    return CheckpointTimes(nbytes, _transfer_time(topo, targets, nbytes, "from_hbm"),
+                           _transfer_time(topo, targets, nbytes, "to_hbm"), storage)
