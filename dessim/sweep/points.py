@@ -418,8 +418,8 @@ def _workload_inputs(cfg: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     return topo, options, overrides
 
 
-def _iteration_metrics(result: Any, topo: Any) -> dict[str, Any]:
-    summary = {k: v for k, v in result.summary().items() if k not in _DROPPED_SUMMARY_KEYS}
+def _iteration_metrics(summary: Mapping[str, Any], topo: Any) -> dict[str, Any]:
+    summary = {k: v for k, v in summary.items() if k not in _DROPPED_SUMMARY_KEYS}
     out = flatten(summary)
     out.setdefault("gpus", topo.num_gpus)
     return out
@@ -430,8 +430,8 @@ def _evaluate_workload(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
     cfg = _canonical_workload(cfg)
     topo, options, overrides = _workload_inputs(cfg)
-    return _iteration_metrics(simulate_workload(cfg["workload"], topo, overrides=overrides, options=options),
-                              topo)
+    result = simulate_workload(cfg["workload"], topo, overrides=overrides, options=options)
+    return _iteration_metrics(result.summary(), topo)
 
 
 def _evaluate_train(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -444,7 +444,7 @@ def _evaluate_train(cfg: Mapping[str, Any]) -> dict[str, Any]:
     topo, options, overrides = _workload_inputs(cfg)
     train = parse_train_options(cfg.get("train") or {}, "train")
     run = simulate_training_run(cfg["workload"], topo, train, overrides=overrides, engine=options)
-    out = _iteration_metrics(run.nominal, topo)
+    out = _iteration_metrics(run.iteration_summary, topo)
     out.update(flatten(run.summary()))
     return out
 

@@ -71,6 +71,7 @@ class TrainingRunResult:
     rates_per_s: dict[str, float]
     energy: IterationEnergy
     samples: RunSamples | None
+    iteration_summary: dict[str, Any]    #: ``summary()`` of health state 0 (computed once)
     attribution: list[dict[str, float]] = field(default_factory=list)
 
     @property
@@ -107,7 +108,7 @@ class TrainingRunResult:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (SI units: seconds, bytes, joules, watts; MWh and USD named)."""
-        it = self.nominal.summary()
+        it = self.iteration_summary
         exp = self._expected()
         e = self.energy
         run_j = self.run_energy_j(exp["wall_s"], exp["lost_s"], exp["restart_s"], exp["checkpoint_s"],
@@ -151,11 +152,6 @@ class TrainingRunResult:
 def _finite(x: float) -> float | None:
     """JSON has no infinity: None stands for 'never' (no failures)."""
     return x if math.isfinite(x) else None
-
-
-def _tokens_per_iteration(result: Any) -> float:
-    s = result.summary()
-    return float(s["tokens_per_s"]) * float(s["iteration_s"])
 
 
 def _attribution(workload: Any, topo: Topology, overrides: Any, engine: EngineOptions, k: int,
@@ -202,10 +198,11 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         engines.append(e)
         iterations.append(simulate_workload(workload, topo, overrides=overrides, options=e))
     nominal = iterations[0]
-    tpi = _tokens_per_iteration(nominal)
+    it_summary = nominal.summary()
+    tpi = float(it_summary["tokens_per_s"]) * float(it_summary["iteration_s"])
     if options.tokens is not None:
         if tpi <= 0:
-            raise DessimError(f"train: workload {nominal.summary()['workload']!r} has no tokens per "
+            raise DessimError(f"train: workload {it_summary['workload']!r} has no tokens per "
                               "iteration; give steps instead of tokens")
         steps = math.ceil(options.tokens / tpi)
     else:
@@ -244,4 +241,4 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         worst = max(range(len(iterations)), key=lambda i: (iterations[i].iteration_s, -i))
         attribution = _attribution(workload, topo, overrides, engines[worst], options.attribute, iterations[worst])
     return TrainingRunResult(options, iterations, counts, ckpt, steps, tpi, interval, restart, model,
-                             rates, energy, samples, attribution)
+                             rates, energy, samples, it_summary, attribution)
