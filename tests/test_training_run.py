@@ -285,3 +285,17 @@ def test_llama3_worked_example():
     s = sample_runs(RenewalModel(1e9, tau, c, 600.0, m).steady_goodput() * wall, tau, c, 600.0, m, 2000, seed=1)
     p50, p90, p99 = np.percentile(s.failures, [50, 90, 99])
     assert 415 <= p50 <= 424 and 440 <= p90 <= 455 and 465 <= p99 <= 485
+
+
+def test_checkpoint_transfers_share_the_storage_links():
+    """Node-local drives behind the two CPUs of a DGX: four GPUs share each 5 GB/s drive, so
+    a 40 GB checkpoint (5 GB per GPU) takes 4 × 5 GB / 5 GB/s = 4 s to write and to read."""
+    from dessim.topology.storage import attach_storage
+    from dessim.training_run.checkpoint import checkpoint_times
+
+    topo = attach_storage(load_topology("dgx-h100:nodes=1"), "nvme", "5GB/s")
+    t = checkpoint_times(topo, 40e9)
+    assert t.storage == "nvme0,nvme1"
+    assert t.write_s == pytest.approx(4.0, rel=1e-3) and t.restore_s == pytest.approx(4.0, rel=1e-3)
+    fast = checkpoint_times(attach_storage(load_topology("dgx-h100:nodes=1"), "nvme", "50GB/s"), 40e9)
+    assert fast.write_s < t.write_s
