@@ -299,3 +299,11 @@ def test_checkpoint_transfers_share_the_storage_links():
     assert t.write_s == pytest.approx(4.0, rel=1e-3) and t.restore_s == pytest.approx(4.0, rel=1e-3)
     fast = checkpoint_times(attach_storage(load_topology("dgx-h100:nodes=1"), "nvme", "50GB/s"), 40e9)
     assert fast.write_s < t.write_s
+
+
+def test_checkpoint_size_before_simulating_matches_the_plan(small_run):
+    from dessim.training_run.checkpoint import checkpoint_bytes, planned_checkpoint_bytes
+
+    assert planned_checkpoint_bytes("gpt3-1.3b", None, 8) == checkpoint_bytes(small_run.nominal)
+    assert planned_checkpoint_bytes("gpt3-1.3b", {"model": {"layers": 4}}, 8) < checkpoint_bytes(small_run.nominal)
+    assert planned_checkpoint_bytes("resnet50", None, 8) is None          # sized after its simulation

@@ -115,9 +115,9 @@ def _print_summary(s: dict[str, Any]) -> None:
         for a in h["attribution"]:
             click.echo(f"    rank {a['rank']:<5} slowdown {a['slowdown']:.3f}: healthy would save "
                        f"{format_time(a['saved_s'])} per iteration")
+    per_token = f", {s['energy_per_token_j']:.4g} J per token" if s["tokens_per_iteration"] else ""
     click.echo(f"  energy              {s['energy_run_mwh']:,.2f} MWh per run, {en['per_iteration_j'] / 1e3:,.1f} kJ "
-               f"per iteration, {s['energy_per_token_j']:.4g} J per token (PUE {en['pue']:g}; mean "
-               f"{en['mean_power_w'] / 1e3:,.1f} kW)")
+               f"per iteration{per_token} (PUE {en['pue']:g}; mean {en['mean_power_w'] / 1e3:,.1f} kW)")
     cost = s["cost"]
     click.echo(f"  cost                {s['cost_usd']:,.0f} USD (energy {cost['energy']:,.0f}, rental "
                f"{cost['rental']:,.0f}, capex {cost['capex']:,.0f})")

@@ -23,7 +23,8 @@ scales it by GPUs / 16,384 — give the storage of a real cluster).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping
 
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import DessimError
@@ -33,8 +34,11 @@ from dessim.topology.routing import router_for
 from dessim.topology.storage import attach_storage
 from dessim.training_run.failures import LLAMA3_SNAPSHOT
 from dessim.workload.common.placement import nearest_node
+from dessim.workload.kinds import load_any_workload
+from dessim.workload.transformer.plan import resolve_workload
+from dessim.workload.transformer.spec import WorkloadSpec
 
-__all__ = ["checkpoint_bytes", "CheckpointTimes", "checkpoint_times", "DEFAULT_STORAGE_BW",
+__all__ = ["checkpoint_bytes", "planned_checkpoint_bytes", "CheckpointTimes", "checkpoint_times", "DEFAULT_STORAGE_BW",
            "default_storage_bw"]
 
 #: Aggregate bandwidth of the Llama 3 cluster's file system (module docstring), bytes/s.
@@ -48,13 +52,27 @@ def default_storage_bw(gpus: int) -> float:
     return DEFAULT_STORAGE_BW * gpus / LLAMA3_SNAPSHOT.components["gpu"]
 
 
+def _model_state_bytes(model: Any) -> float:
+    prec = model.precision_spec
+    return float(model.num_params()) * (prec.param_bytes + prec.optimizer_bytes)
+
+
+def planned_checkpoint_bytes(workload: Any, overrides: Mapping[str, Any] | None, num_gpus: int) -> float | None:
+    """Checkpoint bytes of a transformer workload from its document and overrides alone,
+    before anything is simulated (so the transfers can run, and free their memory, first);
+    None for other kinds (sized from their simulated result by :func:`checkpoint_bytes`)."""
+    spec = workload if not isinstance(workload, (str, Path)) else load_any_workload(workload)
+    if not isinstance(spec, WorkloadSpec):
+        return None
+    resolved, _rest, _dp = resolve_workload(spec, overrides, num_gpus)
+    return _model_state_bytes(resolved.model)
+
+
 def checkpoint_bytes(result: Any) -> float:
     """Bytes of one checkpoint of the workload simulated in ``result`` (module docstring)."""
     plan = getattr(result, "plan", None)
     if plan is not None:
-        model = plan.model
-        prec = model.precision_spec
-        return float(model.num_params()) * (prec.param_bytes + prec.optimizer_bytes)
+        return _model_state_bytes(plan.model)
     memory = getattr(result, "memory", None)
     if isinstance(memory, dict) and "weights" in memory:
         return float(memory["weights"]) + float(memory.get("optimizer", 0.0))

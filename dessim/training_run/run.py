@@ -38,7 +38,7 @@ from dessim.errors import DessimError
 from dessim.topology import load_topology
 from dessim.topology.graph import Topology
 from dessim.training_run.checkpoint import (CheckpointTimes, checkpoint_bytes, checkpoint_times,
-                                            default_storage_bw)
+                                            default_storage_bw, planned_checkpoint_bytes)
 from dessim.training_run.failures import ComponentCounts, count_components, job_failure_rate
 from dessim.training_run.montecarlo import RunSamples, sample_runs
 from dessim.training_run.options import TrainOptions
@@ -189,6 +189,11 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     if options.health_states > 1 and engine.noise.straggler_sigma <= 0:
         raise DessimError(f"train health_states={options.health_states}: the straggler draws need "
                           "noise.straggler_sigma > 0 (--straggler-sigma)")
+    storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
+    nbytes = (options.checkpoint_bytes if options.checkpoint_bytes is not None
+              else planned_checkpoint_bytes(workload, overrides, topo.num_gpus))
+    # the transfers first: their network state is freed before the iteration's simulation
+    ckpt = checkpoint_times(topo, nbytes, storage_bw) if nbytes is not None else None
     iterations = [simulate_workload(workload, topo, overrides=overrides, options=engine)]
     if not hasattr(iterations[0], "summary") or not hasattr(iterations[0], "iteration_s"):
         raise DessimError("train: this workload kind has no iteration result to scale")
@@ -207,9 +212,8 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         steps = math.ceil(options.tokens / tpi)
     else:
         steps = int(options.steps)
-    nbytes = options.checkpoint_bytes if options.checkpoint_bytes is not None else checkpoint_bytes(nominal)
-    storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
-    ckpt = checkpoint_times(topo, nbytes, storage_bw)
+    if ckpt is None:
+        ckpt = checkpoint_times(topo, checkpoint_bytes(nominal), storage_bw)
     counts = count_components(topo)
     rates = job_failure_rate(counts, options.failure_rates)
     total_rate = sum(rates.values())
