@@ -9,6 +9,8 @@ Public API (everything in SI units: seconds, bytes, bytes/second, FLOP/s):
   preset name, a workload YAML file or a Hugging Face ``config.json``).
 * :func:`simulate`, :class:`EngineOptions` — replay a task graph; :func:`read_chakra`,
   :func:`replay_chakra` — Chakra execution traces; :func:`load_sweep`, :func:`run_sweep`.
+* :func:`simulate_training_run`, :func:`parse_train_options` — a whole training run: time to
+  train, failures and goodput, energy and cost (docs/training-run.md).
 
 Architecture, bottom to top (a layer imports only from layers below it; README "Architecture")::
 
@@ -59,6 +61,8 @@ LAZY_EXPORTS: dict[str, str] = {
     "replay_chakra": "dessim.trace",
     "load_sweep": "dessim.sweep.spec",
     "run_sweep": "dessim.sweep.runner",
+    "simulate_training_run": "dessim.training_run",
+    "parse_train_options": "dessim.training_run",
 }
 
 __all__ = ["DessimError", "Link", "Topology", "load_topology", "simulate_transfers", "__version__",
