@@ -186,7 +186,7 @@ def test_health_states_and_attribution():
     assert att and att[0]["saved_s"] > 0                     # healing the slowest rank helps
     assert att[0]["slowdown"] >= att[-1]["slowdown"]
     assert all(a["saved_s"] >= -1e-12 for a in att)
-    with pytest.raises(DessimError, match="straggler_sigma"):
+    with pytest.raises(DessimError, match="kernel_jitter_sigma"):
         simulate_training_run("gpt3-1.3b", "switch:8", opts, overrides={"device": "H100"})
 
 
@@ -307,3 +307,47 @@ def test_checkpoint_size_before_simulating_matches_the_plan(small_run):
     assert planned_checkpoint_bytes("gpt3-1.3b", None, 8) == checkpoint_bytes(small_run.nominal)
     assert planned_checkpoint_bytes("gpt3-1.3b", {"model": {"layers": 4}}, 8) < checkpoint_bytes(small_run.nominal)
     assert planned_checkpoint_bytes("resnet50", None, 8) is None          # sized after its simulation
+
+
+
+# ---------------------------------------------------------------- per-kernel jitter (engine noise)
+def _chain(n: int, seconds: float):
+    from dessim.taskgraph.model import Task, TaskGraph
+
+    g = TaskGraph("chain")
+    prev = None
+    for i in range(n):
+        g.add(Task(f"k{i}", 0, "compute", duration=seconds), deps=[prev] if prev else [])
+        prev = f"k{i}"
+    return g
+
+
+def test_kernel_jitter_is_mean_one_lognormal_and_seeded():
+    """A chain of 400 tasks of 1 ms: the makespan's mean over seeds stays 0.4 s and its
+    spread is sigma·sqrt(n) ms; the same seed gives the same makespan; sigma 0 changes nothing."""
+    from dessim.engine import EngineOptions, simulate
+
+    topo = load_topology("switch:2")
+    g = _chain(400, 1e-3)
+    base = simulate(g, topo, EngineOptions(record_links=False)).makespan_s
+    assert base == pytest.approx(0.4)
+    sigma = 0.2
+    runs = [simulate(g, topo, EngineOptions(record_links=False,
+                                            noise={"kernel_jitter_sigma": sigma, "seed": s})).makespan_s
+            for s in range(40)]
+    sd = math.sqrt(math.expm1(sigma ** 2)) * math.sqrt(400) * 1e-3     # std of the sum
+    assert abs(np.mean(runs) - 0.4) < 4 * sd / math.sqrt(40)
+    assert 0.5 * sd < np.std(runs, ddof=1) < 1.5 * sd
+    again = simulate(g, topo, EngineOptions(record_links=False, noise={"kernel_jitter_sigma": sigma, "seed": 3}))
+    assert again.makespan_s == runs[3]
+    with pytest.raises(SpecError, match="kernel_jitter_sigma"):
+        EngineOptions(noise={"kernel_jitter_sigma": -1})
+
+
+def test_health_states_from_kernel_jitter_alone():
+    from dessim.engine import EngineOptions
+    opts = parse_train_options({"steps": 100, "samples": 20, "health_states": 3})
+    r = simulate_training_run("gpt3-1.3b", "switch:8", opts,
+                              engine=EngineOptions(noise={"kernel_jitter_sigma": 0.05}),
+                              overrides={"device": "H100", "global_batch": 32, "model": {"layers": 4}})
+    assert len(set(r.iteration_times)) == 3 and r.summary()["health"]["attribution"] == []

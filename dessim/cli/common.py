@@ -118,6 +118,10 @@ ENGINE_FLAGS: tuple[_EngineFlag, ...] = (
     _EngineFlag("noise.straggler_sigma", click.option(
         "--straggler-sigma", type=click.FloatRange(min=0), default=0.0,
         help="Random per-rank slowdown 1+|N(0,sigma)| drawn from --seed.")),
+    _EngineFlag("noise.kernel_jitter_sigma", click.option(
+        "--kernel-jitter-sigma", type=click.FloatRange(min=0), default=0.0,
+        help="Random per-task compute time factor exp(sigma·N(0,1) − sigma²/2) (mean 1), drawn "
+             "from --seed.")),
     _EngineFlag("noise.seed", click.option(
         "--seed", type=int, default=0, show_default=True, help="Random seed.")),
 )
@@ -135,7 +139,7 @@ calibration_option = engine_flag("calibration")
 GRAPH_ENGINE_PATHS: tuple[str, ...] = (
     "network", "collectives.algo", "collectives.protocol", "collectives.chunks",
     "collectives.channels", "collectives.reduction_bw", "shortcuts.stream_rings", "calibration",
-    "device", "noise.slowdown", "noise.straggler_sigma", "noise.seed")
+    "device", "noise.slowdown", "noise.straggler_sigma", "noise.kernel_jitter_sigma", "noise.seed")
 
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:

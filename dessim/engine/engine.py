@@ -120,6 +120,9 @@ class _Run:
         self.net = make_network(options.network, self.env, topology, record_links=options.record_links,
                                 bundles=self.shortcuts.bundles)
         self.factors = straggler_factors(topology.num_gpus, options.noise)
+        jitter = options.noise.kernel_jitter_sigma
+        #: per compute task, log-normal of mean 1 (Noise); its own stream of the seed
+        self.jitter = (jitter, np.random.default_rng([options.noise.seed, 1])) if jitter > 0 else None
         self.tasks: list[Task] = list(graph)
         index = {t.id: i for i, t in enumerate(self.tasks)}
         self.index = index
@@ -196,6 +199,10 @@ class _Run:
 
     def _check_fold_speeds(self) -> None:
         fold = self.fold
+        if self.jitter is not None:
+            raise TaskGraphError("folded graph: noise.kernel_jitter_sigma draws every rank's tasks "
+                                 "apart, but a folded rank stands for identical replicas — generate "
+                                 "the graph unfolded to study jitter")
         for r in self.simulated_ranks:
             images = fold.images(r)
             slow = [x for x in images if self.factors[x] != self.factors[r]]
@@ -257,7 +264,12 @@ class _Run:
             base = t.duration
         else:
             base = self.compute_cost(t)
-        return base * self.factors[t.rank] if t.kind == "compute" else base
+        if t.kind != "compute":
+            return base
+        if self.jitter is not None:
+            sigma, rng = self.jitter
+            base *= math.exp(sigma * rng.standard_normal() - sigma * sigma / 2)
+        return base * self.factors[t.rank]
 
     def _schedule(self, t: Task, group: tuple[int, ...]):
         """The :class:`~dessim.collectives.CollectivePlan` of collective task ``t`` on

@@ -48,6 +48,11 @@ class Noise:
       compute tasks. Ranks may be written as strings (``{"3": 1.2}``, as JSON spells them).
     * ``straggler_sigma``: every rank is additionally slowed by ``1 + |N(0, sigma)|``, drawn
       with ``seed`` (0: off).
+    * ``kernel_jitter_sigma``: every compute task's time is multiplied by an independent
+      ``exp(sigma·Z − sigma²/2)``, ``Z ~ N(0, 1)`` (log-normal, mean 1: jitter does not move
+      the mean time of a task), drawn from ``seed`` in the order tasks start (0: off). A
+      "kernel" is the graph's compute task: a kernel at kernel granularity, a layer or stage
+      pass at coarser ones.
     * ``seed``: the random generator's seed (an int).
 
     Whether a slowed rank exists is checked when the graph runs (the rank count is the
@@ -57,6 +62,7 @@ class Noise:
     slowdown: Mapping[int, float] = field(default_factory=dict)
     straggler_sigma: float = 0.0
     seed: int = 0
+    kernel_jitter_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.slowdown, Mapping):
@@ -72,17 +78,18 @@ class Noise:
                 raise OptionsError(f"noise.slowdown of rank {key} must be a number > 0, got {factor!r}")
             clean[int(key)] = factor
         object.__setattr__(self, "slowdown", clean)
-        sigma = self.straggler_sigma
-        if isinstance(sigma, bool) or not isinstance(sigma, Real) \
-                or not (sigma >= 0 and math.isfinite(sigma)):
-            raise OptionsError(f"noise.straggler_sigma must be a number >= 0, got {sigma!r}")
+        for name in ("straggler_sigma", "kernel_jitter_sigma"):
+            sigma = getattr(self, name)
+            if isinstance(sigma, bool) or not isinstance(sigma, Real) \
+                    or not (sigma >= 0 and math.isfinite(sigma)):
+                raise OptionsError(f"noise.{name} must be a number >= 0, got {sigma!r}")
         if not isinstance(self.seed, Integral) or isinstance(self.seed, bool):
             raise OptionsError(f"noise.seed must be a whole number, got {self.seed!r}")
 
     @property
     def active(self) -> bool:
-        """True when some rank may compute slower than the others."""
-        return bool(self.slowdown) or self.straggler_sigma > 0
+        """True when some rank or task may compute slower than the others."""
+        return bool(self.slowdown) or self.straggler_sigma > 0 or self.kernel_jitter_sigma > 0
 
 
 @dataclass(frozen=True)

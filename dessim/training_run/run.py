@@ -4,8 +4,8 @@ Pipeline (docs/training-run.md):
 
 1. The iteration is simulated with :func:`dessim.workload.simulate_workload` once per
    distinct *health state* — the engine options as given (state 0) and, with
-   ``health_states = K > 1``, ``K − 1`` further straggler draws (``noise.seed + i``) —
-   never once per step.
+   ``health_states = K > 1``, ``K − 1`` further draws of the engine's noise (per-rank
+   stragglers and per-task kernel jitter, ``noise.seed + i``) — never once per step.
 2. Steps = ⌈tokens / tokens per iteration⌉ (or ``steps``); useful seconds ``W = steps · T``.
 3. Checkpoint size from the memory model, write and restore times simulated as transfers
    to the storage tier (:mod:`dessim.training_run.checkpoint`).
@@ -186,9 +186,11 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     :class:`~dessim.errors.DessimError` for bad input before the Monte Carlo starts."""
     engine = replace(engine or EngineOptions(), record_links=False)
     topo = load_topology(topology)
-    if options.health_states > 1 and engine.noise.straggler_sigma <= 0:
-        raise DessimError(f"train health_states={options.health_states}: the straggler draws need "
-                          "noise.straggler_sigma > 0 (--straggler-sigma)")
+    noise = engine.noise
+    if options.health_states > 1 and noise.straggler_sigma <= 0 and noise.kernel_jitter_sigma <= 0:
+        raise DessimError(f"train health_states={options.health_states}: the draws need "
+                          "noise.straggler_sigma > 0 (--straggler-sigma) or noise.kernel_jitter_sigma > 0 "
+                          "(--kernel-jitter-sigma)")
     storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
     nbytes = (options.checkpoint_bytes if options.checkpoint_bytes is not None
               else planned_checkpoint_bytes(workload, overrides, topo.num_gpus))
