@@ -351,3 +351,12 @@ def test_health_states_from_kernel_jitter_alone():
                               engine=EngineOptions(noise={"kernel_jitter_sigma": 0.05}),
                               overrides={"device": "H100", "global_batch": 32, "model": {"layers": 4}})
     assert len(set(r.iteration_times)) == 3 and r.summary()["health"]["attribution"] == []
+
+
+def test_the_example_sweep_parses():
+    from pathlib import Path
+
+    from dessim.sweep.spec import expand_points, load_sweep
+
+    spec = load_sweep(Path(__file__).resolve().parent.parent / "examples" / "training-run" / "sweep.yaml")
+    assert spec.kind == "train" and len(expand_points(spec)) == 4
