@@ -156,6 +156,8 @@ def test_run_scales_one_iteration(small_run):
     assert s["failures"]["rate_per_s"]["gpu"] == pytest.approx(8 / (2000 * 3600))
     mc = s["monte_carlo"]
     assert mc["time_to_train_s"]["p50"] <= mc["time_to_train_s"]["p90"] <= mc["time_to_train_s"]["p99"]
+    # the Monte Carlo's mean energy agrees with the closed form's (same power bookkeeping)
+    assert mc["energy_run_mwh"]["mean"] == pytest.approx(s["energy_run_mwh"], rel=0.01)
 
 
 def test_energy_and_cost_bookkeeping(small_run):

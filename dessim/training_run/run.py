@@ -103,8 +103,10 @@ class TrainingRunResult:
         def q(x: np.ndarray) -> dict[str, float]:
             return {"mean": float(np.mean(x)), **{f"p{p}": float(np.percentile(x, p)) for p in QUANTILES}}
 
+        energy = self.run_energy_j(s.wall_s, s.lost_s, s.restart_s, s.checkpoint_s, s.work_s)
         return {"samples": len(s.wall_s), "mc_seed": self.options.mc_seed, "time_to_train_s": q(s.wall_s),
-                "goodput": q(s.goodput), "failures": q(s.failures.astype(float)), "lost_s": q(s.lost_s)}
+                "goodput": q(s.goodput), "failures": q(s.failures.astype(float)), "lost_s": q(s.lost_s),
+                "energy_run_mwh": q(energy / 3.6e9)}
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (SI units: seconds, bytes, joules, watts; MWh and USD named)."""
