@@ -114,7 +114,7 @@ def test_enumerate_layouts_lists_valid_fitting_layouts():
 BAD = [
     ({"tp": 2, "pp": 2, "dp": 4}, WorkloadError, "but there are 8 GPUs"),
     ({"model": {"heads": 12, "hidden": 1536}, "tp": 8}, DessimError, "heads=12 is not divisible by tp=8"),
-    ({"model": {"layers": 6}, "pp": 8}, DessimError, "layers=6 is fewer than pp=8"),
+    ({"model": {"layers": 6}, "pp": 8}, DessimError, "layers=6 is fewer than the 8 pipeline pieces"),
     ({"global_batch": 100, "micro_batch": 4}, DessimError, "global_batch=100 is not divisible by micro_batch"),
     ({"frobnicate": 1}, WorkloadError, "unknown override 'frobnicate'"),
 ]

@@ -49,6 +49,9 @@ __all__ = [
     "RankCoords",
     "ParallelLayout",
     "parse_zero_stage",
+    "parse_pipeline_layers",
+    "PIPELINE_LAYER_RULES",
+    "uneven_stage_layers",
 ]
 
 #: The four grid dimensions of the rank space.
@@ -92,19 +95,32 @@ class RankCoords(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PipelineSchedule:
-    """A pipeline schedule's closed forms (GPipe (Huang et al. 2019); Narayanan et al. 2021,
-    §2.2.1-2.2.2; docs/references.md, "Parallelism and memory").
+    """A pipeline schedule's properties and closed forms (GPipe (Huang et al. 2019);
+    Narayanan et al. 2021, §2.2.1-2.2.2; Qi et al. 2024, §3; DeepSeek-AI 2024, §3.2.1;
+    docs/references.md, "Parallelism and memory").
 
-    ``interleaved``: every stage holds ``v`` model chunks (virtual stages).
+    ``interleaved``: every stage holds ``v`` model chunks (virtual stages, ``v >= 2``).
+    ``split_backward``: the backward of a chunk is two passes, ``B`` (input gradient) and
+    ``W`` (weight gradient), scheduled separately (zero-bubble schedules).
+    ``bidirectional``: every stage holds two chunks, stage ``s`` and stage ``p-1-s`` of the
+    model, and half the micro-batches enter the pipeline at each end (DualPipe).
+    The order of the passes of each schedule is in :mod:`dessim.workload.transformer.schedules`.
     """
 
     name: str
     interleaved: bool
     description: str
+    split_backward: bool = False
+    bidirectional: bool = False
+
+    def chunks(self, v: int = 1) -> int:
+        """Model chunks per pipeline stage: ``v`` interleaved, 2 bidirectional, else 1."""
+        return 2 if self.bidirectional else (v if self.interleaved else 1)
 
     def in_flight(self, stage: int, p: int, m: int, v: int = 1) -> float:
         """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
-        micro-batch through *all* the stage's layers.
+        micro-batch through *all* the stage's layers (chunks assumed equal here; the memory
+        model weighs them by their layers, :func:`~dessim.workload.transformer.schedules.peak_held`).
 
         GPipe: all ``m`` forwards run before any backward → ``m``. 1F1B (Megatron
         ``forward_backward_pipelining_without_interleaving``): ``p - stage - 1`` warm-up
@@ -112,18 +128,38 @@ class PipelineSchedule:
         Interleaved (Megatron ``..._with_interleaving``): ``2(p - stage - 1) + (v - 1)p``
         warm-up chunk-forwards plus one, at most ``m·v``, each chunk being ``1/v`` of the
         stage's layers → the first stage holds ``(p(v+1) - 1)/v`` ≈ ``p(1 + 1/v)``
-        micro-batches' worth: slightly more than 1F1B.
+        micro-batches' worth: slightly more than 1F1B. Zero-bubble and DualPipe: counted on
+        the schedule's pass order (a micro-batch's activations are held from its forward to
+        its weight-gradient pass), which gives ``p`` on every stage for ZB-H1 (1F1B's
+        first-stage peak, Qi et al. 2024 §3.1), ``2p - 1`` for ZB-H2 (§3.1) and ``p + 1``
+        chunk passes (``(p + 1)/2`` stage-worths) for DualPipe (its README's "PP+1"), when
+        ``m`` is large enough.
         """
         if self.name == "gpipe":
             return float(m)
+        if self.split_backward or self.bidirectional:
+            from dessim.workload.transformer.schedules import peak_held  # schedules imports this module
+            return peak_held(self.name, stage, p, m, v)
         if not self.interleaved:
             return float(min(p - stage, m))
         warmup = 2 * (p - stage - 1) + (v - 1) * p
         return min(warmup + 1, m * v) / v
 
     def bubble_fraction(self, p: int, m: int, v: int = 1) -> float:
-        """Idle time of the pipeline relative to the ideal (bubble-free) time:
-        ``(p-1)/m`` for GPipe and 1F1B, ``(p-1)/(v·m)`` interleaved (Narayanan et al. SC21)."""
+        """Idle time of the pipeline relative to the ideal (bubble-free) time, with free
+        communication and equal stages: ``(p-1)/m`` for GPipe and 1F1B, ``(p-1)/(v·m)``
+        interleaved (Narayanan et al. SC21). Split-backward schedules with forward,
+        input-gradient and weight-gradient passes of equal length (``F = B = W``, ideal
+        ``3m`` per stage): ZB-H1 idles ``(p-1)(F + B - W)`` per stage (Qi et al. 2024 §3.1)
+        → ``(p-1)/(3m)``, a third of 1F1B's; ZB-H2 only the pipeline fill ``(p-1)F`` between
+        the first stage's start and the last stage's end (no stage idles in between; the
+        paper hides the fill across iterations by post-validating the optimizer step, which
+        dessim does not model) → also ``(p-1)/(3m)``; DualPipe ``(p/2 - 1)(F + B - W)`` per
+        rank on :func:`~dessim.workload.transformer.schedules.unit_timeline` → ``(p/2-1)/(3m)``."""
+        if self.bidirectional:
+            return (p / 2 - 1) / (3 * m)
+        if self.split_backward:
+            return (p - 1) / (3 * m)
         return (p - 1) / (m * (v if self.interleaved else 1))
 
 
@@ -131,20 +167,53 @@ SCHEDULES: Mapping[str, PipelineSchedule] = MappingProxyType({
     "gpipe": PipelineSchedule("gpipe", False, "all forwards, then all backwards (Huang et al. 2019)"),
     "1f1b": PipelineSchedule("1f1b", False, "one-forward-one-backward / PipeDream-Flush"),
     "interleaved": PipelineSchedule("interleaved", True, "interleaved 1F1B with v virtual stages"),
+    "zb-h1": PipelineSchedule("zb-h1", False, "zero-bubble ZB-H1: 1F1B's memory, split backward "
+                              "(Qi et al. 2024)", split_backward=True),
+    "zb-h2": PipelineSchedule("zb-h2", False, "zero-bubble ZB-H2: no bubble, twice 1F1B's activation "
+                              "memory, split backward (Qi et al. 2024)", split_backward=True),
+    "dualpipe": PipelineSchedule("dualpipe", False, "DualPipe: bidirectional, overlapped forward and "
+                                 "backward chunks, split backward (DeepSeek-AI 2024)",
+                                 split_backward=True, bidirectional=True),
 })
 
+#: Named rules for ``pipeline_layers`` (see :func:`uneven_stage_layers`).
+PIPELINE_LAYER_RULES: tuple[str, ...] = ("balanced",)
 
-def uneven_stage_layers(num_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage when ``pp`` does not divide ``num_layers``: ``ceil(L/pp)``
-    each, minus one on ``ceil(L/pp)·pp − L`` stages taken alternately from the first and the
-    last end inwards (see :meth:`ParallelLayout.stage_layers`)."""
-    base = -(-num_layers // pp)
-    counts = [base] * pp
-    deficit = base * pp - num_layers
-    order = [i // 2 if i % 2 == 0 else pp - 1 - i // 2 for i in range(pp)]
+
+def uneven_stage_layers(num_layers: int, pieces: int) -> list[int]:
+    """The ``balanced`` rule: layers per pipeline piece (stage, or virtual stage when the
+    stages hold several chunks) in model order: ``ceil(L/n)`` each, minus one on
+    ``ceil(L/n)·n − L`` pieces taken alternately from the first and the last end inwards.
+
+    The first piece also holds the embedding and the last the output layer and the loss, so
+    they are the ones made lighter: with 126 layers on 16 stages (Llama 3 405B) the first and
+    the last stage hold 7 layers and the others 8 (Dubey et al. 2024, §3.3.2); on 32 virtual
+    stages (16 stages × 2 chunks) the first and the last chunk hold 3 and the others 4, which
+    is Megatron-core's ``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split`` (the embedding and the loss each counted as one
+    layer: 126 + 2 = 128 = 32 × 4)."""
+    base = -(-num_layers // pieces)
+    counts = [base] * pieces
+    deficit = base * pieces - num_layers
+    order = [i // 2 if i % 2 == 0 else pieces - 1 - i // 2 for i in range(pieces)]
     for s in order[:deficit]:
         counts[s] -= 1
     return counts
+
+
+def parse_pipeline_layers(value: object, what: str = "pipeline_layers") -> tuple[int, ...] | str:
+    """``pipeline_layers``: a rule name (:data:`PIPELINE_LAYER_RULES`) or a list of layer counts
+    per pipeline piece in model order (whole numbers >= 1)."""
+    if isinstance(value, str):
+        if value not in PIPELINE_LAYER_RULES:
+            raise WorkloadError(f"{what}={value!r} is not a rule; valid: {', '.join(PIPELINE_LAYER_RULES)} "
+                                "or a list of layer counts per stage")
+        return value
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value):
+        return tuple(value)
+    raise WorkloadError(f"{what}={value!r} must be {' or '.join(PIPELINE_LAYER_RULES)} or a non-empty "
+                        "list of whole numbers >= 1 (layers per stage, first stage first)")
 
 
 def parse_zero_stage(value: object, what: str = "zero_stage") -> int:
@@ -186,6 +255,7 @@ class ParallelLayout:
     recompute: str = "none"
     order: tuple[str, ...] = DEFAULT_ORDER
     attention: str = "flash2"
+    pipeline_layers: tuple[int, ...] | str = "balanced"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -215,6 +285,16 @@ class ParallelLayout:
         elif self.virtual_stages != 1:
             raise WorkloadError(f"parallel layout: virtual_stages={self.virtual_stages} needs "
                                 f"schedule 'interleaved' (got {self.schedule!r})")
+        if self.pipeline.bidirectional:
+            if self.pp < 2 or self.pp % 2:
+                raise WorkloadError(f"parallel layout: schedule 'dualpipe' needs an even pp >= 2 (got pp={self.pp})")
+            m = self.global_batch // (self.micro_batch * self.dp)  # type: ignore[operator]
+            if m % 2 or m < 2 * self.pp:
+                raise WorkloadError(f"parallel layout: schedule 'dualpipe' needs an even number of micro-batches "
+                                    f">= 2·pp = {2 * self.pp} (got {m} = global_batch / (micro_batch × dp)), "
+                                    "as deepseek-ai/DualPipe requires")
+        object.__setattr__(self, "pipeline_layers",
+                           parse_pipeline_layers(self.pipeline_layers, "parallel layout: pipeline_layers"))
         order = tuple(self.order)
         object.__setattr__(self, "order", order)
         if sorted(order) != sorted(BASE_DIMS):
@@ -253,6 +333,28 @@ class ParallelLayout:
         return SCHEDULES[self.schedule]
 
     @property
+    def chunks(self) -> int:
+        """Model chunks per pipeline stage (:meth:`PipelineSchedule.chunks`)."""
+        return self.pipeline.chunks(self.virtual_stages)
+
+    @property
+    def pipeline_pieces(self) -> int:
+        """Pieces the model's layers are split into: ``pp·v`` interleaved, else ``pp`` (DualPipe's
+        two chunks per stage are pieces ``s`` and ``p-1-s`` of the same ``pp``)."""
+        return self.pp * (self.chunks if not self.pipeline.bidirectional else 1)
+
+    def _pieces_text(self) -> str:
+        if self.pipeline.interleaved:
+            return f"pp × virtual_stages = {self.pp} × {self.virtual_stages}, in virtual-stage order"
+        return f"pp = {self.pp}"
+
+    def layer_counts(self, num_layers: int) -> tuple[int, ...]:
+        """Layers of each pipeline piece in model order (``pipeline_layers``, or its rule)."""
+        if isinstance(self.pipeline_layers, tuple):
+            return self.pipeline_layers
+        return tuple(uneven_stage_layers(num_layers, self.pipeline_pieces))
+
+    @property
     def sequence_parallel(self) -> bool:
         """Whether sequence parallelism is in effect (it needs ``tp > 1`` to do anything)."""
         return self.sp and self.tp > 1
@@ -281,13 +383,18 @@ class ParallelLayout:
         if model.ffn_hidden % self.tp or model.moe_ffn_hidden % self.tp:  # type: ignore[operator]
             raise WorkloadError(f"{where}: ffn_hidden={model.ffn_hidden} (moe_ffn_hidden="
                                 f"{model.moe_ffn_hidden}) is not divisible by tp={self.tp}")
-        chunks = self.pp * self.virtual_stages
-        if self.virtual_stages > 1 and model.layers % chunks:
-            raise WorkloadError(f"{where}: layers={model.layers} is not divisible by pp × virtual_stages = "
-                                f"{self.pp} × {self.virtual_stages} = {chunks} (interleaved schedules need "
-                                "equal model chunks)")
-        if model.layers < self.pp:
-            raise WorkloadError(f"{where}: layers={model.layers} is fewer than pp={self.pp} pipeline stages")
+        pieces = self.pipeline_pieces
+        if isinstance(self.pipeline_layers, tuple):
+            if len(self.pipeline_layers) != pieces:
+                raise WorkloadError(f"{where}: pipeline_layers has {len(self.pipeline_layers)} entries but the "
+                                    f"schedule {self.schedule!r} splits the model into {pieces} pieces "
+                                    f"({self._pieces_text()})")
+            if sum(self.pipeline_layers) != model.layers:
+                raise WorkloadError(f"{where}: pipeline_layers={list(self.pipeline_layers)} add up to "
+                                    f"{sum(self.pipeline_layers)} layers but the model has layers={model.layers}")
+        elif model.layers < pieces:
+            raise WorkloadError(f"{where}: layers={model.layers} is fewer than the {pieces} pipeline pieces "
+                                f"({self._pieces_text()})")
         if self.cp > 1 and model.seq_len % (2 * self.cp):
             raise WorkloadError(f"{where}: seq_len={model.seq_len} is not divisible by 2 × cp = {2 * self.cp} "
                                 "(context parallelism splits each sequence into 2·cp load-balanced chunks)")
@@ -374,27 +481,26 @@ class ParallelLayout:
         return tuple(sorted(out))
 
     def stage_layers(self, num_layers: int, stage: int) -> tuple[range, ...]:
-        """The layer indices held by pipeline stage ``stage``: one range per model chunk
-        (one chunk unless interleaved; chunk ``c`` of stage ``i`` is global chunk
-        ``c·pp + i``, as in Megatron's interleaved schedule).
+        """The layer indices held by pipeline stage ``stage``: one range per model chunk.
 
-        Uneven split (``pp`` does not divide the layers; not interleaved): every stage holds
-        ``ceil(layers / pp)`` layers except ``d = ceil(layers/pp)·pp − layers`` stages with one
-        fewer, taken from the ends inwards — first, last, second, second to last, ... — as
-        Llama 3 405B does (126 layers on 16 stages: the first and the last stage, which also
-        hold the embedding and the LM head, get 7 layers; Dubey et al. 2024, §3.3.2)."""
+        The model's layers are split into :attr:`pipeline_pieces` contiguous pieces of
+        :meth:`layer_counts` layers (``pipeline_layers``; by default the ``balanced`` rule of
+        :func:`uneven_stage_layers`: equal pieces when they divide, else one layer fewer on
+        the first and last pieces, which hold the embedding and the LM head, then inwards —
+        Llama 3 405B's 7 + 14 × 8 + 7, Dubey et al. 2024, §3.3.2). Chunk ``c`` of stage ``i``
+        is piece ``c·pp + i`` when interleaved (Megatron's interleaved schedule); with
+        DualPipe, chunk 0 is piece ``i`` and chunk 1 piece ``pp - 1 - i``."""
         if not 0 <= stage < self.pp:
             raise WorkloadError(f"pipeline stage {stage} is out of range 0..{self.pp - 1}")
-        chunks = self.pp * self.virtual_stages
-        if num_layers % chunks:
-            if self.virtual_stages > 1:
-                raise WorkloadError(f"layers={num_layers} is not divisible by pp × virtual_stages = {chunks}")
-            counts = uneven_stage_layers(num_layers, self.pp)
-            first = sum(counts[:stage])
-            return (range(first, first + counts[stage]),)
-        per = num_layers // chunks
-        return tuple(range((c * self.pp + stage) * per, (c * self.pp + stage + 1) * per)
-                     for c in range(self.virtual_stages))
+        counts = self.layer_counts(num_layers)
+        starts = [0]
+        for n in counts:
+            starts.append(starts[-1] + n)
+        if self.pipeline.bidirectional:
+            pieces = (stage, self.pp - 1 - stage)
+        else:
+            pieces = tuple(c * self.pp + stage for c in range(self.chunks))
+        return tuple(range(starts[j], starts[j + 1]) for j in pieces)
 
     def describe(self) -> str:
         """One-line summary, e.g. ``tp=8 pp=8 dp=16 (1024 GPUs) sp 1f1b m=96 zero=1``."""
@@ -404,6 +510,8 @@ class ParallelLayout:
         parts.append(f"({self.world_size} GPUs)")
         parts += ["sp"] if self.sequence_parallel else []
         sched = self.schedule + (f"(v={self.virtual_stages})" if self.virtual_stages > 1 else "")
+        if isinstance(self.pipeline_layers, tuple):
+            sched += f" layers={'/'.join(map(str, self.pipeline_layers))}"
         parts += [sched, f"mb={self.micro_batch}", f"gb={self.global_batch}", f"m={self.num_micro_batches}",
                   f"zero={self.zero_stage}", f"recompute={self.recompute}",
                   f"attention={self.attention}"]

@@ -1,0 +1,192 @@
+"""Pipeline schedules against the papers' diagrams (tick by tick, unit pass times, free
+communication) and closed forms; the programs' invariants under hypothesis.
+
+Diagrams: Narayanan et al. SC21 Fig. 4 (1F1B and interleaved, p = 4, m = 8, backward = 2 ×
+forward); Qi et al. ICLR 2024 Fig. 3 (ZB-H1 / ZB-H2, p = 4, F = B = W); DeepSeek-V3 report
+Fig. 5 / deepseek-ai/DualPipe ``DualPipe.step`` (its eight steps, p = 4, m = 8)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dessim.workload.transformer.layout import SCHEDULES
+from dessim.workload.transformer.schedules import (diagram, next_virtual, peak_held, prev_virtual,
+                                                   stage_program, unit_bubble, unit_timeline)
+
+
+def grid(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.strip().splitlines()]
+
+
+# ---------------------------------------------------------------------- diagrams
+ONE_F_ONE_B = grid("""
+F1 F2 F3 F4 .  .  .  .  .  .  B1 B1 F5 B2 B2 F6 B3 B3 F7 B4 B4 F8 B5 B5 .  B6 B6 .  B7 B7 .  B8 B8
+.  F1 F2 F3 .  .  .  .  B1 B1 F4 B2 B2 F5 B3 B3 F6 B4 B4 F7 B5 B5 F8 B6 B6 .  B7 B7 .  B8 B8
+.  .  F1 F2 .  .  B1 B1 F3 B2 B2 F4 B3 B3 F5 B4 B4 F6 B5 B5 F7 B6 B6 F8 B7 B7 .  B8 B8
+.  .  .  F1 B1 B1 F2 B2 B2 F3 B3 B3 F4 B4 B4 F5 B5 B5 F6 B6 B6 F7 B7 B7 F8 B8 B8
+""")
+
+INTERLEAVED = grid("""
+F1 F2 F3 F4 F1' F2' F3' F4' F5 F6 F7 . . . B1' B1' F8 B2' B2' . F5' B3' B3' F6' B4' B4' F7' B1 B1 F8' B2 B2 B3 B3 . B4 B4 . B5' B5' . B6' B6' . B7' B7' . B8' B8' B5 B5 B6 B6 B7 B7 B8 B8
+. F1 F2 F3 F4 F1' F2' F3' F4' F5 . . B1' B1' F6 B2' B2' F7 B3' B3' F8 B4' B4' F5' B1 B1 F6' B2 B2 F7' B3 B3 F8' B4 B4 . B5' B5' . B6' B6' . B7' B7' . B8' B8' B5 B5 B6 B6 B7 B7 B8 B8
+. . F1 F2 F3 F4 F1' F2' F3' . B1' B1' F4' B2' B2' F5 B3' B3' F6 B4' B4' F7 B1 B1 F8 B2 B2 F5' B3 B3 F6' B4 B4 F7' B5' B5' F8' B6' B6' . B7' B7' . B8' B8' B5 B5 B6 B6 B7 B7 B8 B8
+. . . F1 F2 F3 F4 F1' B1' B1' F2' B2' B2' F3' B3' B3' F4' B4' B4' F5 B1 B1 F6 B2 B2 F7 B3 B3 F8 B4 B4 F5' B5' B5' F6' B6' B6' F7' B7' B7' F8' B8' B8' B5 B5 B6 B6 B7 B7 B8 B8
+""")
+
+ZB_H1 = grid("""
+F1 F2 F3 F4 .  .  .  B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 F8 B5 W5 B6 W6 B7 W7 B8 W8
+.  F1 F2 F3 .  .  B1 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 F8 B6 W5 B7 W6 B8 W7 W8
+.  .  F1 F2 .  B1 F3 B2 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 F8 B7 W5 B8 W6 W7 W8
+.  .  .  F1 B1 F2 B2 F3 B3 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 F8 B8 W5 W6 W7 W8
+""")
+
+ZB_H2 = grid("""
+F1 F2 F3 F4 F5 F6 F7 B1 W1 B2 F8 B3 W2 B4 W3 B5 W4 B6 W5 B7 W6 W7 B8 W8
+.  F1 F2 F3 F4 F5 B1 F6 B2 F7 B3 W1 B4 F8 B5 W2 B6 W3 B7 W4 W5 B8 W6 W7 W8
+.  .  F1 F2 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 W1 B6 F8 B7 W2 W3 B8 W4 W5 W6 W7 W8
+.  .  .  F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 W1 F8 B8 W2 W3 W4 W5 W6 W7 W8
+""")
+
+# ' = the reverse direction (micro-batches 5-8 enter at the last stage)
+DUALPIPE = grid("""
+F1  F2  F3  F5' B5' W5' F6' F4  B6' B6' F7' B1  B1  B7' B7' F8' .   B2  B2  B8' B8' B3  W3  B4  W4
+.   F1  F5' F2  F6' F3  B5' B5' F7' B1  B1  F4  B6' B6' F8' B2  B2  B7' B7' B3  B3  B8' B4  W8' W4
+.   F5' F1  F6' F2  F7' B1  B1  F3  B5' B5' F8' B2  B2  F4  B6' B6' B3  B3  B7' B7' B4  B8' W4  W8'
+F5' F6' F7' F1  B1  W1  F2  F8' B2  B2  F3  B5' B5' B3  B3  F4  .   B6' B6' B4  B4  B7' W7' B8' W8'
+""")
+
+
+@pytest.mark.parametrize("schedule,v,times,expected", [
+    ("1f1b", 1, dict(b=2, w=0), ONE_F_ONE_B),          # SC21 Fig. 4 top (backward = 2 forward)
+    ("interleaved", 2, dict(b=2, w=0), INTERLEAVED),   # SC21 Fig. 4 bottom
+    ("zb-h1", 1, {}, ZB_H1),                           # ZB Fig. 3 top
+    ("zb-h2", 1, {}, ZB_H2),                           # ZB Fig. 3 bottom
+    ("dualpipe", 1, {}, DUALPIPE),                     # DualPipe's eight steps
+])
+def test_schedule_diagram_tick_by_tick(schedule, v, times, expected):
+    assert diagram(schedule, 4, 8, v, **times) == expected
+
+
+def test_dualpipe_figure_size_runs_the_eight_steps():
+    """The DualPipe README figure's case (8 ranks, 20 micro-batches): rank 0 starts with
+    (p/2 - 1)·2 = 6 forwards, every rank runs every micro-batch of each direction once, and
+    the main phase pairs a forward with a backward of the other direction."""
+    prog = stage_program("dualpipe", 0, 8, 20)
+    assert [op.phase for op in prog[:6]] == ["F"] * 6 and prog[6].phase == "F"
+    for s in range(8):
+        prog = stage_program("dualpipe", s, 8, 20)
+        fwd = sorted((op.mb, op.chunk) for op in prog if op.phase == "F")
+        assert fwd == sorted([(i, 0) for i in range(10)] + [(i, 1) for i in range(10, 20)])
+        for a, b in zip(prog, prog[1:]):
+            if b.paired:
+                assert {a.phase, b.phase} == {"F", "B"} and a.chunk != b.chunk
+
+
+# ---------------------------------------------------------------------- closed forms
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (6, 12), (2, 5)])
+def test_1f1b_bubble_is_p_minus_1_over_m(p, m):
+    assert unit_bubble("1f1b", p, m, b=2, w=0) == pytest.approx((p - 1) / m)
+    assert SCHEDULES["1f1b"].bubble_fraction(p, m) == pytest.approx((p - 1) / m)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 16, 4), (2, 6, 3), (8, 16, 2)])
+def test_interleaved_bubble_is_p_minus_1_over_v_m(p, m, v):
+    assert unit_bubble("interleaved", p, m, v, b=2, w=0) == pytest.approx((p - 1) / (v * m))
+    assert SCHEDULES["interleaved"].bubble_fraction(p, m, v) == pytest.approx((p - 1) / (v * m))
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 24), (6, 12), (3, 9)])
+@pytest.mark.parametrize("f,b,w", [(1, 1, 1), (1, 2, 1), (2, 1, 1), (1, 1, 0.5), (1.5, 1, 1)])
+def test_zb_h1_bubble_is_p_minus_1_times_f_plus_b_minus_w(p, m, f, b, w):
+    """Qi et al. §3.1: ZB-H1 idles (p-1)(F + B - W) on every stage; 1F1B (p-1)(F + B + W)."""
+    tl = unit_timeline("zb-h1", p, m, f=f, b=b, w=w)
+    end = max(t.end for row in tl for t in row)
+    for row in tl:
+        assert end - sum(t.end - t.start for t in row) == pytest.approx((p - 1) * (f + b - w))
+    one_f_one_b = unit_bubble("1f1b", p, m, f=f, b=b, w=w)
+    assert unit_bubble("zb-h1", p, m, f=f, b=b, w=w) == pytest.approx(
+        one_f_one_b * (f + b - w) / (f + b + w))
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (6, 24)])
+def test_zb_h1_is_a_third_of_1f1b_with_equal_passes(p, m):
+    assert unit_bubble("zb-h1", p, m) == pytest.approx(unit_bubble("1f1b", p, m) / 3)
+    assert SCHEDULES["zb-h1"].bubble_fraction(p, m) == pytest.approx((p - 1) / m / 3)
+    assert unit_bubble("zb-h1", p, m) == pytest.approx(SCHEDULES["zb-h1"].bubble_fraction(p, m))
+
+
+@pytest.mark.parametrize("p,m", [(4, 7), (4, 8), (6, 24), (8, 16)])
+def test_zb_h2_leaves_no_gap_inside_any_stage(p, m):
+    """With m >= 2p - 1 every stage works from its first pass to its last (the parallelogram
+    of Qi et al. Fig. 3): stage s runs from s to s + 3m."""
+    for s, row in enumerate(unit_timeline("zb-h2", p, m)):
+        assert (row[0].start, row[-1].end) == (s, s + 3 * m)
+        assert sum(t.end - t.start for t in row) == 3 * m
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 20), (6, 24)])
+def test_dualpipe_bubble_below_zb_h1_and_1f1b(p, m):
+    dual, zb, base = (unit_bubble(s, p, m) for s in ("dualpipe", "zb-h1", "1f1b"))
+    assert dual < zb < base
+    # with F = B = W every rank idles p/2 - 1 units: half of ZB-H1's p - 1
+    tl = unit_timeline("dualpipe", p, m)
+    end = max(t.end for row in tl for t in row)
+    assert [end - sum(t.end - t.start for t in row) for row in tl] == [p / 2 - 1] * p
+    assert dual == pytest.approx(SCHEDULES["dualpipe"].bubble_fraction(p, m))
+
+
+# ---------------------------------------------------------------------- memory
+def test_in_flight_activations_per_schedule():
+    p, m = 8, 32
+    one_f = [SCHEDULES["1f1b"].in_flight(s, p, m) for s in range(p)]
+    assert one_f == [peak_held("1f1b", s, p, m) for s in range(p)] == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert [peak_held("interleaved", s, p, m, 2) for s in range(p)] == [
+        SCHEDULES["interleaved"].in_flight(s, p, m, 2) for s in range(p)]
+    # ZB-H1: 1F1B's peak p on every stage (Qi et al. §3.1); ZB-H2: 2p - 1
+    assert [SCHEDULES["zb-h1"].in_flight(s, p, m) for s in range(p)] == [p] * p
+    assert [SCHEDULES["zb-h2"].in_flight(s, p, m) for s in range(p)] == [2 * p - 1] * p
+    # DualPipe: PP + 1 chunks' activations (DualPipe README), each half of the rank's layers
+    assert SCHEDULES["dualpipe"].in_flight(0, p, m) == (p + 1) / 2
+    # uneven chunks weigh by their layers
+    assert peak_held("dualpipe", 0, p, m, weights=(3.0, 1.0)) != peak_held("dualpipe", 0, p, m)
+
+
+# ---------------------------------------------------------------------- invariants
+@settings(max_examples=40, deadline=None)
+@given(schedule=st.sampled_from(sorted(SCHEDULES)), p=st.integers(1, 6), m=st.integers(1, 14),
+       v=st.integers(2, 3))
+def test_every_pass_once_in_dependency_order(schedule, p, m, v):
+    sched = SCHEDULES[schedule]
+    if sched.bidirectional:
+        p = 2 * ((p + 1) // 2)
+        m = max(m + m % 2, 2 * p)
+    if sched.interleaved:
+        m = p * max(1, m // p)
+    else:
+        v = 1
+    chunks = sched.chunks(v)
+    for stage in range(p):
+        prog = stage_program(schedule, stage, p, m, v)
+        mbs = (lambda c: range(m)) if not sched.bidirectional else (
+            lambda c: range(c * m // 2, (c + 1) * m // 2))
+        want = {(ph, mb, c) for c in range(chunks) for mb in mbs(c) for ph in "FB"}
+        seen = [(op.phase, op.mb, op.chunk) for op in prog]
+        assert len(seen) == len(set(seen))
+        assert {x for x in seen if x[0] != "W"} == want
+        assert {(op.mb, op.chunk) for op in prog if op.phase == "W"} == {
+            (op.mb, op.chunk) for op in prog if op.phase == "B" and op.split}
+        pos = {x: i for i, x in enumerate(seen)}
+        for (ph, mb, c), i in pos.items():
+            if ph == "B":
+                assert pos[("F", mb, c)] < i
+            if ph == "W":
+                assert pos[("B", mb, c)] < i
+    unit_timeline(schedule, p, m, v)       # no deadlock across stages
+
+
+def test_bidirectional_routes():
+    assert next_virtual(0, 0, 4, 2, bidirectional=True) == (1, 0)
+    assert next_virtual(0, 1, 4, 2, bidirectional=True) is None
+    assert prev_virtual(0, 1, 4, bidirectional=True) == (1, 1)
+    assert prev_virtual(3, 1, 4, bidirectional=True) is None
