@@ -152,6 +152,16 @@ def test_in_flight_activations_per_schedule():
     assert peak_held("dualpipe", 0, p, m, weights=(3.0, 1.0)) != peak_held("dualpipe", 0, p, m)
 
 
+@settings(max_examples=40, deadline=None)
+@given(schedule=st.sampled_from(["zb-h1", "zb-h2", "dualpipe"]), p=st.integers(1, 8), m=st.integers(1, 30))
+def test_in_flight_closed_forms_equal_the_count_on_the_pass_order(schedule, p, m):
+    if schedule == "dualpipe":
+        p = 2 * ((p + 1) // 2)
+        m = max(m + m % 2, 2 * p)
+    for s in range(p):
+        assert SCHEDULES[schedule].in_flight(s, p, m) == peak_held(schedule, s, p, m)
+
+
 # ---------------------------------------------------------------------- invariants
 @settings(max_examples=40, deadline=None)
 @given(schedule=st.sampled_from(sorted(SCHEDULES)), p=st.integers(1, 6), m=st.integers(1, 14),
@@ -190,3 +200,46 @@ def test_bidirectional_routes():
     assert next_virtual(0, 1, 4, 2, bidirectional=True) is None
     assert prev_virtual(0, 1, 4, bidirectional=True) == (1, 1)
     assert prev_virtual(3, 1, 4, bidirectional=True) is None
+
+
+# ---------------------------------------------------------------------- the generator
+def _simulate(schedule: str, p: int, m: int, v: int = 1, layers: int = 8):
+    from dessim.engine import EngineOptions, simulate
+    from dessim.topology import load_topology
+    from dessim.workload import GeneratorOptions, ParallelLayout, TransformerConfig, build_taskgraph
+
+    model = TransformerConfig("uniform", layers=layers, hidden=1024, heads=16, ffn_hidden=4096,
+                              vocab=4096, seq_len=256)
+    topo = load_topology(f"ring:{p},device=H100")
+    lo = ParallelLayout(pp=p, global_batch=m, schedule=schedule, virtual_stages=v)
+    g = build_taskgraph((model, lo), topo, options=GeneratorOptions(comm=False, embedding_head=False,
+                                                                    optimizer=False))
+    return g, simulate(g, topo, EngineOptions(record_links=False))
+
+
+def _pass_times(graph, passes: int) -> tuple[float, float, float]:
+    """Mean forward, input-gradient and weight-gradient time of rank 0's passes (s)."""
+    tasks = [t for t in graph if t.rank == 0 and t.kind == "compute"]
+    return tuple(sum(t.duration for t in tasks if t.category == c) / passes  # type: ignore[return-value]
+                 for c in ("fwd", "bwd", "wgrad"))
+
+
+@pytest.mark.parametrize("schedule,p,m,v", [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h1", 4, 8, 1),
+                                            ("zb-h2", 4, 8, 1), ("dualpipe", 4, 8, 1), ("dualpipe", 4, 12, 1)])
+def test_simulated_iteration_follows_the_unit_timeline(schedule, p, m, v):
+    """The task graph of a schedule, replayed with free communication and identical stages,
+    takes exactly what :func:`unit_timeline` predicts from its pass times: the generator
+    emits the schedule's order, dependencies and split backward as drawn."""
+    zb, _ = _simulate("zb-h1", p, m)
+    f, b, w = _pass_times(zb, m)                       # per stage (2 layers), split backward
+    g, result = _simulate(schedule, p, m, v)
+    spans = [(r[6], r[8]) for r in result.span_records if r[4] == "compute"]
+    window = max(e for _, e in spans) - min(s for s, _ in spans)
+    tl = unit_timeline(schedule, p, m, v, f=f / v, b=b / v, w=w / v)
+    assert window == pytest.approx(max(t.end for row in tl for t in row), rel=1e-9)
+    if SCHEDULES[schedule].split_backward:
+        assert any(t.category == "wgrad" for t in g)
+        # a split backward's passes add up to the whole backward
+        one_f, _ = _simulate("1f1b", p, m)
+        whole = _pass_times(one_f, m)[1]
+        assert b + w == pytest.approx(whole, rel=1e-9)

@@ -92,8 +92,8 @@ from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, c
                                                 layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
-from dessim.workload.transformer.passes import (GRANULARITIES, Block, PassBuilder, Step, embedding_points, head_points,
-                                                layer_points, merge_steps)
+from dessim.workload.transformer.passes import (GRANULARITIES, WGRAD, Block, PassBuilder, Step, embedding_points,
+                                                head_points, layer_points, merge_steps, split_backward)
 from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
 from dessim.workload.transformer.tp_islands import TPIslands
 from dessim.workload.transformer.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
@@ -292,7 +292,12 @@ class _Generator:
         self.comm = plan.options.comm
         lo = self.lo
         self.m = lo.num_micro_batches
-        self.v = lo.virtual_stages
+        self.v = lo.chunks                 #: model chunks per stage
+        self.bi = lo.pipeline.bidirectional
+        #: template phases the schedule uses: F, B (whole backward), Bi (input gradient), W
+        self.phases: tuple[str, ...] = ("F", "B")
+        if lo.pipeline.split_backward:
+            self.phases = ("F", "B", "Bi", "W") if self.bi else ("F", "Bi", "W")
         self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
         for kind in _GROUP_KINDS:
             table: dict[int, tuple[int, ...]] = {}
@@ -363,7 +368,7 @@ class _Generator:
             by_stage.setdefault(lo.stage_of(g[0]), []).append(g)
         for stage, groups in sorted(by_stage.items()):
             for chunk in range(self.v):
-                for phase in ("F", "B"):
+                for phase in self.phases:
                     steps = [s for s in self._template(stage, chunk, phase).steps
                              if s.kind == "collective" and s.group == "tp"]
                     ref = [self._tp_time(s, groups[0]) for s in steps]
@@ -400,6 +405,8 @@ class _Generator:
         if lo.virtual_stages > 1:   # interleaved: the last stage also sends to the first
             pairs += [(node(r), node(self._pp_rank(r, 0))) for r in range(lo.world_size)
                       if lo.stage_of(r) == lo.pp - 1]
+        if self.bi:                  # DualPipe: the reverse direction sends to the previous stage
+            pairs += [(b, a) for a, b in pairs]
         for target in (self.plan.memory.offload_optimizer, self.plan.memory.offload_activations):
             if target != "none":
                 pairs += [(node(r), self.em.nearest(r, OFFLOAD_NODE_KINDS[target])) for r in range(lo.world_size)]
@@ -425,7 +432,7 @@ class _Generator:
         if key not in self.timelines:
             t = self._template(stage, chunk, phase)
             cuts: set[int] = set()
-            if phase == "B" and self.lo.zero_stage < 3:
+            if phase in ("B", "W") and self.lo.zero_stage < 3:
                 grad = self.model.precision_spec.grad_bytes
                 ready = ((b, {"dp_cp": d * grad, "edp_cp": e * grad}) for b, d, e in t.block_params)
                 cuts = {t.completes[b.after] for b in fill_buckets(ready, self.plan.bucket_size,
@@ -448,7 +455,7 @@ class _Generator:
         for g in lo.groups("tp"):
             stage = lo.stage_of(g[0])
             for chunk in range(self.v):
-                for phase in ("F", "B"):
+                for phase in self.phases:
                     tl = self._timeline(g[0], stage, chunk, phase)
                     if tl is None:
                         self.fallback.append(f"stage {stage} chunk {chunk} {phase}: a pass holds "
@@ -471,7 +478,7 @@ class _Generator:
         assert tl is not None
         ids: list[list[str]] = [[] for _ in t.steps]
         prev: list[str] = []
-        cat = "fwd" if phase == "F" else "bwd"
+        cat = {"F": "fwd", "W": WGRAD}.get(phase, "bwd")
         group = self.groups["tp"][rank]
         for n, seg in enumerate(tl.segments):
             tid = self.em.new_id(rank)
@@ -501,19 +508,21 @@ class _Generator:
                   for i in layers]
         if not self.opts.embedding_head:
             return blocks
-        first = stage == 0 and chunk == 0
-        last = stage == lo.pp - 1 and chunk == self.v - 1
+        piece = lo.piece_of(stage, chunk)
+        first, last = piece == 0, piece == lo.pipeline_pieces - 1
         if first or last:
             n_layers = sum(len(r) for r in lo.stage_layers(model.layers, stage))
             extra = params_on_gpu(model, lo, stage)[0] - n_layers * self.layer_params[0]
-            head = 0.0
-            if last:
-                head = model.norm_params() + (ceil(model.vocab / lo.tp) * model.hidden
-                                              if not model.tied_embeddings or lo.pp > 1 else 0)
+            head_params = model.norm_params() + (ceil(model.vocab / lo.tp) * model.hidden
+                                                 if not model.tied_embeddings or lo.pp > 1 else 0)
+            holds = [lo.piece_of(stage, c) for c in range(self.v)]
+            head = head_params if last else 0.0
             if first:
+                # the stage's extra parameters minus its head's (when it holds the last piece)
+                embed = extra - (head_params if lo.pipeline_pieces - 1 in holds else 0.0)
                 blocks.insert(0, Block("embed", self.embed_ks,
                                        tuple(embedding_points(model, lo, self.embed_ks)),
-                                       (extra - head, 0.0)))
+                                       (embed, 0.0)))
             if last:
                 blocks.append(Block("head", self.head_ks, tuple(head_points(model, lo, self.head_ks)),
                                     (head, 0.0)))
@@ -528,7 +537,12 @@ class _Generator:
         zero3 = self.lo.zero_stage >= 3
         builder = PassBuilder(self.model, self.lo, zero3_param_bytes=self.model.precision_spec.param_bytes,
                               offload_activations=self.act_bytes > 0, overlap=self.plan.overlap)
-        steps = builder.forward(blocks, zero3) if phase == "F" else builder.backward(blocks, zero3)
+        if phase == "F":
+            steps = builder.forward(blocks, zero3)
+        else:
+            steps = builder.backward(blocks, zero3)
+            if phase != "B":                      # split: input-gradient or weight-gradient pass
+                steps = split_backward(steps)[phase == "W"]
         if self.opts.granularity in ("layer", "stage"):
             steps = merge_steps(steps)
         labels, attrs = [], []
@@ -545,6 +559,8 @@ class _Generator:
                 attrs.append({})
         computes = [i for i, s in enumerate(steps) if s.is_compute]
         order = blocks if phase == "F" else list(reversed(blocks))
+        for b in blocks:    # a block without weight-gradient GEMMs (embedding) is done when W starts
+            completes.setdefault(b.name, computes[0])
         t = _Template(steps, labels, attrs, computes[0], computes[-1], completes,
                       [(b.name, b.params[0], b.params[1]) for b in order])
         self.templates[key] = t
@@ -651,49 +667,54 @@ class _Generator:
     # ------------------------------------------------------------------ per rank
     def emit_rank(self, rank: int) -> None:
         lo = self.lo
-        p, v = lo.pp, self.v
+        p, v, bi = lo.pp, self.v, self.bi
         stage = lo.stage_of(rank)
-        program = stage_program(lo.schedule, stage, p, self.m, v)
-        last_b = {}
+        program = stage_program(lo.schedule, stage, p, self.m, lo.virtual_stages)
+        last_grad = {}                  # chunk -> the op that completes its last weight gradients
         for n, op in enumerate(program):
-            if op.phase == "B":
-                last_b[op.chunk] = n
+            if op.phase == "W" or (op.phase == "B" and not op.split):
+                last_grad[op.chunk] = n
         size = self._pp_size()
         buckets: list[tuple[str, float, list[str]]] = []   # (group kind, gradient bytes, ids) of the final buckets
         last_compute = ""
+        input_grad_done: dict[tuple[int, int], str] = {}   # (chunk, mb) -> end of a split B
         for n, op in enumerate(program):
             mb, chunk = op.mb, op.chunk
+            here = virtual_stage(stage, chunk, p, bi)
+            suffix = ".rev" if bi and chunk == 1 else ""      # DualPipe: one stream per direction
             inputs: list[str] = []
             if op.phase == "F":
-                src = prev_virtual(stage, chunk, p)
+                src = prev_virtual(stage, chunk, p, bi)
                 if src is not None:
-                    tag = self._pp_tag(0, virtual_stage(stage, chunk, p), mb)
-                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), tag, size,
-                                            f"pp recv act v{virtual_stage(stage, chunk, p)} mb{mb}", "pp",
-                                            "pp.recv.fwd", []))
+                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), self._pp_tag(0, here, mb),
+                                            size, f"pp recv act v{here} mb{mb}", "pp", "pp.recv.fwd" + suffix, []))
+            elif op.phase == "B":
+                src = next_virtual(stage, chunk, p, v, bi)
+                if src is not None:
+                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), self._pp_tag(1, here, mb),
+                                            size, f"pp recv grad v{here} mb{mb}", "pp", "pp.recv.bwd" + suffix, []))
             else:
-                src = next_virtual(stage, chunk, p, v)
-                if src is not None:
-                    tag = self._pp_tag(1, virtual_stage(stage, chunk, p), mb)
-                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), tag, size,
-                                            f"pp recv grad v{virtual_stage(stage, chunk, p)} mb{mb}", "pp",
-                                            "pp.recv.bwd", []))
-            t, ids = self._emit_pass(rank, stage, chunk, op.phase, mb, inputs)
+                inputs.append(input_grad_done.pop((chunk, mb)))
+            phase = "Bi" if op.phase == "B" and op.split else op.phase
+            t, ids = self._emit_pass(rank, stage, chunk, phase, mb, inputs)
             out = ids[t.last_compute]
             last_compute = out[-1]
+            if phase == "Bi":
+                input_grad_done[(chunk, mb)] = last_compute
             if op.phase == "F":
-                dst = next_virtual(stage, chunk, p, v)
+                dst = next_virtual(stage, chunk, p, v, bi)
                 if dst is not None:
-                    vs = virtual_stage(dst[0], dst[1], p)
+                    vs = virtual_stage(dst[0], dst[1], p, bi)
                     self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(0, vs, mb), size,
-                              f"pp send act v{vs} mb{mb}", "pp", "pp.send.fwd", out)
-            else:
-                dst = prev_virtual(stage, chunk, p)
+                              f"pp send act v{vs} mb{mb}", "pp", "pp.send.fwd" + suffix, out)
+            elif op.phase == "B":
+                dst = prev_virtual(stage, chunk, p, bi)
                 if dst is not None:
-                    vs = virtual_stage(dst[0], dst[1], p)
+                    vs = virtual_stage(dst[0], dst[1], p, bi)
                     self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(1, vs, mb), size,
-                              f"pp send grad v{vs} mb{mb}", "pp", "pp.send.bwd", out)
-                final = last_b[chunk] == n
+                              f"pp send grad v{vs} mb{mb}", "pp", "pp.send.bwd" + suffix, out)
+            if phase in ("B", "W"):                # this pass completes weight gradients
+                final = last_grad[chunk] == n
                 if lo.zero_stage == 2 or (lo.zero_stage < 2 and final):
                     made = self._reduce_gradients(rank, t, ids, mb)
                     if final:

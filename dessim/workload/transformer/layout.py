@@ -128,18 +128,20 @@ class PipelineSchedule:
         Interleaved (Megatron ``..._with_interleaving``): ``2(p - stage - 1) + (v - 1)p``
         warm-up chunk-forwards plus one, at most ``m·v``, each chunk being ``1/v`` of the
         stage's layers → the first stage holds ``(p(v+1) - 1)/v`` ≈ ``p(1 + 1/v)``
-        micro-batches' worth: slightly more than 1F1B. Zero-bubble and DualPipe: counted on
-        the schedule's pass order (a micro-batch's activations are held from its forward to
-        its weight-gradient pass), which gives ``p`` on every stage for ZB-H1 (1F1B's
-        first-stage peak, Qi et al. 2024 §3.1), ``2p - 1`` for ZB-H2 (§3.1) and ``p + 1``
-        chunk passes (``(p + 1)/2`` stage-worths) for DualPipe (its README's "PP+1"), when
-        ``m`` is large enough.
+        micro-batches' worth: slightly more than 1F1B. Zero-bubble and DualPipe, counting a
+        micro-batch's activations as held from its forward to its weight-gradient pass (as
+        :func:`~dessim.workload.transformer.schedules.peak_held` does on the pass order; equal
+        for every ``p`` and ``m``, tests/test_pipeline_schedules.py): ``min(p, m)`` on every
+        stage for ZB-H1 (1F1B's first-stage peak, Qi et al. 2024 §3.1), ``min(2p - 1, m)``
+        for ZB-H2 (§3.1) and ``p + 1`` chunk passes (``(p + 1)/2`` stage-worths) for DualPipe
+        (its README's "PP+1").
         """
         if self.name == "gpipe":
             return float(m)
-        if self.split_backward or self.bidirectional:
-            from dessim.workload.transformer.schedules import peak_held  # schedules imports this module
-            return peak_held(self.name, stage, p, m, v)
+        if self.bidirectional:
+            return (p + 1) / 2
+        if self.split_backward:
+            return float(min(2 * p - 1 if self.name == "zb-h2" else p, m))
         if not self.interleaved:
             return float(min(p - stage, m))
         warmup = 2 * (p - stage - 1) + (v - 1) * p
@@ -343,6 +345,12 @@ class ParallelLayout:
         two chunks per stage are pieces ``s`` and ``p-1-s`` of the same ``pp``)."""
         return self.pp * (self.chunks if not self.pipeline.bidirectional else 1)
 
+    def piece_of(self, stage: int, chunk: int) -> int:
+        """The pipeline piece (model order) that chunk ``chunk`` of stage ``stage`` holds."""
+        if self.pipeline.bidirectional:
+            return stage if chunk == 0 else self.pp - 1 - stage
+        return chunk * self.pp + stage
+
     def _pieces_text(self) -> str:
         if self.pipeline.interleaved:
             return f"pp × virtual_stages = {self.pp} × {self.virtual_stages}, in virtual-stage order"
@@ -496,11 +504,8 @@ class ParallelLayout:
         starts = [0]
         for n in counts:
             starts.append(starts[-1] + n)
-        if self.pipeline.bidirectional:
-            pieces = (stage, self.pp - 1 - stage)
-        else:
-            pieces = tuple(c * self.pp + stage for c in range(self.chunks))
-        return tuple(range(starts[j], starts[j + 1]) for j in pieces)
+        return tuple(range(starts[j], starts[j + 1])
+                     for j in (self.piece_of(stage, c) for c in range(self.chunks)))
 
     def describe(self) -> str:
         """One-line summary, e.g. ``tp=8 pp=8 dp=16 (1024 GPUs) sp 1f1b m=96 zero=1``."""

@@ -18,7 +18,11 @@ activations
     al. 2022 (Table 2; see :func:`layer_activation_bytes`), times the
     stage's layers, times the micro-batches in flight of the pipeline schedule
     (:meth:`~dessim.workload.transformer.layout.PipelineSchedule.in_flight`: GPipe ``m``, 1F1B ``p`` on
-    the first stage, interleaved ``(p(v+1)-1)/v``). Plus: the embedding dropout mask on the
+    the first stage, interleaved ``(p(v+1)-1)/v``, ZB-H1 ``p`` on every stage, ZB-H2 ``2p-1``,
+    DualPipe ``p+1`` chunk passes), counted on the schedule's own pass order
+    (:func:`~dessim.workload.transformer.schedules.peak_held`: a forward holds its chunk's
+    activations until the pass that completes its weight gradients), each chunk weighed by
+    its layers (uneven ``pipeline_layers``). Plus: the embedding dropout mask on the
     first stage, the final norm input and fp32 logits (``4·T·V/tp``, what Megatron-LM's
     vocabulary-parallel cross-entropy keeps) on the last stage, and under full recompute the
     full activations of the one layer being recomputed.
@@ -54,6 +58,7 @@ from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.common.precision import Precision
 from dessim.workload.transformer.layout import RECOMPUTE_POLICIES, ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.schedules import peak_held
 
 __all__ = [
     "OFFLOAD_TARGETS",
@@ -218,9 +223,10 @@ def params_on_gpu(model: TransformerConfig, layout: ParallelLayout, stage: int) 
     layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
     dense, expert = (layers * x for x in _layer_params_on_gpu(model, layout))
     vocab_shard = ceil(model.vocab / layout.tp) * model.hidden
-    if stage == 0:
+    pieces = {layout.piece_of(stage, c) for c in range(layout.chunks)}
+    if 0 in pieces:                                   # the embedding (DualPipe: two stages hold it)
         dense += vocab_shard + (model.embedding_params() - model.vocab * model.hidden)
-    if stage == layout.pp - 1:
+    if layout.pipeline_pieces - 1 in pieces:          # final norm and LM head
         dense += model.norm_params()
         if not model.tied_embeddings or layout.pp > 1:
             dense += vocab_shard
@@ -269,9 +275,13 @@ def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: 
                        options: MemoryOptions) -> tuple[float, float, float]:
     """(HBM activation bytes, offloaded bytes, in-flight micro-batches) of one stage."""
     e = model.precision_spec.activation_bytes
-    layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
+    ranges = layout.stage_layers(model.layers, stage)
+    layers = sum(len(r) for r in ranges)
     p, m, v = layout.pp, layout.num_micro_batches, layout.virtual_stages
-    in_flight = layout.pipeline.in_flight(stage, p, m, v)
+    if layout.pipeline.name == "gpipe":
+        in_flight = layout.pipeline.in_flight(stage, p, m, v)
+    else:   # counted on the schedule's pass order, each chunk weighed by its layers
+        in_flight = peak_held(layout.schedule, stage, p, m, v, tuple(float(len(r)) for r in ranges))
     per_layer = layer_activation_bytes(model, layout)
     stored = in_flight * layers * per_layer
     offloaded = 0.0
@@ -282,8 +292,9 @@ def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: 
     T_sp = T // layout.tp if layout.sequence_parallel else T
     if stage == 0 and model.dropout:
         stored += in_flight * T_sp * model.hidden          # embedding dropout mask
-    if stage == p - 1:
-        last_flight = layout.pipeline.in_flight(p - 1, p, m, v)
+    if layout.pipeline_pieces - 1 in {layout.piece_of(stage, c) for c in range(layout.chunks)}:
+        last_flight = layout.pipeline.in_flight(stage, p, m, v) if layout.pipeline.bidirectional else \
+            layout.pipeline.in_flight(p - 1, p, m, v)
         stored += last_flight * (T_sp * model.hidden * e + 4 * T * ceil(model.vocab / layout.tp))
     if layout.recompute == "full":                            # the layer being recomputed
         stored += layer_activation_bytes(model, layout, recompute="none")

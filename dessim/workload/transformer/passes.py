@@ -72,7 +72,8 @@ from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapMethod, OverlapOptions, chunk_kernel, method_for
 
 __all__ = ["Step", "Block", "PassBuilder", "CommPoint", "CommSpec", "layer_points",
-           "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES"]
+           "embedding_points", "head_points", "merge_steps", "describe_steps", "GRANULARITIES",
+           "split_backward", "WGRAD"]
 
 #: Task granularities of the generator (``stage``: one task per pass and DP bucket, see
 #: :mod:`dessim.workload.transformer.tp_islands`; it falls back to ``layer`` where it would not be exact).
@@ -523,3 +524,49 @@ def describe_steps(steps: Sequence[Step], show: Callable[[Step], str] | None = N
     """Readable one-line-per-step listing (debugging and docs)."""
     show = show or (lambda s: f"{s.kind:<10} {s.stream:<8} {s.name} deps={s.deps}")
     return "\n".join(f"{i:3d} {show(s)}" for i, s in enumerate(steps))
+
+
+#: Category of the weight-gradient compute of a split backward (the zero-bubble ``W`` pass).
+WGRAD = "wgrad"
+
+
+def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
+    """A backward pass's steps (unmerged, as :meth:`PassBuilder.backward` made them) split into
+    the input-gradient pass ``B`` and the weight-gradient pass ``W`` of zero-bubble schedules
+    (Qi et al. 2024, §2: B computes what the previous stage needs, W only the ``.wgrad``
+    GEMMs). A compute step goes to W when all its kernels are weight gradients (category
+    :data:`WGRAD`); a communication step goes to W when every step that waits for it is in
+    W (SP's re-gather of a GEMM input for its weight gradient), or, when nothing waits for
+    it, when something it waits for is in W (ZeRO-3's gradient reduce-scatter). Dependencies
+    across the two passes are dropped: W runs after its B in every schedule. ``completes``
+    is recomputed per pass (a block's last compute step there)."""
+    in_w = [s.is_compute and bool(s.kernels) and all(k.name.endswith(".wgrad") for k in s.kernels)
+            for s in steps]
+    dependents: dict[int, list[int]] = {}
+    for i, s in enumerate(steps):
+        for d in s.deps:
+            dependents.setdefault(d, []).append(i)
+    for i in range(len(steps) - 1, -1, -1):      # dependents come later: decide backwards
+        s = steps[i]
+        if s.is_compute:
+            continue
+        after = dependents.get(i, [])
+        in_w[i] = all(in_w[j] for j in after) if after else any(in_w[d] for d in s.deps)
+
+    def part(flag: bool) -> list[Step]:
+        index = {i: n for n, i in enumerate(i for i in range(len(steps)) if in_w[i] == flag)}
+        out: list[Step] = []
+        for i in index:
+            s = steps[i]
+            out.append(replace(s, deps=[index[d] for d in s.deps if d in index], completes=[],
+                               kernels=list(s.kernels),
+                               category=WGRAD if (flag and s.is_compute) else s.category))
+        last: dict[str, int] = {}
+        for n, s in enumerate(out):
+            if s.is_compute:
+                last[s.block] = n
+        for block, n in last.items():
+            out[n].completes.append(block)
+        return out
+
+    return part(False), part(True)

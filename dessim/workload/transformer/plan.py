@@ -70,6 +70,8 @@ def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
     par["order"] = list(par["order"])
     tr = dataclasses.asdict(spec.training)
     tr = {k: v for k, v in tr.items() if v is not None}
+    if isinstance(tr["pipeline_layers"], tuple):
+        tr["pipeline_layers"] = list(tr["pipeline_layers"])
     tr["offload"] = {"optimizer": tr.pop("offload_optimizer"), "activations": tr.pop("offload_activations")}
     tr.pop("seq_len", None)  # already in the model
     return {"name": spec.name, "description": spec.description, "source": spec.source,
@@ -82,7 +84,8 @@ _DOC_KEYS: dict[str, str] = {
     "tp": "parallelism", "pp": "parallelism", "dp": "parallelism", "cp": "parallelism",
     "ep": "parallelism", "sp": "parallelism", "order": "parallelism",
     "micro_batch": "training", "global_batch": "training", "schedule": "training",
-    "virtual_stages": "training", "recompute": "training", "attention": "training",
+    "virtual_stages": "training", "pipeline_layers": "training", "recompute": "training",
+    "attention": "training",
     "zero_stage": "training",
     "bucket_size": "training", "tp_comm_overlap": "training", "fuse_optimizer_allreduce": "training",
 }

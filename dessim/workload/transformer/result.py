@@ -37,7 +37,7 @@ from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 __all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM"]
 
 #: Compute categories that are pipeline-stage work.
-PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "recompute")
+PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "wgrad", "recompute")
 #: Communication inside a stage's passes (counted as work, not bubble, while active).
 STAGE_COMM: tuple[str, ...] = ("tp", "ep", "cp")
 

@@ -40,8 +40,9 @@ the key, the file and the valid keys)::
       global_batch: 1536             # sequences per iteration; default micro_batch × dp
                                      # (Megatron-LM's default for --global-batch-size)
       seq_len: 4096                  # overrides model.seq_len
-      schedule: 1f1b                 # gpipe | 1f1b | interleaved
+      schedule: 1f1b                 # gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | dualpipe
       virtual_stages: 1              # > 1 with interleaved
+      pipeline_layers: balanced      # layers per pipeline piece: balanced, or a list (model order)
       recompute: selective           # none | selective | full
       attention: flash2              # unfused | flash2 | flash3 (fused, Hopper)
       zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
@@ -74,7 +75,8 @@ from dessim.workload.common.document import as_bool, as_str, check_keys, check_s
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.transformer.hf_config import (HF_CONFIG_KEY, hf_model_section, hf_workload_name,
                                                    is_hf_config, read_hf_config)
-from dessim.workload.transformer.layout import DEFAULT_ORDER, ParallelLayout, parse_zero_stage
+from dessim.workload.transformer.layout import (DEFAULT_ORDER, ParallelLayout, parse_pipeline_layers,
+                                                parse_zero_stage)
 from dessim.workload.transformer.memory import MemoryOptions
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
@@ -117,6 +119,7 @@ class TrainingSpec:
     seq_len: int | None = None
     schedule: str = "1f1b"
     virtual_stages: int = 1
+    pipeline_layers: tuple[int, ...] | str = "balanced"
     recompute: str = "none"
     attention: str = "flash2"
     zero_stage: int = 0
@@ -158,7 +161,7 @@ class WorkloadSpec:
             tp=par.tp, pp=par.pp, dp=par.dp, cp=par.cp, ep=par.ep, sp=par.sp, order=par.order,
             zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
             micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute,
-            attention=tr.attention)
+            attention=tr.attention, pipeline_layers=tr.pipeline_layers)
         kwargs.update(overrides)
         if num_gpus is not None:
             model_par = kwargs["tp"] * kwargs["pp"] * kwargs["cp"]
@@ -207,6 +210,13 @@ def _zero(value: Any, what: str) -> int:
     return parse_zero_stage(value, what)
 
 
+def _pipeline_layers(value: Any, what: str) -> tuple[int, ...] | str:
+    """A rule name or a list of layer counts (each a dessim.units count)."""
+    if isinstance(value, list):
+        value = [parse_count(n, f"{what}[{i}]") for i, n in enumerate(value)]
+    return parse_pipeline_layers(value, what)
+
+
 _MODEL_SCHEMA: Mapping[str, Converter] = {
     "layers": _count(), "hidden": _count(), "heads": _count(), "ffn_hidden": _count(),
     "vocab": _count(), "seq_len": _count(), "kv_heads": _count(), "activation": as_str, "norm": as_str,
@@ -223,7 +233,8 @@ _PARALLELISM_SCHEMA: Mapping[str, Converter] = {
 
 _TRAINING_SCHEMA: Mapping[str, Converter] = {
     "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": as_str,
-    "virtual_stages": _count(), "recompute": as_str, "attention": as_str, "zero_stage": _zero,
+    "virtual_stages": _count(), "pipeline_layers": _pipeline_layers, "recompute": as_str,
+    "attention": as_str, "zero_stage": _zero,
     "bucket_size": _size,
     "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
     "device": as_str, "tp_comm_overlap": as_bool, "fuse_optimizer_allreduce": as_bool,
