@@ -243,3 +243,15 @@ def test_simulated_iteration_follows_the_unit_timeline(schedule, p, m, v):
         one_f, _ = _simulate("1f1b", p, m)
         whole = _pass_times(one_f, m)[1]
         assert b + w == pytest.approx(whole, rel=1e-9)
+
+
+def test_gantt_colours_f_b_w_apart(tmp_path):
+    """The Gantt chart of a ZB-H1 iteration draws forward, input-gradient and weight-gradient
+    passes in their own colours, labelled F, B and W (as Qi et al. Fig. 3 does)."""
+    pytest.importorskip("plotly")
+    from dessim.outputs.gantt import write_gantt
+
+    _, result = _simulate("zb-h1", 2, 4)
+    html = write_gantt(result, tmp_path / "zb.html").read_text()
+    for label in ("compute F (forward)", "compute B (backward)", "compute W (weight gradient)"):
+        assert label in html

@@ -32,6 +32,7 @@ PUBLISHED = [
     ("llama3-8b", 8.03e9, None, 0.01, "Hugging Face meta-llama/Meta-Llama-3-8B: 8.03B params"),
     ("llama3-70b", 70.6e9, None, 0.01, "Hugging Face meta-llama/Meta-Llama-3-70B: 70.6B params"),
     ("llama3-405b", 405e9, None, 0.01, "Llama 3 paper: 405B (Hugging Face: 406B params)"),
+    ("llama3-405b-cp16", 405e9, None, 0.01, "the same model, long-context layout (Llama 3 Table 4)"),
     ("mixtral-8x7b", 46.7e9, 12.9e9, 0.01, "Mistral AI, 'Mixtral of experts' (2023): 46.7B total, "
                                            "12.9B used per token"),
 ]

@@ -8,7 +8,8 @@ Activities (:data:`ACTIVITIES`, data; colours from matplotlib's "tab"/"deep" pal
     Every span is one activity on one of two *lanes* of its rank:
 
     * ``compute`` lane: ``forward`` (category ``fwd``), ``backward`` (``bwd``),
-      ``weight-gradient`` (a ``bwd`` compute task that is one weight-gradient GEMM alone: its
+      ``weight-gradient`` (category ``wgrad``: the W pass of a zero-bubble or DualPipe
+      schedule; or a ``bwd`` compute task that is one weight-gradient GEMM alone: its
       name's kernel part ends in ``wgrad`` and is not a merged range ``a..b`` — merged layer
       or stage tasks that contain wgrad GEMMs stay ``backward``), ``recompute``,
       ``optimizer`` and ``other compute``; where no compute runs, ``idle``.
@@ -77,8 +78,8 @@ ACTIVITIES: tuple[Activity, ...] = (
 LANES: tuple[str, ...] = ("compute", "comm")
 
 _INDEX = {a.name: i for i, a in enumerate(ACTIVITIES)}
-_COMPUTE_BY_CATEGORY = {"fwd": "forward", "bwd": "backward", "recompute": "recompute",
-                        "optimizer": "optimizer"}
+_COMPUTE_BY_CATEGORY = {"fwd": "forward", "bwd": "backward", "wgrad": "weight-gradient",
+                        "recompute": "recompute", "optimizer": "optimizer"}
 _COMM_CATEGORIES = frozenset(a.name for a in ACTIVITIES if a.lane == "comm") - {"other comm"}
 _COMM_KINDS = frozenset({"collective", "send", "recv", "memcpy"})
 _FILLER = {"compute": "idle", "comm": None}
