@@ -50,10 +50,10 @@ F1 F2 F3 F4 F5 F6 F7 B1 W1 B2 F8 B3 W2 B4 W3 B5 W4 B6 W5 B7 W6 W7 B8 W8
 
 # ' = the reverse direction (micro-batches 5-8 enter at the last stage)
 DUALPIPE = grid("""
-F1  F2  F3  F5' B5' W5' F6' F4  B6' B6' F7' B1  B1  B7' B7' F8' .   B2  B2  B8' B8' B3  W3  B4  W4
-.   F1  F5' F2  F6' F3  B5' B5' F7' B1  B1  F4  B6' B6' F8' B2  B2  B7' B7' B3  B3  B8' B4  W8' W4
-.   F5' F1  F6' F2  F7' B1  B1  F3  B5' B5' F8' B2  B2  F4  B6' B6' B3  B3  B7' B7' B4  B8' W4  W8'
-F5' F6' F7' F1  B1  W1  F2  F8' B2  B2  F3  B5' B5' B3  B3  F4  .   B6' B6' B4  B4  B7' W7' B8' W8'
+F1 F2 F3 F5' B5' W5' F6' F4 B6' B6' . F7' B1 B1 B7' B7' . F8' B2 B2 B8' B8' B3 W3 B4 W4
+. F1 F5' F2 F6' F3 B5' B5' F7' B1 B1 F4 B6' B6' F8' B2 B2 B7' B7' B3 B3 . B8' B4 W8' W4
+. F5' F1 F6' F2 F7' B1 B1 F3 B5' B5' F8' B2 B2 F4 B6' B6' B3 B3 B7' B7' . B4 B8' W4 W8'
+F5' F6' F7' F1 B1 W1 F2 F8' B2 B2 . F3 B5' B5' B3 B3 . F4 B6' B6' B4 B4 B7' W7' B8' W8'
 """)
 
 
@@ -125,15 +125,21 @@ def test_zb_h2_leaves_no_gap_inside_any_stage(p, m):
         assert sum(t.end - t.start for t in row) == 3 * m
 
 
-@pytest.mark.parametrize("p,m", [(4, 8), (8, 20), (6, 24)])
-def test_dualpipe_bubble_below_zb_h1_and_1f1b(p, m):
-    dual, zb, base = (unit_bubble(s, p, m) for s in ("dualpipe", "zb-h1", "1f1b"))
-    assert dual < zb < base
-    # with F = B = W every rank idles p/2 - 1 units: half of ZB-H1's p - 1
-    tl = unit_timeline("dualpipe", p, m)
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 20), (6, 24), (8, 32)])
+@pytest.mark.parametrize("f,b,w", [(1, 1, 1), (1, 1, 0.5), (2, 2, 1)])
+def test_dualpipe_bubble_is_the_readme_formula(p, m, f, b, w):
+    """deepseek-ai/DualPipe README: bubble (PP/2 - 1)(F&B + B - 3W) per rank, B a whole
+    backward; F&B = F + B + W when the pair's overlap hides communication only (free here).
+    Holds with F = B (the README's figure); below ZB-H1's and 1F1B's bubbles."""
+    tl = unit_timeline("dualpipe", p, m, f=f, b=b, w=w)
     end = max(t.end for row in tl for t in row)
-    assert [end - sum(t.end - t.start for t in row) for row in tl] == [p / 2 - 1] * p
-    assert dual == pytest.approx(SCHEDULES["dualpipe"].bubble_fraction(p, m))
+    whole = b + w
+    expected = (p / 2 - 1) * ((f + whole) + whole - 3 * w)
+    assert [end - sum(t.end - t.start for t in row) for row in tl] == pytest.approx([expected] * p)
+    dual, zb, base = (unit_bubble(s, p, m, f=f, b=b, w=w) for s in ("dualpipe", "zb-h1", "1f1b"))
+    assert dual < zb < base
+    if f == b == w:
+        assert dual == pytest.approx(SCHEDULES["dualpipe"].bubble_fraction(p, m))
 
 
 # ---------------------------------------------------------------------- memory
@@ -255,3 +261,33 @@ def test_gantt_colours_f_b_w_apart(tmp_path):
     html = write_gantt(result, tmp_path / "zb.html").read_text()
     for label in ("compute F (forward)", "compute B (backward)", "compute W (weight gradient)"):
         assert label in html
+
+
+def test_dualpipe_pairs_overlap_one_pass_communication_with_the_other_computation(monkeypatch):
+    """A DualPipe pair's compute steps alternate between its forward and its backward, so a
+    TP collective of one runs while the other computes: the iteration is shorter than with
+    the two passes one after the other (layer granularity, simulated TP collectives)."""
+    from dessim.engine import EngineOptions, simulate
+    from dessim.topology import load_topology
+    from dessim.workload import GeneratorOptions, ParallelLayout, TransformerConfig, build_taskgraph
+    from dessim.workload.transformer import generator
+
+    model = TransformerConfig("t", layers=8, hidden=2048, heads=16, ffn_hidden=8192, vocab=4096, seq_len=1024)
+    topo = load_topology("dgx-h100:nodes=1")
+    lo = ParallelLayout(tp=2, pp=4, global_batch=8, schedule="dualpipe")
+
+    def run():
+        g = build_taskgraph((model, lo), topo, options=GeneratorOptions(granularity="layer", fold=False,
+                                                                        optimizer=False))
+        return g, simulate(g, topo, EngineOptions(record_links=False)).makespan_s
+
+    g, paired = run()
+    # a pair's passes interleave on the compute stream: micro-batches alternate inside it
+    mbs = [t.name.rsplit("mb", 1)[1] for t in g if t.rank == 0 and t.stream == "compute"]
+    switches = sum(a != b for a, b in zip(mbs, mbs[1:]))
+    monkeypatch.setattr(generator._Generator, "_emit_pair",
+                        lambda self, rank, a, b: (self._emit_pass(rank, *a), self._emit_pass(rank, *b)))
+    g2, serial = run()
+    mbs2 = [t.name.rsplit("mb", 1)[1] for t in g2 if t.rank == 0 and t.stream == "compute"]
+    assert switches > sum(a != b for a, b in zip(mbs2, mbs2[1:]))
+    assert paired < serial

@@ -72,7 +72,7 @@ from itertools import chain
 from math import ceil
 
 import numpy as np
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 from dessim.catalog.devices import get_device
 from dessim.engine.options import EngineOptions
@@ -96,7 +96,7 @@ from dessim.workload.transformer.passes import (GRANULARITIES, WGRAD, Block, Pas
                                                 head_points, layer_points, merge_steps, split_backward)
 from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
 from dessim.workload.transformer.tp_islands import TPIslands
-from dessim.workload.transformer.schedules import next_virtual, prev_virtual, stage_program, virtual_stage
+from dessim.workload.transformer.schedules import PipeOp, next_virtual, prev_virtual, stage_program, virtual_stage
 
 __all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "COMM_CATEGORIES"]
 
@@ -617,6 +617,36 @@ class _Generator:
                    input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
         if self.stage_mode:
             return self._emit_merged(rank, stage, chunk, phase, mb, input_deps)
+        steps = self._pass_steps(rank, stage, chunk, phase, mb, input_deps)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def _emit_pair(self, rank: int, first: tuple, second: tuple) -> tuple[tuple, tuple]:
+        """Two passes of a DualPipe pair ``(stage, chunk, phase, mb, input_deps)`` emitted with
+        their compute steps alternating — the first's k-th, then the second's k-th — so that
+        while one pass waits for its communication (TP, EP all-to-all, CP) the compute stream
+        runs the other's next kernels (DeepSeek-AI 2024, §3.2.1: overlapped forward and
+        backward chunks). Merged passes (stage granularity) hold no such communication and
+        run one after the other. Returns each pass's ``(template, ids)``."""
+        if self.stage_mode:
+            return self._emit_pass(rank, *first), self._emit_pass(rank, *second)
+        runs = [self._pass_steps(rank, *first), self._pass_steps(rank, *second)]
+        results: list[tuple | None] = [None, None]
+        while any(r is None for r in results):
+            for k in (0, 1):
+                if results[k] is None:
+                    try:
+                        next(runs[k])
+                    except StopIteration as done:
+                        results[k] = done.value
+        return results[0], results[1]  # type: ignore[return-value]
+
+    def _pass_steps(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
+                    input_deps: list[str]) -> Generator[None, None, tuple[_Template, list[list[str]]]]:
+        """Emit a pass's steps, pausing after each compute step; returns ``(template, ids)``."""
         t = self._template(stage, chunk, phase)
         ids: list[list[str]] = []
         cp_group = self.groups["cp"][rank]
@@ -626,6 +656,7 @@ class _Generator:
                 if i == t.first_compute:
                     deps += input_deps
                 ids.append([self._compute(rank, s, f"{t.labels[i]} mb{mb}", t.attrs[i], deps)])
+                yield
             elif s.kind == "collective":
                 group = self.groups[s.group][rank]
                 ids.append(self._collective(rank, f"{t.labels[i]} mb{mb}", s.category, s.stream, s.op,
@@ -667,59 +698,83 @@ class _Generator:
     # ------------------------------------------------------------------ per rank
     def emit_rank(self, rank: int) -> None:
         lo = self.lo
-        p, v, bi = lo.pp, self.v, self.bi
         stage = lo.stage_of(rank)
-        program = stage_program(lo.schedule, stage, p, self.m, lo.virtual_stages)
+        program = stage_program(lo.schedule, stage, lo.pp, self.m, lo.virtual_stages)
         last_grad = {}                  # chunk -> the op that completes its last weight gradients
         for n, op in enumerate(program):
             if op.phase == "W" or (op.phase == "B" and not op.split):
                 last_grad[op.chunk] = n
-        size = self._pp_size()
         buckets: list[tuple[str, float, list[str]]] = []   # (group kind, gradient bytes, ids) of the final buckets
         last_compute = ""
-        input_grad_done: dict[tuple[int, int], str] = {}   # (chunk, mb) -> end of a split B
-        for n, op in enumerate(program):
-            mb, chunk = op.mb, op.chunk
-            here = virtual_stage(stage, chunk, p, bi)
-            suffix = ".rev" if bi and chunk == 1 else ""      # DualPipe: one stream per direction
-            inputs: list[str] = []
-            if op.phase == "F":
-                src = prev_virtual(stage, chunk, p, bi)
-                if src is not None:
-                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), self._pp_tag(0, here, mb),
-                                            size, f"pp recv act v{here} mb{mb}", "pp", "pp.recv.fwd" + suffix, []))
-            elif op.phase == "B":
-                src = next_virtual(stage, chunk, p, v, bi)
-                if src is not None:
-                    inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), self._pp_tag(1, here, mb),
-                                            size, f"pp recv grad v{here} mb{mb}", "pp", "pp.recv.bwd" + suffix, []))
+        split_done: dict[tuple[int, int], str] = {}   # (chunk, mb) -> end of a split B
+        n = 0
+        while n < len(program):
+            group = [n, n + 1] if n + 1 < len(program) and program[n + 1].paired else [n]
+            passes = [self._pass_args(rank, stage, program[k], split_done) for k in group]
+            if len(passes) == 2:
+                # a pair starts when both inputs are there (DualPipe receives both, then computes)
+                passes[0] = passes[0][:4] + (passes[0][4] + passes[1][4],)
+                emitted = list(self._emit_pair(rank, passes[0], passes[1]))
             else:
-                inputs.append(input_grad_done.pop((chunk, mb)))
-            phase = "Bi" if op.phase == "B" and op.split else op.phase
-            t, ids = self._emit_pass(rank, stage, chunk, phase, mb, inputs)
-            out = ids[t.last_compute]
-            last_compute = out[-1]
-            if phase == "Bi":
-                input_grad_done[(chunk, mb)] = last_compute
-            if op.phase == "F":
-                dst = next_virtual(stage, chunk, p, v, bi)
-                if dst is not None:
-                    vs = virtual_stage(dst[0], dst[1], p, bi)
-                    self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(0, vs, mb), size,
-                              f"pp send act v{vs} mb{mb}", "pp", "pp.send.fwd" + suffix, out)
-            elif op.phase == "B":
-                dst = prev_virtual(stage, chunk, p, bi)
-                if dst is not None:
-                    vs = virtual_stage(dst[0], dst[1], p, bi)
-                    self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(1, vs, mb), size,
-                              f"pp send grad v{vs} mb{mb}", "pp", "pp.send.bwd" + suffix, out)
-            if phase in ("B", "W"):                # this pass completes weight gradients
-                final = last_grad[chunk] == n
-                if lo.zero_stage == 2 or (lo.zero_stage < 2 and final):
-                    made = self._reduce_gradients(rank, t, ids, mb)
-                    if final:
-                        buckets += made
+                emitted = [self._emit_pass(rank, *passes[0])]
+            for k, (t, ids) in zip(group, emitted):
+                op = program[k]
+                last_compute = ids[t.last_compute][-1]
+                self._pass_outputs(rank, stage, op, ids[t.last_compute], split_done)
+                if op.phase == "W" or (op.phase == "B" and not op.split):   # weight gradients done
+                    final = last_grad[op.chunk] == k
+                    if lo.zero_stage == 2 or (lo.zero_stage < 2 and final):
+                        made = self._reduce_gradients(rank, t, ids, op.mb)
+                        if final:
+                            buckets += made
+            n += len(group)
         self._optimizer(rank, stage, last_compute, buckets)
+
+    def _pp_stream(self, base: str, chunk: int) -> str:
+        """Pipeline transfer stream; DualPipe's reverse direction has its own."""
+        return base + (".rev" if self.bi and chunk == 1 else "")
+
+    def _pass_args(self, rank: int, stage: int, op: PipeOp,
+                   split_done: dict[tuple[int, int], str]) -> tuple[int, int, str, int, list[str]]:
+        """Receive what pass ``op`` needs; its ``(stage, chunk, template phase, mb, inputs)``."""
+        p, mb, chunk, bi = self.lo.pp, op.mb, op.chunk, self.bi
+        here = virtual_stage(stage, chunk, p, bi)
+        inputs: list[str] = []
+        size = self._pp_size()
+        if op.phase == "F":
+            src = prev_virtual(stage, chunk, p, bi)
+            if src is not None:
+                inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), self._pp_tag(0, here, mb), size,
+                                        f"pp recv act v{here} mb{mb}", "pp", self._pp_stream("pp.recv.fwd", chunk), []))
+        elif op.phase == "B":
+            src = next_virtual(stage, chunk, p, self.v, bi)
+            if src is not None:
+                inputs.append(self._p2p(rank, "recv", self._pp_rank(rank, src[0]), self._pp_tag(1, here, mb), size,
+                                        f"pp recv grad v{here} mb{mb}", "pp", self._pp_stream("pp.recv.bwd", chunk), []))
+        else:
+            inputs.append(split_done.pop((chunk, mb)))
+        phase = "Bi" if op.phase == "B" and op.split else op.phase
+        return stage, chunk, phase, mb, inputs
+
+    def _pass_outputs(self, rank: int, stage: int, op: PipeOp, out: list[str],
+                      split_done: dict[tuple[int, int], str]) -> None:
+        """Send what pass ``op`` produced to the neighbouring virtual stage."""
+        p, mb, chunk, bi = self.lo.pp, op.mb, op.chunk, self.bi
+        size = self._pp_size()
+        if op.phase == "F":
+            dst = next_virtual(stage, chunk, p, self.v, bi)
+            if dst is not None:
+                vs = virtual_stage(dst[0], dst[1], p, bi)
+                self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(0, vs, mb), size,
+                          f"pp send act v{vs} mb{mb}", "pp", self._pp_stream("pp.send.fwd", chunk), out)
+        elif op.phase == "B":
+            if op.split:
+                split_done[(chunk, mb)] = out[-1]
+            dst = prev_virtual(stage, chunk, p, bi)
+            if dst is not None:
+                vs = virtual_stage(dst[0], dst[1], p, bi)
+                self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(1, vs, mb), size,
+                          f"pp send grad v{vs} mb{mb}", "pp", self._pp_stream("pp.send.bwd", chunk), out)
 
     def _reduce_gradients(self, rank: int, t: _Template, ids: list[list[str]],
                           mb: int) -> list[tuple[str, float, list[str]]]:

@@ -156,10 +156,12 @@ class PipelineSchedule:
         → ``(p-1)/(3m)``, a third of 1F1B's; ZB-H2 only the pipeline fill ``(p-1)F`` between
         the first stage's start and the last stage's end (no stage idles in between; the
         paper hides the fill across iterations by post-validating the optimizer step, which
-        dessim does not model) → also ``(p-1)/(3m)``; DualPipe ``(p/2 - 1)(F + B - W)`` per
-        rank on :func:`~dessim.workload.transformer.schedules.unit_timeline` → ``(p/2-1)/(3m)``."""
+        dessim does not model) → also ``(p-1)/(3m)``; DualPipe ``(p/2 - 1)(F&B + B' - 3W)`` per
+        rank (deepseek-ai/DualPipe README; ``B'`` a whole backward, ``F&B = F + B'`` when the
+        pair's overlap hides communication, not compute) → ``(p/2 - 1)·2`` units of ``3m``:
+        ``(p-2)/(3m)``, checked on :func:`~dessim.workload.transformer.schedules.unit_timeline`."""
         if self.bidirectional:
-            return (p / 2 - 1) / (3 * m)
+            return (p - 2) / (3 * m)
         if self.split_backward:
             return (p - 1) / (3 * m)
         return (p - 1) / (m * (v if self.interleaved else 1))

@@ -305,13 +305,26 @@ class TimedOp(NamedTuple):
     end: float
 
 
+def _input_key(stage: int, op: PipeOp, p: int, v: int, bi: bool) -> tuple[str, int, int, int] | None:
+    """The pass whose end ``op`` waits for: (phase, stage, chunk, micro-batch), or None."""
+    if op.phase == "F":
+        src = prev_virtual(stage, op.chunk, p, bi)
+        return None if src is None else ("F", src[0], src[1], op.mb)
+    if op.phase == "B":
+        src = next_virtual(stage, op.chunk, p, v, bi)
+        return ("F", stage, op.chunk, op.mb) if src is None else ("B", src[0], src[1], op.mb)
+    return ("B", stage, op.chunk, op.mb)
+
+
 def unit_timeline(schedule: str, p: int, m: int, v: int = 1, *, f: float = 1.0, b: float = 1.0,
                   w: float = 1.0) -> list[list[TimedOp]]:
     """Every stage's passes timed as the papers draw them: free communication, forward
     ``f``, input-gradient ``b`` and weight-gradient ``w`` time per chunk (a whole backward
     takes ``b + w``); a pass starts when its stage has finished the previous one and its
     input is ready (forward: the previous virtual stage's forward of the micro-batch;
-    backward: the next virtual stage's backward, or its own forward on the last; W: its B).
+    backward: the next virtual stage's backward, or its own forward on the last; W: its B);
+    the first pass of a DualPipe pair also waits for the second's input (DualPipe receives
+    both, then computes the pair).
     Times are in units of the caller's choice (seconds in the generator's sense)."""
     bi = SCHEDULES[schedule].bidirectional if schedule in SCHEDULES else False
     programs = [stage_program(schedule, s, p, m, v) for s in range(p)]
@@ -324,19 +337,17 @@ def unit_timeline(schedule: str, p: int, m: int, v: int = 1, *, f: float = 1.0, 
         for s in range(p):
             while pos[s] < len(programs[s]):
                 op = programs[s][pos[s]]
-                if op.phase == "F":
-                    src = prev_virtual(s, op.chunk, p, bi) if bi else prev_virtual(s, op.chunk, p)
-                    key = None if src is None else ("F", src[0], src[1], op.mb)
-                    length = f
-                elif op.phase == "B":
-                    src = next_virtual(s, op.chunk, p, v, bi)
-                    key = ("F", s, op.chunk, op.mb) if src is None else ("B", src[0], src[1], op.mb)
-                    length = b if op.split else b + w
-                else:
-                    key, length = ("B", s, op.chunk, op.mb), w
+                key = _input_key(s, op, p, v, bi)
+                length = {"F": f, "W": w}.get(op.phase, b if op.split else b + w)
                 if key is not None and key not in done:
                     break
                 start = max(free[s], done[key] if key is not None else 0.0)
+                follow = programs[s][pos[s] + 1] if pos[s] + 1 < len(programs[s]) else None
+                if follow is not None and follow.paired:   # a pair starts when both inputs are there
+                    other = _input_key(s, follow, p, v, bi)
+                    if other is not None and other not in done:
+                        break
+                    start = max(start, done[other] if other is not None else 0.0)
                 free[s] = start + length
                 done[(op.phase, s, op.chunk, op.mb)] = free[s]
                 out[s].append(TimedOp(s, op, start, free[s]))
