@@ -291,3 +291,35 @@ def test_dualpipe_pairs_overlap_one_pass_communication_with_the_other_computatio
     mbs2 = [t.name.rsplit("mb", 1)[1] for t in g2 if t.rank == 0 and t.stream == "compute"]
     assert switches > sum(a != b for a, b in zip(mbs2, mbs2[1:]))
     assert paired < serial
+
+
+# ---------------------------------------------------------------------- CLI
+@pytest.fixture(scope="module")
+def cli():
+    from click.testing import CliRunner
+
+    from dessim.cli import simulate_cmd, workload_cmd
+    from dessim.cli.main import DessimGroup
+
+    group = DessimGroup("dessim")
+    for cmd in (simulate_cmd.command, workload_cmd.command):
+        group.add_command(cmd)
+    return lambda *args: CliRunner().invoke(group, list(args))
+
+
+def test_cli_draws_a_schedule_and_rejects_bad_sizes(cli):
+    res = cli("workload", "schedule", "zb-h1", "--pp", "4", "--micro-batches", "8")
+    assert res.exit_code == 0, res.output
+    assert [line.split(None, 2)[2] for line in res.output.splitlines()[:4]] == ZB_H1
+    assert "bubble: 12.5% of the ideal time" in res.output
+    bad = cli("workload", "schedule", "dualpipe", "--pp", "3")
+    assert bad.exit_code == 2 and "need an even p" in bad.output and "Traceback" not in bad.output
+
+
+def test_cli_simulates_a_zero_bubble_schedule_with_uneven_stages(cli):
+    res = cli("simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--tp", "2", "--pp", "4",
+              "--global-batch", "8", "--schedule", "zb-h1", "--pipeline-layers", "5,7,7,5", "--json")
+    assert res.exit_code == 0, res.output
+    bad = cli("simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--pp", "4", "--global-batch", "8",
+              "--pipeline-layers", "5,7,7")
+    assert bad.exit_code == 2 and "pipeline_layers has 3 entries" in bad.output

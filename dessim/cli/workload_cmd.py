@@ -12,6 +12,7 @@ import click
 
 from dessim.cli.common import compose, print_json
 from dessim.units import format_size, parse_size
+from dessim.workload.transformer.layout import SCHEDULES
 
 __all__ = ["command", "layout_options", "collect_overrides", "LAYOUT_OPTION_NAMES"]
 
@@ -34,10 +35,13 @@ layout_options = compose(
     click.option("--seq-len", type=_POS, default=None,
                  help="Tokens per sequence (default: the workload's; a Hugging Face config's "
                       "context length)."),
-    click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
-                 help="Pipeline schedule."),
+    click.option("--schedule", type=click.Choice(list(SCHEDULES)), default=None,
+                 help="Pipeline schedule (zb-h1, zb-h2, dualpipe split the backward into B and W)."),
     click.option("--interleave", "virtual_stages", type=_POS, default=None, metavar="V",
                  help="Model chunks per stage (implies --schedule interleaved when > 1)."),
+    click.option("--pipeline-layers", default=None, metavar="RULE|N,N,...",
+                 help="Layers per pipeline piece (stage, or chunk when interleaved), first first: "
+                      "'balanced' (one fewer on the first and last pieces when uneven) or a list."),
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
                  help="Activation recomputation."),
     click.option("--attention", type=click.Choice(["unfused", "flash2", "flash3"]), default=None,
@@ -69,8 +73,8 @@ layout_options = compose(
 
 #: Keyword names that :data:`layout_options` adds to a command.
 LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch", "seq_len",
-                       "schedule", "virtual_stages", "recompute", "attention", "bucket_size",
-                       "offload_optimizer", "offload_activations", "tp_comm_overlap",
+                       "schedule", "virtual_stages", "pipeline_layers", "recompute", "attention",
+                       "bucket_size", "offload_optimizer", "offload_activations", "tp_comm_overlap",
                        "fuse_optimizer_allreduce", "gradient_sync", "parameter_servers",
                        "ps_placement", "ps_mode", "ps_staleness")
 
@@ -92,6 +96,8 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
         out["virtual_stages"] = v
         if v > 1 and "schedule" not in out:
             out["schedule"] = "interleaved"
+    if vals["pipeline_layers"] is not None:
+        out["pipeline_layers"] = _pipeline_layers(vals["pipeline_layers"])
     if vals["bucket_size"] is not None:
         out["bucket_size"] = int(parse_size(vals["bucket_size"], "--bucket-size"))
     for name in ("offload_optimizer", "offload_activations", "gradient_sync", "parameter_servers",
@@ -99,6 +105,17 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
         if vals[name] is not None:
             out[name] = vals[name]
     return out
+
+
+def _pipeline_layers(text: str) -> str | list[int]:
+    """``--pipeline-layers``: a rule name or comma-separated layer counts."""
+    if "," not in text and not text.strip().isdigit():
+        return text.strip()
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected a rule (balanced) or whole numbers separated by "
+                                 "commas, e.g. 3,4,4,3", param_hint="--pipeline-layers") from None
 
 
 @click.group("workload")
@@ -232,3 +249,43 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     if dev is not None:
         click.echo(f"  {dev.name} HBM {format_size(dev.hbm_capacity)}: {fit}")
 
+
+
+@command.command("schedule")
+@click.argument("schedule", type=click.Choice(list(SCHEDULES)))
+@click.option("--pp", type=_POS, default=4, show_default=True, help="Pipeline stages.")
+@click.option("--micro-batches", "m", type=_POS, default=8, show_default=True,
+              help="Micro-batches per iteration.")
+@click.option("--interleave", "v", type=_POS, default=None, metavar="V",
+              help="Model chunks per stage (interleaved; default 2 there, else 1).")
+@click.option("--times", default="1,1,1", show_default=True, metavar="F,B,W",
+              help="Whole-number lengths of a forward, an input-gradient and a weight-gradient pass "
+                   "(a whole backward takes B + W; the papers draw 1,2,0 for 1F1B and 1,1,1 for ZB).")
+def schedule_cmd(schedule: str, pp: int, m: int, v: int | None, times: str) -> None:
+    """Draw SCHEDULE as the papers do: one line per stage, one cell per time unit (F3 = forward
+    of micro-batch 3, B backward or input gradient, W weight gradient, ' a later chunk or
+    DualPipe's reverse direction, . idle), with free communication; then the bubble and the
+    micro-batches each stage holds at its peak."""
+    from dessim.errors import DessimError
+    from dessim.workload.transformer.schedules import diagram, peak_held, unit_bubble
+
+    try:
+        f, b, w = (int(x) for x in times.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{times!r}: expected three whole numbers F,B,W", param_hint="--times") from None
+    if min(f, b, w) < 0 or f + b + w == 0:
+        raise click.BadParameter(f"{times!r}: lengths must be >= 0 and not all 0", param_hint="--times")
+    sched = SCHEDULES[schedule]
+    v = v or (2 if sched.interleaved else 1)
+    try:
+        rows = diagram(schedule, pp, m, v, f=f, b=b, w=w)
+        bubble = unit_bubble(schedule, pp, m, v, f=f, b=b, w=w)
+        held = [peak_held(schedule, s, pp, m, v) for s in range(pp)]
+    except DessimError as exc:
+        raise click.UsageError(str(exc)) from None
+    for s, row in enumerate(rows):
+        click.echo(f"stage {s:<3} {row}")
+    click.echo(f"bubble: {100 * bubble:.1f}% of the ideal time (idle stage-time / busy stage-time; "
+               f"closed form with equal passes: {100 * sched.bubble_fraction(pp, m, v):.1f}%)")
+    click.echo("peak in flight (micro-batches through the whole stage): "
+               + " ".join(f"{h:g}" for h in held))
