@@ -323,3 +323,27 @@ def test_cli_simulates_a_zero_bubble_schedule_with_uneven_stages(cli):
     bad = cli("simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--pp", "4", "--global-batch", "8",
               "--pipeline-layers", "5,7,7")
     assert bad.exit_code == 2 and "pipeline_layers has 3 entries" in bad.output
+
+
+def test_dualpipe_reduces_each_pieces_gradients_over_both_stages_that_hold_it():
+    """Stage s and stage p-1-s hold the same two pieces (DualPipe's 2× parameters), so their
+    gradients are reduced together: DP groups of 2·dp ranks spanning the two stages, and ZeRO
+    shards the optimizer states over them; ZeRO-3 is refused."""
+    from dessim.errors import WorkloadError
+    from dessim.workload import ParallelLayout, TransformerConfig, estimate_memory, simulate_workload
+
+    res = simulate_workload("gpt3-1.3b", "dgx-h100:nodes=1",
+                            overrides={"tp": 1, "pp": 4, "schedule": "dualpipe", "zero_stage": 1,
+                                       "global_batch": 64, "generator": {"fold": False}})
+    lo = res.plan.layout
+    groups = {t.group for t in res.taskgraph if t.category == "dp" and t.group}
+    assert groups and all(len(g) == 2 * lo.dp for g in groups)
+    for g in groups:
+        assert sorted({lo.stage_of(r) for r in g}) in ([0, 3], [1, 2])
+    model = TransformerConfig("t", layers=8, hidden=1024, heads=16, ffn_hidden=4096, vocab=4096, seq_len=256)
+    one = estimate_memory(model, ParallelLayout(pp=4, dp=2, global_batch=16, zero_stage=1))
+    dual = estimate_memory(model, ParallelLayout(pp=4, dp=2, global_batch=16, zero_stage=1, schedule="dualpipe"))
+    assert dual.params == pytest.approx(2 * one.params, rel=0.05)       # two pieces per stage
+    assert dual.optimizer == pytest.approx(one.optimizer, rel=0.05)     # sharded over twice the ranks
+    with pytest.raises(WorkloadError, match="'dualpipe' with zero_stage 3 is not modelled"):
+        ParallelLayout(pp=4, global_batch=8, schedule="dualpipe", zero_stage=3)

@@ -305,6 +305,8 @@ class _Generator:
                 for r in g:
                     table[r] = g
             self.groups[kind] = table
+        if self.bi:
+            self._replica_groups()
         self.layer_ks = layer_kernels(self.model, lo)
         self.layer_pts = tuple(layer_points(self.model, lo, self.layer_ks))
         self.embed_ks = embedding_kernels(self.model, lo)
@@ -335,6 +337,25 @@ class _Generator:
         self._setup_closed_form(engine)
         if self.graph.fold is not None and self.islands is not None:
             self._check_fold_tp_symmetry()
+
+    def _replica_groups(self) -> None:
+        """DualPipe: stage ``s`` and stage ``pp-1-s`` hold the same two pieces (``s`` and
+        ``pp-1-s``), so each piece's gradients are reduced over the data-parallel groups of
+        both stages (DualPipe's 2× parameters; DeepSeek-AI 2024 §3.2.1): group kinds
+        ``dp_cp@j`` / ``edp_cp@j`` for piece ``j``, each with its own collective sequence."""
+        lo = self.lo
+        for kind in ("dp_cp", "edp_cp"):
+            base = self.groups[kind]
+            for rank in range(lo.world_size):
+                stage = lo.stage_of(rank)
+                merged = tuple(sorted(base[rank] + base[self._pp_rank(rank, lo.pp - 1 - stage)]))
+                for chunk in range(self.v):
+                    self.groups.setdefault(f"{kind}@{lo.piece_of(stage, chunk)}", {})[rank] = merged
+
+    def _grad_kind(self, kind: str, stage: int, chunk: int) -> str:
+        """The rank-group kind that reduces a chunk's gradients (``dp_cp`` or ``edp_cp``; per
+        piece with DualPipe, :meth:`_replica_groups`)."""
+        return f"{kind}@{self.lo.piece_of(stage, chunk)}" if self.bi else kind
 
     # ------------------------------------------------------------------ replica folding
     def _make_fold(self, engine: EngineOptions | None) -> Fold | None:
@@ -399,6 +420,8 @@ class _Generator:
             self.graph.meta["closed_form_fallback"] = self.fallback[:8]
             return
         others = [g for kind in ("dp_cp", "edp_cp", "ep", "cp") for g in lo.groups(kind)]
+        if self.bi:      # DualPipe reduces gradients over two stages' DP groups together
+            others += sorted({g for kind, table in self.groups.items() if "@" in kind for g in table.values()})
         node = self.topo.node_of
         pairs = [(node(r), node(self._pp_rank(r, lo.stage_of(r) + 1))) for r in range(lo.world_size)
                  if lo.stage_of(r) + 1 < lo.pp]
@@ -724,7 +747,7 @@ class _Generator:
                 if op.phase == "W" or (op.phase == "B" and not op.split):   # weight gradients done
                     final = last_grad[op.chunk] == k
                     if lo.zero_stage == 2 or (lo.zero_stage < 2 and final):
-                        made = self._reduce_gradients(rank, t, ids, op.mb)
+                        made = self._reduce_gradients(rank, t, ids, op.mb, stage, op.chunk)
                         if final:
                             buckets += made
             n += len(group)
@@ -776,8 +799,8 @@ class _Generator:
                 self._p2p(rank, "send", self._pp_rank(rank, dst[0]), self._pp_tag(1, vs, mb), size,
                           f"pp send grad v{vs} mb{mb}", "pp", self._pp_stream("pp.send.bwd", chunk), out)
 
-    def _reduce_gradients(self, rank: int, t: _Template, ids: list[list[str]],
-                          mb: int) -> list[tuple[str, float, list[str]]]:
+    def _reduce_gradients(self, rank: int, t: _Template, ids: list[list[str]], mb: int, stage: int,
+                          chunk: int) -> list[tuple[str, float, list[str]]]:
         """Bucketed gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2) of one backward."""
         lo = self.lo
         fused = self.plan.overlap.fuse_optimizer_allreduce
@@ -786,7 +809,8 @@ class _Generator:
         limit = self.plan.bucket_size
         ready = ((block, {"dp_cp": dense * grad, "edp_cp": expert * grad})
                  for block, dense, expert in t.block_params)
-        made = [self._bucket(rank, b.group, op, b.nbytes, ids[t.completes[b.after]], mb)
+        made = [self._bucket(rank, self._grad_kind(b.group, stage, chunk), op, b.nbytes,
+                             ids[t.completes[b.after]], mb)
                 for b in fill_buckets(ready, limit, ("dp_cp", "edp_cp"))]
         return [b for b in made if b[1] > 0]
 
@@ -810,7 +834,8 @@ class _Generator:
             return
         lo, model = self.lo, self.model
         prec = model.precision_spec
-        shard = {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp * lo.cp} if lo.zero_stage >= 1 else {
+        copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * lo.cp * copies} if lo.zero_stage >= 1 else {
             "dp_cp": 1, "edp_cp": 1}
         deps = [last_compute] if last_compute else []
         # every DP reduction of this rank must be done (FIFO streams: the last of each suffices)
@@ -851,10 +876,12 @@ class _Generator:
         bucket is reduce-scattered, then the all-gather of the updated 16-bit parameters;
         parameters of a one-rank group (nothing to reduce) in one step after the backward."""
         lo, prec = self.lo, self.model.precision_spec
-        shard = {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp * lo.cp}
+        copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * lo.cp * copies}
         base = [last_compute] if last_compute else []
         for n, (gkind, nbytes, done) in enumerate(buckets):
-            k = optimizer_kernel(f"optimizer.bucket{n}", nbytes / prec.grad_bytes / shard[gkind], prec)
+            k = optimizer_kernel(f"optimizer.bucket{n}", nbytes / prec.grad_bytes / len(self.groups[gkind][rank]),
+                                 prec)
             step = Step("compute", k.name, "optimizer", "compute", block=f"bucket{n}", kernels=[k])
             opt = self._compute(rank, step, f"optimizer step bucket{n} ({gkind})", {"model_flops": 0.0},
                                 base + done)

@@ -297,6 +297,10 @@ class ParallelLayout:
                 raise WorkloadError(f"parallel layout: schedule 'dualpipe' needs an even number of micro-batches "
                                     f">= 2·pp = {2 * self.pp} (got {m} = global_batch / (micro_batch × dp)), "
                                     "as deepseek-ai/DualPipe requires")
+        if self.pipeline.bidirectional and self.zero_stage == 3:
+            raise WorkloadError("parallel layout: schedule 'dualpipe' with zero_stage 3 is not modelled "
+                                "(its per-block gathers would span the two stages holding each piece); "
+                                "use zero_stage 0, 1 or 2")
         object.__setattr__(self, "pipeline_layers",
                            parse_pipeline_layers(self.pipeline_layers, "parallel layout: pipeline_layers"))
         order = tuple(self.order)

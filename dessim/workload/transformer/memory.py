@@ -307,7 +307,7 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
     T_sp = T // layout.tp if layout.sequence_parallel else T
     h = model.hidden
     total = 0.0
-    if layout.dp * layout.cp > 1:
+    if layout.dp * layout.cp > 1 or layout.pipeline.bidirectional:   # DualPipe: also between its copies
         total += 2 * options.bucket_size
         if layout.zero_stage >= 3:
             total += 2 * sum(_layer_params_on_gpu(model, layout)) * model.precision_spec.param_bytes
@@ -324,8 +324,9 @@ def _estimate_stage(model: TransformerConfig, layout: ParallelLayout, options: M
                     stage: int) -> MemoryEstimate:
     prec = model.precision_spec
     dense, expert = params_on_gpu(model, layout, stage)
-    ds = zero_state_bytes(dense, layout.dp * layout.cp, layout.zero_stage, prec)
-    es = zero_state_bytes(expert, layout.edp * layout.cp, layout.zero_stage, prec)
+    copies = 2 if layout.pipeline.bidirectional else 1   # DualPipe: two stages hold each piece
+    ds = zero_state_bytes(dense, layout.dp * layout.cp * copies, layout.zero_stage, prec)
+    es = zero_state_bytes(expert, layout.edp * layout.cp * copies, layout.zero_stage, prec)
     optimizer = ds.optimizer + es.optimizer
     offloaded: dict[str, float] = {}
     if options.offload_optimizer != "none":
