@@ -451,9 +451,15 @@ class _Generator:
 
     def _timeline(self, rank: int, stage: int, chunk: int, phase: str) -> PassTimeline | None:
         group = self.groups["tp"][rank]
-        key = (stage, chunk, phase, self.plan.devices[rank], group)
+        t = self._template(stage, chunk, phase)
+        # a pass's timeline depends on its group only through the closed-form TP times: TP
+        # groups with the same times (every isolated NVSwitch node) share it
+        by_shape: dict[tuple[str, float], float | None] = {}
+        for s in t.steps:
+            if s.kind == "collective" and s.group == "tp" and (s.op, s.size) not in by_shape:
+                by_shape[(s.op, s.size)] = self._tp_time(s, group)
+        key = (stage, chunk, phase, self.plan.devices[rank], tuple(sorted(by_shape.items())))
         if key not in self.timelines:
-            t = self._template(stage, chunk, phase)
             cuts: set[int] = set()
             if phase in ("B", "W") and self.lo.zero_stage < 3:
                 grad = self.model.precision_spec.grad_bytes
