@@ -320,6 +320,9 @@ def test_cli_simulates_a_zero_bubble_schedule_with_uneven_stages(cli):
     res = cli("simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--tp", "2", "--pp", "4",
               "--global-batch", "8", "--schedule", "zb-h1", "--pipeline-layers", "5,7,7,5", "--json")
     assert res.exit_code == 0, res.output
+    import json
+    layout = json.loads(res.output)["layout"]
+    assert (layout["schedule"], layout["pipeline_layers"]) == ("zb-h1", [5, 7, 7, 5])
     bad = cli("simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--pp", "4", "--global-batch", "8",
               "--pipeline-layers", "5,7,7")
     assert bad.exit_code == 2 and "pipeline_layers has 3 entries" in bad.output

@@ -137,7 +137,8 @@ class WorkloadResult(IterationResult):
             "layout": {
                 "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "ep": lo.ep,
                 "sp": lo.sequence_parallel, "zero_stage": lo.zero_stage, "schedule": lo.schedule,
-                "virtual_stages": lo.virtual_stages, "micro_batch": lo.micro_batch,
+                "virtual_stages": lo.virtual_stages,
+                "pipeline_layers": list(lo.layer_counts(model.layers)), "micro_batch": lo.micro_batch,
                 "global_batch": gb, "num_micro_batches": lo.num_micro_batches,
                 "recompute": lo.recompute, "attention": lo.attention, "order": "-".join(lo.order),
                 "describe": lo.describe(),
