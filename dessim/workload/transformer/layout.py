@@ -242,7 +242,9 @@ class ParallelLayout:
     The number of micro-batches per iteration and per pipeline is
     ``m = global_batch / (micro_batch · dp)`` (CP splits each sequence, not the batch).
     The constructor checks what the layout alone determines; :meth:`validate` checks it
-    against a model and a GPU count.
+    against a model and a GPU count. ``pipeline_layers``: how the layers are split over the
+    pipeline pieces (:attr:`pipeline_pieces`, model order) — a tuple of layer counts, or the
+    rule ``"balanced"`` (:func:`uneven_stage_layers`).
     """
 
     tp: int = 1
