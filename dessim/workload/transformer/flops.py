@@ -98,9 +98,10 @@ def stage_flops(model: TransformerConfig, layout: ParallelLayout, stage: int,
     layout.validate(model)
     layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
     sets = [layer_kernels(model, layout)] * layers
-    if stage == 0:
+    pieces = {layout.piece_of(stage, c) for c in range(layout.chunks)}
+    if 0 in pieces:
         sets.append(embedding_kernels(model, layout))
-    if stage == layout.pp - 1:
+    if layout.pipeline_pieces - 1 in pieces:
         sets.append(head_kernels(model, layout))
     per_micro_batch = sum(sum_flops(ks.all, model_only=not hardware) for ks in sets)
     return per_micro_batch * layout.num_micro_batches
