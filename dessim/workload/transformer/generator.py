@@ -332,6 +332,7 @@ class _Generator:
         self.stage_mode = False
         self.fallback: list[str] = []
         self.timelines: dict[tuple, PassTimeline | None] = {}
+        self.tp_shapes: dict[tuple[int, int, str], tuple[Step, ...]] = {}
         self.pass_inputs: dict[tuple, list[tuple[str, list[str]]]] = {}
         self.graph.fold = self._make_fold(engine)
         self._setup_closed_form(engine)
@@ -454,11 +455,14 @@ class _Generator:
         t = self._template(stage, chunk, phase)
         # a pass's timeline depends on its group only through the closed-form TP times: TP
         # groups with the same times (every isolated NVSwitch node) share it
-        by_shape: dict[tuple[str, float], float | None] = {}
-        for s in t.steps:
-            if s.kind == "collective" and s.group == "tp" and (s.op, s.size) not in by_shape:
-                by_shape[(s.op, s.size)] = self._tp_time(s, group)
-        key = (stage, chunk, phase, self.plan.devices[rank], tuple(sorted(by_shape.items())))
+        shapes = self.tp_shapes.get((stage, chunk, phase))
+        if shapes is None:        # one TP step of each (op, size), in step order
+            seen: dict[tuple[str, float], Step] = {}
+            for s in t.steps:
+                if s.kind == "collective" and s.group == "tp":
+                    seen.setdefault((s.op, s.size), s)
+            shapes = self.tp_shapes[(stage, chunk, phase)] = tuple(seen.values())
+        key = (stage, chunk, phase, self.plan.devices[rank], tuple(self._tp_time(s, group) for s in shapes))
         if key not in self.timelines:
             cuts: set[int] = set()
             if phase in ("B", "W") and self.lo.zero_stage < 3:
