@@ -350,3 +350,23 @@ def test_dualpipe_reduces_each_pieces_gradients_over_both_stages_that_hold_it():
     assert dual.optimizer == pytest.approx(one.optimizer, rel=0.05)     # sharded over twice the ranks
     with pytest.raises(WorkloadError, match="'dualpipe' with zero_stage 3 is not modelled"):
         ParallelLayout(pp=4, global_batch=8, schedule="dualpipe", zero_stage=3)
+
+
+def test_split_backward_puts_weight_gradients_and_their_regather_in_w():
+    """B keeps the data gradients and the input-gradient reduction; W gets the ``.wgrad``
+    GEMMs (whole or as ``#i`` row chunks) and the re-gather only they wait for."""
+    from dessim.workload.common.kernels import MATMUL, Kernel
+    from dessim.workload.transformer.passes import WGRAD, Step, split_backward
+
+    def gemm(name):
+        return Kernel(name, MATMUL, "bwd", 1.0, 1.0, 1.0, (1, 1, 1))
+
+    steps = [Step("compute", "d", "bwd", "compute", [], "L0", [gemm("mlp.up.dgrad")]),
+             Step("collective", "rs", "tp", "tp", [0], "L0", op="reducescatter", size=8.0, group="tp"),
+             Step("collective", "ag", "tp", "tp", [0], "L0", op="allgather", size=8.0, group="tp"),
+             Step("compute", "w", "bwd", "compute", [2], "L0", [gemm("mlp.up.wgrad#0"), gemm("mlp.up.wgrad#1")]),
+             Step("compute", "n", "bwd", "compute", [1], "L0", [gemm("attn.norm.bwd")])]
+    b, w = split_backward(steps)
+    assert [s.name for s in b] == ["d", "rs", "n"] and [s.name for s in w] == ["ag", "w"]
+    assert w[1].category == WGRAD and w[1].deps == [0] and b[2].deps == [1]
+    assert b[-1].completes == ["L0"] and w[-1].completes == ["L0"]

@@ -540,7 +540,8 @@ def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
     it, when something it waits for is in W (ZeRO-3's gradient reduce-scatter). Dependencies
     across the two passes are dropped: W runs after its B in every schedule. ``completes``
     is recomputed per pass (a block's last compute step there)."""
-    in_w = [s.is_compute and bool(s.kernels) and all(k.name.endswith(".wgrad") for k in s.kernels)
+    # a weight-gradient GEMM, whole or as row chunks ``<name>#i`` (tp_comm_overlap)
+    in_w = [s.is_compute and bool(s.kernels) and all(k.name.split("#")[0].endswith(".wgrad") for k in s.kernels)
             for s in steps]
     dependents: dict[int, list[int]] = {}
     for i, s in enumerate(steps):
