@@ -370,3 +370,29 @@ def test_split_backward_puts_weight_gradients_and_their_regather_in_w():
     assert [s.name for s in b] == ["d", "rs", "n"] and [s.name for s in w] == ["ag", "w"]
     assert w[1].category == WGRAD and w[1].deps == [0] and b[2].deps == [1]
     assert b[-1].completes == ["L0"] and w[-1].completes == ["L0"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(pp=st.integers(1, 8), v=st.integers(1, 4), extra=st.integers(0, 40), bidirectional=st.booleans())
+def test_pipeline_pieces_cover_every_layer_once_in_model_order(pp, v, extra, bidirectional):
+    """``balanced``: every layer in exactly one piece, pieces contiguous in model order,
+    sizes differing by at most one with the lighter ones at the ends; DualPipe puts each
+    piece on two stages (s and pp-1-s)."""
+    from dessim.workload.transformer.layout import ParallelLayout
+
+    if bidirectional:
+        pp, v = 2 * ((pp + 1) // 2), 1
+        lo = ParallelLayout(pp=pp, global_batch=2 * pp, schedule="dualpipe")
+    else:
+        lo = ParallelLayout(pp=pp, global_batch=pp, schedule="interleaved" if v > 1 and pp > 1 else "1f1b",
+                            virtual_stages=v if pp > 1 else 1)
+    layers = lo.pipeline_pieces + extra
+    counts = lo.layer_counts(layers)
+    assert sum(counts) == layers and max(counts) - min(counts) <= 1
+    light = [i for i, n in enumerate(counts) if n < max(counts)]
+    n = len(counts)
+    assert sorted(light) == sorted(([i // 2 if i % 2 == 0 else n - 1 - i // 2 for i in range(n)])[:len(light)])
+    held = [r for s in range(pp) for r in lo.stage_layers(layers, s)]
+    by_piece = sorted({(r.start, r.stop) for r in held})
+    assert [i for a, b in by_piece for i in range(a, b)] == list(range(layers))
+    assert len(held) == (2 * pp if bidirectional else lo.pipeline_pieces)
