@@ -370,6 +370,7 @@ def unit_bubble(schedule: str, p: int, m: int, v: int = 1, **times: float) -> fl
     return (p * (hi - lo) - busy) / busy
 
 
+@lru_cache(maxsize=4096)
 def peak_held(schedule: str, stage: int, p: int, m: int, v: int = 1,
               weights: tuple[float, ...] | None = None) -> float:
     """Peak activations stage ``stage`` holds along its pass order, in micro-batches through
