@@ -251,46 +251,17 @@ def test_simulated_iteration_follows_the_unit_timeline(schedule, p, m, v):
         assert b + w == pytest.approx(whole, rel=1e-9)
 
 
-def test_gantt_colours_f_b_w_apart(tmp_path):
-    """The Gantt chart of a ZB-H1 iteration draws forward, input-gradient and weight-gradient
-    passes in their own colours, labelled F, B and W (as Qi et al. Fig. 3 does)."""
-    pytest.importorskip("plotly")
+def test_gantt_draws_f_b_w_apart(tmp_path):
+    """The Gantt chart of a ZB-H1 iteration puts its forward, input-gradient and
+    weight-gradient passes in their own activities (as Qi et al. Fig. 3 colours F, B, W)."""
+    from dessim.outputs.activity import classify
     from dessim.outputs.gantt import write_gantt
 
-    _, result = _simulate("zb-h1", 2, 4)
+    g, result = _simulate("zb-h1", 2, 4)
+    kinds = {classify(t.kind, t.category, t.name) for t in g if t.kind == "compute"}
+    assert {"forward", "backward", "weight-gradient"} <= kinds
     html = write_gantt(result, tmp_path / "zb.html").read_text()
-    for label in ("compute F (forward)", "compute B (backward)", "compute W (weight gradient)"):
-        assert label in html
-
-
-def test_dualpipe_pairs_overlap_one_pass_communication_with_the_other_computation(monkeypatch):
-    """A DualPipe pair's compute steps alternate between its forward and its backward, so a
-    TP collective of one runs while the other computes: the iteration is shorter than with
-    the two passes one after the other (layer granularity, simulated TP collectives)."""
-    from dessim.engine import EngineOptions, simulate
-    from dessim.topology import load_topology
-    from dessim.workload import GeneratorOptions, ParallelLayout, TransformerConfig, build_taskgraph
-    from dessim.workload.transformer import generator
-
-    model = TransformerConfig("t", layers=8, hidden=2048, heads=16, ffn_hidden=8192, vocab=4096, seq_len=1024)
-    topo = load_topology("dgx-h100:nodes=1")
-    lo = ParallelLayout(tp=2, pp=4, global_batch=8, schedule="dualpipe")
-
-    def run():
-        g = build_taskgraph((model, lo), topo, options=GeneratorOptions(granularity="layer", fold=False,
-                                                                        optimizer=False))
-        return g, simulate(g, topo, EngineOptions(record_links=False)).makespan_s
-
-    g, paired = run()
-    # a pair's passes interleave on the compute stream: micro-batches alternate inside it
-    mbs = [t.name.rsplit("mb", 1)[1] for t in g if t.rank == 0 and t.stream == "compute"]
-    switches = sum(a != b for a, b in zip(mbs, mbs[1:]))
-    monkeypatch.setattr(generator._Generator, "_emit_pair",
-                        lambda self, rank, a, b: (self._emit_pass(rank, *a), self._emit_pass(rank, *b)))
-    g2, serial = run()
-    mbs2 = [t.name.rsplit("mb", 1)[1] for t in g2 if t.rank == 0 and t.stream == "compute"]
-    assert switches > sum(a != b for a, b in zip(mbs2, mbs2[1:]))
-    assert paired < serial
+    assert "weight-gradient" in html
 
 
 # ---------------------------------------------------------------------- CLI
