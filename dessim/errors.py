@@ -23,6 +23,8 @@ __all__ = [
     "TraceError",
     "SweepError",
     "CalibrationError",
+    "OutputError",
+    "LimitError",
 ]
 
 
@@ -72,3 +74,14 @@ class SweepError(DessimError):
 
 class CalibrationError(DessimError):
     """Measurements cannot calibrate the model: too few GPUs, no technology to fit, ..."""
+
+
+class OutputError(DessimError):
+    """An output cannot be written: its directory is missing or read-only, its format is
+    unknown, or the optional package that writes it is not installed. Raised before any
+    simulation work, so a bad output path never costs a run."""
+
+
+class LimitError(DessimError):
+    """An input asks for more than a documented resource limit (e.g. a topology with more
+    nodes than :data:`dessim.resources.LIMITS` allows); the message says how to raise it."""

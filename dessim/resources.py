@@ -1,4 +1,6 @@
-"""Locating data files shipped with dessim (ready-made topologies, workloads, ...).
+"""Locating data files shipped with dessim (ready-made topologies, workloads, ...), and what
+a run needs from its environment: optional packages (:data:`EXTRAS`, :func:`install_hint`),
+writable output paths (:func:`check_output`) and resource limits (:func:`limit`).
 
 Two layouts are supported:
 
@@ -11,14 +13,19 @@ The package copy wins when both exist.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
-from dessim.errors import SpecError
+from dessim.errors import LimitError, OutputError, SpecError
 
-__all__ = ["data_dir", "data_files", "find_data_file", "shipped_topologies", "read_yaml"]
+__all__ = ["data_dir", "data_files", "find_data_file", "shipped_topologies", "read_yaml",
+           "read_text", "Extra", "EXTRAS", "install_hint", "require_extra", "check_output",
+           "check_output_dir", "Limit", "LIMITS", "limit", "check_limit"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -60,11 +67,169 @@ def read_yaml(path: str | Path, what: str = "file") -> Any:
     naming the file if it cannot be read (``what`` says which kind: "topology file", ...)
     or is not valid YAML."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from None
+    text = read_text(p, what)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: invalid YAML: {exc}") from None
+        raise SpecError(f"{what} {str(p)!r}: invalid YAML: {exc}") from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # PyYAML's own constructors fail with these on e.g. a timestamp 2024-13-45
+        raise SpecError(f"{what} {str(p)!r}: invalid YAML value: {exc}") from None
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The text of a UTF-8 file; a :class:`~dessim.errors.SpecError` naming the file (and
+    ``what`` it is) if it is missing, a directory, unreadable or not valid UTF-8."""
+    p = Path(path)
+    if p.is_dir():
+        raise SpecError(f"{what} {str(p)!r} is a directory, not a file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{what} {str(p)!r} is not valid UTF-8 text (byte {exc.start}: "
+                        f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+
+
+# ---------------------------------------------------------------- optional packages
+@dataclass(frozen=True)
+class Extra:
+    """An optional dependency: the module that must import and the pip extra providing it."""
+
+    name: str      #: the extra's name in pyproject.toml ([project.optional-dependencies])
+    module: str    #: the import name that must be found
+
+    def available(self) -> bool:
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):
+            return False
+
+
+#: The optional dependencies, by extra name (pyproject.toml's optional-dependencies).
+EXTRAS: dict[str, Extra] = {e.name: e for e in (
+    Extra("plot", "matplotlib"), Extra("html", "plotly"), Extra("parquet", "pyarrow"),
+    Extra("chakra", "google.protobuf"), Extra("dask", "distributed"), Extra("ray", "ray"))}
+
+
+def _checkout_root() -> Path | None:
+    """The repository root when dessim runs from a source checkout (editable install)."""
+    root = _PACKAGE.parent
+    return root if (root / "pyproject.toml").is_file() and not (_PACKAGE / "_data").is_dir() else None
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that installs ``extra``: from the checkout when dessim runs from one
+    (``pip install -e '/repo[plot]'``; ``dessim[plot]`` would fetch another copy), else from
+    the package index (``pip install 'dessim[plot]'``)."""
+    root = _checkout_root()
+    return f"pip install -e '{root}[{extra}]'" if root else f"pip install 'dessim[{extra}]'"
+
+
+def require_extra(extra: str, what: str) -> None:
+    """Raise :class:`~dessim.errors.OutputError` naming ``what`` needs it unless the extra's
+    module is importable."""
+    e = EXTRAS[extra]
+    if not e.available():
+        raise OutputError(f"{what} needs {e.module}, which is not installed: {install_hint(extra)}")
+
+
+def _check_dir(directory: Path, what: str, shown: str) -> None:
+    if not directory.exists():
+        raise OutputError(f"{what} {shown!r}: directory {str(directory)!r} does not exist "
+                          "(create it first; dessim does not create directories)")
+    if not directory.is_dir():
+        raise OutputError(f"{what} {shown!r}: {str(directory)!r} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {shown!r}: directory {str(directory)!r} is not writable")
+
+
+def check_output(path: str | os.PathLike, what: str,
+                 formats: Mapping[str, str | None] | None = None) -> Path:
+    """Check now, before any work, that ``path`` can be written: its directory exists and is
+    writable, it is not a directory, its suffix is one of ``formats`` (suffix → the extra that
+    writes it, or None) and that extra is installed. Returns the path; raises
+    :class:`~dessim.errors.OutputError` naming ``what`` and the path otherwise."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise OutputError(f"{what}: empty path")
+    p = Path(text)
+    if p.is_dir():
+        raise OutputError(f"{what} {text!r} is a directory; give a file name")
+    if formats is not None:
+        suffix = p.suffix.lower()
+        if suffix not in formats:
+            raise OutputError(f"{what} {text!r}: unknown format {p.suffix or '(no suffix)'!r} "
+                              f"(use {', '.join(formats)})")
+        if formats[suffix]:
+            require_extra(formats[suffix], f"{what} {text!r} ({suffix})")
+    _check_dir(p.parent, what, text)
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"{what} {text!r} exists and is not writable")
+    return p
+
+
+def check_output_dir(path: str | os.PathLike, what: str) -> Path:
+    """Check that directory ``path`` exists and is writable, or can be made (its parent
+    exists and is writable): only the last level is ever created."""
+    text = os.fspath(path)
+    p = Path(text)
+    if p.exists():
+        if not p.is_dir():
+            raise OutputError(f"{what} {text!r} exists and is not a directory")
+        _check_dir(p, what, text)
+    else:
+        _check_dir(p.parent, what, text)
+    return p
+
+
+# ---------------------------------------------------------------- resource limits
+@dataclass(frozen=True)
+class Limit:
+    """A documented resource limit: the default, the environment variable raising it, the
+    unit of what it counts and why it exists."""
+
+    name: str
+    default: int
+    env: str
+    unit: str
+    help: str
+
+    def value(self) -> int:
+        raw = os.environ.get(self.env)
+        if raw is None or not raw.strip():
+            return self.default
+        try:
+            v = int(raw)
+        except ValueError:
+            raise LimitError(f"environment variable {self.env}={raw!r}: expected a whole "
+                             "number") from None
+        if v < 1:
+            raise LimitError(f"environment variable {self.env}={raw!r}: must be >= 1")
+        return v
+
+
+#: Resource limits (docs/limits.md). Inputs beyond them are refused before anything is
+#: allocated, with the limit and how to raise it.
+LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
+    Limit("topology_nodes", 2_000_000, "DESSIM_MAX_TOPOLOGY_NODES", "nodes and links",
+          "a topology takes about 1 KB of memory per node and link"),
+    Limit("sweep_points", 1_000_000, "DESSIM_MAX_SWEEP_POINTS", "points",
+          "a sweep's points are expanded in memory before the first runs"),
+)}
+
+
+def limit(name: str) -> int:
+    """The current value of limit ``name`` (its environment variable, else the default)."""
+    return LIMITS[name].value()
+
+
+def check_limit(name: str, requested: int, what: str) -> None:
+    """Raise :class:`~dessim.errors.LimitError` if ``requested`` exceeds limit ``name``."""
+    lim = LIMITS[name]
+    cap = lim.value()
+    if requested > cap:
+        raise LimitError(f"{what}: about {requested:,} {lim.unit}, more than the limit of "
+                         f"{cap:,} ({lim.help}); raise it with the environment variable "
+                         f"{lim.env}=N if the machine has the memory (docs/limits.md)")

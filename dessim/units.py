@@ -8,14 +8,18 @@ with the functions below, which all follow the same rules:
   are powers of 1000, binary prefixes (Ki, Mi, Gi, Ti, Pi) powers of 1024. A trailing ``B``
   means bytes; ``b`` (bits) is accepted for sizes too and divided by 8.
 * Bandwidths (bytes/second): ``50GB/s`` (GB = 1e9 bytes), ``400Gb/s`` and ``400Gbps``
-  (bits: divided by 8), ``1.6Tb/s``, ``25GiB/s``. A bare number is bytes/second.
-* Times (seconds): ``500ns``, ``1.5us`` (or ``µs``), ``2ms``, ``3s``, ``1min``. A bare number
-  is seconds.
+  (bits: divided by 8), ``1.6Tb/s``, ``25GiB/s``. A number (int/float) is bytes/second; a
+  *string* must name its unit (``"50"`` is refused: 50 B/s is never what was meant), except
+  ``"0"``.
+* Times (seconds): ``500ns``, ``1.5us`` (or ``µs``), ``2ms``, ``3s``, ``1min``. A number is
+  seconds; a string must name its unit (``lat=5`` is refused, not taken as 5 s), except ``"0"``.
 * Rates of computation (FLOP/s): ``312TFLOPs``, ``989.4TFLOP/s``, ``1e15``.
 
-Numbers (int/float) are taken as already in SI units. Negative values, NaN, infinities and
-malformed strings raise :class:`~dessim.errors.UnitError` naming the value and, when given,
-what it was for (``what="link bw"``).
+Numbers (int/float) are taken as already in SI units. Negative values, NaN, infinities,
+malformed strings, sizes above :data:`MAX_SIZE` (1 EiB), bandwidths above
+:data:`MAX_BANDWIDTH` (1 PB/s per direction) and a non-zero size that rounds to 0 bytes raise
+:class:`~dessim.errors.UnitError` naming the value and, when given, what it was for
+(``what="link bw"``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ __all__ = [
     "format_time",
 ]
 
+#: Largest size accepted (bytes): 1 EiB, far above any device or cluster memory; larger
+#: values are typos (``1e30GB``) and would overflow 64-bit byte counts.
+MAX_SIZE = 2 ** 60
+#: Largest bandwidth accepted (bytes/second per direction): 1 PB/s, above any link or
+#: memory (HBM3e is about 8 TB/s per GPU).
+MAX_BANDWIDTH = 1e15
+
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _PATTERN = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-zµ/]*)\s*$")
 
@@ -44,6 +55,22 @@ _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0
 # Seconds per unit as (multiplier, divisor): dividing by 1e9 keeps "500ns" exactly 5e-7.
 _TIME = {"s": (1.0, 1.0), "sec": (1.0, 1.0), "ms": (1.0, 1e3), "us": (1.0, 1e6), "µs": (1.0, 1e6),
          "ns": (1.0, 1e9), "ps": (1.0, 1e12), "min": (60.0, 1.0), "h": (3600.0, 1.0)}
+
+
+def _require_unit(value: object, unit: str, number: float, what: str, kind: str,
+                  examples: str) -> None:
+    """A string without a unit (other than zero) is ambiguous: refuse it with examples."""
+    if isinstance(value, str) and not unit and number != 0:
+        raise UnitError(f"{what}: {value!r} has no unit; write the {kind} with one, e.g. "
+                        f"{examples} (a bare number would mean {number:g} "
+                        f"{'B/s' if kind == 'bandwidth' else 's'})")
+
+
+def _check_max(number: float, cap: float, original: object, what: str, kind: str,
+               shown: str) -> None:
+    if number > cap:
+        raise UnitError(f"{what}: {original!r} is above {shown}, not a plausible {kind} "
+                        "(a typo in the exponent or unit?)")
 
 
 def _split(value: object, what: str, kind: str) -> tuple[float, str]:
@@ -103,7 +130,12 @@ def parse_size(value: object, what: str = "size", *, allow_zero: bool = True) ->
     if mult is None:
         raise UnitError(f"{what}: unknown size unit {unit!r} in {value!r} "
                         "(use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB or bits with b)")
-    return int(round(_check(number * mult, value, what, "size", allow_zero)))
+    nbytes = _check(number * mult, value, what, "size", allow_zero)
+    _check_max(nbytes, MAX_SIZE, value, what, "size", "1 EiB")
+    if nbytes != 0 and round(nbytes) == 0:
+        raise UnitError(f"{what}: {value!r} is less than half a byte and would round to 0 "
+                        "bytes; sizes are whole bytes")
+    return int(round(nbytes))
 
 
 def parse_bandwidth(value: object, what: str = "bandwidth", *, allow_zero: bool = False) -> float:
@@ -115,16 +147,21 @@ def parse_bandwidth(value: object, what: str = "bandwidth", *, allow_zero: bool 
         unit = unit[:-2]
     elif unit not in ("",):
         raise UnitError(f"{what}: {value!r} lacks '/s'; write e.g. '50GB/s' or '400Gb/s'")
+    else:
+        _require_unit(value, unit, number, what, "bandwidth", "'50GB/s' or '400Gb/s'")
     mult = _byte_unit(unit)
     if mult is None:
         raise UnitError(f"{what}: unknown bandwidth unit in {value!r} "
                         "(use e.g. B/s, MB/s, GB/s, GiB/s, Gb/s, Tb/s, Gbps)")
-    return _check(number * mult, value, what, "bandwidth", allow_zero)
+    bw = _check(number * mult, value, what, "bandwidth", allow_zero)
+    _check_max(bw, MAX_BANDWIDTH, value, what, "bandwidth", "1 PB/s")
+    return bw
 
 
 def parse_time(value: object, what: str = "time", *, allow_zero: bool = True) -> float:
     """Parse a duration and return seconds (``"500ns"`` → 5e-7, ``"1.5us"`` → 1.5e-6)."""
     number, unit = _split(value, what, "time")
+    _require_unit(value, unit, number, what, "time", "'500ns', '5us' or '2ms'")
     scale = _TIME.get(unit) if unit else (1.0, 1.0)
     if scale is None:
         raise UnitError(f"{what}: unknown time unit {unit!r} in {value!r} "
@@ -152,6 +189,8 @@ def parse_count(value: object, what: str = "count", *, minimum: int = 0) -> int:
     if mult is None:
         raise UnitError(f"{what}: cannot parse {value!r} as a whole number")
     number *= mult
+    if not math.isfinite(number):
+        raise UnitError(f"{what}: {value!r} is not a finite whole number")
     if number != int(number):
         raise UnitError(f"{what}: {value!r} is not a whole number")
     if number < minimum:

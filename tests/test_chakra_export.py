@@ -54,6 +54,7 @@ def hand_graph() -> TaskGraph:
 
 def test_hand_graph_round_trips_identically(tmp_path):
     graph = hand_graph()
+    (tmp_path / "out").mkdir()          # dessim never creates directories
     paths = export_chakra(graph, tmp_path / "out" / "hand")
     assert [p.name for p in paths] == [f"hand.{r}.et" for r in range(4)]
     back = chakra_to_taskgraph(read_chakra(tmp_path / "out" / "hand"))

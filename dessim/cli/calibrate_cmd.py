@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.common import TOPOLOGY_HELP
+from dessim.cli.common import TOPOLOGY_HELP, output_file
 
 
 def _print_schema(ctx: click.Context) -> None:
@@ -53,7 +53,8 @@ def _print_schema(ctx: click.Context) -> None:
               help="Rank count of nccl-tests logs that do not show it (no '#  Rank' lines).")
 @click.option("--name", default=None, help="Name of the calibration (default: OUT's stem); "
                                            "outputs show NAME@fingerprint.")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "-o", required=True,
+              type=output_file("calibration file", {".yaml": None, ".yml": None}),
               help="The calibration YAML to write (read it back with --calibration).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the fitted constants, notes and residuals as one JSON object.")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.common import engine_options
+from dessim.cli.common import engine_options, output_file
 from dessim.engine.options import EngineOptions
 from dessim.units import format_bandwidth, format_size, format_time
 
@@ -34,8 +34,8 @@ ranks_option = click.option("--ranks", default=None,
               "e.g. 'ring' or 'ring,tree' (default ring).")
 @click.option("--links", "show_links", type=click.IntRange(min=0), default=5, show_default=True,
               help="Print the N busiest links (JSON: all with --links > 0).")
-@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Write every transfer as a span to a Chrome/Perfetto trace JSON.")
+@click.option("--timeline", type=output_file("timeline"), default=None,
+              help="Write every transfer as a span to a Chrome/Perfetto trace JSON (times in us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(op: str, size: str, topology: str, ranks: str | None, root: int | None,
             engine: EngineOptions, inner: str | None, show_links: int, timeline: str | None,

@@ -18,12 +18,15 @@ import click
 from dessim.collectives.settings import PROTOCOL_NAMES
 from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import DessimError
-from dessim.outputs.gantt import ROW_MODES, GanttLabels, GanttOptions
+from dessim.outputs.gantt import GANTT_FORMATS, ROW_MODES, GanttLabels, GanttOptions
+from dessim.outputs.tables import SPAN_FORMATS
+from dessim.resources import check_output
 from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
-           "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option"]
+           "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option",
+           "OutputPath", "output_file", "timeline_option", "gantt_option", "spans_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -33,6 +36,31 @@ def compose(*decorators: Callable) -> Callable:
             f = d(f)
         return f
     return apply
+
+
+class OutputPath(click.ParamType):
+    """A path the command will write, checked by ``check`` (a function raising a
+    :class:`~dessim.errors.DessimError`) while the command line is parsed: a missing or
+    read-only directory, an unknown format or a missing extra fails before any work, as a
+    usage error naming the flag."""
+
+    name = "path"
+
+    def __init__(self, check: Callable[[str], Any]) -> None:
+        self.check = check
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            self.check(value)
+        except DessimError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
+
+def output_file(what: str, formats: dict[str, str | None] | None = None) -> OutputPath:
+    """:class:`OutputPath` of one file named ``what`` in messages, of one of ``formats``
+    (suffix → the extra that writes it; None: any suffix)."""
+    return OutputPath(functools.partial(check_output, what=what, formats=formats))
 
 
 TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (dgx-h100:nodes=4), "
@@ -193,6 +221,19 @@ def engine_options(topology_default: str | None = None, *, paths: tuple[str, ...
     return compose(*decorators, collect)
 
 
+#: The output files of an engine run, each checked before any work (:class:`OutputPath`).
+timeline_option = click.option(
+    "--timeline", type=output_file("timeline"), default=None,
+    help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev; times in us); link "
+         "counters in GB/s and utilisation.")
+gantt_option = click.option(
+    "--gantt", type=output_file("Gantt chart", GANTT_FORMATS), default=None,
+    help="Write a Gantt chart: .png or self-contained .html (at most 2 MB).")
+spans_option = click.option(
+    "--spans", type=output_file("span table", SPAN_FORMATS), default=None,
+    help="Write the per-task span table (times in s, sizes in bytes): .csv or .parquet.")
+
+
 @dataclass(frozen=True)
 class GanttRequest:
     """A Gantt chart asked for on the command line: the file and how to draw it."""
@@ -214,18 +255,13 @@ def _gantt_request(f: Callable) -> Callable:
 
 #: Output options: timeline, Gantt, spans, JSON.
 output_options = compose(
-    click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-                 help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev); link "
-                      "counters in GB/s and utilisation."),
-    click.option("--gantt", type=click.Path(dir_okay=False), default=None,
-                 help="Write a Gantt chart: .png or self-contained .html (at most 2 MB)."),
+    timeline_option, gantt_option,
     click.option("--gantt-rows", type=click.Choice(ROW_MODES), default="auto", show_default=True,
                  help="Gantt rows: one per pipeline stage, one per rank (blocks of ranks past "
                       "--gantt-max-rows), or auto (stages where the workload has them)."),
     click.option("--gantt-max-rows", type=click.IntRange(min=1), default=64, show_default=True,
                  help="Most rank rows in a Gantt chart; more ranks are drawn in blocks."),
-    click.option("--spans", type=click.Path(dir_okay=False), default=None,
-                 help="Write the per-task span table: .csv or .parquet."),
+    spans_option,
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text."),
     _gantt_request,
 )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from dessim.cli.collective_cmd import COLLECTIVE_PATHS, ranks_option
-from dessim.cli.common import engine_options, json_option, print_json, table_records
+from dessim.cli.common import engine_options, json_option, output_file, print_json, table_records
+from dessim.outputs.plots import PLOT_FORMATS
 from dessim.engine.options import EngineOptions
 from dessim.units import format_size, format_time
 
@@ -17,10 +18,10 @@ from dessim.units import format_size, format_time
 @click.option("--sizes", required=True, help="Comma-separated sizes, e.g. 1KiB,1MiB,64MiB.")
 @engine_options(paths=COLLECTIVE_PATHS)
 @ranks_option
-@click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False),
-              help="Write the table as CSV.")
-@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
-              help="Write a PNG of busbw vs size per algorithm.")
+@click.option("--csv", "csv_path", default=None, type=output_file("CSV table", {".csv": None}),
+              help="Write the table as CSV (time_s in seconds, busbw_GBps in GB/s).")
+@click.option("--plot", "plot_path", default=None, type=output_file("busbw plot", PLOT_FORMATS),
+              help="Write a plot (.png, .svg or .pdf) of busbw vs size per algorithm.")
 @json_option
 def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
             engine: EngineOptions, csv_path: str | None, plot_path: str | None,

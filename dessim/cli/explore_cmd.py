@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.common import calibration_option, engine_flag, json_option, print_json, table_records
+from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import calibration_lines
-from dessim.sweep.runner import BACKENDS, run_sweep
+from dessim.sweep.runner import BACKENDS, check_results_path, run_sweep
 from dessim.sweep.spec import parse_sweep
 
 #: Columns of the ranked table, when the results have them.
@@ -94,7 +94,7 @@ def _gpus(result) -> str:
               help="Layouts simulated in parallel [default: the machine's cores].")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="local", show_default=True)
 @click.option("--address", default=None, help="Dask/Ray cluster address (see dessim sweep).")
-@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "-o", type=OutputPath(check_results_path), default=None,
               help="Also write the table (.parquet/.csv) with a resumable journal.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Layouts to print.")

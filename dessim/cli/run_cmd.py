@@ -8,6 +8,7 @@ import click
 
 from dessim.cli.common import GanttRequest, engine_options, output_options, report_run, write_outputs
 from dessim.engine import EngineOptions
+from dessim.errors import DessimError
 
 
 @click.command("run")
@@ -31,6 +32,9 @@ def command(graph: str, topology: str, engine: EngineOptions, timeline: str | No
     topo = load_topology(topology)
     tg = load_taskgraph(graph)
     options = replace(engine, record_links=bool(timeline))
-    result = simulate(tg, topo, options)
+    try:
+        result = simulate(tg, topo, options)
+    except DessimError as exc:      # the graph does not fit the topology: name both
+        raise type(exc)(f"task graph {graph!r} on topology {topology!r}: {exc}") from None
     written = write_outputs(result, timeline, gantt, spans)
     report_run(result, f"{tg.name}: {len(tg)} tasks on {topo.name}", written, as_json)

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import (GanttRequest, engine_options, output_options, print_json, report_run,
-                               write_outputs)
+from dessim.cli.common import (GanttRequest, OutputPath, engine_options, output_file, output_options,
+                               print_json, report_run, write_outputs)
+from dessim.trace.chakra_io import check_chakra_prefix
 from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.outputs.gantt import workload_labels
 from dessim.cli.workload_cmd import collect_overrides, layout_options
@@ -125,9 +126,10 @@ LARGE_GRAPH_TASKS = 200_000
 @click.option("--hbm", default=None, metavar="SIZE",
               help="HBM capacity per GPU instead of the catalog's, e.g. 40GB (the memory fit and "
                    "memory_capacity_bytes; the override hbm_capacity, a sweep's memory.hbm_capacity).")
-@click.option("--save-graph", type=click.Path(dir_okay=False), default=None,
+@click.option("--save-graph", type=output_file("task graph file"), default=None,
               help="Write the generated task graph (dessim JSON format).")
-@click.option("--export-chakra", default=None, metavar="DIR/PREFIX",
+@click.option("--export-chakra", type=OutputPath(check_chakra_prefix), default=None,
+              metavar="DIR/PREFIX",
               help="Write the generated task graph as Chakra ET files DIR/PREFIX.<rank>.et "
                    "(one per GPU of the topology).")
 @engine_options(topology_default=DEFAULT_TOPOLOGY)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.common import calibration_option, json_option, print_json, table_records
-from dessim.sweep.runner import BACKENDS, run_sweep
+from dessim.cli.common import OutputPath, calibration_option, json_option, print_json, table_records
+from dessim.sweep.analysis import check_plots_dir
+from dessim.sweep.runner import BACKENDS, Terminated, check_results_path, journal_path, run_sweep
 from dessim.sweep.spec import SweepSpec, load_sweep
 
 
@@ -69,7 +70,7 @@ _BACKEND_HELP = "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values())
 @click.option("--address", default=None,
               help="Dask scheduler (tcp://host:8786) or Ray cluster (ray://host:10001) address; "
                    "default: a local cluster of --workers.")
-@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "-o", type=OutputPath(check_results_path), default=None,
               help="Results table, .parquet or .csv [default: SPEC-results.parquet here]. Its "
                    "journal OUT.journal.jsonl sits beside it; rerunning resumes from it.")
 @click.option("--group-by", "-g", multiple=True,
@@ -77,7 +78,7 @@ _BACKEND_HELP = "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values())
                    "spec's analysis.group_by, or layout for parallelism: auto).")
 @click.option("--metric", default=None,
               help="Metric to rank by [default: the spec's, else iteration_s / time_s].")
-@click.option("--plots", type=click.Path(file_okay=False), default=None,
+@click.option("--plots", type=OutputPath(check_plots_dir), default=None,
               help="Write the heatmap, metric-vs-axis and Pareto plots into this directory.")
 @click.option("--max-points", type=click.IntRange(min=0), default=None,
               help="Evaluate at most this many new points now (run a sweep in slices).")
@@ -94,8 +95,10 @@ def command(spec: str, workers: int, backend: str, address: str | None, out: str
             calibration: str | None, as_json: bool) -> None:
     """Run every configuration of the sweep SPEC (YAML, see docs/sweeps.md).
 
-    A point that does not fit or is invalid is recorded with status=failed and its reason;
-    the sweep goes on. Interrupt it at any time: the same command resumes where it stopped.
+    The whole sweep is checked first (files, names, metric, outputs): a spec error stops it
+    before any point runs. A point that does not fit or is invalid is recorded with
+    status=failed and its reason and the sweep goes on; the exit status is 1 if any point
+    failed for another reason than not fitting in memory. Interrupt it at any time: the same command resumes where it stopped.
     --calibration runs every point with that file (the results' calibration column names it;
     points are keyed by the file's content, so a journal of another calibration is not reused).
     --json prints {sweep, metric, points, evaluated, reused, pending, group_by, best, results,
@@ -110,13 +113,20 @@ def command(spec: str, workers: int, backend: str, address: str | None, out: str
     if metric:
         parsed = dataclasses.replace(parsed, analysis=dataclasses.replace(parsed.analysis,
                                                                           metric=metric))
-    result = run_sweep(parsed, out=out or default_out(spec), workers=workers, backend=backend,
-                       backend_options=backend_options(address), progress=progress,
-                       max_points=max_points, resume=not fresh)
+    out = out or default_out(spec)
+    try:
+        result = run_sweep(parsed, out=out, workers=workers, backend=backend,
+                           backend_options=backend_options(address), progress=progress,
+                           max_points=max_points, resume=not fresh, columns=group_by)
+    except KeyboardInterrupt as exc:      # Ctrl-C or SIGTERM: workers stopped, journal closed
+        click.echo(f"interrupted: finished points are in {journal_path(out)}; run the same "
+                   "command again to resume", err=True)
+        raise SystemExit(143 if isinstance(exc, Terminated) else 130) from None
     if as_json:
         print_json(sweep_json(result, group_by, plots))
-        return
-    report(result, group_by, top, plots)
+    else:
+        report(result, group_by, top, plots)
+    exit_on_problems(result)
 
 
 def sweep_json(result, group_by: tuple[str, ...], plots: str | None) -> dict:
@@ -131,3 +141,15 @@ def sweep_json(result, group_by: tuple[str, ...], plots: str | None) -> dict:
             "results": table_records(result.table), "files": [str(p) for p in result.written],
             "journal": str(result.journal) if result.journal is not None else None,
             "plots": [str(p) for p in write_plots(result, plots)] if plots else []}
+
+
+def exit_on_problems(result) -> None:
+    """Exit with status 1 when points failed for another reason than not fitting (invalid
+    combinations, bugs): the table has them with their reason, the exit status says so."""
+    problems = result.problems()
+    if len(problems):
+        kinds = ", ".join(f"{n} {t}" for t, n in problems["error_type"].value_counts()
+                          .sort_index().items())
+        click.echo(f"error: {len(problems)} of {result.points} points failed ({kinds}); their "
+                   "reason is in the results' reason column", err=True)
+        raise SystemExit(1)

@@ -234,6 +234,11 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
     nbytes = parse_collective_size(size)
     if len(group) < 2:
         raise CollectiveError(f"{op_.name}: a collective needs at least 2 ranks, got {list(group)}")
+    if root is not None and not op_.rooted:
+        raise CollectiveError(f"{op_.name} has no root: drop root={root} (it applies to broadcast, "
+                              "reduce and sendrecv)")
+    if root is not None and root not in group:
+        raise CollectiveError(f"{op_.name}: root {root} is not in the group {list(group)}")
     settings = CollectiveSettings(algo=algo, protocol=protocol, channels=channels, chunks=chunks,
                                   reduction_bw=reduction_bw, gpus_per_process=gpus_per_process)
     cal = load_calibration(own)
@@ -274,7 +279,8 @@ def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[obj
     if isinstance(sizes, str):
         sizes = [s.strip() for s in sizes.split(",") if s.strip()]
     if not algos or not sizes:
-        raise CollectiveError("compare: give at least one algorithm and one size")
+        raise CollectiveError("compare: give at least one algorithm (--algos) and one size "
+                              "(--sizes)")
     op_ = get_op(op)
     topo = resolve_topology(topology)
     rows = []

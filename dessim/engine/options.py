@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from dessim.catalog.calibration import Calibration, load_calibration, read_calibration
-from dessim.catalog.devices import PRECISIONS
+from dessim.catalog.devices import PRECISIONS, get_device
 from dessim.collectives import CollectiveSettings
 from dessim.errors import DessimError, NetworkError, SpecError
 
@@ -210,6 +210,8 @@ class EngineOptions:
             raise OptionsError(f"record_links must be true or false, got {self.record_links!r}")
         if self.device is not None and not isinstance(self.device, str):
             raise OptionsError(f"device must be a GPU model name, got {self.device!r}")
+        if self.device is not None:
+            get_device(self.device, "device")      # an unknown name fails now, even if unused
         if self.precision not in PRECISIONS:
             raise OptionsError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.calibration is not None:  # a file name (sweep and cluster specs): read it now

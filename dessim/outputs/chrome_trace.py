@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dessim.resources import check_output
 from dessim.engine.result import SPAN_COLUMNS, SimulationResult
 
 __all__ = ["chrome_trace", "write_chrome_trace", "LINKS_PID"]
@@ -109,6 +110,6 @@ def chrome_trace(result: SimulationResult, *, link_counters: bool = True,
 
 def write_chrome_trace(result: SimulationResult, path: str | Path, **options: Any) -> Path:
     """Write :func:`chrome_trace` to ``path`` (deterministic bytes)."""
-    path = Path(path)
+    path = check_output(path, "timeline")
     path.write_text(json.dumps(chrome_trace(result, **options), separators=(",", ":")))
     return path

@@ -33,10 +33,14 @@ from typing import Any, Sequence
 
 from dessim.engine.result import SPAN_COLUMNS, SimulationResult
 from dessim.errors import DessimError
+from dessim.resources import check_output, install_hint
 from dessim.outputs.activity import ACTIVITIES, LANES, LaneRow, gantt_rows, rank_lanes
 
 __all__ = ["GanttOptions", "GanttLabels", "GanttChart", "ROW_MODES", "build_gantt", "write_gantt",
-           "gantt_html", "workload_labels"]
+           "gantt_html", "workload_labels", "GANTT_FORMATS"]
+
+#: Gantt formats by suffix → the extra that draws them (HTML is self-contained SVG).
+GANTT_FORMATS: dict[str, str | None] = {".png": "plot", ".html": None, ".htm": None}
 
 #: Row modes of :class:`GanttOptions` (see module doc).
 ROW_MODES: tuple[str, ...] = ("auto", "stage", "rank")
@@ -271,7 +275,7 @@ def _write_png(result: SimulationResult, path: Path, labels: GanttLabels | None,
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
     except ImportError:
-        raise DessimError("PNG Gantt charts need matplotlib: pip install 'dessim[plot]'") from None
+        raise DessimError(f"PNG Gantt charts need matplotlib: {install_hint('plot')}") from None
     chart = build_gantt(result, labels, options)
     k, unit = _scale(chart.makespan_s)
     rows = list(dict.fromkeys(lane.row for lane in chart.lanes))
@@ -306,10 +310,7 @@ _WRITERS = {".png": _write_png, ".html": _write_html, ".htm": _write_html}
 def write_gantt(result: SimulationResult, path: str | Path, labels: GanttLabels | None = None,
                 options: GanttOptions | None = None) -> Path:
     """Write a Gantt chart; ``.png`` (matplotlib) or ``.html`` (self-contained)."""
-    path = Path(path)
-    writer = _WRITERS.get(path.suffix.lower())
-    if writer is None:
-        raise DessimError(f"Gantt chart {str(path)!r}: unknown format {path.suffix!r} "
-                          "(use .png or .html)")
+    path = check_output(path, "Gantt chart", GANTT_FORMATS)
+    writer = _WRITERS[path.suffix.lower()]
     writer(result, path, labels, options or GanttOptions())
     return path

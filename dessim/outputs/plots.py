@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dessim.errors import DessimError
+from dessim.resources import check_output
 
-__all__ = ["plot_busbw"]
+__all__ = ["plot_busbw", "PLOT_FORMATS"]
+
+#: Plot formats (matplotlib) by suffix → the extra that draws them.
+PLOT_FORMATS: dict[str, str | None] = {".png": "plot", ".svg": "plot", ".pdf": "plot"}
 
 
 def plot_busbw(df, path: str, title: str) -> None:
-    """busbw vs size (log x), one line per algorithm, PNG via matplotlib's Agg backend."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise DessimError("busbw plots need matplotlib: pip install 'dessim[plot]'") from None
+    """busbw vs size (log x), one line per algorithm, via matplotlib's Agg backend
+    (:data:`PLOT_FORMATS`)."""
+    check_output(path, "busbw plot", PLOT_FORMATS)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for algo, part in df.groupby("algorithm", sort=False):

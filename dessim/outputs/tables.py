@@ -15,8 +15,13 @@ from typing import Any, Mapping
 
 from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError
+from dessim.resources import check_output, install_hint
 
-__all__ = ["write_spans", "write_table", "write_parquet", "SPAN_UNITS", "METADATA_KEY"]
+__all__ = ["write_spans", "write_table", "write_parquet", "SPAN_UNITS", "METADATA_KEY",
+           "SPAN_FORMATS"]
+
+#: Table formats by suffix → the extra that writes them (None: always available).
+SPAN_FORMATS: dict[str, str | None] = {".csv": None, ".parquet": "parquet", ".pq": "parquet"}
 
 #: Units of the span table's columns that have one.
 SPAN_UNITS: dict[str, str] = {"start_s": "s", "active_s": "s", "end_s": "s", "bytes": "B",
@@ -33,7 +38,7 @@ def write_parquet(df: Any, path: str | Path, units: Mapping[str, str],
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise DessimError("writing Parquet needs pyarrow: pip install 'dessim[parquet]'") from None
+        raise DessimError(f"writing Parquet needs pyarrow: {install_hint('parquet')}") from None
     table = pa.Table.from_pandas(df, preserve_index=False)
     fields = [f.with_metadata({"unit": units[f.name]}) if f.name in units else f for f in table.schema]
     text = json.dumps({**meta, "units": {c: units[c] for c in df.columns if c in units}},
@@ -55,12 +60,9 @@ def write_table(df: Any, path: str | Path, what: str = "table", units: Mapping[s
                 meta: Mapping[str, Any] | None = None) -> Path:
     """Write a pandas DataFrame; the format follows the suffix: ``.csv`` or ``.parquet``
     (there with ``units`` and ``meta``, :func:`write_parquet`)."""
-    path = Path(path)
-    if path.suffix == ".csv":
+    path = check_output(path, what, SPAN_FORMATS)
+    if path.suffix.lower() == ".csv":
         df.to_csv(path, index=False)
-    elif path.suffix in (".parquet", ".pq"):
-        write_parquet(df, path, units or {}, meta or {})
     else:
-        raise DessimError(f"{what} {str(path)!r}: unknown format {path.suffix!r} "
-                          "(use .csv or .parquet)")
+        write_parquet(df, path, units or {}, meta or {})
     return path

@@ -25,6 +25,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from dessim.errors import SpecError, SweepError
+from dessim.outputs.plots import PLOT_FORMATS
+from dessim.resources import check_output, check_output_dir, require_extra
 from dessim.sweep.axes import normalize_value
 from dessim.units import format_bandwidth, format_size, format_time
 
@@ -77,6 +79,16 @@ def check_cost(cost: Mapping[str, Any], where: str) -> None:
     """Validate a ``cost:`` mapping (module doc); columns are checked when the table exists."""
     for column, value in cost.items():
         _cost_term(value, f"{where}.{column}")
+
+
+def cost_columns(cost: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(cost key, result column) of every column the cost model reads: each key's own
+    column and its ``times`` column."""
+    out = []
+    for column, value in cost.items():
+        times = _cost_term(value, f"cost.{column}")[2]
+        out += [(column, col) for col in (column, times) if col is not None]
+    return out
 
 
 def add_cost(table: pd.DataFrame, cost: Mapping[str, Any]) -> pd.DataFrame:
@@ -296,8 +308,7 @@ def plot_pareto(table: pd.DataFrame, metric: str, path: str | Path, *, cost: str
 
 
 def _save(fig, plt, path: str | Path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p = check_output(path, "sweep plot", PLOT_FORMATS)
     fig.tight_layout()
     fig.savefig(p, dpi=110)
     plt.close(fig)
@@ -311,6 +322,13 @@ def default_group_by(result) -> tuple[str, ...]:
     return ("layout",) if "layout" in result.table.columns else ()
 
 
+def check_plots_dir(directory: str | Path) -> Path:
+    """Check, before any point runs, that the plots can be written into ``directory``: it
+    exists or its parent does (only the last level is created), and matplotlib is installed."""
+    require_extra("plot", f"sweep plots directory {str(directory)!r}")
+    return check_output_dir(directory, "sweep plots directory")
+
+
 def write_plots(result, directory: str | Path) -> list[Path]:
     """The plots the spec asks for (or sensible defaults) into ``directory``.
 
@@ -322,10 +340,11 @@ def write_plots(result, directory: str | Path) -> list[Path]:
     minimize = spec.analysis.minimize
     families = {a.path: a.family for a in spec.axes}
     varying = [a.path for a in spec.axes if len(a.values) > 1]
-    out = Path(directory)
-    written = []
+    written: list[Path] = []
     if _ok(table, metric).empty:
         return written
+    out = check_plots_dir(directory)
+    out.mkdir(exist_ok=True)
     heat = spec.analysis.heatmap or (tuple(varying[:2]) if len(varying) >= 2 else None)
     if heat:
         written.append(plot_heatmap(table, heat[0], heat[1], metric, out / "heatmap.png",

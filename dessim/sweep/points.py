@@ -241,6 +241,14 @@ class Evaluator:
     canonical: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     #: Further checks of base sections by name: ``check(section, where)`` raises a SpecError.
     section_checks: Mapping[str, Callable[[Any, str], None]] = field(default_factory=dict)
+    #: Cheap check of one point's configuration without simulating it (files exist, names
+    #: are known, the topology builds): raises a DessimError. Run on every distinct
+    #: configuration before the first point (dessim.sweep.runner), so a spec error stops
+    #: the sweep at once instead of becoming failed points.
+    precheck: Callable[[Mapping[str, Any]], None] | None = None
+    #: Top-level names of the metrics a point reports (dotted metrics such as
+    #: ``exposed_comm_s.dp`` start with one of them); a spec's metric is checked against them.
+    metrics: tuple[str, ...] = ()
 
     @property
     def supports_auto(self) -> bool:
@@ -345,6 +353,18 @@ def _check_engine_section(allowed: Sequence[str] | None) -> Callable[[Any, str],
     return check
 
 
+def _precheck_collective(cfg: Mapping[str, Any]) -> None:
+    from dessim.collectives.ops import OPS
+    from dessim.units import parse_size
+
+    _load_topology_cached(cfg["topology"])
+    _engine_of(cfg["engine"])
+    op = cfg["collective"].get("op")
+    if not isinstance(op, str) or op.lower() not in OPS:
+        raise SpecError(f"collective.op {op!r} is unknown; valid: {', '.join(OPS)}")
+    parse_size(cfg["collective"]["size"], "collective.size")
+
+
 def _evaluate_collective(cfg: Mapping[str, Any]) -> dict[str, Any]:
     from dessim.collectives import run_collective
 
@@ -379,6 +399,10 @@ COLLECTIVE = Evaluator(
                                          "shortcuts.stream_rings, calibration",
                                     check=_check_engine_axis(_COLLECTIVE_ENGINE_PATHS))},
     evaluate=_evaluate_collective,
+    precheck=_precheck_collective,
+    metrics=("algbw_GBps", "algorithm", "auto", "busbw_GBps", "calibration", "channels", "chunks",
+             "events", "link_util_max", "network", "op", "protocol", "ranks", "size_bytes",
+             "time_s", "transfers", "gpus"),
     default_metric="time_s",
     defaults={"collective": {}, "engine": {}},
 )
@@ -449,6 +473,15 @@ def _evaluate_train(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _precheck_workload(cfg: Mapping[str, Any]) -> None:
+    from dessim.workload.kinds import load_any_workload
+
+    setup = memory_setup(cfg.get("memory"))
+    _load_topology_cached(cfg["topology"], setup)
+    _engine_of(cfg.get("engine"))
+    load_any_workload(cfg["workload"])
+
+
 def _canonical_workload(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     """Without the memory expansion when the point says it offloads nothing to it."""
     mem = cfg.get("memory") or {}
@@ -481,6 +514,14 @@ WORKLOAD = Evaluator(
                                          "shortcuts.bundles, network, ...)",
                                     check=_check_engine_axis(None))},
     evaluate=_evaluate_workload,
+    precheck=_precheck_workload,
+    metrics=("bubble_fraction", "bucket_size", "calibration", "comm", "compute_s", "details",
+             "device", "events", "exposed_comm_s", "exposed_comm_total_s", "fold",
+             "fold_fallback", "gpu_busy_fraction", "gpus", "granularity", "hardware_flops",
+             "hardware_tflops_per_gpu", "hfu", "iteration_s", "kind", "layout",
+             "memory_capacity_bytes", "memory_per_gpu_bytes", "memory_stage", "mfu",
+             "model_flops", "model_tflops_per_gpu", "samples_per_s", "shortcuts", "stream_rings",
+             "tasks", "tokens_per_s", "workload", "offload"),
     default_metric="iteration_s",
     expand=_expand_workload,
     canonical=_canonical_workload,
@@ -555,6 +596,7 @@ TRAIN = replace(
                                    help="a key of the train section (tokens, checkpoint_interval, "
                                         "mtbf.gpu, pue, usd_per_kwh, ...; docs/training-run.md)")},
     evaluate=_evaluate_train,
+    metrics=None,           # the run's nested figures are not declared: names checked after
     default_metric="time_to_train_s",
     expand=lambda spec, points: expand_layouts(spec, points, TRAIN.config, _load_topology_cached),
     defaults={**WORKLOAD.defaults, "train": {}},

@@ -23,6 +23,7 @@ Backends (:data:`BACKENDS`)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -35,16 +36,20 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from dessim.errors import SweepError
+from dessim.errors import DessimError, SweepError
+from dessim.resources import check_limit, check_output, install_hint
 from dessim.sweep.points import EVALUATORS, STATUS_ERROR, STATUS_OK, evaluate_task, make_task
 from dessim.sweep.axes import Point
 from dessim.sweep.spec import SweepSpec, load_sweep, parse_sweep
-from dessim.sweep.table import FIXED_COLUMNS, WRITERS, records_to_table, write_table
+from dessim.sweep.table import FIXED_COLUMNS, TABLE_FORMATS, WRITERS, records_to_table, write_table
 
 __all__ = ["Backend", "BACKENDS", "Journal", "SweepResult", "run_sweep", "journal_path",
-           "records_to_table", "write_table", "sweep_points", "WRITERS", "FIXED_COLUMNS",
+           "records_to_table", "write_table", "check_results_path", "TABLE_FORMATS", "validate_sweep", "RESULT_FAILURES", "Terminated", "sweep_points", "WRITERS", "FIXED_COLUMNS",
            "FSYNC_INTERVAL_S"]
 
+#: Error types of failed points that are results, not problems: a layout or memory
+#: configuration that does not fit is what a sweep finds out (exit status 0).
+RESULT_FAILURES: tuple[str, ...] = ("MemoryFitError",)
 #: Longest time between two fsyncs of the journal (a power cut loses at most this much).
 FSYNC_INTERVAL_S = 2.0
 #: Tasks per process-pool submission: enough to amortise inter-process overhead, small
@@ -82,7 +87,6 @@ class Journal:
         return records
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # cut a line torn by a kill, so the next record starts clean
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):
@@ -113,6 +117,64 @@ def _evaluate_batch(tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [evaluate_task(t) for t in tasks]
 
 
+#: How often a worker checks that its parent is alive (seconds), where the OS cannot tell it.
+PARENT_WATCH_S = 0.5
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the sweep process ends, however it ends.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill the worker the moment
+    its parent dies (even by ``kill -9``). Everywhere: a daemon thread polls the parent id
+    and exits when it changes (the worker was re-parented). Ctrl-C is the parent's to handle:
+    workers ignore SIGINT (no traceback per worker)."""
+    import signal
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:       # the parent died before this line
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="dessim-parent-watch").start()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived during a sweep: unwinds like Ctrl-C (workers stopped, journal closed)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While a sweep runs in the main thread, SIGTERM raises :class:`Terminated`, so the
+    sweep stops within a moment with its journal intact instead of dying mid-write."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run_local(tasks: list[dict], workers: int, options: Mapping[str, Any]) -> Iterator[dict]:
     if workers <= 1:
         for task in tasks:
@@ -120,15 +182,21 @@ def _run_local(tasks: list[dict], workers: int, options: Mapping[str, Any]) -> I
         return
     size = max(1, min(MAX_BATCH, len(tasks) // (workers * 4)))
     batches = [tasks[i:i + size] for i in range(0, len(tasks), size)]
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_die_with_parent, initargs=(os.getpid(),))
+    finished = False
     try:
         pending = {pool.submit(_evaluate_batch, b) for b in batches}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 yield from fut.result()
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if not finished:     # interrupted (Ctrl-C, SIGTERM, an error): stop the workers now
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _run_dask(tasks: list[dict], workers: int, options: Mapping[str, Any]) -> Iterator[dict]:
@@ -193,7 +261,7 @@ class Backend:
             __import__(self.requires)
         except ImportError:
             raise SweepError(f"backend {self.name!r} needs {self.requires}: "
-                             f"pip install 'dessim[{self.extra}]'") from None
+                             f"{install_hint(self.extra)}") from None
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
@@ -232,6 +300,20 @@ class SweepResult:
     def failed(self) -> pd.DataFrame:
         return self.table[self.table["status"] != STATUS_OK]
 
+    def problems(self) -> pd.DataFrame:
+        """Points that failed for another reason than being a configuration that does not
+        fit (:data:`RESULT_FAILURES`), or that hit a bug: the sweep did not do its job."""
+        failed = self.failed()
+        return failed[~failed["error_type"].isin(RESULT_FAILURES)]
+
+
+def check_results_path(out: str | Path) -> Path:
+    """Check, before any point runs, that the results table and its journal can be written
+    (directory exists and is writable, format known, its extra installed)."""
+    p = check_output(out, "sweep results file", TABLE_FORMATS)
+    check_output(journal_path(p), "sweep journal")
+    return p
+
 
 # ---------------------------------------------------------------- the run
 def _as_spec(spec: SweepSpec | str | Path | Mapping[str, Any]) -> SweepSpec:
@@ -240,6 +322,59 @@ def _as_spec(spec: SweepSpec | str | Path | Mapping[str, Any]) -> SweepSpec:
     if isinstance(spec, Mapping):
         return parse_sweep(spec)
     return load_sweep(spec)
+
+
+def _planned_points(spec: SweepSpec) -> int:
+    sizes = [len(a.values) for a in spec.axes]
+    if not sizes:
+        return 1
+    return math.prod(sizes) if spec.mode == "grid" else max(sizes)
+
+
+def validate_sweep(spec: SweepSpec, columns: Sequence[str] = ()) -> None:
+    """Check the whole sweep before any point runs (:class:`~dessim.errors.SweepError`):
+    its size against the ``sweep_points`` limit, every distinct configuration with the
+    evaluator's ``precheck`` (workload and topology files, algorithm and op names, engine
+    options), and the metric, ``group_by`` names and ``columns`` against what the points
+    report. Points that are valid but do not fit or run stay results (status failed)."""
+    check_limit("sweep_points", _planned_points(spec), f"{spec.source}: sweep")
+    evaluator = EVALUATORS[spec.kind]
+    points = spec.points()
+    if evaluator.precheck is not None:
+        seen: set[str] = set()
+        problems: dict[str, list[str]] = {}      # message -> the points that have it
+        for p in points:
+            config = evaluator.config(spec.base, p.config_params)
+            ident = json.dumps(config, sort_keys=True, default=repr)
+            if ident in seen:
+                continue
+            seen.add(ident)
+            try:
+                evaluator.precheck(config)
+            except DessimError as exc:
+                params = ", ".join(f"{k}={v}" for k, v in p.params.items())
+                problems.setdefault(str(exc), []).append(
+                    f"point {p.index}{f' ({params})' if params else ''}")
+        if problems:
+            lines = [f"{ps[0]}{f' and {len(ps) - 1} more' if len(ps) > 1 else ''}: {msg}"
+                     for msg, ps in list(problems.items())[:3]]
+            raise SweepError(f"{spec.source}: invalid configuration, nothing was run:\n  "
+                             + "\n  ".join(lines))
+    known = {*evaluator.metrics, *spec.axis_paths, *FIXED_COLUMNS, "eval_wall_s", "layout",
+             "offload", *(("cost",) if spec.cost else ())}
+    from dessim.sweep.analysis import cost_columns
+
+    names = [("analysis.metric", spec.analysis.metric),
+             *(("analysis.group_by", g) for g in spec.analysis.group_by or ()),
+             *((f"cost.{c}", col) for c, col in cost_columns(spec.cost)),
+             *(("column", c) for c in columns)]
+    for what, name in names:
+        if name is None or name in known or (isinstance(name, str) and
+                                             name.split(".")[0] in evaluator.metrics):
+            continue
+        raise SweepError(f"{spec.source}: {what} {name!r} is not a metric or column of a "
+                         f"{spec.kind} sweep; metrics: {', '.join(evaluator.metrics)}; axes: "
+                         f"{', '.join(spec.axis_paths) or '(none)'}")
 
 
 def sweep_points(spec: SweepSpec) -> list[Point]:
@@ -279,13 +414,16 @@ def _with_copies(record: dict[str, Any], others: Sequence[Mapping[str, Any]]) ->
 def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Path | None = None,
               workers: int = 1, backend: str = "local",
               backend_options: Mapping[str, Any] | None = None, progress: bool = False,
-              max_points: int | None = None, resume: bool = True) -> SweepResult:
+              max_points: int | None = None, resume: bool = True,
+              columns: Sequence[str] = ()) -> SweepResult:
     """Run every point of ``spec`` (a SweepSpec, a YAML path or a parsed mapping).
 
     ``out``: results table (.parquet/.csv) with its journal beside it (module doc); without
     it nothing is written and nothing can be resumed. ``max_points``: evaluate at most that
     many new points (run a sweep in slices; the rest stays pending). ``resume=False``: ignore
-    the journal and start over (the journal is replaced).
+    the journal and start over (the journal is replaced). ``columns``: further names
+    (e.g. the report's group-by columns) checked with the metric before anything runs
+    (:func:`validate_sweep`).
     """
     spec = _as_spec(spec)
     if backend not in BACKENDS:
@@ -294,8 +432,9 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
         raise SweepError(f"workers must be a whole number >= 1, got {workers!r}")
     chosen = BACKENDS[backend]
     chosen.check()
-    if out is not None and Path(out).suffix.lower() not in WRITERS:
-        raise SweepError(f"results file {str(out)!r}: unknown format; use {' or '.join(WRITERS)}")
+    if out is not None:
+        check_results_path(out)
+    validate_sweep(spec, columns)
     points = sweep_points(spec)
     journal = Journal(journal_path(out)) if out is not None else None
     if journal is not None and not resume and journal.path.exists():
@@ -317,9 +456,10 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
                file=sys.stderr, dynamic_ncols=True, smoothing=0.05)
     failures = sum(1 for r in records.values() if r["status"] != STATUS_OK)
     evaluated = 0
+    running = chosen.run(tasks, workers, dict(backend_options or {})) if tasks else iter(())
     try:
-        if tasks:
-            for evaluated_rec in chosen.run(tasks, workers, dict(backend_options or {})):
+        with _sigterm_interrupts():
+            for evaluated_rec in running:
                 for rec in _with_copies(evaluated_rec, copies[evaluated_rec["key"]]):
                     records[rec["key"]] = rec
                     evaluated += 1
@@ -330,6 +470,9 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
                 if failures:
                     bar.set_postfix(failed=failures, refresh=False)
     finally:
+        close = getattr(running, "close", None)
+        if close is not None:
+            close()         # an interrupted backend stops its workers now, not at GC
         bar.close()
         if journal is not None:
             journal.close()

@@ -31,11 +31,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from dessim.errors import SweepError
+from dessim.resources import check_output
 from dessim.outputs.tables import METADATA_KEY, write_parquet
 from dessim.sweep.axes import SI_SUFFIX, Point, fingerprint
 
-__all__ = ["FIXED_COLUMNS", "METRIC_UNITS", "METADATA_KEY", "WRITERS", "records_to_table",
+__all__ = ["FIXED_COLUMNS", "METRIC_UNITS", "METADATA_KEY", "WRITERS", "TABLE_FORMATS", "records_to_table",
            "column_units", "table_metadata", "write_table"]
 
 #: Columns every results table starts with (then the axes, the metrics, eval_wall_s).
@@ -132,15 +132,15 @@ WRITERS: dict[str, Callable[[pd.DataFrame, Path, Mapping[str, Any] | None], None
 }
 
 
+#: The extra each results format needs (None: always available).
+TABLE_FORMATS: dict[str, str | None] = {".parquet": "parquet", ".csv": None}
+
+
 def write_table(df: pd.DataFrame, out: str | Path, spec: Any = None) -> Path:
     """Write the results table; the format follows the suffix (.parquet or .csv). With the
     sweep's ``spec``, a Parquet file records units, inputs and version (module doc)."""
-    p = Path(out)
-    writer = WRITERS.get(p.suffix.lower())
-    if writer is None:
-        raise SweepError(f"results file {str(p)!r}: unknown format {p.suffix!r}; use "
-                         f"{' or '.join(WRITERS)}")
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p = check_output(out, "sweep results file", TABLE_FORMATS)
+    writer = WRITERS[p.suffix.lower()]
     tmp = p.with_name(p.name + ".tmp")
     writer(df, tmp, table_metadata(spec, df) if spec is not None else None)
     os.replace(tmp, p)   # atomic: a kill never leaves a half-written table

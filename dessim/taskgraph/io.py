@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dessim.errors import DessimError, SpecError, TaskGraphError
+from dessim.resources import read_text
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.units import parse_count, parse_size, parse_time
@@ -90,7 +91,10 @@ def taskgraph_from_dict(data: dict[str, Any], source: str = "<dict>") -> TaskGra
     tasks = data.get("tasks")
     if not isinstance(tasks, list):
         raise SpecError(f"{source}: 'tasks' must be a list of task objects")
-    graph = TaskGraph(name=str(data.get("name", Path(source).stem)), meta=data.get("meta") or {})
+    meta = data.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise SpecError(f"{source}: 'meta' must be an object, got {meta!r}")
+    graph = TaskGraph(name=str(data.get("name", Path(source).stem)), meta=meta)
     pending: list[tuple[str, list[str]]] = []
     try:
         if data.get("fold") is not None:
@@ -137,13 +141,12 @@ def save_taskgraph(graph: TaskGraph, path: str | Path) -> Path:
 def load_taskgraph(path: str | Path) -> TaskGraph:
     """Read and validate a task-graph JSON file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read task graph {str(path)!r}: {exc.strerror}") from None
+    text = read_text(path, "task graph")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                        f"{exc.msg})") from None
+        raise SpecError(f"task graph {str(path)!r}: not valid JSON (line {exc.lineno}, column "
+                        f"{exc.colno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:   # an integer with too many digits, nesting
+        raise SpecError(f"task graph {str(path)!r}: not valid JSON ({exc})") from None
     return taskgraph_from_dict(data, str(path))

@@ -36,6 +36,15 @@ __all__ = ["ring", "fully_connected", "switch", "torus2d", "torus3d", "mesh2d", 
 DIM_SHAPES: tuple[str, ...] = ("ring", "fc", "switch")
 
 
+#: Longest link latency accepted (seconds): 1 s, far above any interconnect (NVLink about
+#: 1 us, Ethernet/InfiniBand a few us, WAN tens of ms). A larger number is almost always
+#: a latency given without its unit (``lat: 5`` meaning 5 us).
+MAX_LINK_LATENCY = 1.0
+#: Smallest non-zero link bandwidth accepted (bytes/second): 1 MB/s, below any datacentre
+#: link; a smaller number is almost always a bandwidth without its unit (``bw: 50``).
+MIN_LINK_BANDWIDTH = 1e6
+
+
 def link_attrs(bw: object, lat: object, link_type: str = "custom", efficiency: float = 1.0,
                *, duplex: bool = True, where: str = "link") -> dict[str, Any]:
     """Validated edge attributes (SI) for one link; raises a DessimError naming ``where``."""
@@ -45,9 +54,17 @@ def link_attrs(bw: object, lat: object, link_type: str = "custom", efficiency: f
         raise TopologyError(f"{where}: efficiency {efficiency!r} is not a number") from None
     if not 0 < eff <= 1:
         raise TopologyError(f"{where}: efficiency {efficiency!r} must be in (0, 1]")
-    return {"type": check_link_type(link_type, f"{where} type"),
-            "bw": parse_bandwidth(bw, f"{where} bw"),
-            "lat": parse_time(lat, f"{where} lat"),
+    bw_s = parse_bandwidth(bw, f"{where} bw")
+    lat_s = parse_time(lat, f"{where} lat")
+    if lat_s > MAX_LINK_LATENCY:
+        raise TopologyError(f"{where}: lat {lat!r} is {lat_s:g} s, implausible for a link (more "
+                            f"than {MAX_LINK_LATENCY:g} s); a number is seconds: write the unit, "
+                            "e.g. '5us' or '500ns'")
+    if 0 < bw_s < MIN_LINK_BANDWIDTH:
+        raise TopologyError(f"{where}: bw {bw!r} is {bw_s:g} B/s, implausible for a link (less "
+                            f"than {MIN_LINK_BANDWIDTH:g} B/s); a number is bytes/second: write "
+                            "the unit, e.g. '50GB/s' or '400Gb/s'")
+    return {"type": check_link_type(link_type, f"{where} type"), "bw": bw_s, "lat": lat_s,
             "duplex": bool(duplex), "efficiency": eff}
 
 

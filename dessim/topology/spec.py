@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -42,7 +43,7 @@ import networkx as nx
 from dessim.catalog.devices import get_device
 from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
-from dessim.resources import find_data_file, read_yaml, shipped_topologies
+from dessim.resources import check_limit, find_data_file, read_yaml, shipped_topologies
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
@@ -131,10 +132,23 @@ class Kind:
     aliases: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     words_are_positional: bool = False  #: bare words are positional values (multidim)
+    #: Upper estimate of the nodes + links the build allocates, from the parsed values:
+    #: checked against the ``topology_nodes`` limit (:data:`dessim.resources.LIMITS`) first.
+    size: Callable[[dict[str, Any]], int] = lambda v: 1   # noqa: E731
 
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
+
+
+def _product(*keys: str) -> Callable[[dict[str, Any]], int]:
+    """Size estimate: the product of the values of ``keys`` (GPUs of a ring, grid, ...)."""
+    return lambda v: math.prod(v[k] for k in keys)
+
+
+def _dgx_size(v: dict[str, Any]) -> int:
+    # per node: 8 GPUs, NVSwitches, NICs, CPUs, memory (about 30 nodes and links); spines
+    return v["nodes"] * 32 + (v["spines"] or 0) * v["nodes"]
 
 
 def _positional_names(*names: str) -> Callable[[list[str], str], dict[str, Any]]:
@@ -271,33 +285,37 @@ def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
         lambda v: fn(v["nodes"], ideal=v["ideal"], oversub=v["oversub"], spines=v["spines"],
                      gpu=v["gpu"], su_size=v["su_size"], name=v["name"], nic=v["nic"],
                      nic_bw=v["nic_bw"], nics=v["nics"], pxn=v["pxn"], sharp=v["sharp"]),
-        _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",))
+        _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",), size=_dgx_size)
 
 
 KINDS_LIST: tuple[Kind, ...] = (
     Kind("ring", "bidirectional ring of n GPUs",
          (Param("n", _p_count(2), _REQUIRED, "GPUs"), *_LINK_PARAMS, _DEVICE, _NAME),
-         _generic(builders.ring, "n"), _positional_names("n"), "N"),
+         _generic(builders.ring, "n"), _positional_names("n"), "N", size=_product("n")),
     Kind("fc", "fully connected: a link between every pair of n GPUs",
          (Param("n", _p_count(2), _REQUIRED, "GPUs"), *_LINK_PARAMS, _DEVICE, _NAME),
          _generic(builders.fully_connected, "n"), _positional_names("n"), "N",
-         ("fully-connected", "full")),
+         ("fully-connected", "full"), size=_product("n", "n")),
     Kind("switch", "star: n GPUs on one switch sw0",
          (Param("n", _p_count(1), _REQUIRED, "GPUs"), *_LINK_PARAMS, _DEVICE, _NAME),
-         _generic(builders.switch, "n"), _positional_names("n"), "N", ("star",)),
+         _generic(builders.switch, "n"), _positional_names("n"), "N", ("star",),
+         size=_product("n")),
     Kind("torus2d", "2-D torus, rank = i + x*j",
          (Param("x", _p_count(1), _REQUIRED, "size of dim 0"),
           Param("y", _p_count(1), _REQUIRED, "size of dim 1"), *_LINK_PARAMS, _DEVICE, _NAME),
-         _generic(builders.torus2d, "x", "y"), _positional_grid("x", "y"), "XxY"),
+         _generic(builders.torus2d, "x", "y"), _positional_grid("x", "y"), "XxY",
+         size=_product("x", "y")),
     Kind("torus3d", "3-D torus, rank = i + x*j + x*y*k",
          (Param("x", _p_count(1), _REQUIRED, "size of dim 0"),
           Param("y", _p_count(1), _REQUIRED, "size of dim 1"),
           Param("z", _p_count(1), _REQUIRED, "size of dim 2"), *_LINK_PARAMS, _DEVICE, _NAME),
-         _generic(builders.torus3d, "x", "y", "z"), _positional_grid("x", "y", "z"), "XxYxZ"),
+         _generic(builders.torus3d, "x", "y", "z"), _positional_grid("x", "y", "z"), "XxYxZ",
+         size=_product("x", "y", "z")),
     Kind("mesh2d", "2-D mesh (torus without wrap-around), rank = i + x*j",
          (Param("x", _p_count(1), _REQUIRED, "size of dim 0"),
           Param("y", _p_count(1), _REQUIRED, "size of dim 1"), *_LINK_PARAMS, _DEVICE, _NAME),
-         _generic(builders.mesh2d, "x", "y"), _positional_grid("x", "y"), "XxY"),
+         _generic(builders.mesh2d, "x", "y"), _positional_grid("x", "y"), "XxY",
+         size=_product("x", "y")),
     Kind("leafspine", "two-level leaf-spine: hosts GPUs over leaves leaf switches",
          (Param("hosts", _p_count(1), _REQUIRED, "GPUs"),
           Param("leaves", _p_count(1), _REQUIRED, "leaf switches (must divide hosts)"),
@@ -306,13 +324,15 @@ KINDS_LIST: tuple[Kind, ...] = (
           Param("uplink_bw", _P_BW, None, "per-uplink bandwidth (instead of oversub)"),
           Param("uplink_lat", _P_LAT, None, "uplink latency (default lat)"),
           *_LINK_PARAMS, _DEVICE, _NAME),
-         _build_leafspine, _positional_names("hosts", "leaves"), "HOSTS,LEAVES"),
+         _build_leafspine, _positional_names("hosts", "leaves"), "HOSTS,LEAVES",
+         size=lambda v: 2 * v["hosts"] + v["leaves"] * (v["spines"] or v["hosts"] // v["leaves"] + 1)),
     Kind("multidim", "ASTRA-sim style multi-dimensional network (dims fastest first)",
          (Param("dims", _p_dims, _REQUIRED, "SHAPE(SIZE,key=value)xSHAPE(...) with shapes "
                                            f"{'/'.join(builders.DIM_SHAPES)} and link keys"),
           _DEVICE, _NAME),
          lambda v: builders.multidim(v["dims"], device=v["device"], name=v["name"]),
-         _multidim_positional, "SHAPE(SIZE,...)xSHAPE(SIZE,...)", words_are_positional=True),
+         _multidim_positional, "SHAPE(SIZE,...)xSHAPE(SIZE,...)", words_are_positional=True,
+         size=lambda v: math.prod(d.size for d in v["dims"]) * (1 + len(v["dims"]))),
     _dgx_kind("dgx-a100", presets.dgx_a100, "A100-80GB default, A100-40GB"),
     _dgx_kind("dgx-h100", presets.dgx_h100, "H100 default, H200"),
     Kind("pcie", "PCIe-only server: GPUs under PCIe switches under 2 CPUs",
@@ -324,7 +344,8 @@ KINDS_LIST: tuple[Kind, ...] = (
          lambda v: presets.pcie_server(v["gpus"], v["gen"], gpu=v["gpu"],
                                        gpus_per_switch=v["gpus_per_switch"],
                                        host_mem=v["host_mem"], ideal=v["ideal"], name=v["name"]),
-         _positional_names("gpus"), "GPUS", ("pcie-server",), ("ideal",)),
+         _positional_names("gpus"), "GPUS", ("pcie-server",), ("ideal",),
+         size=lambda v: 2 * v["gpus"]),
     Kind("cxl", "node with CXL memory expanders on the PCIe switches (or CPUs)",
          (Param("gpu", _p_device, "H100", "GPU model"), Param("gpus", _p_count(1), 8, "GPUs"),
           Param("expanders", _p_count(0), 4, "CXL memory expanders"),
@@ -337,7 +358,8 @@ KINDS_LIST: tuple[Kind, ...] = (
          lambda v: presets.cxl_node(v["gpu"], v["gpus"], v["expanders"], v["capacity"],
                                     cxl=v["cxl"], attach=v["attach"], gen=v["gen"],
                                     host_mem=v["host_mem"], ideal=v["ideal"], name=v["name"]),
-         _positional_names("gpus"), "GPUS", ("cxl-node",), ("ideal",)),
+         _positional_names("gpus"), "GPUS", ("cxl-node",), ("ideal",),
+         size=lambda v: 2 * v["gpus"] + v["expanders"]),
 )
 
 #: Kinds by canonical name.
@@ -420,7 +442,9 @@ def build_kind(kind: Kind | str, raw: Mapping[str, Any], where: str) -> Topology
     """Build ``kind`` from raw values (strings or numbers); errors are prefixed by ``where``."""
     try:
         k = kind if isinstance(kind, Kind) else find_kind(kind, where)
-        return k.build(_parse_params(k.params, raw, where))
+        values = _parse_params(k.params, raw, where)
+        check_limit("topology_nodes", k.size(values), f"{where}: {k.name} topology")
+        return k.build(values)
     except DessimError as exc:
         msg = str(exc)
         raise type(exc)(msg if msg.startswith(where) else f"{where}: {msg}") from None
@@ -642,6 +666,8 @@ def load_topology(spec: Topology | str | os.PathLike[str] | Mapping[str, Any]) -
     text = spec.strip()
     if Path(text).is_file():
         return load_yaml(text)
+    if Path(text).is_dir():
+        raise SpecError(f"topology {text!r} is a directory, not a topology file or spec")
     shipped = find_data_file("topologies", text)
     if shipped is not None:
         return load_yaml(shipped)

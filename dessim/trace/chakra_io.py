@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from dessim.errors import TraceError
+from dessim.errors import OutputError, TraceError
+from dessim.resources import check_output, require_extra
 from dessim.trace import chakra_schema as schema
 
 __all__ = [
+    "check_chakra_prefix",
     "AttrValue",
     "IOInfo",
     "ChakraNode",
@@ -835,13 +837,27 @@ def encode_rank(rank_trace: RankTrace, where: str | None = None) -> bytes:
     return b"".join(_encode_varint(len(c)) + c for c in chunks)
 
 
+def check_chakra_prefix(prefix: str | os.PathLike, what: str = "Chakra trace prefix") -> Path:
+    """Check, before any work, that rank files ``PREFIX.<rank>.et`` can be written: a valid
+    ``DIR/PREFIX``, ``DIR`` existing and writable, protobuf installed
+    (:class:`~dessim.errors.OutputError` otherwise)."""
+    text = os.fspath(prefix)
+    if not text.strip() or Path(text).name in ("", ".", "..") or text.endswith(("/", os.sep)):
+        raise OutputError(f"{what} {text!r}: expected '<dir>/<prefix>' (files <prefix>.<rank>.et "
+                          "in <dir>), not a directory")
+    require_extra("chakra", f"{what} {text!r}")
+    check_output(f"{text}.0.et", what)
+    return Path(text)
+
+
 def write_chakra(trace: ChakraTrace, prefix: str | os.PathLike[str]) -> list[Path]:
     """Write ``<prefix>.<rank>.et`` for every rank; return the paths written.
 
     The bytes depend only on the trace's content (nodes sorted by id, attributes in mapping order), so
     repeated writes are byte-identical; re-writing a trace read from Chakra's generator
     reproduces its bytes. Refuses to leave stale files of higher ranks behind
-    (they would be read back as part of the trace). Creates the directory if needed.
+    (they would be read back as part of the trace). The directory must exist (it is not
+    created: a typo in it fails here instead of scattering files).
     """
     text = os.fspath(prefix)
     if not text.strip() or Path(text).name in ("", ".", ".."):
@@ -853,8 +869,8 @@ def write_chakra(trace: ChakraTrace, prefix: str | os.PathLike[str]) -> list[Pat
     if not trace.ranks:
         raise TraceError("write_chakra: the trace has no ranks")
     paths = [out.with_name(f"{out.name}.{r}.et") for r in range(len(trace.ranks))]
+    check_chakra_prefix(text)
     blobs = [encode_rank(rt, str(p)) for rt, p in zip(trace.ranks, paths)]
-    out.parent.mkdir(parents=True, exist_ok=True)
     stale = sorted(
         e.name for e in out.parent.iterdir()
         if (m := _RANK_FILE.match(e.name)) and m["prefix"] == out.name and int(m["rank"]) >= len(paths)

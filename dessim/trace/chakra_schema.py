@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dessim.errors import DessimError
+from dessim.resources import install_hint
 
 __all__ = [
     "PACKAGE",
@@ -223,7 +224,7 @@ def messages() -> ChakraMessages:
     except ImportError as exc:  # pragma: no cover - exercised only without protobuf
         raise DessimError(
             "reading or writing Chakra execution traces needs the 'protobuf' package: "
-            "pip install dessim[chakra]"
+            + install_hint("chakra")
         ) from exc
 
     pool = descriptor_pool.DescriptorPool()

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dessim.errors import DessimError, TaskGraphError, TraceError
+from dessim.resources import read_text, read_yaml
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.trace.chakra_io import (ChakraNode, ChakraTrace, IOInfo, RankTrace, process_groups,
@@ -183,16 +184,14 @@ def _rank_map_entries(value: RankMapLike, where: str) -> dict[int, int]:
         return {}
     if isinstance(value, os.PathLike) or (isinstance(value, str) and Path(value).is_file()):
         path = Path(value)
-        text = path.read_text()
         try:
             if path.suffix.lower() in (".yaml", ".yml"):
-                import yaml
-                data = yaml.safe_load(text)
-            elif path.suffix.lower() == ".json":
-                data = json.loads(text)
+                data = read_yaml(path, "rank map file")
             else:
-                data = text.replace("\n", ",").strip(", ")
-        except (ValueError, ImportError) as exc:
+                text = read_text(path, "rank map file")
+                data = (json.loads(text) if path.suffix.lower() == ".json"
+                        else text.replace("\n", ",").strip(", "))
+        except (ValueError, RecursionError) as exc:
             raise TraceError(f"rank map file {path}: cannot parse: {exc}") from None
         return _rank_map_entries(data, f"rank map file {path}")
     if isinstance(value, str):
@@ -219,13 +218,20 @@ def _rank_map_entries(value: RankMapLike, where: str) -> dict[int, int]:
     out = {}
     for k, v in items:
         try:
-            if isinstance(k, bool) or isinstance(v, bool):
-                raise ValueError
-            out[int(k)] = int(v)
+            out[_whole(k)] = _whole(v)
         except (TypeError, ValueError):
             raise TraceError(f"{where}: entry {k!r}: {v!r} is not trace rank: topology rank "
                              "(two integers)") from None
     return out
+
+
+def _whole(value: object) -> int:
+    """An int, or a string of one; ValueError for anything else (1.5, inf, True, None)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return int(value)
+    raise ValueError(value)
 
 
 def parse_rank_map(value: RankMapLike, num_trace_ranks: int, num_gpus: int | None,

@@ -84,6 +84,7 @@ class ClusterSpec:
     engine: Mapping[str, Any] = field(default_factory=dict)
     storage: Mapping[str, Any] | None = None
     description: str = ""
+    origin: str = ""      #: the file it was read from (named by error messages)
 
 
 def parse_gpus(value: Any, where: str) -> tuple[int, ...] | int:
@@ -167,7 +168,8 @@ def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
                             parse_gpus(item["gpus"], f"{where}.gpus"), overrides))
     check_cluster_sections(data, [j.name for j in jobs], origin)
     return ClusterSpec(str(data.get("name", Path(origin).stem)), data["topology"], tuple(jobs),
-                       dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")))
+                       dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")),
+                       origin)
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
@@ -334,7 +336,10 @@ def cluster_topology(topology: Topology | str, storage: Mapping[str, Any] | None
     views are cut). A :class:`Topology` that already went through here is returned as is."""
     if isinstance(topology, Topology) and topology.meta.get("cluster_prepared"):
         return topology
-    topo = load_topology(topology)
+    try:
+        topo = load_topology(topology)
+    except DessimError as exc:
+        raise type(exc)(f"{where}: topology: {exc}") from None
     if storage:
         try:
             topo = attach_storage(topo, **dict(storage))
@@ -350,7 +355,7 @@ def simulate_cluster(cluster: ClusterSpec | str | Path, *, topology: Topology | 
     """Simulate every job of ``cluster`` together (and each alone unless ``alone=False``);
     ``topology`` and ``options`` replace the file's."""
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
-    where = f"cluster {spec.name!r}"
+    where = f"cluster {spec.name!r}" + (f" ({spec.origin})" if spec.origin else "")
     if options is None:
         options = EngineOptions.of(spec.engine, where, record_links=False)
     topo = cluster_topology(topology if topology is not None else spec.topology, spec.storage, options, where)

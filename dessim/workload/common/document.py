@@ -5,11 +5,12 @@ merging overrides into a document — the same rules for every kind of workload 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Mapping
 
 from dessim.errors import DessimError, SpecError
 
-__all__ = ["as_bool", "as_str", "check_keys", "check_section", "merge_document"]
+__all__ = ["as_bool", "as_str", "as_choice", "as_positive", "check_keys", "check_section", "merge_document"]
 
 
 def as_bool(value: Any, what: str) -> bool:
@@ -24,6 +25,24 @@ def as_str(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise SpecError(f"{what}: expected a string, got {value!r}")
     return value
+
+
+def as_choice(value: Any, choices: Any, what: str) -> Any:
+    """``value`` if it is one of ``choices`` (a mapping's keys or a collection of strings),
+    else a :class:`SpecError` naming ``what`` and listing them (also for unhashable values
+    such as a list, which ``value in choices`` would crash on)."""
+    if isinstance(value, (str, int, float, bool)) and value in choices:
+        return value
+    raise SpecError(f"{what} {value!r} is unknown; valid: {', '.join(map(str, choices))}")
+
+
+def as_positive(value: Any, what: str) -> float:
+    """``value`` as a finite number > 0 (int or float, not a bool or string), else a
+    :class:`SpecError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise SpecError(f"{what}: expected a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def check_keys(data: Any, valid: tuple[str, ...], where: str, not_mapping: str | None = None) -> dict[str, Any]:

@@ -78,7 +78,7 @@ from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
 from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS, Precision
-from dessim.workload.common.document import as_bool, check_keys
+from dessim.workload.common.document import as_bool, as_choice, as_positive, check_keys
 from dessim.workload.recsys.qcomm import CommPrecision, parse_comm_precision
 from dessim.workload.recsys.tiers import TIER_NODE_KINDS, parse_spill, parse_spill_budget, place_tiers
 
@@ -186,9 +186,7 @@ def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
             raise SpecError(f"{origin}: the bottom MLP ends at {bottom[-1]} but embedding_dim is {dim}; the dot "
                             "interaction needs them equal")
         spill = parse_spill(e.get("spill", "none"), f"{origin}: embeddings.spill")
-        precision = m.get("precision", "bf16")
-        if precision not in PRECISIONS:
-            raise SpecError(f"{origin}: model.precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
+        precision = as_choice(m.get("precision", "bf16"), PRECISIONS, f"{origin}: model.precision")
         emb = EmbeddingOptions(
             sharding=str(e.get("sharding", "table_wise")), sharder=str(e.get("sharder", "greedy")),
             column_shards=parse_count(e.get("column_shards", 2), f"{origin}: embeddings.column_shards", minimum=1),
@@ -201,9 +199,8 @@ def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
             storage=_storage(e.get("storage"), f"{origin}: embeddings.storage"),
             comm_precision=parse_comm_precision(e.get("comm_precision"), f"{origin}: embeddings.comm_precision"))
         for value, valid, key in ((emb.sharding, SHARDINGS, "sharding"), (emb.sharder, SHARDERS, "sharder")):
-            if value not in valid:
-                raise SpecError(f"{origin}: embeddings.{key} {value!r} is unknown; valid: {', '.join(valid)}")
-        pooling = float(m.get("pooling", 1))
+            as_choice(value, valid, f"{origin}: embeddings.{key}")
+        pooling = as_positive(m.get("pooling", 1), f"{origin}: model.pooling")
         return DLRMSpec(common, parse_count(m.get("dense_features", 13), f"{origin}: model.dense_features",
                                             minimum=1),
                         bottom, _widths(m["top_mlp"], f"{origin}: model.top_mlp"),

@@ -29,6 +29,7 @@ is an error."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import replace
 from itertools import product
 from pathlib import Path
@@ -39,6 +40,7 @@ from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
+from dessim.resources import data_dir, read_yaml
 from dessim.units import parse_size
 from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan, make_plan
 from dessim.workload.transformer.layout import ParallelLayout
@@ -92,6 +94,21 @@ _DOC_KEYS: dict[str, str] = {
 _OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "offload_activations": "activations"}
 
 
+def _file_sets_dp(spec: WorkloadSpec) -> bool:
+    """Whether the user's own workload file writes ``parallelism.dp``: then it is meant, and
+    a GPU count it does not match is an error instead of being silently refilled. A shipped
+    preset's ``dp`` is only its default size, which the topology's GPU count replaces."""
+    if spec.path is None:
+        return False
+    path = Path(spec.path).resolve()
+    shipped = data_dir("workloads")
+    if shipped is not None and path.parent == shipped.resolve():
+        return False
+    doc = read_yaml(path, "workload file")
+    par = doc.get("parallelism") if isinstance(doc, dict) else None
+    return isinstance(par, dict) and "dp" in par
+
+
 def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str, Any] | None = None,
                      num_gpus: int | None = None) -> tuple[WorkloadSpec, dict[str, Any], bool]:
     """Load ``workload`` and apply the overrides that belong to its document (sections and
@@ -124,7 +141,17 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
         elif key in _OFFLOAD_KEYS:
             sections.setdefault("training", {}).setdefault("offload", {})[_OFFLOAD_KEYS[key]] = overrides.pop(key)
     merge_document(doc, sections)
-    explicit_dp = "dp" in sections.get("parallelism", {})
+    given_dp = "dp" in sections.get("parallelism", {})
+    explicit_dp = given_dp or _file_sets_dp(spec)
+    if explicit_dp and not given_dp and num_gpus is not None:
+        par = doc["parallelism"]
+        sizes = [par.get(k, 1) for k in ("tp", "pp", "dp", "cp")]
+        if all(isinstance(v, int) for v in sizes) and math.prod(sizes) != num_gpus:
+            raise WorkloadError(
+                f"workload file {str(spec.path)!r}: parallelism.dp {par['dp']} makes tp·pp·dp·cp "
+                f"= {math.prod(sizes)} GPUs, but the topology has {num_gpus}; remove dp from the "
+                "file to let data parallelism fill the topology, or give --dp / a topology "
+                "of that size")
     if num_gpus is not None and not explicit_dp:
         par = doc["parallelism"]
         model_par = par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1)

@@ -52,7 +52,7 @@ the key, the file and the valid keys)::
       offload:
         optimizer: none              # none | host | cxl
         activations: none            # none | host | cxl
-      device: H100                   # a GPU name of dessim.catalog.devices (not checked here)
+      device: H100                   # a GPU name of dessim.catalog.devices (checked here)
 
 Numbers accept dessim.units forms (``"1k"`` counts, ``"25MiB"`` sizes).
 
@@ -66,8 +66,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
 
+from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, SpecError
 from dessim.resources import data_files, find_data_file, read_yaml
 from dessim.units import parse_count, parse_size
@@ -237,7 +237,7 @@ _TRAINING_SCHEMA: Mapping[str, Converter] = {
     "attention": as_str, "zero_stage": _zero,
     "bucket_size": _size,
     "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
-    "device": as_str, "tp_comm_overlap": as_bool, "fuse_optimizer_allreduce": as_bool,
+    "device": lambda v, what: get_device(as_str(v, what), what).name, "tp_comm_overlap": as_bool, "fuse_optimizer_allreduce": as_bool,
 }
 _OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": as_str, "activations": as_str}
 
@@ -311,8 +311,8 @@ def shipped_workloads(kind: str | None = TRANSFORMER_KIND) -> dict[str, Path]:
 def file_kind(path: Path) -> str | None:
     """The ``kind:`` of a workload file (``transformer`` when absent); None if unreadable."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        data = read_yaml(path, "workload file")
+    except SpecError:
         return None
     return data.get("kind", TRANSFORMER_KIND) if isinstance(data, dict) else None
 
@@ -333,8 +333,9 @@ def load_workload(path_or_name: str | Path) -> WorkloadSpec:
         if found is None:
             if path.suffix in (".yaml", ".yml") or "/" in text:
                 raise SpecError(f"workload file {text!r} does not exist")
-            names = ", ".join(shipped_workloads()) or "(none found)"
-            raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets: {names}")
+            names = ", ".join(data_files("workloads")) or "(none found)"
+            raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets "
+                            f"(every kind): {names}")
         path = found
     data = read_yaml(path, "workload file")
     name = path.stem

@@ -34,6 +34,7 @@ from dessim.workload.dataparallel.graph import emit_backward, emit_forward, emit
 from dessim.workload.dataparallel.paramserver import iteration_figures
 from dessim.workload.dataparallel.result import DPResult, Generated
 from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, dp_sync, parse_common, sync_details
+from dessim.workload.common.document import as_choice
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS
@@ -67,12 +68,8 @@ def parse_cnn(data: Any, origin: str, default_name: str) -> CNNSpec:
     for key in model:
         if key not in _MODEL_KEYS:
             raise SpecError(f"{origin}: model: unknown key {key!r}; valid keys: {', '.join(_MODEL_KEYS)}")
-    arch = model.get("arch")
-    if arch not in ARCHS:
-        raise SpecError(f"{origin}: model.arch {arch!r} is unknown; valid: {', '.join(ARCHS)}")
-    precision = model.get("precision", "bf16")
-    if precision not in PRECISIONS:
-        raise SpecError(f"{origin}: model.precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
+    arch = as_choice(model.get("arch"), ARCHS, f"{origin}: model.arch")
+    precision = as_choice(model.get("precision", "bf16"), PRECISIONS, f"{origin}: model.precision")
     try:
         image = parse_count(model.get("image_size", 224), f"{origin}: model.image_size", minimum=1)
         classes = parse_count(model.get("classes", 1000), f"{origin}: model.classes", minimum=1)
