@@ -248,7 +248,8 @@ class Evaluator:
     precheck: Callable[[Mapping[str, Any]], None] | None = None
     #: Top-level names of the metrics a point reports (dotted metrics such as
     #: ``exposed_comm_s.dp`` start with one of them); a spec's metric is checked against them.
-    metrics: tuple[str, ...] = ()
+    #: None: not declared, the names are not checked before the run.
+    metrics: tuple[str, ...] | None = None
 
     @property
     def supports_auto(self) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -360,6 +361,8 @@ def validate_sweep(spec: SweepSpec, columns: Sequence[str] = ()) -> None:
                      for msg, ps in list(problems.items())[:3]]
             raise SweepError(f"{spec.source}: invalid configuration, nothing was run:\n  "
                              + "\n  ".join(lines))
+    if evaluator.metrics is None:
+        return
     known = {*evaluator.metrics, *spec.axis_paths, *FIXED_COLUMNS, "eval_wall_s", "layout",
              "offload", *(("cost",) if spec.cost else ())}
     from dessim.sweep.analysis import cost_columns

@@ -333,9 +333,10 @@ def load_workload(path_or_name: str | Path) -> WorkloadSpec:
         if found is None:
             if path.suffix in (".yaml", ".yml") or "/" in text:
                 raise SpecError(f"workload file {text!r} does not exist")
-            names = ", ".join(data_files("workloads")) or "(none found)"
-            raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets "
-                            f"(every kind): {names}")
+            names = ", ".join(n for n, p in data_files("workloads").items()
+                              if file_kind(p) not in (None, "cluster")) or "(none found)"
+            raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets: "
+                            f"{names} (every kind)")
         path = found
     data = read_yaml(path, "workload file")
     name = path.stem
