@@ -47,3 +47,25 @@ def test_small_clusters_get_port_speed_uplinks():
     res = simulate_transfers(t, [(7, 8, "1GB", 0.0)])   # n0.gpu7 -> n1.gpu0: rail 7 -> rail 0
     nic = get_link_tech("ib_ndr")
     assert 1e9 / (res.finish_times[0]) == pytest.approx(nic.bw * nic.efficiency, rel=1e-3)
+
+
+def test_a_memory_pool_cabled_to_every_gpu_does_not_merge_the_servers():
+    """A pooled memory node (sweeps' memory expansion) forwards no traffic, so it joins no two
+    servers: the hosts stay the nodes, and a send between nodes is a simple path through the
+    NICs (a merged host made PXN pick a proxy GPU on the receiver's node: a looping route)."""
+    from dessim.sweep.memory import MemorySetup, with_expansion
+    from dessim.topology.hosts import host_map
+    from dessim.topology.routing import router_for
+
+    base = load_topology("dgx-a100:nodes=2")
+    topo = with_expansion(base, MemorySetup(hbm_capacity=None, expansion_capacity=256e9,
+                                            expansion_bw=25e9, expansion_lat=1e-6, options={}))
+    hosts = host_map(topo)
+    assert [h.gpus for h in hosts.hosts] == [tuple(range(8)), tuple(range(8, 16))]
+    router = router_for(topo)
+    for src, dst in ((8, 0), (0, 9), (3, 12)):
+        path = router.path(topo.node_of(src), topo.node_of(dst))
+        assert len(set(path)) == len(path), path
+    # the same route as without the pool
+    base_router = router_for(base)
+    assert router.path(topo.node_of(8), topo.node_of(0)) == base_router.path(base.node_of(8), base.node_of(0))

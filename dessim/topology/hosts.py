@@ -1,7 +1,8 @@
 """Hosts, NICs and rails of a topology: the facts NCCL's topology search works from.
 
-A *host* is a connected part of the topology graph once its NICs are taken out that holds at
-least one GPU: one server, with its GPUs, PCIe switches, CPUs, NVSwitch and memory. Two GPUs
+A *host* is a connected part of the topology graph once its NICs (and the nodes that forward
+no traffic, other than GPUs: memory pools, storage) are taken out that holds at least one GPU:
+one server, with its GPUs, PCIe switches, CPUs and NVSwitch. Two GPUs
 of different hosts can only talk through NICs and the fabric between them.
 
 For every host, :class:`HostMap` knows:
@@ -62,7 +63,10 @@ class HostMap:
     def __init__(self, topology: Topology) -> None:
         graph = topology.graph
         nics = {n for n, d in graph.nodes(data=True) if d["kind"] == "nic"}
-        inner = graph.subgraph(n for n in graph.nodes if n not in nics)
+        # a node that forwards nothing (a memory pool cabled to GPUs of several servers,
+        # a storage node) joins no two servers: only GPUs and forwarding nodes make a host
+        inner = graph.subgraph(n for n, d in graph.nodes(data=True)
+                               if n not in nics and (d["kind"] == "gpu" or d["transit"]))
         parts = [part for part in nx.connected_components(inner)
                  if any(graph.nodes[n]["kind"] == "gpu" for n in part)]
         parts.sort(key=lambda part: min(graph.nodes[n]["rank"] for n in part
