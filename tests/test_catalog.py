@@ -6,7 +6,8 @@ from dessim.catalog import (DEVICES, LINK_TECHS, LINK_TYPES, PRECISIONS, check_l
                             get_device, get_link_tech)
 from dessim.errors import DessimError, SpecError
 
-REQUIRED_DEVICES = ["V100", "A100-40GB", "A100-80GB", "H100", "H200", "B200", "MI300X"]
+REQUIRED_DEVICES = ["V100", "A100-40GB", "A100-80GB", "H100", "H800", "H200", "B200", "GB200",
+                    "MI300X"]
 REQUIRED_TECHS = ["nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "pcie6",
                   "cxl2", "cxl3", "ib_hdr", "ib_ndr", "ib_xdr", "eth100", "eth200", "eth400",
                   "eth800", "ddr4", "ddr5"]

@@ -105,6 +105,9 @@ def test_preset_errors(call, match):
     (16, "A100-40GB", "dgx-a100:nodes=2,gpu=A100-40GB"),
     (8192, None, "dgx-h100:nodes=1024"),          # no device: H100 nodes
     (12, "H200", "dgx-h100:nodes=2,gpu=H200"),     # a partial node rounds up
+    (2048, "H800", "dgx-h100:nodes=256,gpu=H800"),
+    (16, "B200", "dgx-b200:nodes=2"),
+    (144, "GB200", "gb200-nvl72:racks=2"),
 ])
 def test_suggested_topology_is_dgx_nodes_of_the_device(gpus, device, spec):
     from dessim.topology import load_topology
@@ -113,7 +116,7 @@ def test_suggested_topology_is_dgx_nodes_of_the_device(gpus, device, spec):
     assert load_topology(spec).num_gpus >= gpus
 
 
-@pytest.mark.parametrize("device", ["B200", "MI300X", "V100"])
+@pytest.mark.parametrize("device", ["MI300X", "V100"])
 def test_no_topology_is_suggested_for_a_gpu_without_a_dgx_preset(device):
     from dessim.topology.presets import suggested_topology
     assert suggested_topology(8, device) is None

@@ -66,7 +66,8 @@ class GPUSpec:
 
 
 _GENERATION = {"V100": "volta", "A100-40GB": "ampere", "A100-80GB": "ampere", "H100": "hopper",
-               "H200": "hopper", "B200": "blackwell", "MI300X": "cdna3"}
+               "H800": "hopper", "H200": "hopper", "B200": "blackwell", "GB200": "blackwell",
+               "MI300X": "cdna3"}
 
 
 def _spec(name: str, flops: dict[str, float], hbm: float, hbm_bw: float, scaleup: float,
@@ -127,6 +128,22 @@ _LIST = [
            "scaleup_bw": "[C] nccl-tests#212 (NVLink4 450 GB/s uni); glennklockwood H100 "
                          "(900 GB/s bidir)",
            "host_link": "[C2] glennklockwood H100 (PCIe Gen5 128 GB/s bidir)"}),
+    _spec("H800", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
+                   "fp8": 1978.9 * T},
+          80 * GB, 3350 * GB, 200 * GB, "nvlink4_h800", "pcie5",
+          ("h800-sxm", "h800-sxm5", "h800-80gb"),
+          {"fp16": "[C2] H800 SXM datasheet (1,979 TF sparse = 989 dense, as H100: the same "
+                   "GH100 die; only NVLink and FP64 are cut)",
+           "bf16": "[C2] H800 SXM datasheet (989 dense, as H100)",
+           "fp8": "[C2] H800 SXM datasheet (3,958 sparse = 1,979 dense, as H100)",
+           "fp32": "[C2] H800 SXM datasheet (67 TF FP32, as H100)",
+           "tf32": "[C2] H800 SXM datasheet (989 sparse = 494.7 dense, as H100)",
+           "hbm_capacity": "[C2] H800 SXM datasheet (80 GB HBM3)",
+           "hbm_bw": "[C2] H800 SXM datasheet (3.35 TB/s)",
+           "scaleup_bw": "[C2] H800 SXM datasheet (NVLink 400 GB/s bidirectional = 200 uni, "
+                         "8 NVLink4 links instead of 18); DeepSeek-V3 report §3.2.2 measures "
+                         "≈160 GB/s achieved",
+           "host_link": "[C2] H800 SXM datasheet (PCIe Gen5 128 GB/s bidir)"}),
     _spec("H200", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
                    "fp8": 1978.9 * T},
           141 * GB, 4800 * GB, 450 * GB, "nvlink4", "pcie5",
@@ -157,6 +174,24 @@ _LIST = [
                          "uni); Interconnect generations (18 x 50 GB/s uni)",
            "host_link": "[U] PCIe Gen5 host interface assumed (HGX B200 hosts; glennklockwood "
                         "B200 lists PCIe Gen6 on the GPU); " + _UNCONFIRMED}),
+    _spec("GB200", {"fp32": 90 * T, "tf32": 1250 * T, "fp16": 2500 * T, "bf16": 2500 * T,
+                    "fp8": 5000 * T},
+          186 * GB, 8000 * GB, 900 * GB, "nvlink5", "pcie6",
+          ("gb200-nvl72", "gb200-superchip", "b200-gb200"),
+          {"fp16": "[D] GB200 NVL72 datasheet (rack: 360 PF FP16/BF16 with sparsity -> 180 "
+                   "dense / 72 GPUs = 2,500 TF; the 1,200 W Blackwell of the Grace-Blackwell "
+                   "superchip clocks higher than HGX B200)",
+           "bf16": "[D] GB200 NVL72 datasheet (360 PF sparse / 2 / 72 = 2,500 dense)",
+           "fp8": "[D] GB200 NVL72 datasheet (720 PF sparse / 2 / 72 = 5,000 dense)",
+           "fp32": "[D] GB200 NVL72 datasheet (6,480 TF FP32 / 72 = 90)",
+           "tf32": "[D] GB200 NVL72 datasheet (180 PF sparse / 2 / 72 = 1,250 dense)",
+           "hbm_capacity": "[D] GB200 NVL72 datasheet (13.4 TB HBM3e / 72 = 186 GB)",
+           "hbm_bw": "[D] GB200 NVL72 datasheet (576 TB/s / 72 = 8 TB/s)",
+           "scaleup_bw": "[D] GB200 NVL72 datasheet (130 TB/s NVLink / 72 = 1.8 TB/s bidir = "
+                         "900 uni); DGX SuperPOD GB200 RA (NVLink5 18 links)",
+           "host_link": "[U] PCIe Gen6 to its NICs (glennklockwood B200 lists PCIe Gen6 on the "
+                        "GPU); the CPU link is NVLink-C2C (links.nvlink_c2c, used by the "
+                        "gb200-nvl72 preset); " + _UNCONFIRMED}),
     _spec("MI300X", {"fp32": 163.4 * T, "tf32": 653.7 * T, "fp16": 1307.4 * T, "bf16": 1307.4 * T,
                      "fp8": 2614.9 * T},
           192 * GB, 5300 * GB, 448 * GB, "if_mi300x", "pcie5",

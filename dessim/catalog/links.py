@@ -94,6 +94,13 @@ _LIST = [
        "[C] 8x H100 Ring all-reduce busbw ≈ 370 GB/s of 450 raw: 370/450 = 0.822 "
        "(nccl-tests#212; NVLS reaches 480 via in-switch reduction)",
        "NVLink 4 (H100/H200), per-GPU aggregate"),
+    _t("nvlink4_h800", "nvlink", 200 * GB, 250 / GIGA, 370 / 450,
+       "[C2] H800 SXM: NVLink 400 GB/s bidirectional = 8 NVLink4 links x 25 GB/s uni = 200 GB/s "
+       "(H800 SXM datasheet)",
+       _U_NVLINK_LAT,
+       "[C] NVLink4's 370/450 (nccl-tests#212): 164 GB/s, as DeepSeek-V3 report §3.2.2 "
+       "('NVLink offers a bandwidth of 160 GB/s' on its H800 nodes)",
+       "NVLink 4 of the H800 (8 of the 18 links), per-GPU aggregate"),
     _t("nvlink5", "nvlink", 900 * GB, 250 / GIGA, 1.0,
        "[C] 18 links x 50 GB/s uni = 900 GB/s (DGX SuperPOD GB200 RA; Interconnect generations)",
        _U_NVLINK_LAT, "[U] NCCL-effective NVLink5: no published measurement; 1.0 (ideal)",
@@ -166,6 +173,17 @@ _LIST = [
        "H100, DGX BasePOD RA; Sapphire Rapids memory). Half duplex (duplex=False)",
        "[U] default 100 ns: local DDR load 'sub-100 ns' (nextplatform CXL latency)", _NO_EFF,
        "DDR5-4800, 8 channels, one socket", duplex=False),
+    # ---- Grace CPU to Blackwell GPU (GB200 superchip)
+    _t("nvlink_c2c", "custom", 450 * GB, 100 / GIGA, 1.0,
+       "[C2] NVLink-C2C 900 GB/s bidirectional = 450 GB/s per direction between the Grace CPU "
+       "and its two Blackwell GPUs of one GB200 superchip (GB200 NVL72 datasheet)",
+       "[U] default 100 ns, like a local memory access", _NO_EFF,
+       "NVLink-C2C, Grace CPU to its GPUs (GB200)"),
+    _t("lpddr5x", "ddr", 512 * GB, 100 / GIGA, 1.0,
+       "[C2] Grace CPU LPDDR5X up to 512 GB/s per CPU (GB200 NVL72 datasheet: 480 GB per "
+       "Grace). Half duplex (duplex=False)",
+       "[U] default 100 ns: local DDR load 'sub-100 ns' (nextplatform CXL latency)", _NO_EFF,
+       "LPDDR5X of one Grace CPU", duplex=False),
     # ---- CPU socket to socket (UPI / xGMI), aggregated
     _t("socket", "custom", 64 * GB, 100 / GIGA, 1.0,
        "[U] CPU-CPU socket interconnect (Intel UPI / AMD xGMI), aggregated over its links; "

@@ -44,11 +44,12 @@ from dessim.taskgraph.model import Task
 __all__ = ["DeviceModel", "RankDevices", "SM_COUNT", "ATTENTION_IMPLS", "FLASH_GENERATIONS"]
 
 #: Streaming multiprocessors (AMD: compute units) per device: the number of GEMM tiles per
-#: wave. [C2] V100 80 (V100 datasheet), A100 108 (glennklockwood A100), H100/H200 132
-#: (glennklockwood H100), MI300X 304 CUs (MI300X specs); B200 148 [U] (unconfirmed; override
-#: with a calibration file). Short names of docs/references.md.
+#: wave. [C2] V100 80 (V100 datasheet), A100 108 (glennklockwood A100), H100/H800/H200 132
+#: (glennklockwood H100; H800 is the same GH100 configuration), MI300X 304 CUs (MI300X specs);
+#: B200 and GB200 148 [U] (unconfirmed; override with a calibration file). Short names of
+#: docs/references.md.
 SM_COUNT: dict[str, int] = {"V100": 80, "A100-40GB": 108, "A100-80GB": 108, "H100": 132,
-                            "H200": 132, "B200": 148, "MI300X": 304}
+                            "H800": 132, "H200": 132, "B200": 148, "GB200": 148, "MI300X": 304}
 
 #: Attention implementations a workload can name (``training.attention``).
 ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")

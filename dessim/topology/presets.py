@@ -49,7 +49,7 @@ from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size
 
-__all__ = ["dgx_a100", "dgx_h100", "pcie_server", "cxl_node", "PRESETS", "DGX_GPUS",
+__all__ = ["dgx_a100", "dgx_h100", "dgx_b200", "gb200_nvl72", "pcie_server", "cxl_node", "PRESETS", "DGX_GPUS",
            "SU_SIZE", "suggested_topology"]
 
 #: GPUs per DGX node.
@@ -134,9 +134,63 @@ DGX_A100 = DGXDesign("dgx_a100", "A100-80GB", ("A100-40GB", "A100-80GB"), "ib_hd
                      "ddr4", 512 * GB,
                      "[C2] 1 TB DDR4 (Microway DGX A100 review) split over 2 sockets",
                      cpu_vendor="amd")   # 2 x AMD EPYC 7742
-DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H200"), "ib_ndr", "pcie5", "ddr5",
+DGX_H100 = DGXDesign("dgx_h100", "H100", ("H100", "H800", "H200"), "ib_ndr", "pcie5", "ddr5",
                      1000 * GB,
                      "[C] 2 TB DDR5 (DGX BasePOD RA) split over 2 sockets")
+# DGX B200 datasheet: 8 x B200 on 2 NVSwitch chips (NVLink5, 1.8 TB/s per GPU), 8 single-port
+# ConnectX-7 400 Gb/s compute NICs, 2 x Xeon Platinum 8570, 2 TB DDR5 (up to 4 TB)
+DGX_B200 = DGXDesign("dgx_b200", "B200", ("B200",), "ib_ndr", "pcie5", "ddr5", 1000 * GB,
+                     "[C2] 2 TB DDR5 (DGX B200 datasheet) split over 2 sockets")
+
+
+def _scaleout(where: str, oversub: object, nic: object, nic_bw: object) -> tuple[float, LinkTech]:
+    """The checked oversubscription and NIC technology (``nic_bw``: another port speed of the
+    same technology) of a rail-optimised fabric."""
+    try:
+        oversub = float(oversub)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TopologyError(f"{where}: oversub {oversub!r} is not a number") from None
+    if not (oversub > 0 and math.isfinite(oversub)):
+        raise TopologyError(f"{where}: oversub {oversub!r} must be a finite number > 0")
+    nic_tech = get_link_tech(str(nic), f"{where} nic")
+    if nic_tech.type not in ("ib", "ethernet"):
+        raise TopologyError(f"{where}: nic {nic_tech.name!r} is a {nic_tech.type} link, not a "
+                            "scale-out (ib or ethernet) technology")
+    if nic_bw is not None:  # same technology (latency, efficiency), another port speed
+        nic_tech = replace(nic_tech, name=f"{nic_tech.name}@{nic_bw}",
+                           bw=parse_bandwidth(nic_bw, f"{where} nic_bw"))
+    return oversub, nic_tech
+
+
+def _rail_fabric(g: nx.Graph, where: str, nodes: int, n_nics: int, nic: LinkTech, su_size: int,
+                 oversub: float, spines: object, ideal: bool, sharp: bool) -> int:
+    """The rail-optimised fat tree of the module docstring over ``nodes`` hosts whose NICs are
+    ``n<k>.nic<r>`` (``r < n_nics``, rail r); returns the spine count (0 for one host)."""
+    if nodes <= 1:
+        return 0
+    reduces = {"sharp": True} if sharp else {}     # fabric switch attribute (IB SHARP)
+    n_su = math.ceil(nodes / su_size)
+    n_leaves = n_su * n_nics
+    per_leaf = min(nodes, su_size)  # nodes (NIC ports) under the fullest leaf
+    # Default: uplinks at port speed or wider. A leaf needs ceil(per_leaf / oversub) port-speed
+    # uplinks; the SuperPOD (32 leaves, 16 spines, 2 x 400G per leaf-spine pair) caps the
+    # spine count at leaves / 2. Fewer, thinner uplinks would cap a single cross-rail flow
+    # below its NIC speed on small clusters.
+    n_spines = (parse_count(spines, f"{where} spines", minimum=1) if spines is not None
+                else max(1, min(n_leaves // 2, math.ceil(per_leaf / oversub))))
+    for s in range(n_spines):
+        g.add_node(f"spine{s}", kind="switch", **reduces)
+    for su in range(n_su):
+        members = range(su * su_size, min(nodes, (su + 1) * su_size))
+        for r in range(n_nics):
+            leaf = f"leaf.su{su}.r{r}"
+            g.add_node(leaf, kind="switch", **reduces)
+            for k in members:
+                g.add_edge(f"n{k}.nic{r}", leaf, **_attrs(nic, ideal))
+            up = len(members) * nic.bw / (oversub * n_spines)
+            for s in range(n_spines):
+                g.add_edge(leaf, f"spine{s}", **_attrs(nic, ideal, up))
+    return n_spines
 
 
 def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,
@@ -157,20 +211,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
     if dev.name not in design.allowed_gpus:
         raise TopologyError(f"{where}: gpu {dev.name!r} is not a {where} GPU "
                             f"(valid: {', '.join(design.allowed_gpus)})")
-    try:
-        oversub = float(oversub)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise TopologyError(f"{where}: oversub {oversub!r} is not a number") from None
-    if not (oversub > 0 and math.isfinite(oversub)):
-        raise TopologyError(f"{where}: oversub {oversub!r} must be a finite number > 0")
-    nic_tech = get_link_tech(design.nic if nic is None else str(nic), f"{where} nic")
-    if nic_tech.type not in ("ib", "ethernet"):
-        raise TopologyError(f"{where}: nic {nic_tech.name!r} is a {nic_tech.type} link, not a "
-                            "scale-out (ib or ethernet) technology")
-    if nic_bw is not None:  # same technology (latency, efficiency), another port speed
-        nic_tech = replace(nic_tech, name=f"{nic_tech.name}@{nic_bw}",
-                           bw=parse_bandwidth(nic_bw, f"{where} nic_bw"))
-    nic = nic_tech
+    oversub, nic = _scaleout(where, oversub, design.nic if nic is None else nic, nic_bw)
     pcie, ddr = (get_link_tech(t) for t in (design.pcie, design.ddr))
     g = nx.Graph()
     for k in range(nodes):
@@ -184,30 +225,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
             g.add_node(name_, kind="nic", rail=i)
         _add_scaleup(g, p, gpus, dev, ideal)
         _add_host(g, p, gpus, nic_names, pcie, ddr, design.host_mem_per_socket, 2, ideal)
-    n_spines = 0
-    reduces = {"sharp": True} if sharp else {}     # fabric switch attribute (IB SHARP)
-    if nodes > 1:
-        n_su = math.ceil(nodes / su_size)
-        n_leaves = n_su * n_nics
-        per_leaf = min(nodes, su_size)  # nodes (NIC ports) under the fullest leaf
-        # Default: uplinks at port speed or wider. A leaf needs ceil(per_leaf / oversub) port-speed
-        # uplinks; the SuperPOD (32 leaves, 16 spines, 2 x 400G per leaf-spine pair) caps the
-        # spine count at leaves / 2. Fewer, thinner uplinks would cap a single cross-rail flow
-        # below its NIC speed on small clusters.
-        n_spines = (parse_count(spines, f"{where} spines", minimum=1) if spines is not None
-                    else max(1, min(n_leaves // 2, math.ceil(per_leaf / oversub))))
-        for s in range(n_spines):
-            g.add_node(f"spine{s}", kind="switch", **reduces)
-        for su in range(n_su):
-            members = range(su * su_size, min(nodes, (su + 1) * su_size))
-            for r in range(n_nics):
-                leaf = f"leaf.su{su}.r{r}"
-                g.add_node(leaf, kind="switch", **reduces)
-                for k in members:
-                    g.add_edge(f"n{k}.nic{r}", leaf, **_attrs(nic, ideal))
-                up = len(members) * nic.bw / (oversub * n_spines)
-                for s in range(n_spines):
-                    g.add_edge(leaf, f"spine{s}", **_attrs(nic, ideal, up))
+    n_spines = _rail_fabric(g, where, nodes, n_nics, nic, su_size, oversub, spines, ideal, sharp)
     params = {"nodes": nodes, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
               "spines": n_spines, "su_size": su_size, "nic": nic.name, "nics": n_nics,
               "pxn": bool(pxn), "sharp": sharp, "pcie": pcie.name,
@@ -250,6 +268,86 @@ def _host_techs(dev: GPUSpec, gen: object | None, where: str) -> tuple[LinkTech,
                          f"pcie{parse_count(gen, f'{where} gen', minimum=0)}", f"{where} gen")
     ddr = get_link_tech("ddr4" if pcie.bw < get_link_tech("pcie5").bw else "ddr5")
     return pcie, ddr
+
+
+def dgx_b200(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
+             spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
+             name: str | None = None, nic: str | None = None,
+             nic_bw: float | str | None = None, nics: int = DGX_GPUS,
+             pxn: bool = True, sharp: bool = False) -> Topology:
+    """DGX B200 node(s): 8 x B200, NVLink5 (900 GB/s per GPU per direction) via one logical
+    NVSwitch (2 chips aggregated), PCIe Gen5 switches, 8 x ConnectX-7 400 Gb/s (IB NDR) NICs,
+    DDR5 host memory (2 TB); ``nodes > 1`` adds the rail-optimised fabric (module
+    docstring); other options as for :func:`dgx_h100`."""
+    return _dgx(DGX_B200, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
+                pxn, sharp)
+
+
+#: GPUs per GB200 NVL72 rack (one NVLink domain) and per GB200 superchip (one Grace CPU).
+NVL72_GPUS = 72
+SUPERCHIP_GPUS = 2
+#: NVL72 racks per scalable unit of the GB200 SuperPOD (8 racks = 576 GPUs; DGX SuperPOD GB200
+#: RA).
+NVL72_SU_SIZE = 8
+#: Grace LPDDR5X per CPU, bytes ([C2] GB200 NVL72 datasheet: up to 480 GB per Grace).
+GRACE_MEMORY = 480 * GB
+
+
+def gb200_nvl72(racks: int = 1, *, ideal: bool = False, oversub: float = 1.0,
+                spines: int | None = None, su_size: int = NVL72_SU_SIZE,
+                name: str | None = None, nic: str = "ib_ndr",
+                nic_bw: float | str | None = None, pxn: bool = True,
+                sharp: bool = False) -> Topology:
+    """GB200 NVL72 rack(s) (GB200 NVL72 datasheet; DGX SuperPOD GB200 RA).
+
+    Rack ``n<k>``: 72 B200-class GPUs ``n<k>.gpu<i>`` (device GB200, rank 72k + i) in ONE
+    NVLink domain: the 18 NVSwitch chips of its 9 switch trays are aggregated into one logical
+    switch ``n<k>.nvsw``, each GPU's link carrying its whole NVLink5 bandwidth (900 GB/s per
+    direction). Superchip ``s`` (36 per rack) is a Grace CPU ``n<k>.cpu<s>`` joined to its two
+    GPUs by NVLink-C2C (450 GB/s per direction) with 480 GB LPDDR5X ``n<k>.mem<s>``; one
+    ConnectX-7 400 Gb/s compute NIC per GPU (``n<k>.nic<i>``, rail i) sits with the
+    superchip's two GPUs under a PCIe switch ``n<k>.pcie<s>`` (PCIe Gen5 [U]: how the NICs
+    attach is not in the datasheet). ``racks > 1``: the rail-optimised fat tree of the module
+    docstring over the racks (``su_size`` racks per scalable unit, default 8 = 576 GPUs).
+    dims ``(72, racks)``."""
+    where = "gb200_nvl72"
+    if not isinstance(sharp, bool):
+        raise TopologyError(f"{where}: sharp={sharp!r}; it must be true or false")
+    racks = parse_count(racks, f"{where} racks", minimum=1)
+    su_size = parse_count(su_size, f"{where} su_size", minimum=1)
+    oversub, nic_tech = _scaleout(where, oversub, nic, nic_bw)
+    dev = get_device("GB200")
+    pcie, c2c, mem = (get_link_tech(t) for t in ("pcie5", "nvlink_c2c", "lpddr5x"))
+    g = nx.Graph()
+    for k in range(racks):
+        p = f"n{k}."
+        gpus = [f"{p}gpu{i}" for i in range(NVL72_GPUS)]
+        for i, gname in enumerate(gpus):
+            g.add_node(gname, kind="gpu", rank=NVL72_GPUS * k + i, device=dev.name,
+                       transit=False, nic=f"{p}nic{i}")
+            g.add_node(f"{p}nic{i}", kind="nic", rail=i)
+        _add_scaleup(g, p, gpus, dev, ideal)
+        for sc in range(NVL72_GPUS // SUPERCHIP_GPUS):
+            cpu, sw = f"{p}cpu{sc}", f"{p}pcie{sc}"
+            g.add_node(cpu, kind="cpu")
+            g.add_node(f"{p}mem{sc}", kind="host_mem", capacity=GRACE_MEMORY)
+            g.add_edge(cpu, f"{p}mem{sc}", **_attrs(mem, ideal))
+            g.add_node(sw, kind="switch")
+            for i in range(SUPERCHIP_GPUS * sc, SUPERCHIP_GPUS * (sc + 1)):
+                g.add_edge(gpus[i], cpu, **_attrs(c2c, ideal))
+                g.add_edge(gpus[i], sw, **_attrs(pcie, ideal))
+                g.add_edge(f"{p}nic{i}", sw, **_attrs(pcie, ideal))
+            g.add_edge(sw, cpu, **_attrs(pcie, ideal))
+    n_spines = _rail_fabric(g, where, racks, NVL72_GPUS, nic_tech, su_size, oversub, spines,
+                            ideal, sharp)
+    params = {"racks": racks, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
+              "spines": n_spines, "su_size": su_size, "nic": nic_tech.name, "pxn": bool(pxn),
+              "sharp": sharp, "pcie": pcie.name, "c2c": c2c.name}
+    default = "gb200-nvl72" + (f"-{racks}rack" if racks > 1 else "")
+    return Topology(g, name=name or default, dims=(NVL72_GPUS, racks),
+                    meta={"builder": where, "params": params, "pxn": bool(pxn),
+                          "cpu_vendor": "nvidia",
+                          "notes": "18 NVSwitch chips aggregated into one logical switch per rack"})
 
 
 def pcie_server(gpus: int = 8, gen: int = 4, *, gpu: str = "A100-80GB", gpus_per_switch: int = 2,
@@ -330,21 +428,24 @@ def cxl_node(gpu: str = "H100", gpus: int = 8, expanders: int = 4,
 
 
 #: Preset functions by name.
-PRESETS = {"dgx_a100": dgx_a100, "dgx_h100": dgx_h100, "pcie_server": pcie_server,
-           "cxl_node": cxl_node}
+PRESETS = {"dgx_a100": dgx_a100, "dgx_h100": dgx_h100, "dgx_b200": dgx_b200,
+           "gb200_nvl72": gb200_nvl72, "pcie_server": pcie_server, "cxl_node": cxl_node}
 
 
 #: The DGX node preset of each GPU family that has one (:func:`suggested_topology`).
 _DGX_OF = {"A100-80GB": "dgx-a100", "A100-40GB": "dgx-a100,gpu=A100-40GB", "H100": "dgx-h100",
-           "H200": "dgx-h100,gpu=H200"}
+           "H800": "dgx-h100,gpu=H800", "H200": "dgx-h100,gpu=H200", "B200": "dgx-b200"}
 
 
 def suggested_topology(gpus: int, device: str | None) -> str | None:
     """The inline spec of ``gpus`` GPUs on DGX nodes of ``device`` (:data:`DGX_GPUS` per
-    node, rounded up; H100 when ``device`` is None): what ``dessim workload show`` suggests
-    for a layout. None for a GPU without a DGX preset (B200, MI300X, V100): its cluster has
-    to be described (an inline ``leafspine``/``switch`` spec or a YAML file)."""
+    node, rounded up; H100 when ``device`` is None), or on GB200 NVL72 racks
+    (:data:`NVL72_GPUS` per rack): what ``dessim workload show`` suggests for a layout. None
+    for a GPU without such a preset (MI300X, V100): its cluster has to be described (an inline
+    ``leafspine``/``switch`` spec or a YAML file)."""
     name = get_device(device).name if device else "H100"
+    if name == "GB200":
+        return f"gb200-nvl72:racks={max(1, -(-gpus // NVL72_GPUS))}"
     builder = _DGX_OF.get(name)
     if builder is None:
         return None
