@@ -35,16 +35,21 @@ PUBLISHED = [
     ("llama3-405b-cp16", 405e9, None, 0.01, "the same model, long-context layout (Llama 3 Table 4)"),
     ("mixtral-8x7b", 46.7e9, 12.9e9, 0.01, "Mistral AI, 'Mixtral of experts' (2023): 46.7B total, "
                                            "12.9B used per token"),
+    # published totals leave the MTP module out; active: tests/test_deepseek_moe.py
+    ("deepseek-v3", 671e9, 37e9, 0.005, "DeepSeek-V3 report (arXiv:2412.19437) §2: 671B total, "
+                                        "37B activated per token"),
 ]
+#: presets whose published active count is too coarsely rounded for ``tol`` (checked elsewhere)
+_ACTIVE_ELSEWHERE = {"deepseek-v3"}
 
 
 @pytest.mark.parametrize("name,total,active,tol,source", PUBLISHED, ids=[p[0] for p in PUBLISHED])
 def test_preset_parameter_counts_match_published_figures(name, total, active, tol, source):
     model = load_workload(name).model
-    assert model.num_params() == pytest.approx(total, rel=tol), source
+    assert model.num_params(include_mtp=False) == pytest.approx(total, rel=tol), source
     if active is None:
         assert model.num_active_params() == model.num_params()
-    else:
+    elif name not in _ACTIVE_ELSEWHERE:
         assert model.num_active_params() == pytest.approx(active, rel=tol), source
 
 

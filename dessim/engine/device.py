@@ -5,9 +5,13 @@
 (:mod:`dessim.catalog.calibration`: the built-in ``calibration/default.yaml`` or a user's
 file). Kernel kinds:
 
-``matmul``
+``matmul`` / ``matmul.<precision>``
     ``shape = (m, n, k)`` or ``(m, n, k, batch)``: the GEMM model (tile and wave
-    quantization, k efficiency, measured ceiling, memory bound).
+    quantization, k efficiency, measured ceiling, memory bound) at the dense peak of the run's
+    precision, or of ``<precision>`` (the 16-bit GEMMs of an FP8 run). FP8 GEMMs use the
+    GPU's 16-bit fitted efficiencies against the FP8 peak [U]: no FP8 GEMM table is fitted;
+    DeepGEMM's published H800 figures (up to 1,550 TFLOP/s, 78 % of the FP8 peak) are of the
+    same order as H100's bf16 ceiling (80 %), docs/validation.md.
 ``attention.<impl>.<phase>``
     an attention block (``impl`` flash2 or flash3: one fused kernel; unfused: the
     matmul-softmax-matmul kernels as one block; ``phase`` fwd or bwd),
@@ -38,10 +42,17 @@ from dataclasses import dataclass, field
 from dessim.catalog.calibration import Calibration, load_calibration
 from dessim.catalog.devices import GPUSpec, get_device
 from dessim.engine.kernel_model import AttentionRate, GemmParams, attention_flops_fa, gemm_time
-from dessim.errors import TaskGraphError
+from dessim.errors import SpecError, TaskGraphError
 from dessim.taskgraph.model import Task
 
-__all__ = ["DeviceModel", "RankDevices", "SM_COUNT", "ATTENTION_IMPLS", "FLASH_GENERATIONS"]
+__all__ = ["DeviceModel", "RankDevices", "SM_COUNT", "ATTENTION_IMPLS", "FLASH_GENERATIONS",
+           "gemm_precision"]
+
+
+def gemm_precision(precision: str) -> str:
+    """The device precision key (fp32, tf32, fp16, bf16, fp8) a run precision's GEMMs use:
+    FP8 recipes (``fp8``, ``fp8-block``) all use the fp8 tensor cores."""
+    return "fp8" if precision.startswith("fp8") else precision
 
 #: Streaming multiprocessors (AMD: compute units) per device: the number of GEMM tiles per
 #: wave. [C2] V100 80 (V100 datasheet), A100 108 (glennklockwood A100), H100/H800/H200 132
@@ -111,8 +122,18 @@ class DeviceModel:
 
     @property
     def peak(self) -> float:
-        """Dense peak FLOP/s at this model's precision."""
-        return self.device.peak_flops(self.precision)
+        """Dense peak FLOP/s of the GEMMs at this model's precision (``fp8-block``: fp8)."""
+        return self.device.peak_flops(gemm_precision(self.precision))
+
+    def check_precision(self) -> None:
+        """A :class:`~dessim.errors.SpecError` if this GPU cannot run the precision's GEMMs
+        (FP8 before Hopper, bf16 on Volta): said before any simulation work."""
+        key = gemm_precision(self.precision)
+        if key not in self.device.flops:
+            raise SpecError(f"precision {self.precision!r} needs {key} tensor cores, which "
+                            f"{self.device.name} ({self.device.generation}) lacks; it has: "
+                            f"{', '.join(self.device.flops)} — use precision: "
+                            f"{self.device.sixteen_bit}")
 
     @property
     def launch_overhead(self) -> float:
@@ -139,7 +160,7 @@ class DeviceModel:
         """Seconds of one kernel of ``kind`` (module docstring), launch overhead included;
         ``reserved_sms``: SMs a concurrent communication kernel holds (GEMMs only)."""
         c: _Constants = self._c  # type: ignore[attr-defined]
-        if kind == "matmul":
+        if kind == "matmul" or kind.startswith("matmul."):
             if len(shape) not in (3, 4) or min(shape) <= 0:
                 raise TaskGraphError(f"a matmul needs shape (m, n, k) or (m, n, k, batch) > 0, "
                                      f"got {list(shape)}")
@@ -150,7 +171,8 @@ class DeviceModel:
                 raise TaskGraphError(f"reserved_sms={reserved_sms} must be in 0..{sms - 1} on "
                                      f"{self.device.name} ({sms} SMs)")
             free = sms - reserved_sms
-            t = gemm_time(m, n, k, batch, self.peak * free / sms, free, c.gemm,
+            peak = self.peak if kind == "matmul" else self.device.peak_flops(kind[7:])
+            t = gemm_time(m, n, k, batch, peak * free / sms, free, c.gemm,
                           hbm_bw=self.device.hbm_bw, memory_efficiency=c.memory_efficiency)
             return float(t) + c.launch_overhead
         if kind.startswith("attention"):

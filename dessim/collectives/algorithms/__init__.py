@@ -11,7 +11,7 @@ from dessim.collectives.algorithms.base import (ALGORITHMS, Algorithm, algorithm
                                                 get_algorithm, register)
 # Registration order = listing order = auto's tie-break order (simplest first).
 from dessim.collectives.algorithms import ring, tree, dbtree, rd, hd  # noqa: F401,E402,I001
-from dessim.collectives.algorithms import direct, pairwise, hierarchical  # noqa: F401,E402,I001
+from dessim.collectives.algorithms import direct, pairwise, rail, hierarchical  # noqa: F401,E402,I001
 from dessim.collectives.algorithms import nvls, collnet  # noqa: F401,E402,I001
 from dessim.collectives.ops import Op, get_op
 from dessim.collectives.schedule import CompactSchedule, Lane, Schedule, ScheduleBuilder

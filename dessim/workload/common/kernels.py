@@ -87,6 +87,9 @@ class Kernel:
     #: overlap, :mod:`dessim.workload.transformer.overlap`); the device model gives the GEMM
     #: the rest (:class:`~dessim.engine.device.DeviceModel`)
     reserved_sms: int = 0
+    #: a GEMM's precision when it is not the run's (the 16-bit GEMMs of an FP8 run: LM head,
+    #: router, unfused attention), else ""
+    precision: str = ""
 
     @property
     def bytes(self) -> float:
@@ -99,6 +102,8 @@ class Kernel:
         attention block (recomputation is a forward), the kind otherwise."""
         if self.kind == ATTENTION and self.impl:
             return f"{ATTENTION}.{self.impl}.{'bwd' if self.phase == 'bwd' else 'fwd'}"
+        if self.kind == MATMUL and self.precision:
+            return f"{MATMUL}.{self.precision}"
         return self.kind
 
     @property
@@ -140,19 +145,41 @@ class KernelBuilder:
     def __init__(self, model: Precision | Any):
         """``model``: a :class:`Precision`, or a model config with a ``precision_spec``."""
         p = model if isinstance(model, Precision) else model.precision_spec
+        self.precision = p
         self.operand = p.element_bytes
         self.act = p.activation_bytes
         self.grad = p.grad_bytes
+        #: what a GEMM kept in 16 bits (precise=True) is tagged with in an FP8 run
+        self.precise_tag = "bf16" if p.is_fp8 else ""
 
-    def matmul(self, name: str, m: int, n: int, k: int, groups: int = 1) -> Kernel:
-        read = (m * k + groups * k * n) * self.operand
-        return Kernel(name, MATMUL, "fwd", 2 * m * n * k, read, m * n * self.act, (m, n, k), groups)
+    def matmul(self, name: str, m: int, n: int, k: int, groups: int = 1,
+               precise: bool = False) -> Kernel:
+        """A GEMM (module docstring). ``precise``: one an FP8 recipe keeps in 16 bits (LM
+        head, MoE router: DeepSeek-V3 report §3.3.1 and Transformer Engine's defaults)."""
+        tag = self.precise_tag if precise else ""
+        operand = self.act if tag else self.operand
+        read = (m * k + groups * k * n) * operand
+        return Kernel(name, MATMUL, "fwd", 2 * m * n * k, read, m * n * self.act, (m, n, k), groups,
+                      precision=tag)
 
     def bmm(self, name: str, batch: int, m: int, n: int, k: int) -> Kernel:
-        """``batch`` products of two activations ``[m×k]·[k×n]`` (unfused attention)."""
+        """``batch`` products of two activations ``[m×k]·[k×n]`` (unfused attention; 16-bit
+        in an FP8 run)."""
         read = batch * (m * k + k * n) * self.act
         return Kernel(name, MATMUL, "fwd", 2.0 * batch * m * n * k, read, batch * m * n * self.act,
-                      (m, n, k, batch))
+                      (m, n, k, batch), precision=self.precise_tag)
+
+    def quantize(self, name: str, elements: int, grad_elements: int) -> list[Kernel]:
+        """FP8 recipes: the cast of a GEMM input of ``elements`` to FP8 with its scales (read
+        16-bit, write 8-bit + one fp32 scale per ``scale_block``: per-tensor scaling's amax
+        is fused into the cast) and, backward, the same cast of the ``grad_elements`` output
+        gradient; memory-bound, no model FLOPs. Empty for other recipes."""
+        p = self.precision
+        if not p.is_fp8:
+            return []
+        return [Kernel(name, ELEMENTWISE, "fwd", float(elements), elements * self.act,
+                       p.quantized_bytes(elements),
+                       backward_bytes=(grad_elements * self.act, p.quantized_bytes(grad_elements)))]
 
     def elementwise(self, name: str, elements_in: int, elements_out: int, flops: float,
                     kind: str = ELEMENTWISE, extra_read: float = 0.0) -> Kernel:
@@ -181,15 +208,20 @@ class KernelBuilder:
             if len(fwd.shape) == 4:          # two activations: both gradients are activations
                 b = fwd.shape[3]
                 dgrad = Kernel(f"{fwd.name}.dgrad", MATMUL, "bwd", fwd.flops,
-                               b * (m * n + k * n) * self.act, b * m * k * self.act, (m, k, n, b))
+                               b * (m * n + k * n) * self.act, b * m * k * self.act, (m, k, n, b),
+                               precision=fwd.precision)
                 wgrad = Kernel(f"{fwd.name}.wgrad", MATMUL, "bwd", fwd.flops,
-                               b * (m * k + m * n) * self.act, b * k * n * self.act, (k, n, m, b))
+                               b * (m * k + m * n) * self.act, b * k * n * self.act, (k, n, m, b),
+                               precision=fwd.precision)
                 return (dgrad, wgrad)
             g = fwd.groups
+            op = self.act if fwd.precision else self.operand
             dgrad = Kernel(f"{fwd.name}.dgrad", MATMUL, "bwd", 2 * m * n * k,
-                           (m * n + g * k * n) * self.operand, m * k * self.act, (m, k, n), g)
+                           (m * n + g * k * n) * op, m * k * self.act, (m, k, n), g,
+                           precision=fwd.precision)
             wgrad = Kernel(f"{fwd.name}.wgrad", MATMUL, "bwd", 2 * m * n * k,
-                           (m * k + m * n) * self.operand, g * k * n * self.grad, (k, n, m), g)
+                           (m * k + m * n) * op, g * k * n * self.grad, (k, n, m), g,
+                           precision=fwd.precision)
             return (dgrad, wgrad)
         if fwd.backward_bytes is not None:
             read, written = fwd.backward_bytes

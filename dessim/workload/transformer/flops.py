@@ -13,9 +13,12 @@ formulas and are what the tests hold the kernel sums to.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from dessim.errors import WorkloadError
 from dessim.workload.common.kernels import KernelSet, sum_flops
-from dessim.workload.transformer.kernels import embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.transformer.kernels import (embedding_kernels, head_kernels, layer_kernels,
+                                                mtp_kernels)
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
 
@@ -45,26 +48,51 @@ def closed_form_flops(model: TransformerConfig, batch: int, seq_len: int | None 
     """Model FLOPs per iteration in closed form, generalised to GQA, gated MLPs and MoE.
 
     Per token and layer, forward + backward (3× the forward's ``2·params`` FLOPs):
-    ``6·(2h² + 2h·kv_dim)`` (Q, K, V, output projections) ``+ 12·s·h`` (attention scores and
-    context, full ``s²``) ``+ 6·k·mats·h·f`` (``k`` active MLPs of ``mats`` matrices, width
-    ``f``) ``+ 6·h·E`` (MoE router, if any), plus ``6·h·V`` per token for the LM head. For a
+    ``6·(2h² + 2h·kv_dim)`` (Q, K, V, output projections; MLA: 6 × its projection weights)
+    ``+ 12·s·h`` (attention scores and context, full ``s²``; MLA: ``6·s·H·(d_qk + d_v)``)
+    ``+ 6·k·mats·h·f`` (``k`` active MLPs of ``mats`` matrices, width ``f``: ``top_k +
+    shared_experts`` of width ``moe_ffn_hidden`` in MoE layers, one of ``ffn_hidden`` in the
+    dense ones) ``+ 6·h·E`` (MoE router), plus ``6·h·V`` per token for the LM head, and per
+    multi-token-prediction module ``6·2h²`` (projection), one MoE layer and the head. For a
     GPT model (``kv_dim = h``, ``f = 4h``, 2 matrices, dense) this is exactly
     :func:`megatron_flops` without recomputation; it is also Megatron-LM's
     ``num_floating_point_operations`` except that the router is counted here.
     """
     s = model.seq_len if seq_len is None else seq_len
-    h, l, V = model.hidden, model.layers, model.vocab
-    k = model.top_k if model.is_moe else 1
-    f = model.moe_ffn_hidden if model.is_moe else model.ffn_hidden
-    per_token_layer = (6 * (2 * h * h + 2 * h * model.kv_dim) + 12 * s * h
-                       + 6 * k * model.activation_spec.matrices * h * f  # type: ignore[operator]
-                       + (6 * h * model.experts if model.is_moe else 0))
-    return float(batch * s * (l * per_token_layer + 6 * h * V))
+    h, V = model.hidden, model.vocab
+    mats = model.activation_spec.matrices
+    # attention projections (MLA: its down- and up-projections) and core (2·h per query-key
+    # pair for standard attention, H·(d_qk + d_v) for MLA)
+    attention = 6 * model.attention_matmul_params() + 6 * s * model.attention_core_width
+    dense_layer = attention + 6 * mats * h * model.ffn_hidden
+    moe_layer = (attention + 6 * (model.top_k + model.shared_experts) * mats * h
+                 * model.moe_ffn_hidden + 6 * h * model.experts)  # type: ignore[operator]
+    dense = model.layers - model.moe_layers
+    per_token = (dense * dense_layer + model.moe_layers * moe_layer + 6 * h * V
+                 # MTP: projection 2h -> h, one MoE layer, the shared LM head
+                 + model.mtp_modules * (6 * 2 * h * h + moe_layer + 6 * h * V))
+    return float(batch * s * per_token)
 
 
-def _whole_model_sets(model: TransformerConfig, batch: int, recompute: str) -> tuple[KernelSet, ...]:
+def _whole_model_sets(model: TransformerConfig, batch: int, recompute: str) -> list[KernelSet]:
+    """Every kernel set of one pass over the whole (unsharded) model, once per occurrence."""
     layout = ParallelLayout(micro_batch=batch, recompute=recompute)
-    return layer_kernels(model, layout), embedding_kernels(model, layout), head_kernels(model, layout)
+    return _sets(model, layout, range(model.layers), True, True)
+
+
+def _sets(model: TransformerConfig, layout: ParallelLayout, layers: Iterable[int], first: bool,
+          last: bool) -> list[KernelSet]:
+    """The kernel sets of ``layers`` (+ the embedding when ``first``; the LM head and the MTP
+    modules when ``last``)."""
+    kinds = {d: layer_kernels(model, layout, d) for d in {False, model.is_moe and bool(model.dense_layers)}}
+    out = [kinds[model.is_moe and model.is_dense_layer(i)] for i in layers]
+    if first:
+        out.append(embedding_kernels(model, layout))
+    if last:
+        head = head_kernels(model, layout)
+        out.append(head)
+        out += [mtp_kernels(model, layout), kinds[False], head] * model.mtp_modules
+    return out
 
 
 def _check_batch(batch: int, what: str) -> None:
@@ -76,8 +104,7 @@ def model_flops_per_iteration(model: TransformerConfig, global_batch: int) -> fl
     """Model FLOPs of one iteration over ``global_batch`` sequences of ``model.seq_len``
     tokens: the sum of the (unsharded) kernel list's matmul and attention FLOPs."""
     _check_batch(global_batch, "model FLOPs")
-    layer, embed, head = _whole_model_sets(model, global_batch, "none")
-    return float(model.layers * layer.model_flops() + embed.model_flops() + head.model_flops())
+    return float(sum(ks.model_flops() for ks in _whole_model_sets(model, global_batch, "none")))
 
 
 def hardware_flops_per_iteration(model: TransformerConfig, global_batch: int,
@@ -86,8 +113,7 @@ def hardware_flops_per_iteration(model: TransformerConfig, global_batch: int,
     ``recompute`` (none | selective | full) re-runs. With ``full`` on a GPT model this is
     Narayanan et al.'s Eq. 3 (96·B·s·l·h²·(...))."""
     _check_batch(global_batch, "hardware FLOPs")
-    layer, embed, head = _whole_model_sets(model, global_batch, recompute)
-    return float(model.layers * layer.hardware_flops() + embed.hardware_flops() + head.hardware_flops())
+    return float(sum(ks.hardware_flops() for ks in _whole_model_sets(model, global_batch, recompute)))
 
 
 def stage_flops(model: TransformerConfig, layout: ParallelLayout, stage: int,
@@ -96,13 +122,9 @@ def stage_flops(model: TransformerConfig, layout: ParallelLayout, stage: int,
     micro-batches): every kernel with ``hardware=True`` (elementwise estimates and
     recomputation included), else only model FLOPs."""
     layout.validate(model)
-    layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
-    sets = [layer_kernels(model, layout)] * layers
+    layers = [i for chunk in layout.stage_layers(model.layers, stage) for i in chunk]
     pieces = {layout.piece_of(stage, c) for c in range(layout.chunks)}
-    if 0 in pieces:
-        sets.append(embedding_kernels(model, layout))
-    if layout.pipeline_pieces - 1 in pieces:
-        sets.append(head_kernels(model, layout))
+    sets = _sets(model, layout, layers, 0 in pieces, layout.pipeline_pieces - 1 in pieces)
     per_micro_batch = sum(sum_flops(ks.all, model_only=not hardware) for ks in sets)
     return per_micro_batch * layout.num_micro_batches
 

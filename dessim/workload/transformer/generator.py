@@ -76,20 +76,22 @@ from typing import Any, Generator, Sequence
 
 from dessim.catalog.devices import get_device
 from dessim.engine.options import EngineOptions
-from dessim.errors import MemoryFitError, WorkloadError
+from dessim.errors import CollectiveError, MemoryFitError, WorkloadError
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import router_for
 from dessim.units import format_size
+from dessim.collectives.algorithms.rail import host_rows
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.gradsync import fill_buckets
-from dessim.workload.common.kernels import Kernel, optimizer_kernel
+from dessim.workload.common.kernels import Kernel, KernelSet, optimizer_kernel
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
-from dessim.workload.transformer.kernels import embedding_kernels, head_kernels, layer_kernels
+from dessim.workload.transformer.kernels import (embedding_kernels, head_kernels, layer_kernels,
+                                                mtp_kernels)
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
-                                                layer_activation_bytes, layer_params_on_gpu, params_on_gpu)
+                                                layer_activation_bytes, layer_params_on_gpu, mtp_params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
 from dessim.workload.transformer.passes import (GRANULARITIES, WGRAD, Block, PassBuilder, Step, embedding_points,
@@ -193,8 +195,9 @@ class WorkloadPlan:
         return int(self.memory.bucket_size if b is None else b)
 
     def peak_flops(self) -> float:
-        """Sum over ranks of the dense peak FLOP/s at the model's precision."""
-        prec = self.model.precision
+        """Sum over ranks of the dense peak FLOP/s of the model's GEMM precision (FP8 recipes:
+        the fp8 peak)."""
+        prec = self.model.precision_spec.gemm_precision
         return sum(get_device(d).peak_flops(prec) for d in self.devices)
 
 
@@ -307,14 +310,20 @@ class _Generator:
             self.groups[kind] = table
         if self.bi:
             self._replica_groups()
-        self.layer_ks = layer_kernels(self.model, lo)
-        self.layer_pts = tuple(layer_points(self.model, lo, self.layer_ks))
+        offload = plan.memory.offload_activations != "none"
+        #: the kernels, points, parameters and offloaded bytes of a layer, by "dense layer?"
+        self.layer_kinds: dict[bool, tuple[KernelSet, tuple, tuple[float, float], float]] = {}
+        for dense in ({False, True} if self.model.dense_layers else {False}):
+            ks = layer_kernels(self.model, lo, dense)
+            self.layer_kinds[dense] = (ks, tuple(layer_points(self.model, lo, ks)),
+                                       layer_params_on_gpu(self.model, lo, dense),
+                                       layer_activation_bytes(self.model, lo, dense=dense)
+                                       if offload else 0.0)
         self.embed_ks = embedding_kernels(self.model, lo)
         self.head_ks = head_kernels(self.model, lo)
-        self.layer_params = layer_params_on_gpu(self.model, lo)
-        self.act_bytes = (layer_activation_bytes(self.model, lo)
-                          if plan.memory.offload_activations != "none" else 0.0)
+        self.act_bytes = self.layer_kinds[False][3]
         self.templates: dict[tuple[int, int, str], _Template] = {}
+        self.ep_algo = self._ep_algorithm()
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -322,7 +331,8 @@ class _Generator:
                                     "granularity": self.opts.granularity, "comm": self.comm,
                                     "generator": "dessim.workload.transformer.generator"},
                               calibration=calibration)
-        for name in set(plan.devices):        # a fused attention the GPU cannot run: say so now
+        for name in set(plan.devices):        # a precision or fused attention the GPU cannot run: say so now
+            self.em.timer.model(name).check_precision()
             self.em.timer.model(name).check_attention(lo.attention)
         self.graph = self.em.graph
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
@@ -537,29 +547,41 @@ class _Generator:
     def _blocks(self, stage: int, chunk: int) -> list[Block]:
         lo, model = self.lo, self.model
         layers = lo.stage_layers(model.layers, stage)[chunk]
-        blocks = [Block(f"L{i}", self.layer_ks, self.layer_pts, self.layer_params, self.act_bytes)
+        blocks = [Block(f"L{i}", *self.layer_kinds[model.is_dense_layer(i) and model.is_moe])
                   for i in layers]
         if not self.opts.embedding_head:
             return blocks
         piece = lo.piece_of(stage, chunk)
         first, last = piece == 0, piece == lo.pipeline_pieces - 1
-        if first or last:
-            n_layers = sum(len(r) for r in lo.stage_layers(model.layers, stage))
-            extra = params_on_gpu(model, lo, stage)[0] - n_layers * self.layer_params[0]
-            head_params = model.norm_params() + (ceil(model.vocab / lo.tp) * model.hidden
-                                                 if not model.tied_embeddings or lo.pp > 1 else 0)
-            holds = [lo.piece_of(stage, c) for c in range(self.v)]
-            head = head_params if last else 0.0
-            if first:
-                # the stage's extra parameters minus its head's (when it holds the last piece)
-                embed = extra - (head_params if lo.pipeline_pieces - 1 in holds else 0.0)
-                blocks.insert(0, Block("embed", self.embed_ks,
-                                       tuple(embedding_points(model, lo, self.embed_ks)),
-                                       (embed, 0.0)))
-            if last:
-                blocks.append(Block("head", self.head_ks, tuple(head_points(model, lo, self.head_ks)),
-                                    (head, 0.0)))
+        vocab_shard = ceil(model.vocab / lo.tp) * model.hidden
+        if first:
+            embed = vocab_shard + model.embedding_params() - model.vocab * model.hidden
+            blocks.insert(0, Block("embed", self.embed_ks,
+                                   tuple(embedding_points(model, lo, self.embed_ks)), (embed, 0.0)))
+        if last:
+            head = model.norm_params() + (vocab_shard if not model.tied_embeddings or lo.pp > 1 else 0)
+            head_pts = tuple(head_points(model, lo, self.head_ks))
+            blocks.append(Block("head", self.head_ks, head_pts, (head, 0.0)))
+            blocks += self._mtp_blocks(head_pts)
         return blocks
+
+    def _mtp_blocks(self, head_pts: tuple) -> list[Block]:
+        """The multi-token-prediction modules on the last stage: entry (projection), one MoE
+        layer and the shared LM head each (:func:`mtp_kernels`); their parameters are
+        :func:`mtp_params_on_gpu`'s (the head's are the main head's)."""
+        model, lo = self.model, self.lo
+        if not model.mtp_modules:
+            return []
+        ks, pts, params, act = self.layer_kinds[False]
+        entry = mtp_kernels(model, lo)
+        per = model.mtp_modules
+        entry_params = mtp_params_on_gpu(model, lo)[0] / per - params[0]
+        out = []
+        for j in range(per):
+            out += [Block(f"mtp{j}.in", entry, (), (entry_params, 0.0)),
+                    Block(f"mtp{j}.L", ks, pts, params, act),
+                    Block(f"mtp{j}.head", self.head_ks, head_pts, (0.0, 0.0))]
+        return out
 
     def _template(self, stage: int, chunk: int, phase: str) -> _Template:
         key = (stage, chunk, phase)
@@ -599,6 +621,18 @@ class _Generator:
         self.templates[key] = t
         return t
 
+    def _ep_algorithm(self) -> str:
+        """The MoE all-to-all's algorithm: ``rail`` (DeepEP's same-rail network phase, then
+        NVLink; :mod:`dessim.collectives.algorithms.rail`) when the EP groups span hosts with
+        equally many members on each, else ``auto`` (NCCL's direct sends)."""
+        groups = self.lo.groups("ep") if self.lo.ep > 1 else []
+        try:
+            if groups and all(len(host_rows(g, self.topo)) > 1 for g in groups):
+                return "rail"
+        except CollectiveError:
+            pass
+        return "auto"
+
     # ------------------------------------------------------------------ task emission
     def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,
                     group: tuple[int, ...], deps: list[str], gkind: str) -> list[str]:
@@ -617,7 +651,8 @@ class _Generator:
             self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
         elif self.comm:
             self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
-                             op=op, size=float(size), group=group, coll_id=coll_id), deps)
+                             op=op, size=float(size), group=group, coll_id=coll_id,
+                             algo=self.ep_algo if gkind == "ep" else "auto"), deps)
         else:
             self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
                              duration=0.0, attrs={"op": op, "size": float(size)}), deps)

@@ -59,9 +59,10 @@ from typing import Iterable
 
 from dessim.workload.common.kernels import ATTENTION, MATMUL, NORM, SOFTMAX, Kernel, KernelBuilder, KernelSet
 from dessim.workload.transformer.layout import ParallelLayout
-from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.model import Norm, TransformerConfig
 
-__all__ = ["TokenShard", "layer_kernels", "embedding_kernels", "head_kernels"]
+__all__ = ["TokenShard", "layer_kernels", "embedding_kernels", "head_kernels", "routed_tokens",
+           "mtp_kernels"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +93,19 @@ def _assemble(b: KernelBuilder, forward: list[Kernel], recompute: Iterable[Kerne
 
 
 def _mlp(b: KernelBuilder, model: TransformerConfig, prefix: str, tokens: int, ffn_t: int,
-         groups: int = 1) -> list[Kernel]:
-    """An MLP (or ``groups`` local experts) on ``tokens`` rows, width ``ffn_t`` per TP rank."""
+         groups: int = 1, quantize_input: bool = True) -> list[Kernel]:
+    """An MLP (or ``groups`` local experts) on ``tokens`` rows, width ``ffn_t`` per TP rank
+    (FP8: the casts of its GEMM inputs, the first unless ``quantize_input``)."""
     act = model.activation_spec
     h = model.hidden
-    ks = []
+    mats_in = 2 if act.gated else 1
+    ks = b.quantize(f"{prefix}.quant_in", tokens * h, mats_in * tokens * ffn_t) if quantize_input else []
     if act.gated:
         ks.append(b.matmul(f"{prefix}.gate", tokens, ffn_t, h, groups))
     ks.append(b.matmul(f"{prefix}.up", tokens, ffn_t, h, groups))
     inputs = (2 if act.gated else 1) * tokens * ffn_t
     ks.append(b.elementwise(f"{prefix}.act", inputs, tokens * ffn_t, act.flops_per_element * tokens * ffn_t))
+    ks += b.quantize(f"{prefix}.quant_down", tokens * ffn_t, tokens * h)
     ks.append(b.matmul(f"{prefix}.down", tokens, h, ffn_t, groups))
     return ks
 
@@ -131,18 +135,60 @@ def _attention_core(b: KernelBuilder, model: TransformerConfig, layout: Parallel
         if model.dropout:           # not in the measured block (dropout 0 there): its own kernel
             ks.append(b.dropout("attn.dropout", scores))
         return ks
+    if model.mla is not None:
+        mla = model.mla
+        q_w, v_w = heads * mla.qk_head_dim, heads * mla.v_head_dim
+        read = (sh.tokens * q_w + mb * s_k * (q_w + v_w)) * b.act
+        # FlashAttention's FLOP convention 4·s_q·s_k·d per head: d = (d_qk + d_v) / 2
+        d_eff = -(-(mla.qk_head_dim + mla.v_head_dim) // 2)
+        return [Kernel("attn.core", ATTENTION, "fwd", 2.0 * mb * s_q * s_k * (q_w + v_w), read,
+                       sh.tokens * v_w * b.act, (bh, s_q, s_k, d_eff, 1), impl=layout.attention)]
     read = (sh.tokens * q_t + 2 * mb * s_k * kv_t) * b.act
     return [Kernel("attn.core", ATTENTION, "fwd", 4.0 * mb * s_q * s_k * q_t, read,
                    sh.tokens * q_t * b.act, (bh, s_q, s_k, d, 1), impl=layout.attention)]
 
 
-def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
-    """Kernels of one transformer layer for one micro-batch on one rank of ``layout``."""
+def _attention_projections(b: KernelBuilder, model: TransformerConfig, layout: ParallelLayout,
+                           sh: "TokenShard", norm: Norm) -> list[Kernel]:
+    """The GEMMs (and latent norms) that make Q, K and V from the normed layer input: one
+    fused QKV GEMM, or MLA's down-projections (replicated over TP), latent RMSNorms and
+    up-projections (split by heads; :mod:`dessim.workload.transformer.mla`)."""
+    t, h, T = layout.tp, model.hidden, sh.tokens
+    if model.mla is None:
+        width = h // t + 2 * (model.kv_dim // t)
+        return [*b.quantize("attn.quant_in", T * h, T * width), b.matmul("attn.qkv", T, width, h)]
+    mla, heads = model.mla, model.heads // t
+    ks = b.quantize("attn.quant_in", T * h, T * (mla.q_lora_rank + mla.kv_lora_rank))
+    if mla.q_lora_rank:
+        ks.append(b.matmul("attn.q_a", T, mla.q_lora_rank, h))
+    ks.append(b.matmul("attn.kv_a", T, mla.kv_lora_rank + mla.qk_rope_head_dim, h))
+    for name, width in (("attn.q_norm", mla.q_lora_rank), ("attn.kv_norm", mla.kv_lora_rank)):
+        if width:
+            ks.append(b.elementwise(name, T * width, T * width, norm.flops_per_element * T * width,
+                                    NORM, width * model.precision_spec.param_bytes))
+    q_b = heads * mla.qk_head_dim
+    kv_b = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    ks += b.quantize("attn.quant_latent", T * (mla.q_lora_rank + mla.kv_lora_rank), T * (q_b + kv_b))
+    ks.append(b.matmul("attn.q_b", T, q_b, mla.q_lora_rank or h))
+    ks.append(b.matmul("attn.kv_b", T, kv_b, mla.kv_lora_rank))
+    return ks
+
+
+def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool = False) -> KernelSet:
+    """Kernels of one transformer layer for one micro-batch on one rank of ``layout``: an MoE
+    layer of an MoE model unless ``dense`` (one of its ``dense_layers``).
+
+    MoE (routed experts, :mod:`dessim.workload.transformer.routing`): the router, the
+    permutation, the shared experts (one MLP of width ``shared_experts · moe_ffn_hidden``,
+    DeepSeekMoE; they run while the dispatch all-to-all is in flight, see
+    :mod:`dessim.workload.transformer.passes`), the local experts as grouped GEMMs over the
+    routed token copies of the most loaded EP rank (``top_k · T · load_factor``) and the
+    un-permutation (weighted sum of the ``top_k`` copies)."""
     b = KernelBuilder(model)
     sh = TokenShard.of(model, layout)
     t, h = layout.tp, model.hidden
     T, Tsp = sh.tokens, sh.tokens_sp
-    q_t, kv_t = h // t, model.kv_dim // t
+    q_t = h // t
     norm = model.norm_spec
     prec = model.precision_spec
     norm_params = model.norm_params() * prec.param_bytes
@@ -152,20 +198,28 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet
         return b.elementwise(name, Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM, norm_params)
 
     core = _attention_core(b, model, layout, sh)
+    o_in = model.heads * model.mla.v_head_dim // t if model.mla is not None else q_t
     fwd = [
         norm_kernel("attn.norm"),
-        b.matmul("attn.qkv", T, q_t + 2 * kv_t, h),
+        *_attention_projections(b, model, layout, sh, norm),
         *core,
-        b.matmul("attn.proj", T, h, q_t),
+        *b.quantize("attn.quant_proj", T * o_in, T * h),
+        b.matmul("attn.proj", T, h, o_in),
         b.bias_dropout_add("attn.residual", Tsp * h, bias, model.dropout),
         norm_kernel("mlp.norm"),
     ]
-    if model.is_moe:
+    if model.is_moe and not dense:
         k, local = model.top_k, model.experts // layout.ep
-        routed = T * k  # tokens this rank's experts process (balanced routing)
-        fwd.append(b.matmul("moe.router", Tsp, model.experts, h))
+        routed = routed_tokens(model, layout, T)
+        ffn_t = model.moe_ffn_hidden // t  # type: ignore[operator]
+        fwd.append(b.matmul("moe.router", Tsp, model.experts, h, precise=True))
+        # FP8: tokens are cast once, before the permutation, and dispatched in FP8
+        fwd += b.quantize("moe.quant_in", T * h, (2 if model.activation_spec.gated else 1)
+                          * (routed + model.shared_experts * T) * ffn_t)
         fwd.append(b.elementwise("moe.permute", T * h, routed * h, 0.0))
-        fwd += _mlp(b, model, "moe.expert", routed, model.moe_ffn_hidden // t, local)  # type: ignore[operator]
+        if model.shared_experts:
+            fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=False)
+        fwd += _mlp(b, model, "moe.expert", routed, ffn_t, local, quantize_input=False)
         fwd.append(b.elementwise("moe.unpermute", routed * h, T * h, 2 * routed * h))
     else:
         fwd += _mlp(b, model, "mlp", T, model.ffn_hidden // t)
@@ -175,9 +229,24 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet
         recompute = fwd
     elif layout.recompute == "selective":
         recompute = core
+    elif prec.low_precision_storage:
+        # DeepSeek-V3 §3.2.3 / §3.3.3: norms, MLA up-projections and the SwiGLU are re-run
+        # from their cached inputs before the backward instead of keeping their outputs
+        recompute = [k for k in fwd if k.kind == NORM or k.name in _RECOMPUTED_LOW_PRECISION
+                     or k.name.endswith(".act")]
     else:
         recompute = []
     return _assemble(b, fwd, recompute)
+
+
+#: GEMMs an FP8 recipe with low-precision storage re-runs (MLA's up-projections).
+_RECOMPUTED_LOW_PRECISION = frozenset({"attn.q_b", "attn.kv_b"})
+
+
+def routed_tokens(model: TransformerConfig, layout: ParallelLayout, tokens: int) -> int:
+    """Token copies the most loaded EP rank's experts process per micro-batch: ``top_k ·
+    tokens · load_factor`` (rounded up; ``tokens`` = T of :class:`TokenShard`)."""
+    return ceil(tokens * model.top_k * model.routing.load_factor(model.experts, layout.ep))
 
 
 def embedding_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
@@ -194,6 +263,25 @@ def embedding_kernels(model: TransformerConfig, layout: ParallelLayout) -> Kerne
     return _assemble(b, fwd)
 
 
+def mtp_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
+    """The entry of one multi-token-prediction module (DeepSeek-V3 report §2.2), on the last
+    stage: the (shared) embedding lookup of the shifted tokens, RMSNorms of it and of the main
+    model's last hidden state, and the projection of their concatenation ``[T × 2h] · [2h ×
+    h/tp]``. Its transformer layer and the (shared) LM head are the ordinary
+    :func:`layer_kernels` and :func:`head_kernels`."""
+    b = KernelBuilder(model)
+    sh = TokenShard.of(model, layout)
+    h, T, Tsp = model.hidden, sh.tokens, sh.tokens_sp
+    norm = model.norm_spec
+    weights = model.norm_params() * model.precision_spec.param_bytes
+    fwd = [b.elementwise("mtp.embed", T * h, T * h, 0.0),
+           b.elementwise("mtp.norm_h", Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM, weights),
+           b.elementwise("mtp.norm_e", Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM, weights),
+           *b.quantize("mtp.quant_in", T * 2 * h, T * h // layout.tp),
+           b.matmul("mtp.proj", T, h // layout.tp, 2 * h)]
+    return _assemble(b, fwd)
+
+
 def head_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
     """Final norm, LM head (vocabulary-parallel GEMM) and softmax cross-entropy on the last
     stage. The loss kernel's FLOPs (≈ 5 per logit: max, subtract, exp, sum, log — our
@@ -206,7 +294,7 @@ def head_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:
     fwd = [
         b.elementwise("head.norm", Tsp * h, Tsp * h, norm.flops_per_element * Tsp * h, NORM,
                       model.norm_params() * model.precision_spec.param_bytes),
-        b.matmul("head.logits", T, v_t, h),
+        b.matmul("head.logits", T, v_t, h, precise=True),
         # vocabulary-parallel cross-entropy (Megatron-LM): reads the logits, keeps the fp32
         # softmax for the backward and writes one fp32 loss per token; the backward reads
         # the softmax and writes the logits' gradient

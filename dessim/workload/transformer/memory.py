@@ -56,6 +56,7 @@ from dessim.errors import MemoryFitError, WorkloadError
 from dessim.units import format_size
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.common.precision import Precision
+from dessim.workload.transformer.kernels import routed_tokens
 from dessim.workload.transformer.layout import RECOMPUTE_POLICIES, ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.schedules import peak_held
@@ -70,6 +71,7 @@ __all__ = [
     "layer_activation_bytes",
     "params_on_gpu",
     "layer_params_on_gpu",
+    "mtp_params_on_gpu",
     "estimate_memory",
     "fitting_alternatives",
     "check_fit",
@@ -151,7 +153,7 @@ def paper_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool 
 
 
 def layer_activation_bytes(model: TransformerConfig, layout: ParallelLayout,
-                           recompute: str | None = None) -> float:
+                           recompute: str | None = None, dense: bool = False) -> float:
     """Bytes of activations one layer stores for one micro-batch on one rank.
 
     Component model generalising Korthikanti et al.'s count (equal to
@@ -167,12 +169,25 @@ def layer_activation_bytes(model: TransformerConfig, layout: ParallelLayout,
     * dense MLP: ``mats·T·f/tp·e`` (GeLU: activation input and down-projection input;
       gated: gate and up outputs and down input); MoE: the same with ``top_k·T`` routed
       tokens and ``moe_ffn_hidden``, plus the routed expert inputs ``top_k·T·h·e``
-      (tokens are all-gathered over TP before the experts, so not divided by ``tp``).
+      (tokens are all-gathered over TP before the experts, so not divided by ``tp``); the
+      routed tokens are those of the most loaded EP rank (routing load factor) and shared
+      experts add ``mats·T·shared·moe_ffn_hidden/tp·e``; ``dense`` (one of an MoE model's
+      ``dense_layers``) counts a dense MLP;
+    * MLA: the latents, their norms, Q, K, V and O instead of the Q/K/V term
+      (:meth:`~dessim.workload.transformer.mla.MLAConfig.stored_elements`).
 
     Full recompute keeps only the layer input, ``T_sp·h·e``.
     """
     policy = layout.recompute if recompute is None else recompute
-    e = model.precision_spec.activation_bytes
+    return _layer_activations(model, layout, policy, dense)
+
+
+def _layer_activations(model: TransformerConfig, layout: ParallelLayout, policy: str,
+                       dense: bool) -> float:
+    prec = model.precision_spec
+    if policy == "none" and prec.low_precision_storage:
+        return _low_precision_activations(model, layout, dense)
+    e = prec.activation_bytes
     mask = 1 if model.dropout else 0
     t, h = layout.tp, model.hidden
     b = layout.micro_batch
@@ -182,46 +197,110 @@ def layer_activation_bytes(model: TransformerConfig, layout: ParallelLayout,
     if policy == "full":
         return float(T_sp * h * e)
     replicated = T_sp * h * (4 * e + 2 * mask)
-    attention = T * (2 * h + 2 * model.kv_dim) / t * e
+    if model.mla is not None:
+        attention = model.mla.stored_elements(T, model.heads, t) * e
+    else:
+        attention = T * (2 * h + 2 * model.kv_dim) / t * e
     scores = 0.0
     if policy == "none":
         scores = b * (model.heads / t) * s_q * model.seq_len * ((2 * e + mask) if model.dropout else e)
     mats = model.activation_spec.matrices
-    if model.is_moe:
-        routed = model.top_k * T
-        mlp = mats * routed * model.moe_ffn_hidden / t * e + routed * h * e  # type: ignore[operator]
+    if model.is_moe and not dense:
+        routed = routed_tokens(model, layout, T)
+        shared = model.shared_experts * model.moe_ffn_hidden  # type: ignore[operator]
+        mlp = (mats * (routed * model.moe_ffn_hidden + T * shared) / t * e  # type: ignore[operator]
+               + routed * h * e)
     else:
         mlp = mats * T * model.ffn_hidden / t * e
     return float(replicated + attention + scores + mlp)
 
 
-def _layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
-    """(dense, expert) parameters of one layer held by one GPU (see module docstring)."""
+def _low_precision_activations(model: TransformerConfig, layout: ParallelLayout,
+                               dense: bool) -> float:
+    """Stored activations of one layer under an FP8 recipe with low-precision storage
+    (DeepSeek-V3 report §3.2.3 and §3.3.3), no other recomputation: the two residual-stream
+    inputs (16-bit; norm outputs are recomputed); attention: MLA's latents and RoPE key
+    (16-bit; Q, K, V are recomputed by the up-projections) — or Q, K, V without MLA — and
+    the attention output cached in FP8 with its scales; MLP: its input (routed copies for
+    experts) and the SwiGLU input cached in FP8 (the SwiGLU output is recomputed)."""
+    prec = model.precision_spec
+    e, q = prec.activation_bytes, prec.quantized_bytes
+    t, h = layout.tp, model.hidden
+    T = layout.micro_batch * model.seq_len // layout.cp
+    T_sp = T // t if layout.sequence_parallel else T
+    residual = 2 * T_sp * h * e
+    if model.mla is not None:
+        mla = model.mla
+        attention = T * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim) * e
+        o_width = model.heads * mla.v_head_dim / t
+    else:
+        attention = T * (h + 2 * model.kv_dim) / t * e
+        o_width = h / t
+    attention += q(T * o_width)
+    gate = model.activation_spec.matrices - 1          # SwiGLU input: gate and up outputs
+    if model.is_moe and not dense:
+        routed = routed_tokens(model, layout, T)
+        f = model.moe_ffn_hidden / t  # type: ignore[operator]
+        rows = routed + model.shared_experts * T
+        mlp = q(routed * h) + q(T * h) * bool(model.shared_experts) + q(gate * rows * f)
+    else:
+        mlp = q(T * h) + q(gate * T * model.ffn_hidden / t)
+    return float(residual + attention + mlp)
+
+
+def _layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout,
+                         dense_layer: bool = False) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer held by one GPU (see module docstring); an MoE
+    model's MoE layer unless ``dense_layer``. Shared experts are split over TP like a dense
+    MLP and replicated over EP (dense parameters)."""
     t, h, kv = layout.tp, model.hidden, model.kv_dim
     bias = model.bias
-    attn = (h * (h + 2 * kv) + h * h) / t + (((h + 2 * kv) / t + h) if bias else 0)
+    if model.mla is not None:
+        mla = model.mla
+        attn = mla.replicated_weights(h) + mla.norm_params() + mla.split_weights(h, model.heads) / t
+    else:
+        attn = (h * (h + 2 * kv) + h * h) / t + (((h + 2 * kv) / t + h) if bias else 0)
     dense = attn + 2 * model.norm_params()
     mats = model.activation_spec.matrices
 
     def mlp(f: int) -> float:
         return mats * h * f / t + (((mats - 1) * f / t + h) if bias else 0)
 
-    if model.is_moe:
-        dense += model.router_params()
+    if model.is_moe and not dense_layer:
+        dense += model.router_params() + model.shared_experts * mlp(model.moe_ffn_hidden)  # type: ignore[arg-type]
         expert = model.experts / layout.ep * mlp(model.moe_ffn_hidden)  # type: ignore[arg-type]
         return dense, expert
     return dense + mlp(model.ffn_hidden), 0.0
 
 
-def layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
-    """(dense, expert) parameters of one transformer layer held by one GPU (before ZeRO)."""
-    return _layer_params_on_gpu(model, layout)
+def layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout,
+                        dense: bool = False) -> tuple[float, float]:
+    """(dense, expert) parameters of one transformer layer held by one GPU (before ZeRO);
+    ``dense``: one of an MoE model's ``dense_layers``."""
+    return _layer_params_on_gpu(model, layout, dense)
+
+
+def mtp_params_on_gpu(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
+    """(dense, expert) parameters of the multi-token-prediction modules on the last stage
+    (before ZeRO): per module its projection (split over TP), 3 norms and one MoE layer; with
+    ``pp > 1`` the last stage also keeps a copy of the embedding they share (as Megatron-LM
+    does for a tied embedding)."""
+    if not model.mtp_modules:
+        return 0.0, 0.0
+    h = model.hidden
+    dense, expert = _layer_params_on_gpu(model, layout)
+    dense += 2 * h * h / layout.tp + 3 * model.norm_params()
+    copy = ceil(model.vocab / layout.tp) * h if layout.pp > 1 else 0
+    return model.mtp_modules * dense + copy, model.mtp_modules * expert
 
 
 def params_on_gpu(model: TransformerConfig, layout: ParallelLayout, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters held by one GPU of pipeline stage ``stage`` (before ZeRO)."""
-    layers = sum(len(r) for r in layout.stage_layers(model.layers, stage))
-    dense, expert = (layers * x for x in _layer_params_on_gpu(model, layout))
+    dense = expert = 0.0
+    for chunk in layout.stage_layers(model.layers, stage):
+        for i in chunk:
+            d, x = _layer_params_on_gpu(model, layout, model.is_dense_layer(i))
+            dense, expert = dense + d, expert + x
     vocab_shard = ceil(model.vocab / layout.tp) * model.hidden
     pieces = {layout.piece_of(stage, c) for c in range(layout.chunks)}
     if 0 in pieces:                                   # the embedding (DualPipe: two stages hold it)
@@ -230,6 +309,8 @@ def params_on_gpu(model: TransformerConfig, layout: ParallelLayout, stage: int) 
         dense += model.norm_params()
         if not model.tied_embeddings or layout.pp > 1:
             dense += vocab_shard
+        d, x = mtp_params_on_gpu(model, layout)
+        dense, expert = dense + d, expert + x
     return dense, expert
 
 
@@ -276,17 +357,17 @@ def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: 
     """(HBM activation bytes, offloaded bytes, in-flight micro-batches) of one stage."""
     e = model.precision_spec.activation_bytes
     ranges = layout.stage_layers(model.layers, stage)
-    layers = sum(len(r) for r in ranges)
+    indices = [i for r in ranges for i in r]
     p, m, v = layout.pp, layout.num_micro_batches, layout.virtual_stages
     if layout.pipeline.name == "gpipe":
         in_flight = layout.pipeline.in_flight(stage, p, m, v)
     else:   # counted on the schedule's pass order, each chunk weighed by its layers
         in_flight = peak_held(layout.schedule, stage, p, m, v, tuple(float(len(r)) for r in ranges))
-    per_layer = layer_activation_bytes(model, layout)
-    stored = in_flight * layers * per_layer
+    per_layer = [layer_activation_bytes(model, layout, dense=model.is_dense_layer(i)) for i in indices]
+    stored = in_flight * sum(per_layer)
     offloaded = 0.0
     if options.offload_activations != "none":
-        keep = min(stored, 2 * per_layer)
+        keep = min(stored, 2 * max(per_layer))
         offloaded, stored = stored - keep, keep
     T = layout.micro_batch * model.seq_len // layout.cp
     T_sp = T // layout.tp if layout.sequence_parallel else T
@@ -295,7 +376,11 @@ def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: 
     if layout.pipeline_pieces - 1 in {layout.piece_of(stage, c) for c in range(layout.chunks)}:
         last_flight = layout.pipeline.in_flight(stage, p, m, v) if layout.pipeline.bidirectional else \
             layout.pipeline.in_flight(p - 1, p, m, v)
-        stored += last_flight * (T_sp * model.hidden * e + 4 * T * ceil(model.vocab / layout.tp))
+        logits = T_sp * model.hidden * e + 4 * T * ceil(model.vocab / layout.tp)
+        # each MTP module: its two normed inputs and projection input, one layer, its logits
+        mtp = model.mtp_modules * (3 * T * model.hidden * e + logits
+                                   + layer_activation_bytes(model, layout))
+        stored += last_flight * (logits + mtp)
     if layout.recompute == "full":                            # the layer being recomputed
         stored += layer_activation_bytes(model, layout, recompute="none")
     return stored, offloaded, in_flight
@@ -316,7 +401,7 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
     if layout.tp > 1:
         total += T * h * e
     if layout.ep > 1:
-        total += 2 * model.top_k * T * h * e
+        total += 2 * routed_tokens(model, layout, T) * h * e
     return total
 
 

@@ -11,9 +11,20 @@ Conventions and assumptions
       ``kv_heads`` heads (grouped-query attention; ``kv_heads == heads`` is multi-head).
     * The MLP has 2 weight matrices for GeLU (up ``h×f``, down ``f×h``) and 3 for SwiGLU
       (gate and up ``h×f``, down ``f×h``) — the LLaMA / PaLM form.
-    * Mixture of experts (``experts > 1``): **every** layer's MLP is replaced by ``experts``
-      MLPs of width ``moe_ffn_hidden`` and a bias-free linear router ``h×experts``; each token
-      goes through ``top_k`` of them (Mixtral style).
+    * Mixture of experts (``experts > 1``): every layer's MLP but the first ``dense_layers``
+      (DeepSeek's ``first_k_dense_replace``; 0 = every layer, Mixtral style) is replaced by
+      ``experts`` routed MLPs of width ``moe_ffn_hidden`` and a bias-free linear router
+      ``h×experts``; each token goes through ``top_k`` of them (``routing``: how evenly,
+      :mod:`dessim.workload.transformer.routing`) and through all ``shared_experts`` MLPs of
+      width ``moe_ffn_hidden`` (DeepSeekMoE, Dai et al. 2024: fine-grained experts are the
+      narrow ``moe_ffn_hidden``, shared experts are always active).
+    * ``mla``: multi-head latent attention (DeepSeek-V2/V3,
+      :mod:`dessim.workload.transformer.mla`) instead of Q/K/V projections.
+    * ``mtp_modules``: multi-token prediction depth (DeepSeek-V3 report §2.2): each module is
+      a projection ``2h×h`` of [norm(h), norm(embedding)] (two RMSNorms), one transformer
+      layer (an MoE layer) and a final norm; it shares the embedding and LM head with the main
+      model. Published totals ("671B") leave the MTP modules out; :meth:`num_params` has
+      ``include_mtp``.
     * Biases (``bias: true``, GPT-2/3 and Megatron GPT style) are on every linear layer
       except the router and the LM head; norms have a weight (RMSNorm) or a weight and a
       bias (LayerNorm). There are two norms per layer plus a final norm.
@@ -30,6 +41,8 @@ from typing import Mapping
 
 from dessim.errors import WorkloadError
 from dessim.workload.common.precision import PRECISIONS, Precision
+from dessim.workload.transformer.mla import MLAConfig
+from dessim.workload.transformer.routing import MoERouting
 
 __all__ = [
     "Activation",
@@ -122,6 +135,11 @@ class TransformerConfig:
     experts: int = 1
     top_k: int = 1
     moe_ffn_hidden: int | None = None
+    dense_layers: int = 0
+    shared_experts: int = 0
+    routing: MoERouting = MoERouting()
+    mla: MLAConfig | None = None
+    mtp_modules: int = 0
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -153,6 +171,22 @@ class TransformerConfig:
                                 f"{self.kv_heads} (each key/value head serves a whole group of query heads)")
         if self.top_k > self.experts:
             raise WorkloadError(f"{where}: top_k={self.top_k} exceeds experts={self.experts}")
+        for name in ("dense_layers", "shared_experts", "mtp_modules"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise WorkloadError(f"{where}: {name}={value!r} must be a whole number >= 0")
+        if not self.is_moe and (self.dense_layers or self.shared_experts):
+            raise WorkloadError(f"{where}: dense_layers/shared_experts need a mixture of experts "
+                                f"(experts > 1; got experts={self.experts})")
+        if self.dense_layers >= self.layers and self.is_moe:
+            raise WorkloadError(f"{where}: dense_layers={self.dense_layers} leaves no MoE layer "
+                                f"of layers={self.layers}")
+        if self.mla is not None and (self.bias or self.kv_heads != self.heads):
+            raise WorkloadError(f"{where}: mla (multi-head latent attention) has no biases and "
+                                "no kv_heads (give bias: false and leave kv_heads out)")
+        if not isinstance(self.routing, MoERouting):
+            raise WorkloadError(f"{where}: routing must be a MoERouting, got {self.routing!r}")
+        self.routing.shares(self.experts)        # counts: one per expert
 
     # ------------------------------------------------------------------ derived figures
     @property
@@ -161,8 +195,28 @@ class TransformerConfig:
 
     @property
     def kv_dim(self) -> int:
-        """Width of the key (and of the value) projection: ``kv_heads * head_dim``."""
+        """Width of the key (and of the value) projection: ``kv_heads * head_dim`` (MLA: the
+        keys' ``heads · (qk_nope_head_dim + qk_rope_head_dim)``)."""
+        if self.mla is not None:
+            return self.heads * self.mla.qk_head_dim
         return self.kv_heads * self.head_dim  # type: ignore[operator]
+
+    @property
+    def attention_core_width(self) -> int:
+        """``heads · (query/key width + value width)`` per head summed: attention-core FLOPs
+        per query-key pair are twice this (``2h`` for standard attention)."""
+        if self.mla is not None:
+            return self.mla.core_width(self.heads)
+        return 2 * self.hidden
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with a routed MLP (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    def is_dense_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) has a dense MLP."""
+        return not self.is_moe or index < self.dense_layers
 
     @property
     def is_moe(self) -> bool:
@@ -186,11 +240,21 @@ class TransformerConfig:
 
     # ------------------------------------------------------------------ parameter counts
     def attention_params(self) -> int:
-        """Q, K, V and output projections of one layer (+ their biases)."""
+        """Q, K, V and output projections of one layer (+ their biases; MLA: its projections
+        and latent norms)."""
+        if self.mla is not None:
+            return self.mla.params(self.hidden, self.heads)
         h, kv = self.hidden, self.kv_dim
         weights = h * (h + 2 * kv) + h * h
         biases = (h + 2 * kv) + h if self.bias else 0
         return weights + biases
+
+    def attention_matmul_params(self) -> int:
+        """Weights of the attention block's GEMMs (no biases, no norms)."""
+        if self.mla is not None:
+            return self.mla.matmul_params(self.hidden, self.heads)
+        h = self.hidden
+        return h * (h + 2 * self.kv_dim) + h * h
 
     def mlp_params(self, ffn: int | None = None) -> int:
         """One MLP (or one expert) of width ``ffn`` (default ``ffn_hidden``)."""
@@ -208,20 +272,29 @@ class TransformerConfig:
         """The MoE router of one layer (0 for a dense model)."""
         return self.hidden * self.experts if self.is_moe else 0
 
-    def layer_params(self) -> int:
-        """All parameters of one transformer layer (every expert counted)."""
-        if self.is_moe:
-            mlp = self.experts * self.mlp_params(self.moe_ffn_hidden) + self.router_params()
-        else:
-            mlp = self.mlp_params()
+    def moe_mlp_params(self) -> int:
+        """The MLP part of one MoE layer: routed and shared experts and the router."""
+        return ((self.experts + self.shared_experts) * self.mlp_params(self.moe_ffn_hidden)
+                + self.router_params())
+
+    def layer_params(self, dense: bool = False) -> int:
+        """All parameters of one transformer layer (every expert counted): an MoE layer of an
+        MoE model unless ``dense`` (one of its ``dense_layers``)."""
+        mlp = self.moe_mlp_params() if self.is_moe and not dense else self.mlp_params()
         return self.attention_params() + mlp + 2 * self.norm_params()
 
     def layer_active_params(self) -> int:
-        """Parameters of one layer that one token passes through (``top_k`` experts)."""
+        """Parameters of one (MoE) layer that one token passes through (``top_k`` routed
+        and every shared expert)."""
         if not self.is_moe:
             return self.layer_params()
-        return (self.attention_params() + self.top_k * self.mlp_params(self.moe_ffn_hidden)
-                + self.router_params() + 2 * self.norm_params())
+        return self.layer_params() - (self.experts - self.top_k) * self.mlp_params(self.moe_ffn_hidden)
+
+    def mtp_module_params(self) -> int:
+        """One multi-token-prediction module without the shared embedding and head: its
+        ``2h×h`` projection, 3 norms (two inputs, one output) and one layer."""
+        h = self.hidden
+        return 2 * h * h + 3 * self.norm_params() + self.layer_params()
 
     def embedding_params(self) -> int:
         """Token embedding (+ learned position embedding)."""
@@ -233,20 +306,27 @@ class TransformerConfig:
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     def param_breakdown(self) -> dict[str, int]:
-        """Exact parameter count per component of the whole model."""
+        """Exact parameter count per component of the whole model (``mtp``: the
+        multi-token-prediction modules, 0 without)."""
+        dense = self.layers - self.moe_layers
         return {
             "embedding": self.embedding_params(),
             "attention": self.layers * self.attention_params(),
-            "mlp": self.layers * (self.layer_params() - self.attention_params() - 2 * self.norm_params()),
+            "mlp": self.moe_layers * self.moe_mlp_params() + dense * self.mlp_params(),
             "norms": (2 * self.layers + 1) * self.norm_params(),
             "lm_head": self.head_params(),
+            "mtp": self.mtp_modules * self.mtp_module_params(),
         }
 
-    def num_params(self) -> int:
-        """Total parameter count (every expert counted)."""
-        return sum(self.param_breakdown().values())
+    def num_params(self, include_mtp: bool = True) -> int:
+        """Total parameter count (every expert counted; the MTP modules unless
+        ``include_mtp`` is false, as published totals count them)."""
+        parts = self.param_breakdown()
+        return sum(parts.values()) - (0 if include_mtp else parts["mtp"])
 
-    def num_active_params(self) -> int:
-        """Parameters used per token (``top_k`` of the experts); equals :meth:`num_params`
-        for a dense model."""
-        return (self.num_params() - self.layers * (self.layer_params() - self.layer_active_params()))
+    def num_active_params(self, include_mtp: bool = True) -> int:
+        """Parameters used per token (``top_k`` of the routed experts); equals
+        :meth:`num_params` for a dense model."""
+        moe = self.moe_layers + (self.mtp_modules if include_mtp else 0)
+        return (self.num_params(include_mtp)
+                - moe * (self.layer_params() - self.layer_active_params()))

@@ -28,8 +28,11 @@ Overlap in backward
     asynchronous gradient all-reduce); the re-gather of SP inputs starts with the
     data-gradient GEMM and only the weight gradient waits for it.
 Expert parallelism
-    All-to-all of the routed tokens (``top_k·T·h`` elements) after the permutation
-    (dispatch) and before the un-permutation (combine), and the same two backward.
+    All-to-all of the routed tokens (``top_k·T·h`` elements, times the routing's load factor:
+    the most loaded rank's share, :mod:`dessim.workload.transformer.routing`) after the
+    permutation (dispatch) and before the un-permutation (combine), and the same two backward.
+    Shared experts (DeepSeekMoE) need no token exchange: they run while the dispatch is in
+    flight, forward and backward (DeepSeek-V3 report §3.2.2 overlaps them likewise).
 Context parallelism (ring attention, Liu et al. 2023; Megatron-core ``cp_comm_type=p2p``)
     The attention core is split into ``cp`` blocks; while block ``j`` computes, the K/V
     block needed by block ``j+1`` is received from the previous CP rank and forwarded to
@@ -67,6 +70,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from dessim.workload.common.kernels import ATTENTION, MATMUL, Kernel, KernelSet
+from dessim.workload.transformer.kernels import routed_tokens
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapMethod, OverlapOptions, chunk_kernel, method_for
@@ -123,13 +127,18 @@ class CommPoint:
     block's last kernel), between ``before`` and the kernel that precedes it.
 
     ``fwd``/``bwd``: collectives at the point in forward and backward; ``regather``: SP's
-    backward re-gather of the input of the ``consumers`` (column-parallel GEMMs)."""
+    backward re-gather of the input of the ``consumers`` (column-parallel GEMMs).
+    ``overlap``: the forward kernels from ``before`` on that do not need the collective and
+    run while it is in flight (MoE shared experts during the dispatch all-to-all); the kernel
+    after them waits for it. The backward mirrors it: the collective starts where it would
+    without those kernels and their backward kernels run during it."""
 
     before: str
     fwd: tuple[CommSpec, ...] = ()
     bwd: tuple[CommSpec, ...] = ()
     regather: tuple[CommSpec, ...] = ()
     consumers: tuple[str, ...] = ()
+    overlap: int = 0
 
 
 END = "<end>"
@@ -160,8 +169,11 @@ def _consumers(kernels: Sequence[Kernel], start: str) -> tuple[str, ...]:
 
 
 def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: ParallelLayout,
-            tp_size: float, ep_size: float) -> list[CommPoint]:
-    """CommPoints from ``(before, operator, label)`` with operator f | g | a2a."""
+            tp_size: float, ep_size: tuple[float, float] = (0.0, 0.0),
+            overlap: int = 0) -> list[CommPoint]:
+    """CommPoints from ``(before, operator, label)`` with operator f | g | a2a (``ep_size``:
+    bytes of the dispatch and the combine; ``overlap``: of the dispatch, see
+    :class:`CommPoint`)."""
     sp = layout.sequence_parallel
     names = {k.name for k in kernels} | {END}
     raw = [r for r in raw if r[0] in names]
@@ -169,8 +181,9 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
     for before, oper, label in raw:
         if oper == "a2a":
             if layout.ep > 1:
-                spec = (CommSpec("ep", "alltoall", ep_size, "ep", label),)
-                out.append(CommPoint(before, spec, spec))
+                dispatch = label == "moe.dispatch"
+                spec = (CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], "ep", label),)
+                out.append(CommPoint(before, spec, spec, overlap=overlap if dispatch else 0))
             continue
         if layout.tp == 1:
             continue
@@ -180,24 +193,35 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
     return out
 
 
-def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, float]:
-    e = model.precision_spec.activation_bytes
+def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, tuple[float, float]]:
+    """Bytes of one TP collective, and of the MoE dispatch and combine all-to-alls (FP8
+    recipes dispatch FP8 tokens with their scales, DeepSeek-V3 report §3.3.3; the combine is
+    16-bit)."""
+    prec = model.precision_spec
+    e = prec.activation_bytes
     tokens = layout.micro_batch * model.seq_len // layout.cp
     tp_size = tokens * model.hidden * e
-    ep_size = model.top_k * tokens * model.hidden * e
-    return float(tp_size), float(ep_size)
+    if not model.is_moe:
+        return float(tp_size), (0.0, 0.0)
+    routed = routed_tokens(model, layout, tokens) * model.hidden
+    dispatch = prec.quantized_bytes(routed) if prec.is_fp8 else routed * e
+    return float(tp_size), (float(dispatch), float(routed * e))
 
 
 def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
     """Communication points of a transformer layer (module docstring)."""
     tp_size, ep_size = _token_sizes(model, layout)
+    first_attn = next(k.name for k in ks.forward if k.name.startswith("attn.") and k.kind == MATMUL)
     first_mlp = next(k.name for k in ks.forward if k.name.startswith(("mlp.gate", "mlp.up", "moe.router")))
-    first_expert = next((k.name for k in ks.forward if k.name.startswith("moe.expert")), "")
-    raw = [("attn.qkv", "f", "attn.f"), ("attn.residual", "g", "attn.g"),
+    names = [k.name for k in ks.forward]
+    first_expert = next((n for n in names if n.startswith("moe.expert")), "")
+    shared = [n for n in names if n.startswith("moe.shared")]
+    raw = [(first_attn, "f", "attn.f"), ("attn.residual", "g", "attn.g"),
            (first_mlp, "f", "mlp.f"), ("mlp.residual", "g", "mlp.g")]
-    if model.is_moe:
-        raw += [(first_expert, "a2a", "moe.dispatch"), ("moe.unpermute", "a2a", "moe.combine")]
-    return _points(ks.forward, raw, layout, tp_size, ep_size)
+    if first_expert:
+        raw += [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
+                ("moe.unpermute", "a2a", "moe.combine")]
+    return _points(ks.forward, raw, layout, tp_size, ep_size, len(shared))
 
 
 def embedding_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
@@ -360,6 +384,8 @@ class PassBuilder:
         """Forward (or recomputation) kernels of ``block`` with their forward comms."""
         points = {p.before: p for p in block.points}
         whole = len(kernels) == len(block.kernels.forward)
+        names = [k.name for k in kernels]
+        deferred: dict[str, list[int]] = {}       # kernel name -> collectives it waits for
         started = False
         done: set[str] = set()              # kernels and points already emitted by an overlap
         for i, k in enumerate(kernels):
@@ -371,8 +397,12 @@ class PassBuilder:
                 if self._overlap_pre(p.fwd, consumers, block.name, category, self.last_compute):
                     done.update(p.consumers)
                     continue
-                for spec in p.fwd:
-                    self.waits.append(self.comm(spec, block.name, self.last_compute))
+                ids = [self.comm(spec, block.name, self.last_compute) for spec in p.fwd]
+                if p.overlap and i + p.overlap < len(kernels):
+                    deferred.setdefault(names[i + p.overlap], []).extend(ids)
+                else:
+                    self.waits += ids
+            self.waits += deferred.pop(k.name, [])
             after = kernels[i + 1].name if i + 1 < len(kernels) else (END if whole else "")
             q = points.get(after)
             if q is not None and self._overlap_post(q.fwd, k, block.name, category):
@@ -447,11 +477,15 @@ class PassBuilder:
         fwd_names = [k.name for k in ks.forward]
         bwd_points: dict[str, CommPoint] = {}
         early: dict[str, CommPoint] = {}
+        waiter: dict[str, str] = {}        # backward kernel issuing an overlapped comm -> its waiter
         for p in block.points:
             idx = len(fwd_names) if p.before == END else fwd_names.index(p.before)
             if idx == 0:
                 continue
-            bwd_points[_first_bwd_name(ks.forward[idx - 1])] = p
+            issue = _first_bwd_name(ks.forward[idx - 1 + p.overlap])
+            bwd_points[issue] = p
+            if p.overlap:
+                waiter[issue] = _first_bwd_name(ks.forward[idx - 1])
             if p.regather and p.consumers:
                 early[f"{p.consumers[-1]}.dgrad"] = p
         selective = {k.name: k for k in ks.recompute} if lo.recompute == "selective" else {}
@@ -460,8 +494,11 @@ class PassBuilder:
             p = bwd_points.get(k.name)
             chunked = p is not None and self._overlap_pre(p.bwd, [k], block.name, "bwd", self.last_main)
             if p is not None and not chunked:
-                for spec in p.bwd:
-                    self.waits.append(self.comm(spec, block.name, self.last_main))
+                ids = [self.comm(spec, block.name, self.last_main) for spec in p.bwd]
+                if k.name in waiter:
+                    regather_wait.setdefault(waiter[k.name], []).extend(ids)
+                else:
+                    self.waits += ids
             q = early.get(k.name)
             if q is not None:
                 ids = [self.comm(spec, block.name, self.last_compute) for spec in q.regather]

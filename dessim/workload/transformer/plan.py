@@ -46,6 +46,7 @@ from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.memory import MemoryOptions, check_fit, estimate_memory
 from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.routing import MoERouting
 from dessim.workload.common.document import merge_document
 from dessim.workload.transformer.spec import WorkloadSpec, load_workload, parse_workload
 
@@ -68,6 +69,20 @@ def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
         del model["kv_heads"]
     if model["moe_ffn_hidden"] == model["ffn_hidden"]:
         del model["moe_ffn_hidden"]
+    for key in ("dense_layers", "shared_experts", "mtp_modules"):
+        if not model[key]:
+            del model[key]
+    if model["mla"] is None:
+        del model["mla"]
+    else:
+        model["mla"] = dataclasses.asdict(model["mla"])
+    if model["routing"] == MoERouting():
+        del model["routing"]
+    else:
+        routing = {k: v for k, v in dataclasses.asdict(model["routing"]).items() if v not in (None, ())}
+        if "counts" in routing:
+            routing["counts"] = list(routing["counts"])
+        model["routing"] = routing
     par = dataclasses.asdict(spec.parallelism)
     par["order"] = list(par["order"])
     tr = dataclasses.asdict(spec.training)

@@ -27,6 +27,20 @@ the key, the file and the valid keys)::
       experts: 1                     # > 1: mixture of experts
       top_k: 1
       moe_ffn_hidden: 14336          # default: ffn_hidden
+      dense_layers: 0                # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+      shared_experts: 0              # always-active experts of width moe_ffn_hidden (DeepSeekMoE)
+      routing:                       # MoE load (dessim/workload/transformer/routing.py)
+        distribution: uniform        # uniform | zipf | counts
+        exponent: 1.0                # zipf exponent
+        counts: [..] or FILE         # tokens per expert (distribution: counts)
+        capacity_factor: 1.25        # absent: dropless
+      mla:                           # multi-head latent attention (dessim/workload/transformer/mla.py)
+        q_lora_rank: 1536
+        kv_lora_rank: 512
+        qk_rope_head_dim: 64
+        qk_nope_head_dim: 128
+        v_head_dim: 128
+      mtp_modules: 0                 # multi-token prediction depth (DeepSeek-V3)
     parallelism:
       tp: 8
       pp: 8
@@ -78,8 +92,10 @@ from dessim.workload.transformer.hf_config import (HF_CONFIG_KEY, hf_model_secti
 from dessim.workload.transformer.layout import (DEFAULT_ORDER, ParallelLayout, parse_pipeline_layers,
                                                 parse_zero_stage)
 from dessim.workload.transformer.memory import MemoryOptions
+from dessim.workload.transformer.mla import MLAConfig
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
+from dessim.workload.transformer.routing import MoERouting, read_counts
 
 __all__ = [
     "ParallelismSpec",
@@ -217,12 +233,41 @@ def _pipeline_layers(value: Any, what: str) -> tuple[int, ...] | str:
     return parse_pipeline_layers(value, what)
 
 
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{what}: expected a number, got {value!r}")
+    return float(value)
+
+
+_MLA_SCHEMA: Mapping[str, Converter] = {
+    "q_lora_rank": _count(0), "kv_lora_rank": _count(), "qk_rope_head_dim": _count(),
+    "qk_nope_head_dim": _count(), "v_head_dim": _count(),
+}
+_ROUTING_SCHEMA: Mapping[str, Converter] = {
+    "distribution": as_str, "exponent": _number, "counts": read_counts,
+    "capacity_factor": _number,
+}
+
+
+def _mla(value: Any, what: str) -> MLAConfig:
+    kw = check_section(value, _MLA_SCHEMA, what)
+    missing = [k for k in _MLA_SCHEMA if k not in kw and k != "q_lora_rank"]
+    if missing:
+        raise SpecError(f"{what}: lacks {', '.join(missing)}")
+    return MLAConfig(**kw)
+
+
+def _routing(value: Any, what: str) -> MoERouting:
+    return MoERouting(**check_section(value, _ROUTING_SCHEMA, what))
+
+
 _MODEL_SCHEMA: Mapping[str, Converter] = {
     "layers": _count(), "hidden": _count(), "heads": _count(), "ffn_hidden": _count(),
     "vocab": _count(), "seq_len": _count(), "kv_heads": _count(), "activation": as_str, "norm": as_str,
     "position_embedding": as_str, "bias": as_bool, "dropout": as_bool, "tied_embeddings": as_bool,
     "precision": as_str, "experts": _count(), "top_k": _count(), "moe_ffn_hidden": _count(),
-    "description": as_str,
+    "dense_layers": _count(0), "shared_experts": _count(0), "routing": _routing, "mla": _mla,
+    "mtp_modules": _count(0), "description": as_str,
 }
 _MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
 

@@ -1,0 +1,75 @@
+"""Rail all-to-all: the two-phase, hierarchical all-to-all of expert parallelism (DeepEP).
+
+DeepSeek-V3's dispatch and combine kernels (report §3.2.2; deepseek-ai/DeepEP) never send a
+token across the network to a GPU of another rail: a token for a GPU of another node first
+crosses InfiniBand to the GPU with the *same local index* on that node (one leaf hop of a
+rail-optimised fabric), which forwards it over NVLink to its final GPU. With the group's
+``p = n·H`` ranks on ``H`` hosts, ``n`` per host (equal), and ``S/p`` bytes from each rank to
+each rank (all-to-all semantics):
+
+1. network phase: rank ``(h, i)`` sends to rank ``(h', i)`` of every other host the blocks of
+   all ``n`` ranks of ``h'``: ``n·S/p`` bytes each;
+2. NVLink phase: rank ``(h', i)`` sends to every other rank ``(h', j)`` of its host what it
+   holds for it — its own block and the ``H − 1`` received ones: ``H·S/p`` bytes each.
+
+The network carries the same bytes as a flat all-to-all, ``S·(H−1)/H`` per rank, but over
+``H − 1`` rail-aligned flows instead of ``n·(H−1)`` flows that mostly cross the spine.
+Phase 2 of a rank starts when its phase-1 sends and receives are done (no pipelining of the
+two phases: DeepEP overlaps them in chunks, so this is an upper bound on the time).
+Node-limited routing (each token to at most M nodes, sent once per node) would shrink phase 1
+further; it is not modelled (every block is sent as such).
+"""
+
+from __future__ import annotations
+
+from dessim.collectives.algorithms.base import Algorithm, register
+from dessim.collectives.ops import Op
+from dessim.collectives.schedule import Lane
+from dessim.errors import CollectiveError
+from dessim.topology.graph import Topology
+
+
+def host_rows(group: tuple[int, ...], topology: Topology | None) -> list[list[int]]:
+    """The group's ranks by host (hosts in order of first appearance, ranks ascending; one
+    host without a topology); a CollectiveError unless every host holds the same number."""
+    if topology is None:
+        return [list(group)]
+    from dessim.topology.hosts import host_map
+
+    hosts = host_map(topology)
+    rows: dict[int, list[int]] = {}
+    for r in group:
+        rows.setdefault(hosts.host_of(r).index, []).append(r)
+    out = [sorted(v) for v in rows.values()]
+    if len({len(v) for v in out}) != 1:
+        raise CollectiveError(f"rail all-to-all: the group's {len(group)} ranks are spread "
+                              f"unevenly over {len(out)} hosts ({[len(v) for v in out]} per host); "
+                              "use direct or pairwise")
+    return out
+
+
+@register
+class Rail(Algorithm):
+    name = "rail"
+    summary = "two-phase all-to-all: same-rail network sends, then NVLink forwarding (DeepEP)"
+    ops = frozenset({"alltoall"})
+
+    def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
+              options: dict) -> None:
+        host_rows(group, topology)
+
+    def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
+             root: int | None, topology: Topology | None, options: dict) -> None:
+        rows = host_rows(group, topology)
+        hosts, n, p = len(rows), len(rows[0]), len(group)
+        if hosts > 1:
+            lane.step((rows[h][i], rows[g][i], n * size / p, 0.0)
+                      for h in range(hosts) for i in range(n) for g in range(hosts) if g != h)
+        if n > 1:
+            lane.step((row[i], row[j], hosts * size / p, 0.0)
+                      for row in rows for i in range(n) for j in range(n) if j != i)
+
+    def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
+        """The host of each member (by position): what :meth:`emit` reads beyond routes."""
+        index = {r: k for k, r in enumerate(group)}
+        return tuple(tuple(index[r] for r in row) for row in host_rows(group, topology))

@@ -1,0 +1,139 @@
+"""How a mixture-of-experts router spreads tokens over experts, and what that costs.
+
+Every MoE layer sends each token to ``top_k`` of ``experts`` routed experts. With perfectly
+balanced routing every expert-parallel (EP) rank processes ``top_k·T`` token copies per
+micro-batch (``T`` tokens per rank). Real routers are not balanced; the all-to-all and the
+expert GEMMs then wait for the most loaded rank. :class:`MoERouting` describes the load:
+
+``uniform``
+    every expert equally popular (the balanced case; DeepSeek-V3's auxiliary-loss-free
+    balancing aims at it, report §2.1.2).
+``zipf``
+    expert ``i`` (0-based, in popularity order) receives a share ``∝ 1/(i+1)^exponent``
+    (exponent 0 = uniform).
+``counts``
+    measured tokens per expert (a list in the workload file, or a file of one count per line,
+    e.g. a router's histogram over a training batch), in expert order.
+
+Experts are placed on EP ranks in contiguous blocks (expert ``e`` on rank ``e // (E/ep)``,
+Megatron-LM's and DeepSeek's layout), so a rank's load is the sum of its experts' shares.
+``load_factor`` = the most loaded rank's tokens / the mean: the expert GEMMs and the
+dispatch/combine all-to-all of every rank are costed at that rank's size (bulk-synchronous:
+the next layer waits for the slowest rank).
+
+Capacity factor ``C`` (Switch Transformer, Fedus et al. 2022, §2.2): an expert takes at most
+``C · top_k·T_total / E`` tokens; the rest are dropped (they skip the expert and keep their
+residual). The rank's load is then capped, and :meth:`MoERouting.dropped_fraction` reports the
+share of token copies dropped. ``None`` = no capacity limit (dropless, DeepSeek-V3 §3.1: "no
+token-dropping").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dessim.errors import WorkloadError
+
+__all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts"]
+
+#: Load distributions a workload file can name (``model.routing.distribution``).
+DISTRIBUTIONS: tuple[str, ...] = ("uniform", "zipf", "counts")
+
+
+@dataclass(frozen=True, slots=True)
+class MoERouting:
+    """The routed load of an MoE model (module docstring)."""
+
+    distribution: str = "uniform"
+    exponent: float = 1.0                       #: zipf exponent
+    counts: tuple[float, ...] = ()              #: tokens per expert (``counts``)
+    capacity_factor: float | None = None        #: None: dropless
+
+    def __post_init__(self) -> None:
+        where = "model routing"
+        if self.distribution not in DISTRIBUTIONS:
+            raise WorkloadError(f"{where}: distribution={self.distribution!r} is unknown; "
+                                f"valid: {', '.join(DISTRIBUTIONS)}")
+        if not isinstance(self.exponent, (int, float)) or isinstance(self.exponent, bool) \
+                or self.exponent < 0:
+            raise WorkloadError(f"{where}: exponent={self.exponent!r} must be a number >= 0")
+        if self.distribution == "counts":
+            if not self.counts or any(c < 0 for c in self.counts) or sum(self.counts) <= 0:
+                raise WorkloadError(f"{where}: distribution 'counts' needs counts: one number "
+                                    ">= 0 per expert, not all zero")
+        elif self.counts:
+            raise WorkloadError(f"{where}: counts are given but distribution is "
+                                f"{self.distribution!r}; set distribution: counts")
+        cf = self.capacity_factor
+        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or cf <= 0):
+            raise WorkloadError(f"{where}: capacity_factor={cf!r} must be a number > 0 "
+                                "(or absent: no token dropping)")
+
+    @property
+    def balanced(self) -> bool:
+        return self.distribution == "uniform" and self.capacity_factor is None
+
+    def shares(self, experts: int) -> list[float]:
+        """Fraction of token copies each expert receives (sums to 1)."""
+        if self.distribution == "uniform":
+            w = [1.0] * experts
+        elif self.distribution == "zipf":
+            w = [1.0 / (i + 1) ** self.exponent for i in range(experts)]
+        else:
+            if len(self.counts) != experts:
+                raise WorkloadError(f"model routing: {len(self.counts)} counts given for "
+                                    f"{experts} experts (one count per expert)")
+            w = [float(c) for c in self.counts]
+        total = sum(w)
+        return [x / total for x in w]
+
+    def _kept(self, experts: int) -> list[float]:
+        """Shares after the capacity limit (each expert at most ``C / E``)."""
+        shares = self.shares(experts)
+        if self.capacity_factor is None:
+            return shares
+        cap = self.capacity_factor / experts
+        return [min(s, cap) for s in shares]
+
+    def dropped_fraction(self, experts: int) -> float:
+        """Share of routed token copies dropped by the capacity limit (0 when dropless)."""
+        return 1.0 - sum(self._kept(experts))
+
+    def load_factor(self, experts: int, ep: int) -> float:
+        """The most loaded EP rank's token copies over the balanced mean ``top_k·T``
+        (after dropping). 1.0 for uniform routing."""
+        if experts % ep:
+            raise WorkloadError(f"model routing: ep={ep} does not divide experts={experts}")
+        kept = self._kept(experts)
+        local = experts // ep
+        per_rank = [sum(kept[r * local:(r + 1) * local]) for r in range(ep)]
+        return max(per_rank) * ep
+
+
+def read_counts(value: object, what: str) -> tuple[float, ...]:
+    """Tokens per expert from a list of numbers or a file path (one number per line, ``#``
+    comments); a WorkloadError naming ``what`` otherwise."""
+    if isinstance(value, str):
+        path = Path(value)
+        if not path.is_file():
+            raise WorkloadError(f"{what}: counts file {value!r} does not exist")
+        items: list[object] = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                items.append(line)
+        value = items
+    if not isinstance(value, (list, tuple)) or not value:
+        raise WorkloadError(f"{what}: expected a list of token counts per expert or a file "
+                            f"name, got {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        try:
+            x = float(item)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise WorkloadError(f"{what}[{i}]: {item!r} is not a number") from None
+        if x < 0 or x != x:
+            raise WorkloadError(f"{what}[{i}]: {item!r} must be >= 0")
+        out.append(x)
+    return tuple(out)
