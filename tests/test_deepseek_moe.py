@@ -250,3 +250,19 @@ def test_deepseek_v3_preset_is_the_published_layout():
     assert (lo.tp, lo.pp, lo.dp, lo.ep, lo.zero_stage) == (1, 16, 128, 64, 1)
     assert lo.world_size == 2048 and DS.training.device == "H800"
     assert DS.model.precision == "fp8-block"
+
+
+@pytest.mark.parametrize("dispatch, algo", [("nccl", "auto"), ("deepep", "rail")])
+def test_moe_dispatch_chooses_the_all_to_all(dispatch, algo):
+    from dessim.workload.transformer.generator import _Generator, make_plan
+    topo = load_topology("dgx-h100:nodes=2")
+    m = _small(layers=2, dense_layers=0, mtp_modules=0, experts=16)
+    # one EP group of 16 ranks over both nodes
+    lo = ParallelLayout(dp=16, ep=16, global_batch=16, moe_dispatch=dispatch).validate(m)
+    plan = make_plan(m, lo, topo, device="H100")
+    assert _Generator(plan, topo).ep_algo == algo
+
+
+def test_unknown_moe_dispatch_is_refused():
+    with pytest.raises(WorkloadError, match="moe_dispatch='nvshmem'"):
+        ParallelLayout(moe_dispatch="nvshmem")

@@ -622,10 +622,11 @@ class _Generator:
         return t
 
     def _ep_algorithm(self) -> str:
-        """The MoE all-to-all's algorithm: ``rail`` (DeepEP's same-rail network phase, then
-        NVLink; :mod:`dessim.collectives.algorithms.rail`) when the EP groups span hosts with
-        equally many members on each, else ``auto`` (NCCL's direct sends)."""
-        groups = self.lo.groups("ep") if self.lo.ep > 1 else []
+        """The MoE all-to-all's algorithm: with ``moe_dispatch: deepep``, ``rail`` (DeepEP's
+        same-rail network phase, then NVLink; :mod:`dessim.collectives.algorithms.rail`) when
+        the EP groups span hosts with equally many members on each; else ``auto`` (NCCL's
+        direct sends)."""
+        groups = self.lo.groups("ep") if self.lo.ep > 1 and self.lo.moe_dispatch == "deepep" else []
         try:
             if groups and all(len(host_rows(g, self.topo)) > 1 for g in groups):
                 return "rail"

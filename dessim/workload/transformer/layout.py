@@ -44,6 +44,7 @@ __all__ = [
     "GROUP_DIMS",
     "RECOMPUTE_POLICIES",
     "ATTENTION_IMPLS",
+    "MOE_DISPATCH",
     "SCHEDULES",
     "PipelineSchedule",
     "RankCoords",
@@ -80,6 +81,11 @@ RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
 #: Attention implementations (dessim.workload.transformer.kernels): Megatron-LM's unfused core, or
 #: FlashAttention-2 / -3 (fused; -3 on Hopper only).
 ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")
+#: How the MoE all-to-all is implemented (``training.moe_dispatch``): ``nccl`` — NCCL's
+#: all-to-all (peer-to-peer sends to every member, Megatron-LM); ``deepep`` — DeepSeek's
+#: DeepEP kernels: same-rail network sends, then NVLink forwarding
+#: (:mod:`dessim.collectives.algorithms.rail`) when the EP group spans nodes.
+MOE_DISPATCH: tuple[str, ...] = ("nccl", "deepep")
 
 
 class RankCoords(NamedTuple):
@@ -262,6 +268,7 @@ class ParallelLayout:
     order: tuple[str, ...] = DEFAULT_ORDER
     attention: str = "flash2"
     pipeline_layers: tuple[int, ...] | str = "balanced"
+    moe_dispatch: str = "nccl"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -278,6 +285,9 @@ class ParallelLayout:
         if self.recompute not in RECOMPUTE_POLICIES:
             raise WorkloadError(f"parallel layout: recompute={self.recompute!r} is unknown; "
                                 f"valid: {', '.join(RECOMPUTE_POLICIES)}")
+        if self.moe_dispatch not in MOE_DISPATCH:
+            raise WorkloadError(f"parallel layout: moe_dispatch={self.moe_dispatch!r} is unknown; "
+                                f"valid: {', '.join(MOE_DISPATCH)}")
         if self.attention not in ATTENTION_IMPLS:
             raise WorkloadError(f"parallel layout: attention={self.attention!r} is unknown; "
                                 f"valid: {', '.join(ATTENTION_IMPLS)}")

@@ -59,6 +59,7 @@ the key, the file and the valid keys)::
       pipeline_layers: balanced      # layers per pipeline piece: balanced, or a list (model order)
       recompute: selective           # none | selective | full
       attention: flash2              # unfused | flash2 | flash3 (fused, Hopper)
+      moe_dispatch: nccl             # nccl | deepep (MoE all-to-all: NCCL's, or DeepEP's rail one)
       zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
       bucket_size: 25MiB             # gradient bucket (dessim.units sizes)
       tp_comm_overlap: false         # chunk TP collectives against their GEMMs (overlap.py)
@@ -138,6 +139,7 @@ class TrainingSpec:
     pipeline_layers: tuple[int, ...] | str = "balanced"
     recompute: str = "none"
     attention: str = "flash2"
+    moe_dispatch: str = "nccl"
     zero_stage: int = 0
     bucket_size: int = DEFAULT_BUCKET_SIZE
     offload_optimizer: str = "none"
@@ -177,7 +179,8 @@ class WorkloadSpec:
             tp=par.tp, pp=par.pp, dp=par.dp, cp=par.cp, ep=par.ep, sp=par.sp, order=par.order,
             zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
             micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute,
-            attention=tr.attention, pipeline_layers=tr.pipeline_layers)
+            attention=tr.attention, pipeline_layers=tr.pipeline_layers,
+            moe_dispatch=tr.moe_dispatch)
         kwargs.update(overrides)
         if num_gpus is not None:
             model_par = kwargs["tp"] * kwargs["pp"] * kwargs["cp"]
@@ -279,7 +282,7 @@ _PARALLELISM_SCHEMA: Mapping[str, Converter] = {
 _TRAINING_SCHEMA: Mapping[str, Converter] = {
     "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": as_str,
     "virtual_stages": _count(), "pipeline_layers": _pipeline_layers, "recompute": as_str,
-    "attention": as_str, "zero_stage": _zero,
+    "attention": as_str, "moe_dispatch": as_str, "zero_stage": _zero,
     "bucket_size": _size,
     "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
     "device": lambda v, what: get_device(as_str(v, what), what).name, "tp_comm_overlap": as_bool, "fuse_optimizer_allreduce": as_bool,
