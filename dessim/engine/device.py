@@ -9,9 +9,10 @@ file). Kernel kinds:
     ``shape = (m, n, k)`` or ``(m, n, k, batch)``: the GEMM model (tile and wave
     quantization, k efficiency, measured ceiling, memory bound) at the dense peak of the run's
     precision, or of ``<precision>`` (the 16-bit GEMMs of an FP8 run). FP8 GEMMs use the
-    GPU's 16-bit fitted efficiencies against the FP8 peak [U]: no FP8 GEMM table is fitted;
-    DeepGEMM's published H800 figures (up to 1,550 TFLOP/s, 78 % of the FP8 peak) are of the
-    same order as H100's bf16 ceiling (80 %), docs/validation.md.
+    GPU's 16-bit fitted efficiencies against the FP8 peak [U]: no FP8 GEMM table is fitted.
+    Cross-check (not a fit): DeepGEMM's release reached "1350+ FP8 TFLOP/s" on Hopper (68 % of
+    the FP8 peak) where H100's bf16 ceiling allows 80 % — FP8 GEMMs are likely optimistic by up
+    to ~15 % (docs/validation.md).
 ``attention.<impl>.<phase>``
     an attention block (``impl`` flash2 or flash3: one fused kernel; unfused: the
     matmul-softmax-matmul kernels as one block; ``phase`` fwd or bwd),
