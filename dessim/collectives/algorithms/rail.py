@@ -70,6 +70,10 @@ class Rail(Algorithm):
                       for row in rows for i in range(n) for j in range(n) if j != i)
 
     def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
-        """The host of each member (by position): what :meth:`emit` reads beyond routes."""
-        index = {r: k for k, r in enumerate(group)}
-        return tuple(tuple(index[r] for r in row) for row in host_rows(group, topology))
+        """The host of each member (numbered by first appearance): what :meth:`check` and
+        :meth:`emit` read beyond the routes (defined for uneven groups too)."""
+        from dessim.topology.hosts import host_map
+
+        hosts = host_map(topology)
+        order: dict[int, int] = {}
+        return tuple(order.setdefault(hosts.host_of(r).index, len(order)) for r in group)
