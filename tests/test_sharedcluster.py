@@ -194,6 +194,22 @@ def test_sweep_over_policies(tmp_path):
                 "jobs.b.queue_s", "jobs.a.resizes"):
         assert col in t.columns, col
     assert list(t["policy"]) == ["fifo", "dorm"]
+    # the summary's keys are the ones sweeps check metric names against before running
+    from dessim.workload.sharedcluster import SUMMARY_KEYS
+    assert tuple(simulate_job_trace(tmp_path / "c.yaml").summary()) == SUMMARY_KEYS
+
+
+def test_a_misspelt_cluster_metric_stops_the_sweep_before_any_point(tmp_path, monkeypatch):
+    from dessim.errors import SweepError
+
+    (tmp_path / "c.yaml").write_text(json.dumps({"topology": TOPO, "scheduler": {}, "jobs": [
+        {**JOB, "name": "a", "gpus": 2, "iterations": 10}]}))
+    (tmp_path / "s.yaml").write_text(json.dumps({
+        "kind": "cluster", "base": {"cluster": "c.yaml"}, "axes": {"scheduler.policy": ["fifo"]},
+        "analysis": {"metric": "makespan"}}))
+    monkeypatch.setattr(sharedcluster, "simulate_cluster", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SweepError, match=r"analysis.metric 'makespan' is not a metric"):
+        run_sweep(tmp_path / "s.yaml")
 
 
 # ------------------------------------------------------------------ errors

@@ -141,6 +141,8 @@ def small_run():
 
 def test_run_scales_one_iteration(small_run):
     s = small_run.summary()
+    from dessim.training_run.run import SUMMARY_KEYS
+    assert tuple(s) == SUMMARY_KEYS     # what sweeps check metric names against before running
     it = small_run.nominal
     assert s["steps"] == math.ceil(20e9 / s["tokens_per_iteration"])
     assert s["useful_s"] == pytest.approx(s["steps"] * it.iteration_s)

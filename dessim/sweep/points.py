@@ -561,6 +561,11 @@ def _evaluate_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cluster_summary_keys() -> tuple[str, ...]:
+    from dessim.workload.sharedcluster import SUMMARY_KEYS
+    return SUMMARY_KEYS
+
+
 CLUSTER = Evaluator(
     name="cluster",
     help="a shared cluster over time: a job-arrival trace under a scheduler "
@@ -577,8 +582,14 @@ CLUSTER = Evaluator(
                                     check=_check_engine_axis(None))},
     evaluate=_evaluate_cluster,
     default_metric="makespan_s",
+    metrics=tuple(k for k in _cluster_summary_keys() if k != "allocations"),
     defaults={"engine": {}, "scheduler": {}},
 )
+
+
+def _train_summary_keys() -> tuple[str, ...]:
+    from dessim.training_run.run import SUMMARY_KEYS
+    return SUMMARY_KEYS
 
 
 def _train_keys() -> tuple[str, ...]:
@@ -597,7 +608,7 @@ TRAIN = replace(
                                    help="a key of the train section (tokens, checkpoint_interval, "
                                         "mtbf.gpu, pue, usd_per_kwh, ...; docs/training-run.md)")},
     evaluate=_evaluate_train,
-    metrics=None,           # the run's nested figures are not declared: names checked after
+    metrics=(*WORKLOAD.metrics, *_train_summary_keys()),
     default_metric="time_to_train_s",
     expand=lambda spec, points: expand_layouts(spec, points, TRAIN.config, _load_topology_cached),
     defaults={**WORKLOAD.defaults, "train": {}},

@@ -151,6 +151,15 @@ class TrainingRunResult:
         }
 
 
+#: Top-level keys of :meth:`TrainingRun.summary` (sweeps check metric names against them
+#: before running; tests/test_training_run.py checks they are the summary's keys).
+SUMMARY_KEYS: tuple[str, ...] = (
+    "workload", "gpus", "device", "iteration_s", "tokens_per_iteration", "steps", "tokens",
+    "useful_s", "time_to_train_s", "goodput", "expected_failures", "energy_run_mwh",
+    "energy_per_token_j", "cost_usd", "expected", "monte_carlo", "health", "checkpoint",
+    "restart_s", "failures", "energy", "cost")
+
+
 def _finite(x: float) -> float | None:
     """JSON has no infinity: None stands for 'never' (no failures)."""
     return x if math.isfinite(x) else None

@@ -112,6 +112,14 @@ class Segment:
     iteration_s: dict[str, float]
 
 
+#: Keys of :meth:`SharedClusterResult.summary` (sweeps check metric names against them before
+#: running; tests/test_sharedcluster.py checks they are the summary's keys).
+SUMMARY_KEYS: tuple[str, ...] = (
+    "cluster", "topology", "gpus", "policy", "resize_overhead_s", "makespan_s", "utilization",
+    "fairness_loss", "mean_slowdown", "max_slowdown", "mean_jct_s", "simulations", "jobs",
+    "allocations")
+
+
 @dataclass
 class SharedClusterResult:
     """Every job's outcome, the allocation timeline and the cluster figures (module docstring)."""
