@@ -224,13 +224,15 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
            "memory_per_gpu_bytes": dict(est.breakdown()), "memory_stage": est.stage,
            "device": dev.name if dev else None, "capacity_bytes": dev.hbm_capacity if dev else None,
            "fit": fit, "topology": suggested_topology(layout.world_size, dev_name)
-           if topology is None else topology}
+           if topology is None else topology, "model_note": model.description}
     if as_json:
         print_json(out)
         return
     click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
                + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
     click.echo(f"  layout      {layout.describe()}")
+    if model.description:       # e.g. what a Hugging Face config holds that dessim does not model
+        click.echo(f"  note        {model.description}")
     click.echo(f"  overlap     {out['overlap']} (training.tp_comm_overlap, fuse_optimizer_allreduce)")
     if topology is None and out["topology"] is None:
         click.echo(f"  topology    none built in for {dev_name} (no DGX preset): describe the "

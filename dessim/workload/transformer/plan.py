@@ -63,8 +63,10 @@ _HBM_KEY = "hbm_capacity"
 def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
     """The workload file document equivalent to ``spec`` (SI units)."""
     model = {f.name: getattr(spec.model, f.name) for f in dataclasses.fields(TransformerConfig)
-             if f.name not in ("name", "description")}
+             if f.name != "name"}
     # defaults derived from other fields stay derived (an override of heads keeps MHA)
+    if not model["description"]:        # a model note (e.g. from a Hugging Face config) survives
+        del model["description"]
     if model["kv_heads"] == model["heads"]:
         del model["kv_heads"]
     if model["moe_ffn_hidden"] == model["ffn_hidden"]:
