@@ -21,13 +21,36 @@ Rules
       plain (GeLU) in GPT-2 and GPT-NeoX.
     * ``torch_dtype`` is the stored checkpoint's type, not the training precision: the
       precision stays dessim's default (bf16) unless the workload names one.
+    * DeepSeek-V2/V3 (``deepseek_v2``, ``deepseek_v3``): ``q_lora_rank`` (null: no query
+      latent, dessim's 0), ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``,
+      ``v_head_dim`` → ``mla``; ``first_k_dense_replace`` → ``dense_layers`` (their MLP is
+      ``intermediate_size`` wide); ``n_shared_experts`` → ``shared_experts``;
+      ``moe_intermediate_size`` → ``moe_ffn_hidden``; ``num_nextn_predict_layers`` →
+      ``mtp_modules``; ``num_key_value_heads`` is not read (MLA has no grouped heads).
+      Router details that change neither parameters nor FLOPs (``scoring_func``,
+      ``topk_method``, ``norm_topk_prob``, ``routed_scaling_factor``, ``aux_loss_alpha``) are
+      ignored; so is DeepSeek-V3's ``e_score_correction_bias`` (``n_routed_experts`` numbers
+      per MoE layer, 14,848 in all), as the ``deepseek-v3`` preset does. Node-limited
+      routing (``n_group`` > 1 groups, ``topk_group`` < ``n_group``: a token's experts on at
+      most ``topk_group`` nodes) changes only where a token's copies go, which dessim's
+      all-to-all does not model: it is accepted and reported as the model's ``description``
+      (``dessim workload show`` prints it as a note).
+    * Qwen2-MoE: its one shared expert of width ``shared_expert_intermediate_size`` is
+      ``shared_experts = shared_expert_intermediate_size / moe_intermediate_size`` experts of
+      width ``moe_intermediate_size`` (exact: a SwiGLU MLP's parameters and FLOPs are linear
+      in its width; a width that does not divide is an error). Not counted: the shared
+      expert's sigmoid gate (``hidden`` parameters per layer) and the q/k/v biases, as for
+      Qwen2 (together 0.001 % of Qwen1.5-MoE-A2.7B).
+    * ``quantization_config`` (DeepSeek-V3's FP8 checkpoint) is, like ``torch_dtype``, the
+      stored checkpoint format: the training precision is the workload's (``precision:
+      fp8-block`` for DeepSeek-V3's recipe).
     * Features dessim's :class:`~dessim.workload.transformer.model.TransformerConfig` does not
-      have yet (multi-head latent attention, shared experts, dense first layers, mixed
-      dense/MoE layers, head_dim ≠ hidden / heads, biases on some projections only) are
-      :class:`~dessim.errors.SpecError` ``not supported yet: <key>`` naming every such key, not
-      silently dropped. One known approximation: Qwen2's query/key/value biases (``h + 2·kv``
-      parameters per layer, 0.002 % of Qwen2-7B) are not counted — dessim's ``bias`` is all
-      linear layers or none, and Qwen2 has no other biases.
+      have (MoE on every n-th layer only: ``moe_layer_freq``/``decoder_sparse_step`` ≠ 1,
+      ``mlp_only_layers``; head_dim ≠ hidden / heads outside MLA; biases on some projections
+      only) are :class:`~dessim.errors.SpecError` ``not supported yet: <key>`` naming every
+      such key, not silently dropped. One known approximation: Qwen2's query/key/value biases
+      (``h + 2·kv`` parameters per layer, 0.002 % of Qwen2-7B) are not counted — dessim's
+      ``bias`` is all linear layers or none, and Qwen2 has no other biases.
     * A config without ``model_type``, of an unknown ``model_type``, or missing a key its family
       needs is an error naming the file and the key.
 """
@@ -74,7 +97,9 @@ class HFFamily:
     when the file leaves it out (the ``transformers`` config class's default; a key without a
     default is required). ``gated``: the MLP is gated. ``bias``: function of the config giving
     dessim's ``bias`` (None: the config mixes biased and unbiased projections — unsupported).
-    ``unsupported``: Hugging Face key → (in use?, what dessim lacks)."""
+    ``unsupported``: Hugging Face key → (in use?, what dessim lacks). ``extras``: function
+    of the config (defaults filled in) and the file's name giving the model fields beyond the
+    plain ones (MLA, shared experts, ...)."""
 
     name: str
     keys: Mapping[str, str]
@@ -85,6 +110,7 @@ class HFFamily:
     bias: Callable[[Mapping[str, Any]], bool | None]
     unsupported: Mapping[str, tuple[Callable[[Any], bool], str]] = field(default_factory=dict)
     source: str = ""
+    extras: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
 
 
 _LLAMA_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
@@ -113,21 +139,77 @@ def _neox_bias(cfg: Mapping[str, Any]) -> bool | None:
     return True if cfg.get("attention_bias", True) else None
 
 
-_MLA = (_present, "multi-head latent attention (MLA) ranks")
-_SHARED = (_present, "shared experts")
-_DENSE_FIRST = (_present, "dense first layers before the MoE layers")
+_EVERY_LAYER = (lambda v: v not in (None, 1), "MoE on every n-th layer only")
 _MOE_ONLY = {
-    "n_shared_experts": _SHARED,
-    "shared_expert_intermediate_size": _SHARED,
-    "first_k_dense_replace": _DENSE_FIRST,
-    "moe_layer_freq": (lambda v: v not in (None, 1), "MoE on every n-th layer only"),
-    "decoder_sparse_step": (lambda v: v not in (None, 1), "MoE on every n-th layer only"),
+    "moe_layer_freq": _EVERY_LAYER,
+    "decoder_sparse_step": _EVERY_LAYER,
     "mlp_only_layers": (_present, "dense layers among the MoE layers"),
-    "q_lora_rank": _MLA,
-    "kv_lora_rank": _MLA,
 }
 
+#: The MLA keys: dessim's :class:`~dessim.workload.transformer.mla.MLAConfig` fields carry the
+#: Hugging Face names (``modeling_deepseek.py``); q_lora_rank null = queries projected
+#: directly, dessim's 0.
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+#: Node-limited routing (DeepSeek-V3 report §2.1.2, "each token is sent to at most M nodes"):
+#: ``n_group`` expert groups, a token's experts drawn from its ``topk_group`` best groups.
+_GROUP_KEYS = ("n_group", "topk_group")
+
+
+def _count0(cfg: Mapping[str, Any], key: str, where: str) -> int:
+    """A whole number >= 0 of a key that may be absent or null (0)."""
+    value = cfg.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(f"{where}: {key}={value!r} must be a whole number >= 0 (or null)")
+    return value
+
+
+def _deepseek_extras(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """DeepSeek-V2/V3: MLA, dense first layers, shared experts and MTP modules (the released
+    ``configuration_deepseek.py`` / ``modeling_deepseek.py`` of deepseek-ai/DeepSeek-V2-Lite
+    and deepseek-ai/DeepSeek-V3). ``num_key_value_heads`` is not read: MLA has none (every
+    head gets its own key and value from the latent). Node-limited routing changes neither
+    parameters nor FLOPs, only which nodes a token's experts sit on, which dessim's
+    all-to-all does not model: it is named in the model's ``description``."""
+    missing = [k for k in _MLA_KEYS if k not in cfg]
+    if missing:
+        raise SpecError(f"{where}: missing key(s) {', '.join(map(repr, missing))} (multi-head "
+                        "latent attention dimensions)")
+    mla = {k: _count0(cfg, k, where) if k == "q_lora_rank" else _count(cfg, k, where) for k in _MLA_KEYS}
+    out: dict[str, Any] = {"mla": mla, "dense_layers": _count0(cfg, "first_k_dense_replace", where),
+                           "shared_experts": _count0(cfg, "n_shared_experts", where),
+                           "mtp_modules": _count0(cfg, "num_nextn_predict_layers", where)}
+    groups, top = (_count0(cfg, k, where) for k in _GROUP_KEYS)
+    if groups > 1 and top < groups:
+        out["description"] = (f"node-limited routing n_group={groups}, topk_group={top} not modelled: "
+                              "dessim's all-to-all sends token copies to any expert's node")
+    return out
+
+
+def _qwen_extras(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Qwen2-MoE's one shared expert of width ``shared_expert_intermediate_size`` = dessim's
+    ``shared_experts`` experts of width ``moe_intermediate_size`` (a gated MLP's parameters
+    and FLOPs are linear in its width, so the two are exact equals when the width divides).
+    Not counted: the shared expert's sigmoid gate (``shared_expert_gate``, ``hidden``
+    parameters per layer) and the q/k/v biases (as Qwen2)."""
+    width = _count0(cfg, "shared_expert_intermediate_size", where)
+    expert = _count(cfg, "moe_intermediate_size", where)
+    if width % expert:
+        raise SpecError(f"{where}: not supported yet: shared_expert_intermediate_size={width!r} is "
+                        f"not a multiple of moe_intermediate_size={expert!r} (dessim's shared "
+                        "experts are as wide as the routed ones)")
+    return {"shared_experts": width // expert}
+
+
 _TF = "github.com/huggingface/transformers, src/transformers/models"
+
+#: DeepSeek-V2/V3: Llama's keys without ``num_key_value_heads`` (MLA has no grouped heads),
+#: with routed experts of width ``moe_intermediate_size``.
+_DEEPSEEK_KEYS = {**{k: v for k, v in _LLAMA_KEYS.items() if k != "kv_heads"},
+                  "experts": "n_routed_experts", "top_k": "num_experts_per_tok",
+                  "moe_ffn_hidden": "moe_intermediate_size"}
 
 #: Supported families by ``model_type``.
 HF_FAMILIES: Mapping[str, HFFamily] = MappingProxyType({f.name: f for f in (
@@ -147,19 +229,17 @@ HF_FAMILIES: Mapping[str, HFFamily] = MappingProxyType({f.name: f for f in (
                     "module docstring)"),
     HFFamily("qwen2_moe", {**_LLAMA_KEYS, "experts": "num_experts", "top_k": "num_experts_per_tok",
                            "moe_ffn_hidden": "moe_intermediate_size"},
-             {**_LLAMA_DEFAULTS, "num_experts": 60, "num_experts_per_tok": 4}, gated=True,
+             {**_LLAMA_DEFAULTS, "num_experts": 60, "num_experts_per_tok": 4,
+              "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632}, gated=True,
              norm="rmsnorm", position_embedding="rope", bias=_no_bias, unsupported=_MOE_ONLY,
-             source=f"{_TF}/qwen2_moe/configuration_qwen2_moe.py, modeling_qwen2_moe.py"),
-    HFFamily("deepseek_v2", {**_LLAMA_KEYS, "experts": "n_routed_experts",
-                             "top_k": "num_experts_per_tok", "moe_ffn_hidden": "moe_intermediate_size"},
-             _LLAMA_DEFAULTS, gated=True, norm="rmsnorm", position_embedding="rope",
-             bias=_llama_bias, unsupported=_MOE_ONLY,
-             source=f"{_TF}/deepseek_v2/configuration_deepseek_v2.py"),
-    HFFamily("deepseek_v3", {**_LLAMA_KEYS, "experts": "n_routed_experts",
-                             "top_k": "num_experts_per_tok", "moe_ffn_hidden": "moe_intermediate_size"},
-             _LLAMA_DEFAULTS, gated=True, norm="rmsnorm", position_embedding="rope",
-             bias=_llama_bias, unsupported=_MOE_ONLY,
-             source=f"{_TF}/deepseek_v3/configuration_deepseek_v3.py"),
+             source=f"{_TF}/qwen2_moe/configuration_qwen2_moe.py, modeling_qwen2_moe.py",
+             extras=_qwen_extras),
+    HFFamily("deepseek_v2", _DEEPSEEK_KEYS, _LLAMA_DEFAULTS, gated=True, norm="rmsnorm",
+             position_embedding="rope", bias=_llama_bias, unsupported=_MOE_ONLY,
+             source=f"{_TF}/deepseek_v2/configuration_deepseek_v2.py", extras=_deepseek_extras),
+    HFFamily("deepseek_v3", _DEEPSEEK_KEYS, _LLAMA_DEFAULTS, gated=True, norm="rmsnorm",
+             position_embedding="rope", bias=_llama_bias, unsupported=_MOE_ONLY,
+             source=f"{_TF}/deepseek_v3/configuration_deepseek_v3.py", extras=_deepseek_extras),
     HFFamily("gpt2", {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head",
                       "ffn_hidden": "n_inner", "vocab": "vocab_size", "seq_len": "n_positions",
                       "tied_embeddings": "tie_word_embeddings", "activation": "activation_function"},
@@ -248,7 +328,8 @@ def hf_model_section(cfg: Mapping[str, Any], origin: str) -> dict[str, Any]:
             raise SpecError(f"{where}: missing key {key!r}")
     head_dim = cfg.get("head_dim")
     hidden, heads = _count(values, hidden_key, where), _count(values, heads_key, where)
-    if head_dim is not None and head_dim * heads != hidden:
+    extras = family.extras(values, where) if family.extras else {}
+    if head_dim is not None and "mla" not in extras and head_dim * heads != hidden:
         unsupported.append(f"head_dim={head_dim!r} (heads × head_dim ≠ hidden: dessim's head_dim is "
                            f"hidden / heads = {hidden / heads:g})")
     bias = family.bias(cfg)
@@ -281,4 +362,5 @@ def hf_model_section(cfg: Mapping[str, Any], origin: str) -> dict[str, Any]:
     model.update(norm=family.norm, position_embedding=family.position_embedding, bias=bias,
                  dropout=bool(cfg.get("attention_dropout") or cfg.get("attn_pdrop")
                               or cfg.get("hidden_dropout") or cfg.get("resid_pdrop")))
+    model.update(extras)
     return model
