@@ -145,6 +145,10 @@ def command(workload: str | None, topology: str, engine: EngineOptions, as_json:
     from dessim.training_run import parse_train_options, simulate_training_run
     from dessim.workload.api import DEFAULT_WORKLOAD
 
+    if plots:                       # before any work: the directory and matplotlib
+        from dessim.resources import check_output_dir, require_extra
+        require_extra("plot", f"--plots {plots!r}")
+        check_output_dir(plots, "--plots")
     mapping = train_mapping(kw)
     options = parse_train_options(mapping, "dessim train")
     overrides = collect_overrides(kw)

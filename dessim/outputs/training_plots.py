@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from dessim.errors import DessimError
+from dessim.resources import check_output_dir, require_extra
 from dessim.training_run.reliability import RenewalModel, daly_interval, young_interval
 from dessim.training_run.run import TrainingRunResult
 
@@ -17,12 +17,10 @@ __all__ = ["write_training_plots", "goodput_curve"]
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise DessimError("training-run plots need matplotlib: pip install 'dessim[plot]'") from None
+    require_extra("plot", "training-run plots")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     return plt
 
 
@@ -49,8 +47,8 @@ def write_training_plots(result: TrainingRunResult, directory: str | Path) -> li
     """Write ``time_to_train.png`` (when there are Monte Carlo samples),
     ``goodput_vs_interval.png`` and ``energy.png`` into ``directory``; their paths."""
     plt = _pyplot()
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(directory, "training-run plots directory")
+    out.mkdir(exist_ok=True)        # only the last level, as every dessim output
     written = []
     s = result.summary()
     if result.samples is not None:

@@ -367,3 +367,23 @@ for flags, words in [(["nosuch-model"], ["nosuch-model"]), (["gpt3-1.3b", "--gpu
                      (["gpt3-1.3b", "--topology", "ring:8", "--gpus", "8"], ["--topology", "--gpus"]),
                      (["dlrm-small"], ["dlrm-small", "dlrm"]), (["gpt3-1.3b", "--gpus", "12"], ["12"])]:
     case(f"workload show {' '.join(flags)}", ["workload", "show", *flags], words)
+
+
+# ---------------------------------------------------------------- train / megatron / schedules
+for flags, words in [(["--tokens", "abc"], ["tokens", "abc"]), (["--tokens", "-5T"], ["tokens"]),
+                     (["--tokens", "1T", "--plots", f"{MISSING_DIR}/p"], ["--plots", "does not exist"]),
+                     (["--tokens", "1T", "--pue", "0.5"], ["pue"]),
+                     (["--tokens", "1T", "--checkpoint-interval", "often"], ["checkpoint", "often"]),
+                     (["--tokens", "1T", "-t", "torus:4"], ["torus"])]:
+    case(f"train {' '.join(flags)}", ["train", "gpt3-1.3b", *flags], words)
+for flags, words in [(["--num-layers", "x"], ["--num-layers", "x"]),
+                     (["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                       "--seq-length", "128", "--micro-batch-size", "1", "--frobnicate"], ["--frobnicate"]),
+                     (["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "3",
+                       "--seq-length", "128", "--micro-batch-size", "1",
+                       "--tensor-model-parallel-size", "2", "--vocab-size", "1000"], ["3"])]:
+    case(f"megatron {' '.join(flags)}", ["megatron", "-t", "dgx-h100:nodes=1", "--", *flags], words)
+for flags, words in [(["gpt3-1.3b", "--pipeline-layers", "1,2"], ["pipeline_layers"]),
+                     (["gpt3-1.3b", "--pipeline-layers", "x"], ["pipeline", "x"]),
+                     (["gpt3-1.3b", "--schedule", "zb-h9"], ["zb-h9"])]:
+    case(f"simulate {' '.join(flags)}", ["simulate", *flags, "-t", "dgx-h100:nodes=1"], words)

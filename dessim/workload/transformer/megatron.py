@@ -250,6 +250,10 @@ def _vocab(flags: Mapping[str, Any], tp: int, notes: list[str]) -> int:
 
 
 def _require(flags: Mapping[str, Any], *names: str) -> None:
+    """The required (whole-number) flags: a bad value given is named before what is missing."""
+    for n in names:
+        if n in flags:
+            _int(flags, n, 0)
     missing = [f"--{n}" for n in names if n not in flags]
     if missing:
         raise SpecError(f"megatron arguments: missing {', '.join(missing)} (required by pretrain_gpt.py)")
