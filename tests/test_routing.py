@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from dessim.errors import TopologyError
-from dessim.topology.routing import Router
+from dessim.topology.routing import Router, router_for
 from test_network_graphs import leafspine, ring, topo
 
 
@@ -92,3 +92,24 @@ def test_unknown_node_is_a_topology_error():
     r = Router(ring(4, 1e9, 0))
     with pytest.raises(TopologyError, match="nope"):
         r.path("g0", "nope")
+
+
+def test_storage_traffic_runs_through_the_fabric_alone():
+    """A file system outside the hosts reaches a GPU through the fabric, then the GPU's own NIC
+    (no host forwards it), and the searches towards NICs are shared per leaf switch."""
+    from dessim.topology import load_topology
+    from dessim.topology.hosts import host_map
+    from dessim.topology.storage import attach_storage
+
+    topo = attach_storage(load_topology("dgx-h100:nodes=4"), "pfs", 1e12)
+    router = router_for(topo)
+    inside = set(host_map(topo).domain)
+    for gpu in topo.gpus:
+        nic = topo.graph.nodes[gpu]["nic"]
+        for path in (router.path("pfs", gpu), tuple(reversed(router.path(gpu, "pfs")))):
+            assert len(set(path)) == len(path)
+            k = path.index(nic)
+            assert not inside & set(path[:k])               # fabric up to the GPU's own NIC
+            assert set(path[k + 1:]) <= inside              # then inside its host
+    searches = {target for target, fabric, _ in router._maps if fabric}
+    assert all(topo.graph.nodes[t]["kind"] != "nic" for t in searches)

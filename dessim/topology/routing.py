@@ -206,6 +206,7 @@ class Router:
         #: does not hand traffic to its host's PCIe switch for another NIC.
         host_domains = {self._domain[n] for n, d in graph.nodes(data=True)
                         if d["kind"] == "gpu" and n in self._domain}
+        self._host_domains = frozenset(host_domains)
         self._fabric_forwards = self._forwards & np.fromiter(
             (self._domain.get(n) not in host_domains for n in self._names), dtype=bool,
             count=len(self._names))
@@ -327,7 +328,7 @@ class Router:
         for u, v in zip(waypoints, waypoints[1:]):
             seg = segments.get((u, v))
             if seg is None:
-                seg, seg_unique = self._walk(u, v, key, fabric=u in self._nics and v in self._nics)
+                seg, seg_unique = self._walk(u, v, key, fabric=self._fabric_segment(u, v))
                 if seg_unique:          # e.g. GPU -> its NIC: the same for every key
                     if len(segments) >= MAX_CACHED_PATHS:
                         segments.clear()
@@ -400,7 +401,7 @@ class Router:
         out: set[tuple[str, str]] = set()
         waypoints = self._waypoints(src, dst, path)
         for u, v in zip(waypoints, waypoints[1:]):
-            target, via_anchor, hops = self._segment_search(u, v, u in self._nics and v in self._nics)
+            target, via_anchor, hops = self._segment_search(u, v, self._fabric_segment(u, v))
             seen, stack = {u}, [u]
             while stack:
                 a = stack.pop()
@@ -412,6 +413,13 @@ class Router:
             if via_anchor:
                 out.add((target, v))
         return out
+
+    def _fabric_segment(self, u: str, v: str) -> bool:
+        """Whether the waypoint segment ``u -> v`` runs through the fabric alone: both ends are
+        NICs or nodes outside every host (a file system, a switch), so no host forwards it."""
+        hosts = self._host_domains
+        return ((u in self._nics or self._domain.get(u) not in hosts)
+                and (v in self._nics or self._domain.get(v) not in hosts))
 
     def _segment_search(self, src: str, dst: str, fabric: bool) -> tuple[str, bool, _Search]:
         """The search a walk from ``src`` to ``dst`` uses — through the fabric only between two
