@@ -362,17 +362,26 @@ def print_run_summary(result: SimulationResult, title: str) -> None:
                f"{s['network']} network, {s['wall_s']:.3f} s wall")
 
 
+def report(summary: dict[str, Any], written: list[str], as_json: bool,
+           print_text: Callable[[], None]) -> None:
+    """Print a command's result: one JSON object (``summary`` with the ``files`` written) or
+    its readable form (``print_text``) followed by a line per file written."""
+    if as_json:
+        summary["files"] = written
+        print_json(summary)
+        return
+    print_text()
+    for line in written:
+        click.echo(f"  wrote {line}")
+
+
 def report_run(result: SimulationResult, title: str, written: list[str], as_json: bool,
                extra: dict[str, Any] | None = None) -> None:
     """Print an engine run: one JSON object (summary, per-rank table, ``extra``, files) or
     the readable summary under ``title`` followed by the files written."""
+    out: dict[str, Any] = {}
     if as_json:
         out = result.summary()
         out.update(extra or {})
         out["per_rank"] = result.rank_table().to_dict(orient="records")
-        out["files"] = written
-        print_json(out)
-        return
-    print_run_summary(result, title)
-    for line in written:
-        click.echo(f"  wrote {line}")
+    report(out, written, as_json, lambda: print_run_summary(result, title))

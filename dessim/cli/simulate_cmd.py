@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from dessim.cli.common import (GanttRequest, OutputPath, engine_options, output_file, output_options,
-                               print_json, report_run, write_outputs)
+                               report, report_run, write_outputs)
 from dessim.trace.chakra_io import check_chakra_prefix
 from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.outputs.gantt import workload_labels
@@ -198,10 +198,4 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
                    {"workload": result.name, "kind": "chakra"})
         return
     summary = result.summary()
-    if as_json:
-        summary["files"] = written
-        print_json(summary)
-        return
-    print_summary(summary)
-    for line in written:
-        click.echo(f"  wrote {line}")
+    report(summary, written, as_json, lambda: print_summary(summary))

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import compose, engine_options, print_json
+from dessim.cli.common import compose, engine_options, report
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.engine.options import EngineOptions
 from dessim.errors import DessimError
@@ -161,10 +161,4 @@ def command(workload: str | None, topology: str, engine: EngineOptions, as_json:
     if plots:
         from dessim.outputs.training_plots import write_training_plots
         written = write_training_plots(result, plots)
-    if as_json:
-        summary["files"] = written
-        print_json(summary)
-        return
-    _print_summary(summary)
-    for path in written:
-        click.echo(f"  wrote {path}")
+    report(summary, written, as_json, lambda: _print_summary(summary))
