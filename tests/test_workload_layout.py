@@ -202,3 +202,15 @@ def test_uneven_stages_follow_llama3_first_and_last_lighter():
     assert [len(lo4.stage_layers(10, s)[0]) for s in range(4)] == [2, 3, 3, 2]
     assert [len(lo4.stage_layers(7, s)[0]) for s in range(4)] == [1, 2, 2, 2]
     assert ParallelLayout(pp=5, global_batch=5).validate(GPT) is not None
+
+
+def test_a_preset_on_too_few_gpus_says_where_its_own_layout_runs():
+    """The obvious command on the default one-node topology names the topology the preset's
+    own layout needs, so the user can copy it."""
+    from dessim.errors import SpecError
+    from dessim.workload.transformer.spec import load_workload
+
+    spec = load_workload("llama3-405b")
+    with pytest.raises(SpecError, match=r"8 GPUs are not divisible by tp × pp × cp = 128; its own "
+                                        r"layout runs on 8192 GPUs: --topology dgx-h100:nodes=1024"):
+        spec.layout(8)

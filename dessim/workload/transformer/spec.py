@@ -187,10 +187,18 @@ class WorkloadSpec:
             if "dp" not in overrides:
                 if num_gpus % model_par:
                     raise SpecError(f"workload {self.name!r}: {num_gpus} GPUs are not divisible by "
-                                    f"tp × pp × cp = {model_par}")
+                                    f"tp × pp × cp = {model_par}{self._topology_hint(model_par)}")
                 kwargs["dp"] = num_gpus // model_par
         layout = ParallelLayout(**kwargs)
         return layout.validate(self.model, num_gpus)
+
+    def _topology_hint(self, model_par: int) -> str:
+        """'; its own layout runs on N GPUs: --topology SPEC' (empty when no preset fits)."""
+        from dessim.topology.presets import suggested_topology
+
+        gpus = model_par * (self.parallelism.dp or 1)
+        spec = suggested_topology(gpus, self.training.device)
+        return f"; its own layout runs on {gpus} GPUs: --topology {spec}" if spec else ""
 
     def overlap_options(self) -> OverlapOptions:
         """Computation–communication overlap of ``training`` (:mod:`dessim.workload.transformer.overlap`)."""
