@@ -26,7 +26,7 @@ import pandas as pd
 
 from dessim.errors import SpecError, SweepError
 from dessim.outputs.plots import PLOT_FORMATS
-from dessim.resources import check_output, check_output_dir, require_extra
+from dessim.resources import check_keys, check_output, check_output_dir, require_extra
 from dessim.sweep.axes import normalize_value
 from dessim.units import format_bandwidth, format_size, format_time
 
@@ -57,9 +57,7 @@ FORMATTERS = {"size": format_size_label, "bandwidth": format_bandwidth, "time": 
 def _cost_term(value: object, where: str) -> tuple[float, float, str | None]:
     """(price, per, times) of one cost entry."""
     if isinstance(value, Mapping):
-        for key in value:
-            if key not in COST_KEYS:
-                raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(COST_KEYS)}")
+        check_keys(value, COST_KEYS, where)
         if "price" not in value:
             raise SpecError(f"{where}: missing 'price'")
         price, per, times = value["price"], normalize_value(value.get("per", 1), f"{where}.per"), value.get("times")

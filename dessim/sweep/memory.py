@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 from dessim.catalog.links import get_link_tech
 from dessim.errors import DessimError, MemoryFitError, SpecError
+from dessim.resources import check_keys
 from dessim.units import format_size, parse_bandwidth, parse_size, parse_time
 
 __all__ = ["MEMORY_KEYS", "EXPANSION_KEYS", "OPTION_KEYS", "EXPANSION_TECH", "EXPANSION_TARGET",
@@ -116,10 +117,7 @@ def check_memory_values(key: str, values: list[Any], where: str) -> None:
 
 def memory_setup(section: Mapping[str, Any] | None, where: str = "memory") -> MemorySetup:
     """The :class:`MemorySetup` of a point's memory section (module doc)."""
-    section = dict(section or {})
-    for key in section:
-        if key not in MEMORY_KEYS:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(MEMORY_KEYS)}")
+    section = dict(check_keys(dict(section or {}), MEMORY_KEYS, where))
     values = {k: _PARSERS[k](section[k], f"{where}.{k}") for k in EXPANSION_KEYS if section.get(k) is not None}
     tech = get_link_tech(EXPANSION_TECH)
     capacity = float(values.get("expansion_capacity", 0))

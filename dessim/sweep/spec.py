@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dessim.errors import SpecError
-from dessim.resources import read_yaml
+from dessim.resources import check_keys, read_yaml
 from dessim.sweep.axes import Axis, Point, expand_axis_pairs, point_key, quantity_family
 from dessim.sweep.points import EVALUATORS, get_evaluator
 
@@ -107,13 +107,8 @@ class SweepSpec:
 def _check_mapping(data: object, valid: Sequence[str], where: str) -> Mapping[str, Any]:
     if data is None:
         return {}
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{where}: expected a mapping with keys {', '.join(valid)}, "
-                        f"got {type(data).__name__}")
-    for key in data:
-        if key not in valid:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
-    return data
+    return check_keys(data, valid, where, f"expected a mapping with keys {', '.join(valid)}, "
+                                          f"got {type(data).__name__}")
 
 
 def _str_list(value: object, where: str) -> tuple[str, ...]:

@@ -43,7 +43,7 @@ import networkx as nx
 from dessim.catalog.devices import get_device
 from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
-from dessim.resources import check_limit, find_data_file, read_yaml, shipped_topologies
+from dessim.resources import check_keys, check_limit, find_data_file, read_yaml, shipped_topologies
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
@@ -520,15 +520,6 @@ _NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic", "r
 _LINK_KEYS = ("a", "b", "bw", "lat", "type", "duplex", "efficiency", "tech")
 
 
-def _check_keys(item: object, valid: tuple[str, ...], where: str) -> Mapping[str, Any]:
-    if not isinstance(item, Mapping):
-        raise SpecError(f"{where}: expected a mapping with keys {', '.join(valid)}, got {item!r}")
-    for key in item:
-        if key not in valid:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
-    return item
-
-
 def _node_attrs(item: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     for key in ("name", "kind"):
         if key not in item:
@@ -593,7 +584,7 @@ def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
 
     ``source`` (a file name) prefixes every error message.
     """
-    top = _check_keys(data, _TOP_KEYS, f"{source}: top level")
+    top = check_keys(data, _TOP_KEYS, f"{source}: top level")
     meta: dict[str, Any] = {"source": source}
     dims = top.get("dims")
     if "builder" in top:
@@ -627,13 +618,13 @@ def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
             raise SpecError(f"{source}: {key} must be a list, got {type(value).__name__}")
     for i, item in enumerate(nodes):
         where = f"{source}: nodes[{i}]"
-        node, attrs = _node_attrs(_check_keys(item, _NODE_KEYS, where), where)
+        node, attrs = _node_attrs(check_keys(item, _NODE_KEYS, where), where)
         if node in graph:
             raise SpecError(f"{where}: duplicate node name {node!r}")
         graph.add_node(node, **attrs)
     for i, item in enumerate(links):
         where = f"{source}: links[{i}]"
-        item = _check_keys(item, _LINK_KEYS, where)
+        item = check_keys(item, _LINK_KEYS, where)
         for end in ("a", "b"):
             if end not in item:
                 raise SpecError(f"{where}: missing {end!r}")

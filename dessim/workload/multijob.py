@@ -152,11 +152,7 @@ def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
     jobs = []
     for i, item in enumerate(jobs_raw):
         where = f"{origin}: jobs[{i}]"
-        if not isinstance(item, dict):
-            raise SpecError(f"{where}: expected a mapping with keys {', '.join(_JOB)}")
-        for key in item:
-            if key not in _JOB:
-                raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(_JOB)}")
+        check_keys(item, _JOB, where, f"expected a mapping with keys {', '.join(_JOB)}")
         for key in ("workload", "gpus"):
             if key not in item:
                 raise SpecError(f"{where}: missing {key!r}")

@@ -9,6 +9,7 @@ import math
 from typing import Any, Mapping
 
 from dessim.errors import DessimError, SpecError
+from dessim.resources import check_keys  # noqa: F401  (re-exported: the workload kinds call it from here)
 
 __all__ = ["as_bool", "as_str", "as_choice", "as_positive", "check_keys", "check_section", "merge_document"]
 
@@ -43,18 +44,6 @@ def as_positive(value: Any, what: str) -> float:
             math.isfinite(value) and value > 0):
         raise SpecError(f"{what}: expected a finite number > 0, got {value!r}")
     return float(value)
-
-
-def check_keys(data: Any, valid: tuple[str, ...], where: str, not_mapping: str | None = None) -> dict[str, Any]:
-    """``data`` if it is a mapping whose keys are all in ``valid``; else a :class:`SpecError`
-    at ``where`` (``not_mapping``: what to say when it is not a mapping)."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: " + (not_mapping or f"expected a mapping with keys "
-                                                       f"{', '.join(valid)}, got {data!r}"))
-    for key in data:
-        if key not in valid:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
-    return data
 
 
 def check_section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:

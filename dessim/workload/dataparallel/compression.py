@@ -45,6 +45,7 @@ from math import ceil
 from typing import Any, Mapping, Sequence
 
 from dessim.errors import SpecError
+from dessim.resources import check_keys
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, Kernel
 
@@ -132,13 +133,7 @@ def parse_compression(data: Any, where: str) -> Compression:
     """A :class:`Compression` from a YAML ``compression:`` mapping (``None``: no compression)."""
     if data is None:
         return Compression()
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{where}: expected a mapping with keys method, dtype, density, index_bytes, "
-                        f"select_passes, got {data!r}")
-    valid = ("method", "dtype", "density", "index_bytes", "select_passes")
-    for key in data:
-        if key not in valid:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    check_keys(data, ("method", "dtype", "density", "index_bytes", "select_passes"), where)
     try:
         density = data.get("density", 0.01)
         if isinstance(density, str):

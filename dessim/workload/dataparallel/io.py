@@ -35,7 +35,7 @@ from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.units import parse_count, parse_size
 from dessim.workload.common.emitter import TaskEmitter
-from dessim.workload.common.document import as_bool
+from dessim.workload.common.document import as_bool, check_keys
 
 __all__ = ["InputPipeline", "parse_input", "CACHES"]
 
@@ -114,11 +114,7 @@ def parse_input(data: Any, where: str) -> InputPipeline | None:
     """An :class:`InputPipeline` from a YAML ``input:`` mapping; None when absent."""
     if data is None:
         return None
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{where}: expected a mapping with keys {', '.join(_KEYS)}, got {data!r}")
-    for key in data:
-        if key not in _KEYS:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(_KEYS)}")
+    check_keys(data, _KEYS, where)
     if "sample_bytes" not in data:
         raise SpecError(f"{where}: missing sample_bytes (bytes read per sample, e.g. 110KB)")
     try:

@@ -45,7 +45,7 @@ from dessim.workload.dataparallel.io import InputPipeline, parse_input
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.units import parse_bandwidth, parse_count, parse_size
 from dessim.workload.dataparallel.paramserver import GRADIENT_SYNCS, PSConfig, PSSync
-from dessim.workload.common.document import as_str, check_section, merge_document
+from dessim.workload.common.document import as_str, check_keys, check_section, merge_document
 
 __all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS", "dp_sync",
            "sync_details"]
@@ -159,11 +159,7 @@ class CommonSpec:
 def parse_common(data: Any, origin: str, default_name: str, own_keys: tuple[str, ...]) -> CommonSpec:
     """The shared sections of ``data`` (keys checked against COMMON_KEYS + ``own_keys``)."""
     valid = COMMON_KEYS + own_keys
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: a workload file must be a mapping with keys {', '.join(valid)}")
-    for key in data:
-        if key not in valid:
-            raise SpecError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    check_keys(data, valid, origin, f"a workload file must be a mapping with keys {', '.join(valid)}")
     tr = check_section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
     if "global_batch" not in tr:
         raise SpecError(f"{origin}: training section lacks global_batch")

@@ -34,7 +34,7 @@ from dessim.workload.dataparallel.graph import emit_backward, emit_forward, emit
 from dessim.workload.dataparallel.paramserver import iteration_figures
 from dessim.workload.dataparallel.result import DPResult, Generated
 from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, dp_sync, parse_common, sync_details
-from dessim.workload.common.document import as_choice
+from dessim.workload.common.document import as_choice, check_keys
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS
@@ -65,9 +65,7 @@ def parse_cnn(data: Any, origin: str, default_name: str) -> CNNSpec:
     model = data.get("model")
     if not isinstance(model, dict):
         raise SpecError(f"{origin}: missing the 'model' section (keys {', '.join(_MODEL_KEYS)})")
-    for key in model:
-        if key not in _MODEL_KEYS:
-            raise SpecError(f"{origin}: model: unknown key {key!r}; valid keys: {', '.join(_MODEL_KEYS)}")
+    check_keys(model, _MODEL_KEYS, f"{origin}: model")
     arch = as_choice(model.get("arch"), ARCHS, f"{origin}: model.arch")
     precision = as_choice(model.get("precision", "bf16"), PRECISIONS, f"{origin}: model.precision")
     try:
