@@ -43,13 +43,13 @@ import simpy
 from dessim.collectives.nccl.system import arch_of
 from dessim.collectives.protocols import RAW, Protocol, link_class, net_overhead, wire_factor
 from dessim.collectives.schedule import (CompactSchedule, FluidSchedule, Schedule, StepPattern,
-                                        pipelines)
+                                         merge_disjoint, pipelines)
 from dessim.errors import CollectiveError
 from dessim.network.base import Route
 from dessim.network.flow import WAKE_PRIORITY
 from dessim.topology.hosts import host_map
 
-__all__ = ["ScheduleRun", "run_schedule"]
+__all__ = ["ScheduleRun", "run_schedule", "merge_instances"]
 
 
 @dataclass
@@ -83,6 +83,32 @@ class ScheduleRun:
     def duration(self) -> float:
         """finish_time - start_time (NaN while running)."""
         return self.finish_time - self.start_time
+
+
+def merge_instances(network, schedules: Sequence[Schedule]) -> CompactSchedule | None:
+    """The instances of one collective (images of it under a replica fold: same shape,
+    disjoint groups) as ONE schedule to run with :func:`run_schedule`, when that run is the
+    same as running each alone (:func:`~dessim.collectives.schedule.merge_disjoint`) on
+    ``network``: every transfer's route is independent of the ECMP key (instances use
+    different key bases) and every instance spans the same number of hosts on the same GPU
+    architecture (what a protocol's charges depend on). None otherwise.
+
+    Exact: each transfer waits for what it waited for alone, starts at the same instant
+    and takes the same route, so the network sees the same flows; what is saved is one run's
+    bookkeeping (arrivals, rank events, bundles) per instance."""
+    merged = merge_disjoint(schedules)
+    if merged is None:
+        return None
+    topo = network.topology
+    hosts = host_map(topo)
+    shape = {(len(hosts.split(sch.group)), arch_of(topo, sch.group[0])) for sch in schedules}
+    if len(shape) != 1:
+        return None
+    plan = merged.plan
+    pairs = {(a, b) for p in plan.patterns for a, b in zip(p.src.tolist(), p.dst.tolist())}
+    if network.fixed_routes([a for a, _ in pairs], [b for _, b in pairs]) is None:
+        return None
+    return merged
 
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,
@@ -257,10 +283,11 @@ class _Charges:
         self.overhead = 0.0
         if not protocol.is_raw and algorithm in ("ring", "dbtree"):
             topo = network.topology
-            nodes = len(host_map(topo).split(schedule.group))
+            comm = schedule.communicator
+            nodes = len(host_map(topo).split(comm))
             if algorithm == "dbtree":
                 self.factor = wire_factor(protocol, algorithm, schedule.op.name,
-                                          arch_of(topo, schedule.group[0]), nodes)
+                                          arch_of(topo, comm[0]), nodes)
             elif nodes > 1:
                 self.overhead = net_overhead(protocol, algorithm,
                                              topo.meta.get("cpu_vendor") == "amd")

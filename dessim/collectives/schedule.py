@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from dessim.collectives.ops import Op
 from dessim.errors import CollectiveError
 
 __all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane", "StepPattern", "StepPlan",
-           "StepPlanBuilder", "CompactSchedule", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
+           "StepPlanBuilder", "CompactSchedule", "merge_disjoint", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
 
 #: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
 _REL_TOL = 1e-9
@@ -88,6 +88,13 @@ class Schedule:
     def transfers(self) -> list[Transfer]:
         """All transfers as a list (materialised; fine for small schedules)."""
         return list(self)
+
+    @property
+    def communicator(self) -> tuple[int, ...]:
+        """The ranks of ONE communicator this schedule runs on: ``group``, except for a
+        merged schedule (:func:`merge_disjoint`), which runs several communicators of the
+        same shape at once and charges each as this one."""
+        return self.group
 
     # ------------------------------------------------------------------ accounting
     def bytes_sent(self) -> dict[int, float]:
@@ -404,11 +411,17 @@ class CompactSchedule(Schedule):
     :class:`ScheduleBuilder` would have produced for the same algorithm."""
 
     def __init__(self, op: Op, algorithm: str, group: tuple[int, ...], size: float,
-                 root: int | None, plan: StepPlan, params: dict | None = None) -> None:
+                 root: int | None, plan: StepPlan, params: dict | None = None,
+                 communicator: tuple[int, ...] | None = None) -> None:
         self.op, self.algorithm, self.group, self.size, self.root = op, algorithm, group, size, root
         self.params = dict(params or {})
         self.plan = plan
+        self._communicator = group if communicator is None else communicator
         self._columns: dict[str, array] | None = None
+
+    @property
+    def communicator(self) -> tuple[int, ...]:
+        return self._communicator
 
     def __len__(self) -> int:
         return self.plan.transfers
@@ -425,6 +438,55 @@ class CompactSchedule(Schedule):
         if self._columns is None:
             self._columns = _materialize(self.plan)
         return self._columns
+
+
+def merge_disjoint(schedules: Sequence[Schedule]) -> CompactSchedule | None:
+    """Compact schedules of the same collective on pairwise-disjoint groups, with the same
+    step structure (what the images of one collective under a replica fold are), as ONE
+    compact schedule: step ``s`` holds step ``s`` of every schedule, schedule by schedule;
+    each member keeps its own dependencies (indices shifted to its schedule's block of the
+    previous step), so every transfer waits for exactly what it waited for alone. The merged
+    ``communicator`` is the first schedule's group. None unless there are at least two and
+    all of them qualify (compact, same op, algorithm, size and root-less, equal step plans
+    up to the ranks, disjoint groups)."""
+    if len(schedules) < 2 or not all(type(s) is CompactSchedule for s in schedules):
+        return None
+    first = schedules[0]
+    plan = first.plan
+    ranks: set[int] = set()
+    for sch in schedules:
+        p = sch.plan
+        if (sch.op is not first.op or sch.algorithm != first.algorithm or sch.size != first.size
+                or sch.root is not None or len(sch.group) != len(first.group)
+                or ranks.intersection(sch.group)
+                or (p.pattern, p.prev, p.nbytes, p.reduce_bytes, p.channel)
+                != (plan.pattern, plan.prev, plan.nbytes, plan.reduce_bytes, plan.channel)
+                or len(p.patterns) != len(plan.patterns)):
+            return None
+        for a, b in zip(p.patterns, plan.patterns):
+            if (len(a) != len(b) or not np.array_equal(a.dep_start, b.dep_start)
+                    or not np.array_equal(a.dep_index, b.dep_index)):
+                return None
+        ranks.update(sch.group)
+    k = len(schedules)
+    builder = StepPlanBuilder()
+    merged: dict[tuple[int, int], StepPattern] = {}
+    for s, pid in enumerate(plan.pattern):
+        q = plan.prev[s]
+        prev_len = len(plan.patterns[plan.pattern[q]]) if q >= 0 else 0
+        pattern = merged.get((pid, prev_len))
+        if pattern is None:
+            parts = [sch.plan.patterns[pid] for sch in schedules]
+            base = parts[0]
+            deps = len(base.dep_index)
+            pattern = merged[(pid, prev_len)] = StepPattern(
+                np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
+                np.concatenate([base.dep_start[:1]] + [base.dep_start[1:] + i * deps for i in range(k)]),
+                np.concatenate([base.dep_index + i * prev_len for i in range(k)]))
+        builder.add(pattern, q, plan.nbytes[s], plan.reduce_bytes[s], plan.channel[s])
+    group = tuple(r for sch in schedules for r in sch.group)
+    return CompactSchedule(first.op, first.algorithm, group, first.size, None, builder.build(),
+                           {**first.params, "merged": k}, communicator=first.group)
 
 
 def _column(name: str) -> property:

@@ -35,7 +35,9 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from dessim.collectives import plan_collective, run_schedule
+from dessim.collectives import CollectivePlan, plan_collective, run_schedule
+from dessim.collectives.executor import merge_instances
+from dessim.collectives.schedule import CompactSchedule
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.options import EngineOptions, Noise
@@ -164,6 +166,8 @@ class _Run:
         self.choices: dict[tuple[str, str], int] = {}
         self.coll_state: dict[str, dict] = {}
         self.schedules: dict[tuple, object] = {}
+        self.merged: dict[tuple, CompactSchedule | None] = {}   #: see _merged
+        self.merged_runs = 0          #: collective starts whose images ran as one schedule
         # records
         self.start = [float("nan")] * len(self.tasks)
         self.active = [float("nan")] * len(self.tasks)
@@ -317,6 +321,23 @@ class _Run:
             for k in members:
                 self.net.transfer(srcs[k], dsts[k], size, key=key).callbacks.append(join.one)
 
+    def _merged(self, t: Task, instances: list[tuple[int, ...]], plans: list) -> CompactSchedule | None:
+        """The images of collective task ``t`` in a folded graph as one schedule, when that
+        is exact (:func:`~dessim.collectives.executor.merge_instances`: same shape, disjoint
+        groups, key-independent routes, same charges) and the plans agree on the protocol;
+        not with streamed rings (their runs are counted per instance), nor with the
+        ``merged_images`` shortcut off. Cached."""
+        if self.shortcuts.stream_rings or not self.shortcuts.merged_images:
+            return None
+        key = (t.op, t.size, self.forced_algo or t.algo, t.group)
+        if key in self.merged:
+            return self.merged[key]
+        got = None
+        if len({(p.schedule.algorithm, p.protocol.name) for p in plans}) == 1:
+            got = merge_instances(self.net, [p.schedule for p in plans])
+        self.merged[key] = got
+        return got
+
     def _key_base(self, group: tuple[int, ...]) -> int:
         """ECMP key base of collectives on ``group``: one per group, as a communicator's
         connections are set up once and reused by all its collectives (so their paths do not
@@ -407,19 +428,25 @@ class _Run:
                 instances, where = [t.group], None
             else:
                 instances, where = self.fold.instances(t.group)
+            plans = [self._schedule(t, inst) for inst in instances]
+            merged = self._merged(t, instances, plans) if len(instances) > 1 else None
+            if merged is not None:      # one run for every image (exact; see _merged)
+                self.merged_runs += 1
+                plans = [CollectivePlan(merged, plans[0].protocol)]
+                instances = [merged.group]
+                where = {r: [(0, image) for _, image in pairs] for r, pairs in where.items()}
             arrivals = []
             runs = []
-            for inst in instances:
+            for inst, plan in zip(instances, plans):
                 arr = {r: self.env.event() for r in inst}
-                plan = self._schedule(t, inst)
                 runs.append(run_schedule(self.net, plan.schedule, arrivals=arr,
                                          protocol=plan.protocol,
                                          reduction_bw=self.settings.reduction_bw,
-                                         key_base=self._key_base(inst),
+                                         key_base=self._key_base(plan.schedule.communicator),
                                          bundles=self.shortcuts.bundles,
                                          stream_rings=self.shortcuts.stream_rings))
                 arrivals.append(arr)
-            self.collective_runs += len(runs)
+            self.collective_runs += len(runs) if merged is None else merged.params["merged"]
             self.streamed_runs += sum(run.streamed for run in runs)
             members = self.colls[t.coll_id]
             state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where}
@@ -571,7 +598,8 @@ class _Run:
                          "ranks_simulated": len(self.simulated_ranks),
                          "max_lane_skew_s": self.lane_skew,
                          "max_lane_skew_rel": self.lane_skew / makespan if makespan > 0 else 0.0,
-                         "skewed_tasks": self.skewed_tasks}}
+                         "skewed_tasks": self.skewed_tasks,
+                         "merged_image_runs": self.merged_runs}}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:
         chmap = self.net.channels

@@ -11,7 +11,7 @@ by its dotted path in this tree::
     │                      gpus_per_process
     ├── noise              Noise: slowdown, straggler_sigma, seed
     ├── shortcuts          Shortcuts: compact_schedules, bundles, shape_memo, collective_memo,
-    │                      stream_rings
+    │                      merged_images, stream_rings
     ├── calibration        the user's Calibration (a file name is read at construction) or None
     ├── record_links, device, precision
 
@@ -96,13 +96,16 @@ class Noise:
 class Shortcuts:
     """Speed shortcuts of the engine (docs/performance.md); booleans.
 
-    The first four are exact — switching them off changes no result, only the wall time:
+    The first five are exact — switching them off changes no result, only the wall time:
 
     * ``compact_schedules``: ring/direct collectives stored as uniform steps;
     * ``bundles``: transfers that provably share one rate run as one network bundle;
     * ``shape_memo``: ``auto`` decisions and closed-form TP times once per group shape;
     * ``collective_memo``: a collective that provably has the network to itself is simulated
-      once per (op, size, group, algorithm) and replayed.
+      once per (op, size, group, algorithm) and replayed;
+    * ``merged_images``: in a folded graph, the images of one collective (same shape,
+      disjoint groups, ECMP-independent routes) run as ONE schedule instead of one run each
+      (:func:`~dessim.collectives.executor.merge_instances`).
 
     ``stream_rings`` is an approximation, off by default: ring collectives run as one
     coupled flow per channel instead of step by step (docs/collectives.md).
@@ -112,6 +115,7 @@ class Shortcuts:
     bundles: bool = True
     shape_memo: bool = True
     collective_memo: bool = True
+    merged_images: bool = True
     stream_rings: bool = False
 
     def __post_init__(self) -> None:
@@ -124,7 +128,7 @@ class Shortcuts:
     def none(cls) -> "Shortcuts":
         """Every shortcut off: the full replay (``--exact``)."""
         return cls(compact_schedules=False, bundles=False, shape_memo=False,
-                   collective_memo=False, stream_rings=False)
+                   collective_memo=False, merged_images=False, stream_rings=False)
 
 
 def _network_model(model: object) -> type:
@@ -143,7 +147,8 @@ MOVED: dict[str, str] = {
                                                   "reduction_bw")},
     **{name: f"noise.{name}" for name in ("slowdown", "straggler_sigma", "seed")},
     **{name: f"shortcuts.{name}" for name in ("compact_schedules", "bundles", "shape_memo",
-                                                "collective_memo", "stream_rings")},
+                                                "collective_memo", "merged_images",
+                                                "stream_rings")},
 }
 
 
