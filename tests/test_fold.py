@@ -271,6 +271,8 @@ def test_folded_run_with_recorded_link_utilisation_matches():
                                   "model": {"layers": 2}}, id="ep8-pp2"),
     pytest.param("llama3-8b", {"tp": 2, "pp": 2, "cp": 2, "global_batch": 8, "micro_batch": 1,
                                "model": {"layers": 4}}, id="cp2-pp2"),
+    pytest.param("llama3-8b", {"tp": 2, "pp": 1, "cp": 4, "global_batch": 4, "micro_batch": 1,
+                               "model": {"layers": 2}}, id="cp4-ring"),
 ])
 @pytest.mark.parametrize("granularity", ["stage", "layer"])
 def test_expert_and_context_parallel_replicas_fold_exactly(workload, overrides, granularity):
@@ -300,3 +302,26 @@ def test_expert_parallel_lanes_map_ep_groups_onto_ep_groups():
     for perm in lane_permutations(lo):
         assert sorted(perm.tolist()) == list(range(lo.world_size))
         assert all(frozenset(perm[list(g)].tolist()) in groups for g in groups)
+
+
+def test_context_parallel_ranks_fold_onto_one_representative_per_stage():
+    """CP ranks run the same program up to a cyclic shift of the ring (issue 17): lanes shift
+    the CP index too, so a folded graph holds one rank per pipeline stage, and the ring's
+    K/V sends inside one orbit still find their recvs (Fold.canonical_pair)."""
+    res = simulate_workload("llama3-8b", "dgx-h100:nodes=2", overrides={
+        "tp": 2, "pp": 2, "cp": 4, "global_batch": 4, "micro_batch": 1, "model": {"layers": 2},
+        "generator": {"granularity": "layer", "fold": True}}, options=EngineOptions(record_links=False))
+    fold = res.simulation.meta["fold"]
+    assert fold["dims"] == ["tp", "cp", "dp"] and fold["lanes"] == 2 * 4 * 1
+    assert fold["ranks_simulated"] == 2 and fold["max_lane_skew_s"] == 0.0
+    assert {t.rank for t in res.taskgraph} == {0, res.taskgraph.fold.perm.shape[1] // 2}
+
+
+def test_canonical_pair_is_the_same_for_every_image_of_a_pair():
+    from dessim.taskgraph.fold import Fold
+    n = 8
+    perm = np.array([[(r + k) % n for r in range(n)] for k in range(n)])     # one orbit, a ring
+    fold = Fold(perm)
+    for k in range(n):
+        assert fold.canonical_pair(int(perm[k, 0]), int(perm[k, 1])) == (0, 1)
+        assert fold.canonical_pair(int(perm[k, 3]), int(perm[k, 2])) == (0, 7)

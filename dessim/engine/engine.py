@@ -303,7 +303,7 @@ class _Run:
         ranks takes the same path whatever order transfers start in."""
         send, recv = (i, j) if self.tasks[i].kind == "send" else (j, i)
         st = self.tasks[send]
-        src, dst, size, key = st.rank, self.tasks[recv].rank, st.size, 0
+        src, dst, size, key = st.rank, st.peer, st.size, 0
         fold = self.fold
         if fold is None:
             ev = self.net.transfer(src, dst, size, key=key)

@@ -48,6 +48,7 @@ class Fold:
     perm: np.ndarray
     dims: tuple[str, ...] = ()
     _instances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _inverse: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         perm = np.asarray(self.perm)
@@ -114,6 +115,39 @@ class Fold:
             where[r] = pairs
         got = (instances, where)
         self._instances[key] = got
+        return got
+
+    def canonical_pair(self, src: int, dst: int) -> tuple[int, int]:
+        """The pair ``(src, dst)`` carried by the lane that maps the smallest rank of
+        ``src``'s orbit onto ``src``, backwards: ``(m, perm[k]⁻¹[dst])``. Images of one
+        pair under any lane have the same canonical pair (lanes acting freely, as
+        :meth:`check_representatives` demands), so a send ``r -> q`` and its recv match
+        even when the recv is held by the representative of ``q``'s orbit as the image of
+        another pair — a ring exchange inside one orbit (context parallelism: the recv of
+        ``r`` from its previous rank is the image of the recv of ``q`` from ``r``)."""
+        lane_of, orbit_min = self._orbits()
+        k = int(lane_of[src])
+        if k <= 0:           # a representative (or lanes that are not a group: as given)
+            return src, dst
+        inv = self._inverse.get(k)
+        if inv is None:
+            inv = self._inverse[k] = np.argsort(self.perm[k])
+        return int(orbit_min[src]), int(inv[dst])
+
+    def _orbits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank: its orbit's smallest rank ``m`` and the first lane ``k`` with
+        ``perm[k, m]`` = the rank. Cached."""
+        got = self._instances.get("orbits")
+        if got is None:
+            perm = self.perm
+            orbit_min = perm.min(axis=0)
+            mins = np.flatnonzero(orbit_min[np.arange(self.num_ranks)] == np.arange(self.num_ranks))
+            lane_of = np.full(self.num_ranks, -1, dtype=np.int64)
+            for k in range(self.lanes - 1, -1, -1):        # the first lane wins
+                lane_of[perm[k, mins]] = k
+            orbit_min = orbit_min.copy()
+            orbit_min[perm[:, mins].ravel()] = np.tile(mins, self.lanes)
+            got = self._instances["orbits"] = (lane_of, orbit_min)
         return got
 
     def check_representatives(self, ranks: Sequence[int]) -> None:

@@ -291,14 +291,16 @@ class TaskGraph:
         fold.check_representatives(sorted(ranks))
 
     def match_p2p(self) -> dict[str, str]:
-        """Pair sends with recvs; return {send id: recv id} (and raise on any mismatch)."""
+        """Pair sends with recvs; return {send id: recv id} (and raise on any mismatch). In a
+        folded graph pairs are compared up to a lane (:meth:`Fold.canonical_pair`)."""
         sends: dict[tuple[int, int, int], list[Task]] = {}
         recvs: dict[tuple[int, int, int], list[Task]] = {}
+        pair = (lambda a, b: (a, b)) if self.fold is None else self.fold.canonical_pair
         for t in self:
             if t.kind == "send":
-                sends.setdefault((t.rank, t.peer, t.tag), []).append(t)
+                sends.setdefault((*pair(t.rank, t.peer), t.tag), []).append(t)
             elif t.kind == "recv":
-                recvs.setdefault((t.peer, t.rank, t.tag), []).append(t)
+                recvs.setdefault((*pair(t.peer, t.rank), t.tag), []).append(t)
         pairs: dict[str, str] = {}
         for key in sends.keys() | recvs.keys():
             s_list, r_list = sends.get(key, []), recvs.get(key, [])

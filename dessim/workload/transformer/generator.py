@@ -370,13 +370,13 @@ class _Generator:
 
     # ------------------------------------------------------------------ replica folding
     def _make_fold(self, engine: EngineOptions | None) -> Fold | None:
-        """The TP × DP lanes of a folded graph, or None (with the reason in the meta)."""
+        """The TP × CP × DP lanes of a folded graph, or None (with the reason in the meta)."""
         opts, lo, mem = self.opts, self.lo, self.plan.memory
         if not opts.fold:
             return None
         why = None
-        if lo.tp * lo.dp == 1:
-            why = "tp = dp = 1: nothing to fold"
+        if lo.tp * lo.cp * lo.dp == 1:
+            why = "tp = cp = dp = 1: nothing to fold"
         elif mem.offload_optimizer != "none" or mem.offload_activations != "none":
             why = "offload memcpys go to per-GPU memory nodes that have no lane images"
         elif len(set(self.plan.devices)) != 1:
@@ -386,7 +386,7 @@ class _Generator:
         if why is not None:
             self.graph.meta["fold_fallback"] = why
             return None
-        fold = Fold(lane_permutations(lo), ("tp", "dp"))
+        fold = Fold(lane_permutations(lo), ("tp", "cp", "dp") if lo.cp > 1 else ("tp", "dp"))
         self.graph.meta["fold_lanes"] = fold.lanes
         return fold
 
@@ -417,7 +417,7 @@ class _Generator:
         if self.graph.fold is None:
             return True
         c = self.lo.coords(rank)
-        return c.tp == 0 and c.dp == 0
+        return c.tp == 0 and c.dp == 0 and c.cp == 0
 
     # ------------------------------------------------------------------ closed-form TP
     def _setup_closed_form(self, engine: EngineOptions | None) -> None:
@@ -966,9 +966,10 @@ class _Generator:
 
 
 def lane_permutations(lo: ParallelLayout) -> np.ndarray:
-    """The ``(tp·dp, world)`` rank permutations of TP × DP replica folding: lane
-    ``a·dp + b`` maps the rank at (tp, cp, dp, pp) to the rank at ((tp + a) mod TP, cp,
-    dp', pp). Without expert parallelism ``dp' = (dp + b) mod DP``. With it, a DP index is
+    """The ``(tp·cp·dp, world)`` rank permutations of TP × CP × DP replica folding: lane
+    ``(a·CP + c)·DP + b`` maps the rank at (tp, cp, dp, pp) to the rank at ((tp + a) mod TP,
+    (cp + c) mod CP, dp', pp) — a cyclic shift of the CP ring, under which ring attention's
+    sends to the next rank map onto sends to the next rank. Without expert parallelism ``dp' = (dp + b) mod DP``. With it, a DP index is
     (e, r) — position ``e = dp mod EP`` in its expert-parallel group and group ``r = dp div
     EP`` — and the lane shifts each separately, ``dp' = (e + b mod EP) mod EP + EP·((r + b
     div EP) mod DP/EP)``, so every EP group (and every expert-data-parallel group) maps onto
@@ -977,15 +978,16 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     strides = lo.strides()
     coords = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64)  # tp, cp, dp, pp
     tp, cp, dp, pp = coords.T
-    fixed = cp * strides["cp"] + pp * strides["pp"]
     ep = lo.ep
     e, r = dp % ep, dp // ep
-    perm = np.empty((lo.tp * lo.dp, n), dtype=np.int64)
+    perm = np.empty((lo.tp * lo.cp * lo.dp, n), dtype=np.int64)
     for a in range(lo.tp):
-        tpart = fixed + ((tp + a) % lo.tp) * strides["tp"]
-        for b in range(lo.dp):
-            shifted = (e + b % ep) % ep + ep * ((r + b // ep) % (lo.dp // ep))
-            perm[a * lo.dp + b] = tpart + shifted * strides["dp"]
+        for c in range(lo.cp):
+            tpart = (pp * strides["pp"] + ((tp + a) % lo.tp) * strides["tp"]
+                     + ((cp + c) % lo.cp) * strides["cp"])
+            for b in range(lo.dp):
+                shifted = (e + b % ep) % ep + ep * ((r + b // ep) % (lo.dp // ep))
+                perm[(a * lo.cp + c) * lo.dp + b] = tpart + shifted * strides["dp"]
     return perm
 
 
