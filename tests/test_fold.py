@@ -271,6 +271,9 @@ def test_folded_run_with_recorded_link_utilisation_matches():
                                   "model": {"layers": 2}}, id="ep8-pp2"),
     pytest.param("llama3-8b", {"tp": 2, "pp": 2, "cp": 2, "global_batch": 8, "micro_batch": 1,
                                "model": {"layers": 4}}, id="cp2-pp2"),
+    pytest.param("mixtral-8x7b", {"tp": 2, "pp": 1, "ep": 4, "global_batch": 16, "micro_batch": 1,
+                                  "model": {"layers": 2, "routing": {"distribution": "zipf"}}},
+                 id="ep4-zipf-routing"),      # imbalanced routing: every rank at the hottest load
     pytest.param("llama3-8b", {"tp": 2, "pp": 1, "cp": 4, "global_batch": 4, "micro_batch": 1,
                                "model": {"layers": 2}}, id="cp4-ring"),
 ])
