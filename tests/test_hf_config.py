@@ -141,7 +141,8 @@ def test_an_mla_config_simulates():
 
 def test_node_limited_routing_is_a_printed_note():
     v3 = load_workload(HF / "deepseek-v3" / "config.json").model
-    assert "n_group=8, topk_group=4 not modelled" in v3.description
+    assert "n_group=8, topk_group=4 read as routing.max_nodes=4" in v3.description
+    assert v3.routing.max_nodes == 4
     assert load_workload(HF / "deepseek-v2-lite" / "config.json").model.description == ""   # 1 group
     res = CliRunner().invoke(cli, ["workload", "show", str(HF / "deepseek-v3"), "--gpus", "64"])
     assert res.exit_code == 0, res.output

@@ -45,7 +45,7 @@ from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
-from dessim.taskgraph.model import Task, TaskGraph
+from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 
@@ -280,15 +280,15 @@ class _Run:
         ``group`` (its own group, or an image of it in a folded graph). Cached: identical
         collectives on the same group share one plan; ``auto`` is decided once per such
         collective."""
-        algo = self.forced_algo or t.algo
-        key = (t.op, t.size, group, algo)
+        algo, options = self._algo(t)
+        key = (t.op, t.size, group, algo, options)
         plan = self.schedules.get(key)
         if plan is None:
             try:
                 plan = plan_collective(t.op, group, t.size, self.topology,
                                        self.settings.with_(algo=algo),
                                        compact_schedules=self.shortcuts.compact_schedules,
-                                       calibration=self.calibration)
+                                       calibration=self.calibration, **dict(options))
             except DessimError as exc:
                 raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None
             self.schedules[key] = plan
@@ -376,8 +376,15 @@ class _Run:
             self.finish(i)
         return done
 
+    def _algo(self, t: Task) -> tuple[str, tuple]:
+        """Collective task ``t``'s algorithm (the forced one, else its own) and, for its own,
+        its options (``attrs["algo_options"]``) as sorted (name, value) pairs."""
+        if self.forced_algo:
+            return self.forced_algo, ()
+        return t.algo, tuple(sorted(t.attrs.get(ALGO_OPTIONS, {}).items()))
+
     def _memo_key(self, t: Task) -> tuple:
-        return (t.op, t.size, t.group, self.forced_algo or t.algo)
+        return (t.op, t.size, t.group) + self._algo(t)
 
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]

@@ -17,7 +17,9 @@ and its stream is free. Kinds (:data:`TASK_KINDS`):
     One rank's part of a collective: ``op``, ``size`` (bytes, nccl-tests semantics),
     ``group`` (ranks), ``algo`` (``auto`` default) and ``coll_id``: every member of
     ``group`` has exactly one task with that ``coll_id`` and they must agree on op, size,
-    group and algo.
+    group and algo. ``attrs["algo_options"]`` (:data:`ALGO_OPTIONS`), a mapping, is passed
+    to that algorithm as its options (rail: ``network_share``); ignored when the engine
+    forces another algorithm.
 ``send`` / ``recv``
     A point-to-point transfer of ``size`` bytes to/from ``peer`` with a ``tag``. The k-th
     send from a to b with tag t matches the k-th recv on b from a with tag t. A transfer
@@ -46,7 +48,7 @@ import networkx as nx
 from dessim.errors import TaskGraphError
 from dessim.taskgraph.fold import Fold
 
-__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "Task", "TaskGraph"]
+__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph"]
 
 #: Valid task kinds.
 TASK_KINDS: tuple[str, ...] = ("compute", "collective", "send", "recv", "memcpy", "delay")
@@ -66,6 +68,9 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 }
 
 MEMCPY_DIRECTIONS = ("to_hbm", "from_hbm")
+
+#: Key of a collective task's ``attrs`` holding its algorithm's options (module docstring).
+ALGO_OPTIONS = "algo_options"
 
 
 @dataclass(slots=True)

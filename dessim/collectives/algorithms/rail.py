@@ -16,8 +16,12 @@ The network carries the same bytes as a flat all-to-all, ``S·(H−1)/H`` per ra
 ``H − 1`` rail-aligned flows instead of ``n·(H−1)`` flows that mostly cross the spine.
 Phase 2 of a rank starts when its phase-1 sends and receives are done (no pipelining of the
 two phases: DeepEP overlaps them in chunks, so this is an upper bound on the time).
-Node-limited routing (each token to at most M nodes, sent once per node) would shrink phase 1
-further; it is not modelled (every block is sent as such).
+Option ``network_share`` (default 1, in (0, 1]) scales phase 1: DeepEP sends a token over
+the network once per target node, not once per expert copy, so an MoE dispatch carries
+``network_share`` = (distinct target nodes per token) / ``top_k`` of the flat bytes across
+nodes; with node-limited routing (each token to at most M nodes) this is at most ``M/top_k``
+(:meth:`dessim.workload.transformer.routing.MoERouting.network_share`). Phase 2 still carries
+every copy (NVLink fan-out to the experts' GPUs).
 """
 
 from __future__ import annotations
@@ -48,6 +52,15 @@ def host_rows(group: tuple[int, ...], topology: Topology | None) -> list[list[in
     return out
 
 
+def network_share(options: dict) -> float:
+    """The ``network_share`` option (module docstring); a CollectiveError unless in (0, 1]."""
+    share = options.get("network_share", 1.0)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise CollectiveError(f"rail all-to-all: network_share={share!r} must be a number in (0, 1] "
+                              "(the share of the flat all-to-all's bytes that crosses nodes)")
+    return float(share)
+
+
 @register
 class Rail(Algorithm):
     name = "rail"
@@ -57,13 +70,15 @@ class Rail(Algorithm):
     def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
               options: dict) -> None:
         host_rows(group, topology)
+        network_share(options)
 
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:
         rows = host_rows(group, topology)
         hosts, n, p = len(rows), len(rows[0]), len(group)
         if hosts > 1:
-            lane.step((rows[h][i], rows[g][i], n * size / p, 0.0)
+            share = network_share(options)
+            lane.step((rows[h][i], rows[g][i], share * n * size / p, 0.0)
                       for h in range(hosts) for i in range(n) for g in range(hosts) if g != h)
         if n > 1:
             lane.step((row[i], row[j], hosts * size / p, 0.0)

@@ -78,7 +78,7 @@ from dessim.catalog.devices import get_device
 from dessim.engine.options import EngineOptions
 from dessim.errors import CollectiveError, MemoryFitError, WorkloadError
 from dessim.taskgraph.fold import Fold
-from dessim.taskgraph.model import Task, TaskGraph
+from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.graph import Topology
 from dessim.topology.routing import router_for
 from dessim.units import format_size
@@ -324,6 +324,7 @@ class _Generator:
         self.act_bytes = self.layer_kinds[False][3]
         self.templates: dict[tuple[int, int, str], _Template] = {}
         self.ep_algo = self._ep_algorithm()
+        self.ep_shares: dict[tuple[int, ...], float] = {}
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -634,6 +635,19 @@ class _Generator:
             pass
         return "auto"
 
+    def _ep_attrs(self, group: tuple[int, ...]) -> dict:
+        """Attributes of an MoE all-to-all task on ``group``: with ``rail`` (DeepEP), the
+        algorithm's ``network_share`` — a token crosses the network once per target node, at
+        most ``routing.max_nodes`` of them (:meth:`MoERouting.network_share`)."""
+        if self.ep_algo != "rail":
+            return {}
+        share = self.ep_shares.get(group)
+        if share is None:
+            hosts = len(host_rows(group, self.topo))
+            share = self.model.routing.network_share(self.model.top_k, self.model.experts, hosts)
+            self.ep_shares[group] = share
+        return {ALGO_OPTIONS: {"network_share": share}}
+
     # ------------------------------------------------------------------ task emission
     def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,
                     group: tuple[int, ...], deps: list[str], gkind: str) -> list[str]:
@@ -653,7 +667,8 @@ class _Generator:
         elif self.comm:
             self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
                              op=op, size=float(size), group=group, coll_id=coll_id,
-                             algo=self.ep_algo if gkind == "ep" else "auto"), deps)
+                             algo=self.ep_algo if gkind == "ep" else "auto",
+                             attrs=self._ep_attrs(group) if gkind == "ep" else {}), deps)
         else:
             self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
                              duration=0.0, attrs={"op": op, "size": float(size)}), deps)

@@ -32,9 +32,9 @@ Rules
       ignored; so is DeepSeek-V3's ``e_score_correction_bias`` (``n_routed_experts`` numbers
       per MoE layer, 14,848 in all), as the ``deepseek-v3`` preset does. Node-limited
       routing (``n_group`` > 1 groups, ``topk_group`` < ``n_group``: a token's experts on at
-      most ``topk_group`` nodes) changes only where a token's copies go, which dessim's
-      all-to-all does not model: it is accepted and reported as the model's ``description``
-      (``dessim workload show`` prints it as a note).
+      most ``topk_group`` nodes) becomes ``routing.max_nodes = topk_group`` (a group read as
+      a node of the EP group, as DeepSeek-V3 trains: EP64 over 8 nodes, 8 groups) and is
+      reported in the model's ``description`` (``dessim workload show`` prints it as a note).
     * Qwen2-MoE: its one shared expert of width ``shared_expert_intermediate_size`` is
       ``shared_experts = shared_expert_intermediate_size / moe_intermediate_size`` experts of
       width ``moe_intermediate_size`` (exact: a SwiGLU MLP's parameters and FLOPs are linear
@@ -170,9 +170,9 @@ def _deepseek_extras(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
     """DeepSeek-V2/V3: MLA, dense first layers, shared experts and MTP modules (the released
     ``configuration_deepseek.py`` / ``modeling_deepseek.py`` of deepseek-ai/DeepSeek-V2-Lite
     and deepseek-ai/DeepSeek-V3). ``num_key_value_heads`` is not read: MLA has none (every
-    head gets its own key and value from the latent). Node-limited routing changes neither
-    parameters nor FLOPs, only which nodes a token's experts sit on, which dessim's
-    all-to-all does not model: it is named in the model's ``description``."""
+    head gets its own key and value from the latent). Node-limited routing (``topk_group``
+    of ``n_group`` groups) becomes ``routing.max_nodes`` (a group read as a node of the EP
+    group, as DeepSeek-V3 trains) and is named in the model's ``description``."""
     missing = [k for k in _MLA_KEYS if k not in cfg]
     if missing:
         raise SpecError(f"{where}: missing key(s) {', '.join(map(repr, missing))} (multi-head "
@@ -183,8 +183,10 @@ def _deepseek_extras(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
                            "mtp_modules": _count0(cfg, "num_nextn_predict_layers", where)}
     groups, top = (_count0(cfg, k, where) for k in _GROUP_KEYS)
     if groups > 1 and top < groups:
-        out["description"] = (f"node-limited routing n_group={groups}, topk_group={top} not modelled: "
-                              "dessim's all-to-all sends token copies to any expert's node")
+        out["routing"] = {"max_nodes": top}
+        out["description"] = (f"node-limited routing n_group={groups}, topk_group={top} read as "
+                              f"routing.max_nodes={top}: a group is taken as a node of the EP group "
+                              "(DeepSeek-V3 trains EP64 over 8 nodes, one group per node)")
     return out
 
 

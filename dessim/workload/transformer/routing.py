@@ -26,11 +26,32 @@ Capacity factor ``C`` (Switch Transformer, Fedus et al. 2022, §2.2): an expert 
 residual). The rank's load is then capped, and :meth:`MoERouting.dropped_fraction` reports the
 share of token copies dropped. ``None`` = no capacity limit (dropless, DeepSeek-V3 §3.1: "no
 token-dropping").
+
+Node-limited routing ``max_nodes`` = ``M`` (DeepSeek-V3 report §2.1.2: "each token will be
+sent to at most M nodes", M = 4 in its training; the released config's ``topk_group``): a
+token's ``top_k`` experts lie on at most ``M`` of the ``H`` nodes its expert-parallel group
+spans. It changes no FLOP and no load factor; it changes what crosses the network when the
+dispatch sends a token *once per node* (DeepEP, report §3.2.2: a token crosses InfiniBand to
+each of its target nodes once, then NVLink fans it out to the GPUs of its experts;
+``moe_dispatch: deepep``). :meth:`MoERouting.nodes_per_token` is the expected number of
+distinct nodes a token reaches, exactly, under uniform affinities (each node subset and each
+expert inside it equally likely: the balanced case the load-balancing aims at), experts in
+contiguous blocks of ``E/H`` per node::
+
+    D = M'·(1 − C((M'−1)·E/H, k) / C(M'·E/H, k)),   M' = min(M, H)   (M absent: M' = H)
+
+(a node is missed when all ``k`` experts fall on the other ``M' − 1`` chosen nodes). A flat
+all-to-all sends ``k`` copies per token, ``k·(H−1)/H`` of them to other nodes; the deduplicated
+dispatch sends ``D·(H−1)/H``, so its network bytes are the flat ones times
+:meth:`MoERouting.network_share` ``= D / k`` — at most ``M/k``: a token's cross-node bytes are
+bounded by ``M`` hidden vectors. Skewed distributions (zipf, counts) keep the uniform share
+(an approximation: hot experts' nodes would be hit more often, which only lowers ``D``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 from pathlib import Path
 
 from dessim.errors import WorkloadError
@@ -49,6 +70,8 @@ class MoERouting:
     exponent: float = 1.0                       #: zipf exponent
     counts: tuple[float, ...] = ()              #: tokens per expert (``counts``)
     capacity_factor: float | None = None        #: None: dropless
+    #: node-limited routing: a token's experts on at most this many nodes (None: any node)
+    max_nodes: int | None = None
 
     def __post_init__(self) -> None:
         where = "model routing"
@@ -69,6 +92,10 @@ class MoERouting:
         if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or cf <= 0):
             raise WorkloadError(f"{where}: capacity_factor={cf!r} must be a number > 0 "
                                 "(or absent: no token dropping)")
+        m = self.max_nodes
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise WorkloadError(f"{where}: max_nodes={m!r} must be a whole number >= 1 "
+                                "(or absent: a token's experts on any node)")
 
     @property
     def balanced(self) -> bool:
@@ -109,6 +136,32 @@ class MoERouting:
         local = experts // ep
         per_rank = [sum(kept[r * local:(r + 1) * local]) for r in range(ep)]
         return max(per_rank) * ep
+
+
+    def nodes_per_token(self, top_k: int, experts: int, nodes: int) -> float:
+        """Expected number of distinct nodes a token's ``top_k`` expert copies go to, with
+        ``experts`` spread in equal contiguous blocks over ``nodes`` nodes (module
+        docstring: exact under uniform affinities; at most ``min(max_nodes, nodes, top_k)``).
+        A WorkloadError if the experts do not split evenly over the nodes or the
+        ``max_nodes`` nodes hold fewer than ``top_k`` experts."""
+        if nodes < 1 or experts % nodes:
+            raise WorkloadError(f"model routing: {experts} experts do not split evenly over "
+                                f"{nodes} nodes of the expert-parallel group")
+        per_node = experts // nodes
+        reach = nodes if self.max_nodes is None else min(self.max_nodes, nodes)
+        if reach * per_node < top_k:
+            raise WorkloadError(f"model routing: max_nodes={self.max_nodes} nodes hold "
+                                f"{reach * per_node} experts ({per_node} per node), fewer than "
+                                f"top_k={top_k}")
+        return reach * (1.0 - comb((reach - 1) * per_node, top_k) / comb(reach * per_node, top_k))
+
+    def network_share(self, top_k: int, experts: int, nodes: int) -> float:
+        """Cross-node bytes of a dispatch that sends each token once per target node (DeepEP)
+        over those of a flat all-to-all sending every copy: :meth:`nodes_per_token` / ``top_k``
+        (module docstring); 1.0 on one node."""
+        if nodes <= 1:
+            return 1.0
+        return self.nodes_per_token(top_k, experts, nodes) / top_k
 
 
 def read_counts(value: object, what: str) -> tuple[float, ...]:

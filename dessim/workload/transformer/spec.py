@@ -34,6 +34,7 @@ the key, the file and the valid keys)::
         exponent: 1.0                # zipf exponent
         counts: [..] or FILE         # tokens per expert (distribution: counts)
         capacity_factor: 1.25        # absent: dropless
+        max_nodes: 4                 # node-limited routing: a token's experts on <= M nodes (absent: any)
       mla:                           # multi-head latent attention (dessim/workload/transformer/mla.py)
         q_lora_rank: 1536
         kv_lora_rank: 512
@@ -256,7 +257,7 @@ _MLA_SCHEMA: Mapping[str, Converter] = {
 }
 _ROUTING_SCHEMA: Mapping[str, Converter] = {
     "distribution": as_str, "exponent": _number, "counts": read_counts,
-    "capacity_factor": _number,
+    "capacity_factor": _number, "max_nodes": _count(),
 }
 
 
