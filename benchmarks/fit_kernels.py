@@ -45,6 +45,17 @@ class GemmData:
     gpu: str
     files: tuple[str, ...]
     k_half_from: str | None = None   #: take k½ from this GPU's fit
+    #: the GEMMs' precision: bf16 (the ``gemm`` model) or fp8 (``gemm_fp8``, 1-byte operands)
+    precision: str = "bf16"
+
+    @property
+    def operand_bytes(self) -> float:
+        return 1.0 if self.precision == "fp8" else 2.0
+
+    def builtin(self, calibration) -> object:
+        """The built-in constants this fit reproduces."""
+        dev = calibration.device(self.gpu)
+        return dev.gemm_fp8 if self.precision == "fp8" else dev.gemm
 
 
 #: One entry per GPU with a fitted GEMM model (A100-40GB, H200 share A100-80GB's, H100's).
@@ -53,6 +64,8 @@ FITS: tuple[GemmData, ...] = (
     GemmData("A100-80GB", ("gemm_A100.csv",), k_half_from="H100"),
     GemmData("B200", ("xla_gemm_B200_bf16.csv",)),
     GemmData("MI300X", ("xla_gemm_MI300X_bf16.csv",)),
+    # FP8 (DeepGEMM, H800): shared by H100 and H200 (the same GH100 die and FP8 peak)
+    GemmData("H800", ("deepgemm_H800_fp8.csv",), precision="fp8"),
 )
 #: size classes of the residual table, by FLOPs of one GEMM
 BUCKETS = ((0, 1e9, "< 1 GFLOP"), (1e9, 1e10, "1-10 GFLOP"), (1e10, 1e11, "10-100 GFLOP"),
@@ -70,11 +83,11 @@ def load_points(files: tuple[str, ...]) -> np.ndarray:
     return np.asarray(rows)
 
 
-def ceilings() -> dict[str, float]:
-    """Best-shape TFLOP/s per GPU (a maximum over a brute-force search: a bound, not a point
-    to fit)."""
+def ceilings() -> dict[tuple[str, str], float]:
+    """Best-shape TFLOP/s per (GPU, precision) (a maximum over a brute-force search: a bound,
+    not a point to fit)."""
     with open(KERNELS / "gemm_best_shape.csv", newline="", encoding="utf-8") as f:
-        return {r["gpu"]: float(r["tflops"]) * 1e12 for r in csv.DictReader(f)}
+        return {(r["gpu"], r["dtype"]): float(r["tflops"]) * 1e12 for r in csv.DictReader(f)}
 
 
 def fit(data: GemmData) -> tuple[GemmParams, GemmFit, np.ndarray]:
@@ -83,16 +96,17 @@ def fit(data: GemmData) -> tuple[GemmParams, GemmFit, np.ndarray]:
     k_half = None
     if data.k_half_from is not None:
         k_half = fit(next(d for d in FITS if d.gpu == data.k_half_from))[0].k_half
-    result = fit_gemm(pts, spec.peak_flops("bf16"), SM_COUNT[data.gpu], hbm_bw=spec.hbm_bw,
-                      k_half=k_half)
-    best = ceilings().get(data.gpu)
+    peak = spec.peak_flops(data.precision)
+    result = fit_gemm(pts, peak, SM_COUNT[data.gpu], hbm_bw=spec.hbm_bw, k_half=k_half,
+                      operand_bytes=data.operand_bytes)
+    best = ceilings().get((data.gpu, data.precision))
     if best is None:        # no search: the best point measured is the bound
         best = float(np.max(2 * pts[:, 3] * pts[:, 0] * pts[:, 1] * pts[:, 2] / pts[:, 4]))
-    ceiling = round(best / spec.peak_flops("bf16"), 3)
+    ceiling = round(best / peak, 3)
     p = result.params
     params = GemmParams(p.peak_efficiency, p.k_half, p.fixed, ceiling)
-    pred = gemm_time(*pts[:, :4].T, spec.peak_flops("bf16"), SM_COUNT[data.gpu], params,
-                     hbm_bw=spec.hbm_bw)
+    pred = gemm_time(*pts[:, :4].T, peak, SM_COUNT[data.gpu], params, hbm_bw=spec.hbm_bw,
+                     operand_bytes=data.operand_bytes)
     return params, result, pred / pts[:, 4] - 1.0
 
 
@@ -127,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         params, result, res = fit(data)
         pts = load_points(data.files)
         kh = f"from {data.k_half_from}" if data.k_half_from else "fitted"
-        print(f"\n{data.gpu}: eta {params.peak_efficiency:.4f}, k_half {params.k_half:g} ({kh}), "
+        print(f"\n{data.gpu} {data.precision}: eta {params.peak_efficiency:.4f}, k_half {params.k_half:g} ({kh}), "
               f"t0 {params.fixed * 1e6:.3f} us, ceiling {params.ceiling:.3f}; "
               f"{len(pts)} points, RMS log error {result.rms_log_error:.3f}")
         rows = residual_rows(pts, res)
@@ -144,11 +158,11 @@ def main(argv: list[str] | None = None) -> int:
             for (m, n, k, b, t), r in zip(pts, res):
                 print(f"    b={b:g} {m:g}x{n:g}x{k:g}: measured "
                       f"{2 * b * m * n * k / t / 1e12:7.1f} TFLOP/s, residual {r:+.1%}")
-        g = builtin.device(data.gpu).gemm
+        g = data.builtin(builtin)
         have = (g.peak_efficiency, g.k_half, g.fixed, g.ceiling) if g else None
         want = (params.peak_efficiency, params.k_half, params.fixed, params.ceiling)
         if have is None or not np.allclose(have, want, rtol=1e-3, atol=1e-9):
-            mismatches.append(f"{data.gpu}: built-in {have}, fit {want}")
+            mismatches.append(f"{data.gpu} {data.precision}: built-in {have}, fit {want}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nwall {time.perf_counter() - t0:.1f} s, peak memory {peak:.0f} MiB")
     if args.check and mismatches:

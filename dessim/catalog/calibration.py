@@ -137,6 +137,9 @@ class DeviceCalibration(_Model):
     """Kernel-model constants of one GPU."""
 
     gemm: GemmCalibration | None = None
+    #: the GEMM model of FP8 GEMMs (fp8 tensor cores, 1-byte operands) when measured on their
+    #: own; absent: ``gemm`` against the FP8 peak
+    gemm_fp8: GemmCalibration | None = None
     attention: dict[str, AttentionTable] = Field(default_factory=dict)
     #: achieved fraction of HBM bandwidth of memory-bound kernels
     memory_efficiency: Fraction | None = None

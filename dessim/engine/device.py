@@ -8,11 +8,10 @@ file). Kernel kinds:
 ``matmul`` / ``matmul.<precision>``
     ``shape = (m, n, k)`` or ``(m, n, k, batch)``: the GEMM model (tile and wave
     quantization, k efficiency, measured ceiling, memory bound) at the dense peak of the run's
-    precision, or of ``<precision>`` (the 16-bit GEMMs of an FP8 run). FP8 GEMMs use the
-    GPU's 16-bit fitted efficiencies against the FP8 peak [U]: no FP8 GEMM table is fitted.
-    Cross-check (not a fit): DeepGEMM's release reached "1350+ FP8 TFLOP/s" on Hopper (68 % of
-    the FP8 peak) where H100's bf16 ceiling allows 80 % — FP8 GEMMs are likely optimistic by up
-    to ~15 % (docs/validation.md).
+    precision, or of ``<precision>`` (the 16-bit GEMMs of an FP8 run). FP8 GEMMs (1-byte
+    operands) use the GPU's own FP8 fit where the calibration has one (``gemm_fp8``: Hopper,
+    fitted to DeepGEMM's measured block-scaled FP8 GEMMs on H800, docs/validation.md), else
+    its 16-bit fit against the FP8 peak [U].
 ``attention.<impl>.<phase>``
     an attention block (``impl`` flash2 or flash3: one fused kernel; unfused: the
     matmul-softmax-matmul kernels as one block; ``phase`` fwd or bwd),
@@ -77,6 +76,8 @@ _GENERIC_ATTENTION = (128, True, 4096)      # head dim, causal, sequence of unta
 @dataclass(frozen=True)
 class _Constants:
     gemm: GemmParams
+    #: FP8 GEMMs' own fit (None: ``gemm`` against the FP8 peak)
+    gemm_fp8: GemmParams | None
     #: measured rate of each attention implementation, with the peak ratio that scales it
     #: (1 for the GPU's own table, own / proxy dense peak for the proxy's)
     attention: dict[str, tuple[AttentionRate, float]]
@@ -99,7 +100,10 @@ def _constants(device: GPUSpec, calibration: Calibration) -> _Constants:
     rates = {impl: (AttentionRate.from_keys(t.tflops), proxy_scale)
              for impl, t in proxy.attention.items() if impl not in own.attention}
     rates.update({impl: (AttentionRate.from_keys(t.tflops), 1.0) for impl, t in own.attention.items()})
-    return _Constants(GemmParams(g.peak_efficiency, g.k_half, g.fixed, g.ceiling or 1.0), rates,
+    f8 = own.gemm_fp8
+    fp8 = None if f8 is None or None in (f8.peak_efficiency, f8.k_half, f8.fixed) else \
+        GemmParams(f8.peak_efficiency, f8.k_half, f8.fixed, f8.ceiling or 1.0)
+    return _Constants(GemmParams(g.peak_efficiency, g.k_half, g.fixed, g.ceiling or 1.0), fp8, rates,
                       own.memory_efficiency or 0.8, own.launch_overhead or 0.0)
 
 
@@ -172,9 +176,12 @@ class DeviceModel:
                 raise TaskGraphError(f"reserved_sms={reserved_sms} must be in 0..{sms - 1} on "
                                      f"{self.device.name} ({sms} SMs)")
             free = sms - reserved_sms
-            peak = self.peak if kind == "matmul" else self.device.peak_flops(kind[7:])
-            t = gemm_time(m, n, k, batch, peak * free / sms, free, c.gemm,
-                          hbm_bw=self.device.hbm_bw, memory_efficiency=c.memory_efficiency)
+            prec = gemm_precision(self.precision) if kind == "matmul" else kind[7:]
+            fp8 = prec == "fp8"
+            params = c.gemm_fp8 if fp8 and c.gemm_fp8 is not None else c.gemm
+            t = gemm_time(m, n, k, batch, self.device.peak_flops(prec) * free / sms, free, params,
+                          operand_bytes=1.0 if fp8 else 2.0, hbm_bw=self.device.hbm_bw,
+                          memory_efficiency=c.memory_efficiency)
             return float(t) + c.launch_overhead
         if kind.startswith("attention"):
             return self._attention(kind, shape, flops, nbytes) + c.launch_overhead
