@@ -239,6 +239,45 @@ def test_rail_all_to_all_carries_flat_bytes_over_same_rail_flows():
     assert len(net) < len([t for t in flat.transfers if t.src // 8 != t.dst // 8])
 
 
+@pytest.mark.parametrize("share", [1.0, 0.45])
+def test_pipelined_rail_all_to_all_overlaps_its_two_phases(share):
+    """``pipeline_chunks`` K: the same bytes on the same rail-aligned connections, in K
+    independent two-phase exchanges; the time falls from about network + NVLink phase towards
+    the slower phase plus 1/K of the faster (plus K steps' latencies), never below the slower."""
+    from dessim.collectives.api import run_collective
+
+    topo = load_topology("dgx-h100:nodes=4")
+    group, size = tuple(range(32)), 512e6
+
+    def bytes_of(sched, cross):
+        return sum(t.nbytes for t in sched.transfers if (t.src // 8 != t.dst // 8) == cross)
+
+    one = build_schedule("alltoall", "rail", group, size, topology=topo, network_share=share)
+    eight = build_schedule("alltoall", "rail", group, size, topology=topo, network_share=share,
+                           pipeline_chunks=8)
+    for cross in (True, False):
+        assert bytes_of(eight, cross) == pytest.approx(bytes_of(one, cross))
+    assert len(eight.transfers) == 8 * len(one.transfers)
+
+    def time(ranks, **opts):
+        return run_collective("alltoall", size, topo, algo="rail", ranks=list(ranks),
+                              network_share=share, **opts).time_s
+
+    # each phase alone, with the same bytes per pair: one GPU per host (network), one host (NVLink)
+    net, nvl = time([0, 8, 16, 24]), time(range(8))
+    serial, piped = time(group), time(group, pipeline_chunks=8)
+    assert serial == pytest.approx(net + nvl, rel=0.02)
+    assert max(net, nvl) <= piped < max(net, nvl) + min(net, nvl) / 2
+
+
+def test_bad_rail_options_are_refused():
+    topo = load_topology("dgx-h100:nodes=2")
+    with pytest.raises(DessimError, match="pipeline_chunks=0"):
+        build_schedule("alltoall", "rail", tuple(range(16)), 1e6, topology=topo, pipeline_chunks=0)
+    with pytest.raises(DessimError, match="network_share=1.5"):
+        build_schedule("alltoall", "rail", tuple(range(16)), 1e6, topology=topo, network_share=1.5)
+
+
 def test_rail_all_to_all_needs_equal_ranks_per_host():
     with pytest.raises(DessimError, match="unevenly"):
         build_schedule("alltoall", "rail", tuple(range(12)), 1e6,

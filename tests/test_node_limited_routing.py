@@ -14,6 +14,7 @@ from dessim.collectives.algorithms import build_schedule
 from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology import load_topology
 from dessim.workload import load_workload
+from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS
 from dessim.workload.transformer.routing import MoERouting
 from dessim.workload.transformer.spec import parse_workload
 
@@ -124,11 +125,31 @@ def test_node_limit_shrinks_the_simulated_dispatch():
     share and take less time with M = 1 than unlimited; NCCL's all-to-all sends every copy
     whatever M is."""
     free, limited = _moe_simulation({}), _moe_simulation({"max_nodes": 1})
-    shares = {t.attrs["algo_options"]["network_share"] for t in limited.taskgraph if t.category == "ep"}
-    assert shares == {1 / 8}
+    options = {tuple(sorted(t.attrs["algo_options"].items())) for t in limited.taskgraph if t.category == "ep"}
+    assert options == {(("network_share", 1 / 8), ("pipeline_chunks", DEEPEP_PIPELINE_CHUNKS))}
+    # the pipelined phases are an approximation, and every summary says so
+    assert limited.summary()["approximations"] == [DEEPEP_APPROXIMATION]
     assert 0 < _ep_seconds(limited) < _ep_seconds(free)
     nccl = _moe_simulation({"max_nodes": 1}, dispatch="nccl")
     assert all("algo_options" not in t.attrs for t in nccl.taskgraph if t.category == "ep")
+    assert nccl.summary()["approximations"] == []
+
+
+def test_cli_names_the_deepep_approximation(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    doc = {"name": "moe", "model": {"layers": 2, "hidden": 512, "heads": 8, "ffn_hidden": 2048,
+                                    "vocab": 2048, "seq_len": 512, "experts": 16, "top_k": 2,
+                                    "moe_ffn_hidden": 256},
+           "parallelism": {"dp": 16, "ep": 16}, "training": {"global_batch": 16, "moe_dispatch": "deepep"}}
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = CliRunner().invoke(cli, ["simulate", str(path), "-t", "dgx-h100:nodes=2"])
+    assert res.exit_code == 0, res.output
+    assert f"approximation       {DEEPEP_APPROXIMATION}" in res.output
 
 
 @pytest.mark.parametrize("value, message", [

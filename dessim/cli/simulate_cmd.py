@@ -50,6 +50,8 @@ def print_summary(s: dict[str, Any]) -> None:
         if k != "total" and v:
             click.echo(f"    {k:<17} {format_size(v)}")
     _print_shortcuts(s)
+    for text in s.get("approximations", ()):
+        click.echo(f"  approximation       {text}")
     fold = s.get("fold")
     if fold:
         click.echo(f"  replica folding     {fold['ranks_simulated']} ranks simulated × {fold['lanes']} lanes; "

@@ -516,7 +516,7 @@ WORKLOAD = Evaluator(
                                     check=_check_engine_axis(None))},
     evaluate=_evaluate_workload,
     precheck=_precheck_workload,
-    metrics=("bubble_fraction", "bucket_size", "calibration", "comm", "compute_s", "details",
+    metrics=("approximations", "bubble_fraction", "bucket_size", "calibration", "comm", "compute_s", "details",
              "device", "events", "exposed_comm_s", "exposed_comm_total_s", "fold",
              "fold_fallback", "gpu_busy_fraction", "gpus", "granularity", "hardware_flops",
              "hardware_tflops_per_gpu", "hfu", "iteration_s", "kind", "layout",

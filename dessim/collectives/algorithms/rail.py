@@ -14,8 +14,13 @@ each rank (all-to-all semantics):
 
 The network carries the same bytes as a flat all-to-all, ``S·(H−1)/H`` per rank, but over
 ``H − 1`` rail-aligned flows instead of ``n·(H−1)`` flows that mostly cross the spine.
-Phase 2 of a rank starts when its phase-1 sends and receives are done (no pipelining of the
-two phases: DeepEP overlaps them in chunks, so this is an upper bound on the time).
+Phase 2 of a rank starts when its phase-1 sends and receives are done. Option
+``pipeline_chunks`` ``K`` (default 1: no pipelining) splits the data into ``K`` chunks, each an independent
+two-phase exchange on the same connections (FIFO): chunk ``c``'s NVLink phase runs while
+chunk ``c + 1`` crosses the network, so the time tends to the slower phase's plus ``1/K`` of
+the faster one's. DeepEP pipelines the two phases at a far finer grain (chunks of 8 tokens on
+RDMA and 32 on NVLink for 64 ranks, ``Buffer.get_dispatch_config``), so any ``K`` is an
+approximation from above (exact only as ``K`` grows).
 Option ``network_share`` (default 1, in (0, 1]) scales phase 1: DeepEP sends a token over
 the network once per target node, not once per expert copy, so an MoE dispatch carries
 ``network_share`` = (distinct target nodes per token) / ``top_k`` of the flat bytes across
@@ -61,6 +66,16 @@ def network_share(options: dict) -> float:
     return float(share)
 
 
+def pipeline_chunks(options: dict) -> int:
+    """The ``pipeline_chunks`` option (module docstring); a CollectiveError unless a whole
+    number >= 1."""
+    chunks = options.get("pipeline_chunks", 1)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise CollectiveError(f"rail all-to-all: pipeline_chunks={chunks!r} must be a whole number >= 1 "
+                              "(the network and NVLink phases pipelined in that many chunks)")
+    return chunks
+
+
 @register
 class Rail(Algorithm):
     name = "rail"
@@ -71,18 +86,22 @@ class Rail(Algorithm):
               options: dict) -> None:
         host_rows(group, topology)
         network_share(options)
+        pipeline_chunks(options)
 
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:
         rows = host_rows(group, topology)
         hosts, n, p = len(rows), len(rows[0]), len(group)
-        if hosts > 1:
-            share = network_share(options)
-            lane.step((rows[h][i], rows[g][i], share * n * size / p, 0.0)
-                      for h in range(hosts) for i in range(n) for g in range(hosts) if g != h)
-        if n > 1:
-            lane.step((row[i], row[j], hosts * size / p, 0.0)
-                      for row in rows for i in range(n) for j in range(n) if j != i)
+        share, chunks = network_share(options), pipeline_chunks(options)
+        part = size / chunks
+        for c in range(chunks):     # each chunk its own exchange on the same (FIFO) connections
+            sub = lane if c == 0 else Lane(lane.builder, lane.channel)
+            if hosts > 1:
+                sub.step((rows[h][i], rows[g][i], share * n * part / p, 0.0)
+                         for h in range(hosts) for i in range(n) for g in range(hosts) if g != h)
+            if n > 1:
+                sub.step((row[i], row[j], hosts * part / p, 0.0)
+                         for row in rows for i in range(n) for j in range(n) if j != i)
 
     def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
         """The host of each member (numbered by first appearance): what :meth:`check` and

@@ -89,7 +89,7 @@ from dessim.workload.common.kernels import Kernel, KernelSet, optimizer_kernel
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
 from dessim.workload.transformer.kernels import (embedding_kernels, head_kernels, layer_kernels,
                                                 mtp_kernels)
-from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS, ParallelLayout
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                                 layer_activation_bytes, layer_params_on_gpu, mtp_params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
@@ -336,6 +336,8 @@ class _Generator:
             self.em.timer.model(name).check_precision()
             self.em.timer.model(name).check_attention(lo.attention)
         self.graph = self.em.graph
+        if self.ep_algo == "rail" and self.comm:       # said in every summary (WorkloadResult)
+            self.graph.meta["approximations"] = [DEEPEP_APPROXIMATION]
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
         self.free_p2p: dict[tuple[int, int, int, str], dict[str, tuple[str, list[str]]]] = {}
         self.mem_tasks: dict[tuple[int, int, tuple], str] = {}
@@ -638,7 +640,8 @@ class _Generator:
     def _ep_attrs(self, group: tuple[int, ...]) -> dict:
         """Attributes of an MoE all-to-all task on ``group``: with ``rail`` (DeepEP), the
         algorithm's ``network_share`` — a token crosses the network once per target node, at
-        most ``routing.max_nodes`` of them (:meth:`MoERouting.network_share`)."""
+        most ``routing.max_nodes`` of them (:meth:`MoERouting.network_share`) — and
+        ``pipeline_chunks`` (:data:`~dessim.workload.transformer.layout.DEEPEP_PIPELINE_CHUNKS`)."""
         if self.ep_algo != "rail":
             return {}
         share = self.ep_shares.get(group)
@@ -646,7 +649,7 @@ class _Generator:
             hosts = len(host_rows(group, self.topo))
             share = self.model.routing.network_share(self.model.top_k, self.model.experts, hosts)
             self.ep_shares[group] = share
-        return {ALGO_OPTIONS: {"network_share": share}}
+        return {ALGO_OPTIONS: {"network_share": share, "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}}
 
     # ------------------------------------------------------------------ task emission
     def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,

@@ -86,6 +86,15 @@ ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")
 #: DeepEP kernels: same-rail network sends, then NVLink forwarding
 #: (:mod:`dessim.collectives.algorithms.rail`) when the EP group spans nodes.
 MOE_DISPATCH: tuple[str, ...] = ("nccl", "deepep")
+#: ``deepep``: the rail all-to-all's network and NVLink phases pipelined in this many chunks
+#: (:mod:`dessim.collectives.algorithms.rail` option ``pipeline_chunks``). DeepEP pipelines
+#: them per 8 RDMA / 32 NVLink tokens (deepseek-ai/DeepEP ``Buffer.get_dispatch_config``, 64
+#: ranks): 8 chunks leave 1/8 of the faster phase exposed — an approximation from above, which
+#: every summary names (:data:`DEEPEP_APPROXIMATION`).
+DEEPEP_PIPELINE_CHUNKS = 8
+DEEPEP_APPROXIMATION = (f"MoE all-to-all (moe_dispatch deepep): the network and NVLink phases "
+                        f"pipelined in {DEEPEP_PIPELINE_CHUNKS} chunks, coarser than DeepEP's "
+                        "8-32-token chunks (an upper bound on its time)")
 
 
 class RankCoords(NamedTuple):

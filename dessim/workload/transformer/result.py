@@ -20,6 +20,9 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.fl
   (:mod:`dessim.workload.transformer.overlap`).
 * ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
   (:meth:`~dessim.workload.transformer.memory.MemoryEstimate.breakdown`), with ``total``.
+* ``approximations`` — what the run models only approximately, one sentence each (the task
+  graph's ``meta["approximations"]``; e.g. DeepEP's pipelined all-to-all phases); empty
+  when none.
 """
 
 from __future__ import annotations
@@ -149,6 +152,7 @@ class WorkloadResult(IterationResult):
             "calibration": sim.meta.get("collectives", {}).get("calibration"),
             "granularity": plan.options.granularity,
             "shortcuts": self.shortcuts(),
+            "approximations": list(self.taskgraph.meta.get("approximations", [])),
             "comm": plan.options.comm,
             "bucket_size": plan.bucket_size,
             "tasks": len(self.taskgraph),
