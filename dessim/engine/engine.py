@@ -329,7 +329,7 @@ class _Run:
         ``merged_images`` shortcut off. Cached."""
         if self.shortcuts.stream_rings or not self.shortcuts.merged_images:
             return None
-        key = (t.op, t.size, self.forced_algo or t.algo, t.group)
+        key = self._memo_key(t)          # the collective: op, size, group, algorithm and options
         if key in self.merged:
             return self.merged[key]
         got = None
