@@ -34,6 +34,7 @@ import simpy
 
 from dessim.collectives.algorithms import ALGORITHMS, check_supported
 from dessim.collectives.nccl import NcclSystem, algo_time, allowed, nccl_system
+from dessim.collectives.nccl.launch import NcclLaunch, launch
 from dessim.collectives.ops import Op
 from dessim.collectives.schedule import Schedule
 from dessim.collectives.settings import CollectiveSettings
@@ -80,6 +81,7 @@ class AutoChoice:
     estimates: tuple[Estimate, ...]
     system: NcclSystem | None = None
     note: str = ""
+    launch: NcclLaunch | None = None   #: how NCCL launches the chosen one (reported, not timed)
 
     def explanation(self) -> str:
         head = f"auto chose {self.algorithm} with protocol {self.protocol}"
@@ -94,6 +96,8 @@ class AutoChoice:
         lines = [head + ":"]
         if self.note:
             lines.append(f"  {self.note}")
+        if self.launch is not None:
+            lines.append(f"  {self.launch.describe()} (reported, not simulated)")
         lines += [f"  {e.describe()}" for e in self.estimates]
         return "\n".join(lines)
 
@@ -164,7 +168,8 @@ def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology,
         note = (f"NCCL's model prefers {min(unsimulated)[1]} here, which dessim does not "
                 f"simulate; the best simulated candidate is used")
     ranked = tuple(ok) + tuple(e for e in estimates if e.time_s is None)
-    return AutoChoice(best.algorithm, best.protocol, ranked, system, note)
+    how = launch(op.name, _DESSIM_TO_NCCL[best.algorithm], best.protocol, size, system)
+    return AutoChoice(best.algorithm, best.protocol, ranked, system, note, how)
 
 
 # ---------------------------------------------------------------------------------- helpers
