@@ -38,7 +38,7 @@ def test_a_tiny_ring_ll_call_runs_one_channel_of_three_warps(a100):
 @settings(max_examples=40, deadline=None)
 @given(nbytes=st.integers(1, 64 * MiB))
 def test_ring_ll_on_8_ranks_drops_a_channel_per_32_kib(a100, nbytes):
-    # nccl.md example: 8 ranks, Ring LL, 512 threads, threshold 8 x 8 -> nc x 32 KiB
+    # topoGetAlgoInfo (NCCL 2.30.7): 8 ranks, Ring LL, 512 threads, threshold 8 x 8 -> nc x 32 KiB
     got = launch("allreduce", "ring", "LL", nbytes, a100)
     assert got.channels == max(1, min(24, nbytes // (32 * 1024)))
 
