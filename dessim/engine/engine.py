@@ -535,6 +535,8 @@ class _Run:
         shown = self.simulated_ranks
         per_rank: dict[int, dict[str, list]] = {r: {"compute": [], "comm": [], "wait": [],
                                                     "all": [], "cat": {}} for r in shown}
+        by_kernel: dict[int, dict[str, float]] = {r: {} for r in shown}
+        mixes = self.graph.kernel_mix
         records = []
         for i, t in enumerate(tasks):
             s, a, e = self.start[i], self.active[i], self.end[i]
@@ -549,6 +551,7 @@ class _Run:
                 acc["cat"].setdefault(t.category or t.kind, []).append((a, e))
             else:
                 acc["compute"].append((s, e))
+                _add_kernel_time(by_kernel[t.rank], mixes.get(t.id), t.kernel or t.kind, e - s)
         makespan = max((e for e in self.end), default=0.0)
         ranks = []
         for r in shown:
@@ -560,11 +563,13 @@ class _Run:
             wait = subtract(union(acc["wait"]), busy)
             by_cat = {c: length(subtract(union(iv), compute)) for c, iv in sorted(acc["cat"].items())}
             covered = union(acc["all"])
-            ranks.append(RankTimes(rank=r, compute_s=length(compute), comm_s=length(comm),
+            compute_s = length(compute)
+            ranks.append(RankTimes(rank=r, compute_s=compute_s, comm_s=length(comm),
                                    exposed_comm_s=length(exposed), wait_s=length(wait),
                                    idle_s=makespan - length(covered),
                                    end_s=max((e for _, e in acc["all"]), default=0.0),
-                                   exposed_by_category=by_cat))
+                                   exposed_by_category=by_cat,
+                                   compute_by_kernel=_scaled(by_kernel[r], compute_s)))
         return SimulationResult(
             makespan_s=makespan, ranks=ranks, span_records=records,
             link_bytes=self.net.link_bytes(), link_capacity=self._link_capacity(),
@@ -636,3 +641,27 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     run = _Run(graph, topology, options or EngineOptions(), compute_cost)
     run.run()
     return run.result(time.perf_counter() - t0)
+
+
+def _add_kernel_time(acc: dict[str, float], mix: tuple[tuple[str, float], ...] | None, kind: str,
+                     seconds: float) -> None:
+    """Add a compute task's ``seconds`` to ``acc`` by kernel kind: split by its kernel mix
+    (shares of its costed time) when it has one, else all under ``kind``."""
+    if seconds <= 0:
+        return
+    total = sum(v for _, v in mix) if mix else 0.0
+    if total <= 0:
+        acc[kind] = acc.get(kind, 0.0) + seconds
+        return
+    for k, v in mix:
+        acc[k] = acc.get(k, 0.0) + seconds * v / total
+
+
+def _scaled(acc: dict[str, float], compute_s: float) -> dict[str, float]:
+    """``acc`` (summed task seconds by kernel kind) scaled to add up to the rank's compute
+    time ``compute_s`` (a union): overlapping compute tasks share the overlap in proportion."""
+    total = sum(acc.values())
+    if total <= 0:
+        return {}
+    f = compute_s / total
+    return {k: v * f for k, v in sorted(acc.items())}

@@ -7,7 +7,8 @@ communication tasks the time all peers had arrived; equals ``start_s`` for compu
 
 Per-rank accounting (each a union of intervals, so overlapping tasks are not double counted):
 
-* ``compute_s`` — time at least one compute/delay task ran;
+* ``compute_s`` — time at least one compute/delay task ran, and ``compute_by_kernel`` the
+  same seconds by kernel kind;
 * ``comm_s`` — time at least one communication task was active (moving data);
 * ``exposed_comm_s`` — communication time not overlapped by compute;
 * ``wait_s`` — time spent only waiting for peers (no compute, no active communication);
@@ -40,6 +41,11 @@ class RankTimes:
     idle_s: float
     end_s: float                                 #: when the rank's last task ended
     exposed_by_category: dict[str, float] = field(default_factory=dict)
+    #: ``compute_s`` by device-model kernel kind (``matmul``, ``attention.flash2.fwd``,
+    #: ``norm``, ...; ``delay`` for delays, ``compute`` for compute tasks of no kind): each
+    #: compute task's time split by its kernel mix (:attr:`TaskGraph.kernel_mix`), scaled so
+    #: the kinds add up to ``compute_s`` (overlapping compute tasks share their overlap)
+    compute_by_kernel: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -48,7 +48,7 @@ import networkx as nx
 from dessim.errors import TaskGraphError
 from dessim.taskgraph.fold import Fold
 
-__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph"]
+__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix"]
 
 #: Valid task kinds.
 TASK_KINDS: tuple[str, ...] = ("compute", "collective", "send", "recv", "memcpy", "delay")
@@ -167,6 +167,14 @@ class Task:
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Task) if f.name != "attrs"}
 
 
+def kernel_mix(kinds: Iterable[str], seconds: Iterable[float]) -> tuple[tuple[str, float], ...]:
+    """Seconds summed by kernel kind, sorted by kind (:attr:`TaskGraph.kernel_mix`)."""
+    out: dict[str, float] = {}
+    for k, s in zip(kinds, seconds):
+        out[k] = out.get(k, 0.0) + s
+    return tuple(sorted(out.items()))
+
+
 class Checked(NamedTuple):
     """What :meth:`TaskGraph.validate` found: {send id: recv id} and each collective's member
     tasks in group order (:meth:`TaskGraph.match_p2p`, :meth:`TaskGraph.collectives`)."""
@@ -191,6 +199,12 @@ class TaskGraph:
         #: Replica folding (:mod:`dessim.taskgraph.fold`): the tasks are those of
         #: representative ranks, each standing for its images in every lane. None = unfolded.
         self.fold = fold
+        #: Seconds by device-model kernel kind (``matmul``, ``attention.flash2.fwd``, ``norm``,
+        #: ...) of a compute task that runs several kernels (``kernel="layer"``), as its
+        #: generator costed them: the engine splits the task's time by these shares
+        #: (:attr:`dessim.engine.result.RankTimes.compute_by_kernel`). Kept in memory only
+        #: (not in task-graph files); a task without an entry counts under its ``kernel``.
+        self.kernel_mix: dict[str, tuple[tuple[str, float], ...]] = {}
 
     # ------------------------------------------------------------------ building
     def add(self, task: Task, deps: Iterable[str] = ()) -> Task:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from dessim.catalog.calibration import Calibration
-from dessim.taskgraph.model import Task, TaskGraph
+from dessim.taskgraph.model import Task, TaskGraph, kernel_mix
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 from dessim.workload.common.kernels import Kernel, KernelTimer
@@ -98,29 +98,38 @@ class TaskEmitter:
         ``{"model_flops": ...}`` (a generator that precomputes them passes its own).
         ``reused=True``: the caller passes this very sequence again for other tasks (and never
         changes it), so its sums are computed once per GPU model and kept."""
-        duration, flops, nbytes, model_flops, kind, shape = self._costed(rank, kernels, reused)
+        duration, flops, nbytes, model_flops, kind, shape, mix = self._costed(rank, kernels, reused)
         if attrs is None:
             attrs = {"model_flops": model_flops}
-        return self.add(Task(self.new_id(rank), rank, "compute", stream=stream, name=label,
-                             category=category, duration=duration, flops=flops,
-                             bytes=nbytes, kernel=kind, shape=shape, attrs=attrs), deps)
+        tid = self.add(Task(self.new_id(rank), rank, "compute", stream=stream, name=label,
+                            category=category, duration=duration, flops=flops,
+                            bytes=nbytes, kernel=kind, shape=shape, attrs=attrs), deps)
+        if mix:
+            self.graph.kernel_mix[tid] = mix
+        return tid
 
     def _costed(self, rank: int, kernels: Sequence[Kernel], reused: bool) -> tuple:
-        """(seconds, FLOPs, bytes, model FLOPs, kind, shape) of ``kernels`` on the rank's GPU;
-        a ``reused`` sequence is summed once per GPU model (the sums, in the same order, are
-        the same numbers every time)."""
+        """(seconds, FLOPs, bytes, model FLOPs, kind, shape, seconds by kernel kind) of
+        ``kernels`` on the rank's GPU (the last ``()`` for one kernel); a ``reused`` sequence
+        is summed once per GPU model (the sums, in the same order, are the same numbers every
+        time)."""
         key = (id(kernels), self.devices[rank])
         if reused:
             got = self._costs.get(key)
             if got is not None and got[0] is kernels:
                 return got[1]
-        duration = sum(self.kernel_time(rank, k) for k in kernels)
+        times = [self.kernel_time(rank, k) for k in kernels]
+        duration = sum(times)
         if len(kernels) == 1:
             kind, shape = kernels[0].kind, kernels[0].shape or ()
         else:
             kind, shape = "layer", ()
+        # by the kind the device model costs (attention with its implementation)
+        mix = kernel_mix([k.device_kind for k in kernels], times)
+        if len(mix) == 1 and mix[0][0] == kind:
+            mix = ()
         value = (duration, sum(k.flops for k in kernels), sum(k.bytes for k in kernels),
-                 sum(k.flops for k in kernels if k.is_model_flops), kind, shape)
+                 sum(k.flops for k in kernels if k.is_model_flops), kind, shape, mix)
         if reused:
             self._costs[key] = (kernels, value)  # holds the sequence: its id stays its own
         return value

@@ -534,6 +534,8 @@ class _Generator:
                              attrs={"model_flops": seg.model_flops, "tp_comm_s": seg.tp_comm_s,
                                     "tp_exposed_s": seg.tp_exposed_s, "merged": True}),
                         prev + (input_deps if n == 0 else []))
+            if seg.kernel_s:
+                self.em.graph.kernel_mix[tid] = seg.kernel_s
             if n == 0 and input_deps:
                 # members start together (their first TP collective would sync them)
                 self.pass_inputs.setdefault((group, stage, chunk, phase, mb), []).append((tid, list(input_deps)))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from dessim.engine.intervals import length, subtract, union
+from dessim.taskgraph.model import kernel_mix
 from dessim.workload.transformer.passes import Step
 
 __all__ = ["PassTimeline", "Segment", "pass_timeline"]
@@ -42,6 +43,8 @@ class Segment:
     model_flops: float
     tp_comm_s: float
     tp_exposed_s: float
+    #: seconds of its kernels by device-model kernel kind (:attr:`TaskGraph.kernel_mix`)
+    kernel_s: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,12 @@ def pass_timeline(steps: Sequence[Step], cuts: set[int], kernel_time: Callable[[
     free: dict[str, float] = {}
     comp_iv: list[tuple[float, float]] = []
     tp_iv: list[tuple[int, float, float]] = []
+    ktimes: dict[int, list[float]] = {}
     for i, s in enumerate(steps):
         t0 = max([end[d] for d in s.deps] + [free.get(s.stream, 0.0)])
         if s.kind == "compute":
-            dur = sum(kernel_time(k) for k in s.kernels)
+            ktimes[i] = [kernel_time(k) for k in s.kernels]
+            dur = sum(ktimes[i])
         elif s.kind == "collective":
             got = coll_time(s)
             if got is None:
@@ -98,7 +103,9 @@ def pass_timeline(steps: Sequence[Step], cuts: set[int], kernel_time: Callable[[
                             sum(k.flops for i in members for k in steps[i].kernels),
                             sum(k.bytes for i in members for k in steps[i].kernels),
                             sum(k.flops for i in members for k in steps[i].kernels if k.is_model_flops),
-                            comm, exposed))
+                            comm, exposed,
+                            kernel_mix([k.device_kind for i in members for k in steps[i].kernels],
+                                       [t for i in members for t in ktimes[i]])))
         prev_end, prev_idx = end[b], b
     last_tp = max((e for _, _, e in tp_iv), default=0.0)
     first_tp = min((a for _, a, _ in tp_iv), default=float("inf"))
