@@ -123,7 +123,9 @@ def test_components_of_a_dgx_cluster():
     ({"steps": 2, "mtbf": {"cpu": "1h"}}, "'cpu' is unknown"),
     ({"steps": 2, "pue": 0.5}, "pue"),
     ({"steps": 2, "checkpoint_interval": "weekly"}, "checkpoint_interval"),
-    ({"steps": 2, "gpu_power": {"busy": 700}}, "gpu_power"),
+    ({"steps": 2, "gpu_power": {"fast": 700}}, "gpu_power"),
+    ({"steps": 2, "gpu_power": {"idle": -1}}, "idle"),
+    ({"steps": 2, "capex_per_gpu": 30000}, "amortisation"),
     ({"steps": 2, "usd_per_kwh": -1}, "usd_per_kwh"),
 ])
 def test_bad_train_options_name_the_key(data, match):
@@ -166,9 +168,11 @@ def test_energy_and_cost_bookkeeping(small_run):
     s = small_run.summary()
     e = s["energy"]
     assert sum(e["breakdown_j"].values()) == pytest.approx(e["per_iteration_j"])
-    # every GPU is at most at its TDP: 8 x 700 W plus the fixed parts, times PUE
-    upper = (8 * 700 + 1000 + 8 * 25) * 1.2 * small_run.nominal.iteration_s
+    # every GPU is at most at its TDP: 8 x 700 W plus the DGX H100 host (10.2 kW - 8 x 700 W), times PUE
+    upper = (8 * 700 + 4600) * 1.58 * small_run.nominal.iteration_s
     assert e["per_iteration_j"] <= upper * (1 + 1e-9)
+    assert sum(e["gpu_busy_by_kind_j"].values()) == pytest.approx(e["breakdown_j"]["gpu_busy"], rel=1e-12)
+    assert e["gpu_busy_by_kind_j"]["gemm"] > 0 and e["gpu_busy_by_kind_j"]["memory"] > 0
     assert e["per_iteration_j"] / s["tokens_per_iteration"] == pytest.approx(s["energy_per_token_j"])
     assert s["energy_run_mwh"] * 3.6e9 >= s["steps"] * e["per_iteration_j"] * (1 - 1e-9)
     cost = s["cost"]
@@ -216,6 +220,8 @@ def test_cli_train_json_is_deterministic_and_plots(tmp_path):
     (["train", "gpt3-1.3b"], "--tokens"),
     (["train", "gpt3-1.3b", "--steps", "10", "--mtbf", "gpu"], "KIND=TIME"),
     (["train", "gpt3-1.3b", "--steps", "10", "--gpu-power", "700"], "BUSY,COMM,IDLE"),
+    (["train", "gpt3-1.3b", "--steps", "10", "--gpu-power", "hot=700"], "hot"),
+    (["train", "gpt3-1.3b", "--steps", "10", "--topology", "dgx-h100:nodes=2"], "--switch-power"),
     (["train", "gpt3-1.3b", "--tokens", "lots"], "tokens"),
 ])
 def test_cli_train_bad_input_is_a_clean_error(args, match):

@@ -41,16 +41,26 @@ train_options = compose(
     click.option("--mtbf", multiple=True, metavar="KIND=TIME",
                  help="MTBF of one component of KIND (gpu, host, nic, link, switch, software), "
                       "e.g. gpu=79000h or link=never; repeatable."),
-    click.option("--gpu-power", default=None, metavar="BUSY,COMM,IDLE",
-                 help="GPU watts while computing, only communicating, idle (default: per device)."),
-    click.option("--host-power", default=None, type=float, metavar="W", help="Watts per host besides GPUs/NICs."),
-    click.option("--nic-power", default=None, type=float, metavar="W", help="Watts per NIC."),
-    click.option("--switch-power", default=None, type=float, metavar="W", help="Watts per fabric switch."),
-    click.option("--pue", default=None, type=float, help="Power usage effectiveness (default 1.2)."),
-    click.option("--usd-per-kwh", default=None, type=float, help="Energy price, USD per kWh (default 0.10)."),
+    click.option("--gpu-power", default=None, metavar="STATE=W,...",
+                 help="GPU watts by state over the device's defaults: gemm, attention, memory, other "
+                      "(compute kinds; busy = all four), comm (only communicating), idle; e.g. "
+                      "memory=450,idle=90. Also BUSY,COMM,IDLE."),
+    click.option("--host-power", default=None, type=float, metavar="W",
+                 help="Watts per host besides its GPUs (default: the DGX maximum of the GPU model "
+                      "minus its GPUs; its NICs included)."),
+    click.option("--nic-power", default=None, type=float, metavar="W",
+                 help="Watts per scale-out NIC outside the host figure (default 0)."),
+    click.option("--switch-power", default=None, type=float, metavar="W",
+                 help="Watts per fabric switch; needed when the topology has any (no default)."),
+    click.option("--pue", default=None, type=float,
+                 help="Power usage effectiveness (default 1.58, Uptime Institute 2023 average)."),
+    click.option("--usd-per-kwh", default=None, type=float,
+                 help="Energy price, USD per kWh (default 0.0806, US EIA industrial average 2023)."),
     click.option("--usd-per-gpu-hour", default=None, type=float, help="Rental price, USD per GPU-hour."),
-    click.option("--capex-per-gpu", default=None, type=float, help="Capital cost per GPU, USD (amortised)."),
-    click.option("--amortisation", default=None, metavar="TIME", help="Write-off period (default 35040h = 4 years)."),
+    click.option("--capex-per-gpu", default=None, type=float,
+                 help="Capital cost per GPU, USD (amortised; needs --amortisation)."),
+    click.option("--amortisation", default=None, metavar="TIME",
+                 help="Write-off period of --capex-per-gpu (e.g. 35040h = 4 years; no default)."),
     click.option("--samples", default=None, metavar="N", help="Monte Carlo runs (default 1000; 0: closed form only)."),
     click.option("--mc-seed", default=None, metavar="N", help="Seed of the Monte Carlo (default 0)."),
     click.option("--health-states", default=None, metavar="K",
@@ -78,15 +88,23 @@ def train_mapping(kw: dict[str, Any]) -> dict[str, Any]:
         out["mtbf"] = pairs
     gp = kw.pop("gpu_power", None)
     if gp is not None:
-        parts = gp.split(",")
-        try:
-            busy, comm, idle = (float(p) for p in parts)
-        except ValueError:
-            raise DessimError(f"--gpu-power {gp!r}: expected three watt figures BUSY,COMM,IDLE, e.g. 700,280,105") from None
-        out["gpu_power"] = {"busy": busy, "comm": comm, "idle": idle}
+        out["gpu_power"] = _gpu_power(gp)
     if "tokens" not in out and "steps" not in out:
         raise DessimError("dessim train: give --tokens (e.g. 15T) or --steps")
     return out
+
+
+def _gpu_power(text: str) -> dict[str, float]:
+    """``--gpu-power``: STATE=W pairs, or the three figures BUSY,COMM,IDLE."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if all("=" in p for p in parts):
+            return {k.strip(): float(v) for k, _, v in (p.partition("=") for p in parts)}
+        busy, comm, idle = (float(p) for p in parts)
+    except ValueError:
+        raise DessimError(f"--gpu-power {text!r}: expected STATE=W pairs (e.g. memory=450,idle=90) or three "
+                          "watt figures BUSY,COMM,IDLE (e.g. 700,142,142)") from None
+    return {"busy": busy, "comm": comm, "idle": idle}
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -118,6 +136,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     per_token = f", {s['energy_per_token_j']:.4g} J per token" if s["tokens_per_iteration"] else ""
     click.echo(f"  energy              {s['energy_run_mwh']:,.2f} MWh per run, {en['per_iteration_j'] / 1e3:,.1f} kJ "
                f"per iteration{per_token} (PUE {en['pue']:g}; mean {en['mean_power_w'] / 1e3:,.1f} kW)")
+    gpu = en["gpu_busy_by_kind_j"]
+    total = sum(gpu.values()) or 1.0
+    click.echo("    GPU compute       " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in gpu.items())
+               + f" of {total / 1e3:,.1f} kJ per iteration")
     cost = s["cost"]
     click.echo(f"  cost                {s['cost_usd']:,.0f} USD (energy {cost['energy']:,.0f}, rental "
                f"{cost['rental']:,.0f}, capex {cost['capex']:,.0f})")

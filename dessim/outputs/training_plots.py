@@ -1,5 +1,6 @@
 """Plots of a whole training run (:mod:`dessim.training_run`): the time-to-train
-distribution, goodput against the checkpoint interval and the energy breakdown (PNG, Agg)."""
+distribution, goodput against the checkpoint interval and the energy breakdown, GPU compute by
+kernel kind (PNG, Agg)."""
 
 from __future__ import annotations
 
@@ -80,10 +81,14 @@ def write_training_plots(result: TrainingRunResult, directory: str | Path) -> li
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     written.append(_save(fig, plt, out / "goodput_vs_interval.png"))
-    parts = s["energy"]["breakdown_j"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # GPU compute by kernel kind (gemm, attention, memory, other), then the other parts
+    parts = {f"gpu {k}": v for k, v in s["energy"]["gpu_busy_by_kind_j"].items()}
+    parts.update({k: v for k, v in s["energy"]["breakdown_j"].items() if k != "gpu_busy"})
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     names = list(parts)
-    ax.bar(names, [parts[n] / 1e3 for n in names], color="#55a868")
+    colors = ["#4c72b0" if n.startswith("gpu ") else "#55a868" for n in names]
+    ax.bar(names, [parts[n] / 1e3 for n in names], color=colors)
+    ax.tick_params(axis="x", labelrotation=30)
     ax.set_ylabel("facility energy per iteration (kJ, PUE included)")
     ax.set_title(f"energy per iteration: {s['energy']['per_iteration_j'] / 1e3:,.1f} kJ, "
                  f"run {s['energy_run_mwh']:,.2f} MWh")

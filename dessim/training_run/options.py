@@ -15,12 +15,12 @@ from typing import Any, Mapping
 from dessim.errors import DessimError, SpecError
 from dessim.training_run.cost import CostModel
 from dessim.training_run.failures import COMPONENT_KINDS, DEFAULT_FAILURE_RATES, FailureRate
-from dessim.training_run.power import GPUPower, PowerModel
+from dessim.training_run.power import COMPUTE_KINDS, GPU_STATES, PowerModel
 from dessim.workload.common.document import check_section
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["TrainOptions", "INTERVAL_RULES", "TRAIN_KEYS", "parse_train_options", "DEFAULT_RESTART_S",
-           "DEFAULT_REWARM_S"]
+           "DEFAULT_REWARM_S", "GPU_POWER_KEYS"]
 
 #: Named checkpoint-interval rules (:mod:`dessim.training_run.reliability`).
 INTERVAL_RULES: tuple[str, ...] = ("young", "daly", "optimal")
@@ -123,11 +123,21 @@ def _mtbf(value: Any, what: str) -> dict[str, FailureRate]:
     return out
 
 
-def _gpu_power(value: Any, where: str) -> GPUPower:
-    if not isinstance(value, Mapping) or set(value) != {"busy", "comm", "idle"}:
-        raise SpecError(f"{where}: expected a mapping with keys busy, comm, idle (watts), got {value!r}")
-    w = {k: _number(value[k], f"{where}.{k}") for k in ("busy", "comm", "idle")}
-    return GPUPower(w["busy"], w["comm"], w["idle"], "user")
+#: Keys of ``gpu_power``: every GPU state, and ``busy`` for all compute kinds at once.
+GPU_POWER_KEYS: tuple[str, ...] = ("busy",) + GPU_STATES
+
+
+def _gpu_power(value: Any, where: str) -> dict[str, float]:
+    """Watts by GPU state (:data:`~dessim.training_run.power.GPU_STATES`; ``busy`` sets every
+    compute kind) over the device's defaults."""
+    if not isinstance(value, Mapping) or not value or not set(value) <= set(GPU_POWER_KEYS):
+        raise SpecError(f"{where}: expected a mapping of watts with keys among {', '.join(GPU_POWER_KEYS)} "
+                        f"(busy: every compute kind), got {value!r}")
+    w = {k: _number(value[k], f"{where}.{k}") for k in value}
+    busy = w.pop("busy", None)
+    out = dict.fromkeys(COMPUTE_KINDS, busy) if busy is not None else {}
+    out.update(w)
+    return out
 
 
 #: Every key of a ``train:`` mapping: (converter, where it goes). ``mtbf`` maps component
@@ -141,7 +151,7 @@ TRAIN_KEYS: Mapping[str, Any] = MappingProxyType({
     "restart": lambda v, w: parse_time(v, w),
     "rewarm": lambda v, w: parse_time(v, w),
     "mtbf": _mtbf,
-    "gpu_power": _gpu_power,    # mapping busy/comm/idle watts
+    "gpu_power": _gpu_power,    # watts by GPU state (GPU_POWER_KEYS)
     "host_power": _number, "nic_power": _number, "switch_power": _number, "pue": _number,
     "usd_per_kwh": _number, "usd_per_gpu_hour": _number, "capex_per_gpu": _number,
     "amortisation": lambda v, w: parse_time(v, w, allow_zero=False),
@@ -170,7 +180,7 @@ def parse_train_options(data: Mapping[str, Any], where: str = "train") -> TrainO
         rates = dict(DEFAULT_FAILURE_RATES)
         rates.update(values.get("mtbf", {}))
         power = PowerModel(**{f: values[k] for k, f in _POWER.items() if k in values},
-                           gpu=values.get("gpu_power"))
+                           gpu=values.get("gpu_power", {}))
         cost = CostModel(**{f: values[k] for k, f in _COST.items() if k in values})
         opts = TrainOptions(**{f: values[k] for k, f in _SIMPLE.items() if k in values},
                             failure_rates=MappingProxyType(rates), power=power, cost=cost)

@@ -146,7 +146,7 @@ class TrainingRunResult:
             "failures": {"mtbf_s": _finite(self.model.mtbf_s), "rate_per_s": dict(self.rates_per_s),
                          "components": self.counts.as_dict()},
             "energy": {"per_iteration_j": e.total_j, "mean_power_w": e.mean_w, "idle_power_w": e.idle_cluster_w,
-                       "pue": e.pue, "breakdown_j": e.breakdown()},
+                       "pue": e.pue, "breakdown_j": e.breakdown(), "gpu_busy_by_kind_j": e.busy_by_kind()},
             "cost": cost,
         }
 
@@ -202,6 +202,8 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         raise DessimError(f"train health_states={options.health_states}: the draws need "
                           "noise.straggler_sigma > 0 (--straggler-sigma) or noise.kernel_jitter_sigma > 0 "
                           "(--kernel-jitter-sigma)")
+    counts = count_components(topo)
+    options.power.check(counts)          # a figure the topology needs and nobody gave
     storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
     nbytes = (options.checkpoint_bytes if options.checkpoint_bytes is not None
               else planned_checkpoint_bytes(workload, overrides, topo.num_gpus))
@@ -227,7 +229,6 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         steps = int(options.steps)
     if ckpt is None:
         ckpt = checkpoint_times(topo, checkpoint_bytes(nominal), storage_bw)
-    counts = count_components(topo)
     rates = job_failure_rate(counts, options.failure_rates)
     total_rate = sum(rates.values())
     mtbf = 1.0 / total_rate if total_rate > 0 else math.inf
