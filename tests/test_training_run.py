@@ -136,8 +136,8 @@ def test_bad_train_options_name_the_key(data, match):
 # ---------------------------------------------------------------- the whole run
 @pytest.fixture(scope="module")
 def small_run():
-    opts = parse_train_options({"tokens": "20G", "samples": 300, "mc_seed": 5,
-                                "mtbf": {"gpu": "2000h"}, "usd_per_gpu_hour": 2.0})
+    opts = parse_train_options({"tokens": "20G", "samples": 300, "mc_seed": 5, "restart": "5min",
+                                "rewarm": "1min", "mtbf": {"gpu": "2000h"}, "usd_per_gpu_hour": 2.0})
     return simulate_training_run("gpt3-1.3b", "dgx-h100:nodes=1", opts)
 
 
@@ -182,7 +182,8 @@ def test_energy_and_cost_bookkeeping(small_run):
 
 def test_health_states_and_attribution():
     from dessim.engine import EngineOptions
-    opts = parse_train_options({"steps": 1000, "samples": 50, "health_states": 3, "attribute": 2})
+    opts = parse_train_options({"steps": 1000, "samples": 50, "health_states": 3, "attribute": 2,
+                                "restart": "5min", "rewarm": "1min"})
     eng = EngineOptions(noise={"straggler_sigma": 0.1, "seed": 2})
     r = simulate_training_run("gpt3-1.3b", "switch:8", opts, engine=eng,
                               overrides={"device": "H100", "global_batch": 32, "model": {"layers": 4}})
@@ -200,7 +201,7 @@ def test_health_states_and_attribution():
 
 def test_cli_train_json_is_deterministic_and_plots(tmp_path):
     args = ["train", "gpt3-1.3b", "--topology", "dgx-h100:nodes=1", "--tokens", "10G",
-            "--samples", "100", "--json"]
+            "--samples", "100", "--restart", "5min", "--rewarm", "1min", "--json"]
     runner = CliRunner()
     a = runner.invoke(cli, args)
     b = runner.invoke(cli, args)
@@ -208,8 +209,8 @@ def test_cli_train_json_is_deterministic_and_plots(tmp_path):
     da, db = json.loads(a.output), json.loads(b.output)
     assert da == db
     assert da["monte_carlo"]["samples"] == 100 and da["time_to_train_s"] > da["useful_s"]
-    text = runner.invoke(cli, ["train", "gpt3-1.3b", "--steps", "100", "--samples", "20", "--plots",
-                               str(tmp_path)])
+    text = runner.invoke(cli, ["train", "gpt3-1.3b", "--steps", "100", "--samples", "20", "--restart", "300s",
+                               "--rewarm", "60s", "--plots", str(tmp_path)])
     assert text.exit_code == 0, text.output
     assert "time to train" in text.output and "MWh" in text.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["energy.png", "goodput_vs_interval.png",
@@ -223,6 +224,7 @@ def test_cli_train_json_is_deterministic_and_plots(tmp_path):
     (["train", "gpt3-1.3b", "--steps", "10", "--gpu-power", "hot=700"], "hot"),
     (["train", "gpt3-1.3b", "--steps", "10", "--topology", "dgx-h100:nodes=2"], "--switch-power"),
     (["train", "gpt3-1.3b", "--tokens", "lots"], "tokens"),
+    (["train", "gpt3-1.3b", "--steps", "10", "--restart", "5min"], "rewarm"),
 ])
 def test_cli_train_bad_input_is_a_clean_error(args, match):
     res = CliRunner().invoke(cli, args)
@@ -247,7 +249,8 @@ def test_train_sweep_reports_run_metrics_per_point(tmp_path):
     spec = parse_sweep({"kind": "train",
                         "base": {"workload": str(wl), "topology": "dgx-a100:nodes=1",
                                  "engine": {"network": "analytical"},
-                                 "train": {"tokens": "1G", "samples": 50, "mtbf": {"gpu": "500h"}}},
+                                 "train": {"tokens": "1G", "samples": 50, "mtbf": {"gpu": "500h"},
+                                           "restart": "5min", "rewarm": "1min"}},
                         "axes": {"train.checkpoint_interval": ["young", "2min"], "train.pue": [1.1, 1.5]}},
                        "inline")
     table = run_sweep(spec).table
@@ -356,7 +359,8 @@ def test_kernel_jitter_is_mean_one_lognormal_and_seeded():
 
 def test_health_states_from_kernel_jitter_alone():
     from dessim.engine import EngineOptions
-    opts = parse_train_options({"steps": 100, "samples": 20, "health_states": 3})
+    opts = parse_train_options({"steps": 100, "samples": 20, "health_states": 3,
+                                "restart": "5min", "rewarm": "1min"})
     r = simulate_training_run("gpt3-1.3b", "switch:8", opts,
                               engine=EngineOptions(noise={"kernel_jitter_sigma": 0.05}),
                               overrides={"device": "H100", "global_batch": 32, "model": {"layers": 4}})

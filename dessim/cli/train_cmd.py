@@ -36,8 +36,12 @@ train_options = compose(
     click.option("--storage-bw", default=None, metavar="BW",
                  help="Aggregate bandwidth of the file system attached when the topology has "
                       "none (default: 2TB/s × GPUs / 16,384, the Llama 3 cluster's per GPU)."),
-    click.option("--restart", default=None, metavar="TIME", help="Relaunch time per failure (default 300s)."),
-    click.option("--rewarm", default=None, metavar="TIME", help="Re-warm time per restart (default 60s)."),
+    click.option("--restart", default=None, metavar="TIME",
+                 help="Relaunch time per failure: detect, replace, reschedule, start, init NCCL "
+                      "(needed when the run can fail; no default)."),
+    click.option("--rewarm", default=None, metavar="TIME",
+                 help="Time from restored state to full-speed iterations per restart (needed when the "
+                      "run can fail; no default)."),
     click.option("--mtbf", multiple=True, metavar="KIND=TIME",
                  help="MTBF of one component of KIND (gpu, host, nic, link, switch, software), "
                       "e.g. gpu=79000h or link=never; repeatable."),

@@ -19,16 +19,10 @@ from dessim.training_run.power import COMPUTE_KINDS, GPU_STATES, PowerModel
 from dessim.workload.common.document import check_section
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["TrainOptions", "INTERVAL_RULES", "TRAIN_KEYS", "parse_train_options", "DEFAULT_RESTART_S",
-           "DEFAULT_REWARM_S", "GPU_POWER_KEYS"]
+__all__ = ["TrainOptions", "INTERVAL_RULES", "TRAIN_KEYS", "parse_train_options", "GPU_POWER_KEYS"]
 
 #: Named checkpoint-interval rules (:mod:`dessim.training_run.reliability`).
 INTERVAL_RULES: tuple[str, ...] = ("young", "daly", "optimal")
-#: [U] relaunch after a failure: detect, replace the node, reschedule, start processes and
-#: initialise NCCL (an order of magnitude; the Llama 3 report gives none). Seconds.
-DEFAULT_RESTART_S = 300.0
-#: [U] from restored state to full-speed iterations (data loader, compilation caches). Seconds.
-DEFAULT_REWARM_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +35,11 @@ class TrainOptions:
     * ``checkpoint_bytes``: override the size from the memory model; ``storage_bw``: bytes/s
       of the file system attached when the topology has none (None: the Llama 3 cluster's
       2 TB/s scaled by GPUs / 16,384).
-    * ``restart_s``, ``rewarm_s``: seconds added to the simulated restore on every restart.
+    * ``restart_s`` (relaunch after a failure: detect, replace the node, reschedule, start
+      processes, initialise NCCL) and ``rewarm_s`` (from restored state to full-speed
+      iterations): seconds added to the simulated restore on every restart. No public
+      measurement of either for a checkpoint-restart job was found, so they have no default:
+      a run that can fail needs both (:meth:`check_restart`).
     * ``failure_rates``: per component kind (:mod:`dessim.training_run.failures`).
     * ``power`` (:class:`PowerModel`), ``cost`` (:class:`CostModel`).
     * ``samples`` Monte Carlo runs (0: closed form only) drawn from ``mc_seed``; ``health_states``:
@@ -54,8 +52,8 @@ class TrainOptions:
     checkpoint_interval: float | str = "daly"
     checkpoint_bytes: float | None = None
     storage_bw: float | None = None
-    restart_s: float = DEFAULT_RESTART_S
-    rewarm_s: float = DEFAULT_REWARM_S
+    restart_s: float | None = None
+    rewarm_s: float | None = None
     failure_rates: Mapping[str, FailureRate] = field(default_factory=lambda: DEFAULT_FAILURE_RATES)
     power: PowerModel = field(default_factory=PowerModel)
     cost: CostModel = field(default_factory=CostModel)
@@ -81,6 +79,8 @@ class TrainOptions:
             raise SpecError(f"checkpoint_interval: must be > 0 seconds, got {ci!r}")
         for name in ("restart_s", "rewarm_s"):
             v = getattr(self, name)
+            if v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
                 raise SpecError(f"{name}: must be >= 0 seconds, got {v!r}")
         missing = [k for k in COMPONENT_KINDS if k not in self.failure_rates]
@@ -90,6 +90,17 @@ class TrainOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise SpecError(f"{name}: must be a whole number >= 0, got {v!r}")
+
+
+    def check_restart(self) -> None:
+        """Raise a :class:`~dessim.errors.SpecError` unless both restart times are given
+        (called when the run can fail)."""
+        missing = [k for k, f in (("restart", "restart_s"), ("rewarm", "rewarm_s")) if getattr(self, f) is None]
+        if missing:
+            raise SpecError("the run can fail, and dessim has no public figure for the time a restart "
+                            f"takes: give {' and '.join(missing)} (--restart TIME, --rewarm TIME; "
+                            "train.restart, train.rewarm; e.g. 5min and 1min), or make every component "
+                            "never fail (--mtbf KIND=never)")
 
 
 def _number(value: Any, what: str) -> float:

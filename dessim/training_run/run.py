@@ -203,7 +203,12 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
                           "noise.straggler_sigma > 0 (--straggler-sigma) or noise.kernel_jitter_sigma > 0 "
                           "(--kernel-jitter-sigma)")
     counts = count_components(topo)
-    options.power.check(counts)          # a figure the topology needs and nobody gave
+    # figures the run needs and nobody gave, before any simulation
+    options.power.check(counts)
+    rates = job_failure_rate(counts, options.failure_rates)
+    total_rate = sum(rates.values())
+    if total_rate > 0:
+        options.check_restart()
     storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
     nbytes = (options.checkpoint_bytes if options.checkpoint_bytes is not None
               else planned_checkpoint_bytes(workload, overrides, topo.num_gpus))
@@ -229,10 +234,8 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         steps = int(options.steps)
     if ckpt is None:
         ckpt = checkpoint_times(topo, checkpoint_bytes(nominal), storage_bw)
-    rates = job_failure_rate(counts, options.failure_rates)
-    total_rate = sum(rates.values())
     mtbf = 1.0 / total_rate if total_rate > 0 else math.inf
-    restart = options.restart_s + ckpt.restore_s + options.rewarm_s
+    restart = (options.restart_s or 0.0) + ckpt.restore_s + (options.rewarm_s or 0.0)
     work = steps * nominal.iteration_s
     ci = options.checkpoint_interval
     interval = _RULES[ci](ckpt.write_s, mtbf) if isinstance(ci, str) else float(ci)
