@@ -261,6 +261,7 @@ def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]
                 attrs=dict(t.attrs, job=job)))
         for a, b in graph.graph.edges:
             merged.depend(f"{job}/{a}", f"{job}/{b}")
+        merged.kernel_mix.update({f"{job}/{tid}": mix for tid, mix in graph.kernel_mix.items()})
     return merged
 
 
