@@ -219,3 +219,10 @@ def test_cli_names_the_missing_switch_power_before_simulating():
     res = CliRunner().invoke(cli, ["train", "gpt3-1.3b", "--steps", "10", "--topology", "dgx-h100:nodes=2"])
     assert res.exit_code == 2 and "--switch-power" in res.output and "Traceback" not in res.output
     assert math.isfinite(GPU_POWER["H100"].watts["idle"])
+
+
+def test_merged_job_graphs_keep_their_kernel_mix():
+    from dessim.workload.multijob import merge_graphs
+    g = _kinds_graph()
+    merged = merge_graphs("two", [("a", g, [0, 1]), ("b", g, [2, 3])])
+    assert merged.kernel_mix == {"a/layer": g.kernel_mix["layer"], "b/layer": g.kernel_mix["layer"]}
