@@ -231,6 +231,14 @@ def test_cli_train_bad_input_is_a_clean_error(args, match):
     assert res.exit_code == 2 and match in res.output and "Traceback" not in res.output
 
 
+def test_cli_train_names_every_missing_figure_in_one_error():
+    """A multi-node run that can fail needs switch power and restart times: both are named
+    at once, so the user fixes the command in one go."""
+    res = CliRunner().invoke(cli, ["train", "gpt3-1.3b", "--steps", "10", "--topology", "dgx-h100:nodes=2"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "--switch-power" in res.output and "--restart" in res.output and "--rewarm" in res.output
+
+
 # ---------------------------------------------------------------- sweeps
 TINY = """\
 name: tiny

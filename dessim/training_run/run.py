@@ -203,12 +203,23 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
                           "noise.straggler_sigma > 0 (--straggler-sigma) or noise.kernel_jitter_sigma > 0 "
                           "(--kernel-jitter-sigma)")
     counts = count_components(topo)
-    # figures the run needs and nobody gave, before any simulation
-    options.power.check(counts)
+    # figures the run needs and nobody gave, before any simulation: all of them in one error
     rates = job_failure_rate(counts, options.failure_rates)
     total_rate = sum(rates.values())
+    checks = [lambda: options.power.check(counts)]
     if total_rate > 0:
-        options.check_restart()
+        checks.append(options.check_restart)
+    missing: list[DessimError] = []
+    for check in checks:
+        try:
+            check()
+        except DessimError as exc:
+            missing.append(exc)
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        raise DessimError("train needs figures that have no public default:\n  - "
+                          + "\n  - ".join(str(e) for e in missing))
     storage_bw = options.storage_bw if options.storage_bw is not None else default_storage_bw(topo.num_gpus)
     nbytes = (options.checkpoint_bytes if options.checkpoint_bytes is not None
               else planned_checkpoint_bytes(workload, overrides, topo.num_gpus))
