@@ -1,6 +1,6 @@
 """The package is layered: a module imports only from its own layer or the layers below.
 
-Order, bottom to top (README "Architecture"): errors, units, resources, catalog, topology,
+Order, bottom to top (README "Architecture"): errors, units, {resources, schema}, catalog, topology,
 network, collectives, taskgraph, engine, {workload, trace}, training_run, outputs, sweep, calibrate,
 cli.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dessim
 
-LAYERS = ["errors", "units", "resources", "catalog", "topology", "network", "collectives",
+LAYERS = ["errors", "units", "resources|schema", "catalog", "topology", "network", "collectives",
           "taskgraph", "engine", "workload|trace", "training_run", "outputs", "sweep", "calibrate",
           "cli"]
 RANK = {name: i for i, group in enumerate(LAYERS) for name in group.split("|")}

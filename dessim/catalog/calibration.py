@@ -15,19 +15,17 @@ back to a default. :meth:`Calibration.json_schema` exports the schema for editor
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, Mapping, Union, get_args, get_origin
+from typing import Annotated, Any, Mapping, get_args
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
-                      ValidationInfo)
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo
 
 from dessim.errors import SpecError, UnitError
 from dessim.resources import find_data_file, read_yaml
+from dessim.schema import SpecModel, validate
 from dessim.units import parse_time
 
 __all__ = ["Calibration", "NcclCalibration", "LinkCalibration", "DeviceCalibration",
@@ -83,11 +81,7 @@ Seconds = Annotated[float, BeforeValidator(_time)]
 Fraction = Annotated[float, BeforeValidator(_fraction)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NcclCalibration(_Model):
+class NcclCalibration(SpecModel):
     """Constants of the collective model beyond NCCL's own tuning tables."""
 
     #: Fixed cost of one collective call beyond NCCL's latency model, seconds, for calls
@@ -102,7 +96,7 @@ class NcclCalibration(_Model):
     source: str = ""
 
 
-class LinkCalibration(_Model):
+class LinkCalibration(SpecModel):
     """Achieved fraction of a link technology's rate, and its one-way latency."""
 
     efficiency: Fraction | None = None
@@ -110,7 +104,7 @@ class LinkCalibration(_Model):
     source: str = ""
 
 
-class GemmCalibration(_Model):
+class GemmCalibration(SpecModel):
     """Parameters of the GEMM model of one GPU (:mod:`dessim.engine.kernels`)."""
 
     #: fraction of dense peak a large, well-shaped GEMM reaches (the ceiling)
@@ -124,7 +118,7 @@ class GemmCalibration(_Model):
     source: str = ""
 
 
-class AttentionTable(_Model):
+class AttentionTable(SpecModel):
     """Measured attention throughput of one implementation: TFLOP/s (forward + backward,
     FlashAttention's FLOP convention) by head dim, causal flag and sequence length."""
 
@@ -133,7 +127,7 @@ class AttentionTable(_Model):
     source: str = ""
 
 
-class DeviceCalibration(_Model):
+class DeviceCalibration(SpecModel):
     """Kernel-model constants of one GPU."""
 
     gemm: GemmCalibration | None = None
@@ -148,7 +142,7 @@ class DeviceCalibration(_Model):
     source: str = ""
 
 
-class Calibration(_Model):
+class Calibration(SpecModel):
     """A calibration file (see the module docstring)."""
 
     version: int = CALIBRATION_VERSION
@@ -240,39 +234,6 @@ def _merge(base: dict, top: Mapping) -> dict:
     return out
 
 
-def _readable(exc: ValidationError, where: str) -> SpecError:
-    """One line per problem, naming the key path, with a "did you mean" for unknown keys."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            key = str(err["loc"][-1])
-            parent = _fields_at(err["loc"][:-1])
-            hint = difflib.get_close_matches(key, parent, n=1)
-            lines.append(f"{loc}: unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                         + (f"; valid keys: {', '.join(parent)}" if parent else ""))
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{loc}: {msg}")
-    return SpecError(f"{where}: " + "; ".join(lines))
-
-
-def _fields_at(loc: tuple) -> list[str]:
-    """The valid keys of the mapping at ``loc`` in a :class:`Calibration` document."""
-    model: Any = Calibration
-    for part in loc:
-        if get_origin(model) is dict:           # a key of a dict: step to its values
-            model = get_args(model)[1]
-            continue
-        info = getattr(model, "model_fields", {}).get(str(part))
-        if info is None:
-            return []
-        model = info.annotation
-        if get_origin(model) in (Union, UnionType):   # X | None
-            model = next(a for a in get_args(model) if a is not type(None))
-    return sorted(getattr(model, "model_fields", {}))
-
-
 def parse_calibration(doc: object, where: str = "calibration") -> Calibration:
     """A :class:`Calibration` from a parsed document; :class:`SpecError` naming the keys."""
     if not isinstance(doc, Mapping):
@@ -282,10 +243,7 @@ def parse_calibration(doc: object, where: str = "calibration") -> Calibration:
     if version != CALIBRATION_VERSION:
         raise SpecError(f"{where}: version {version!r} is not supported (this dessim reads "
                         f"version {CALIBRATION_VERSION})")
-    try:
-        return Calibration.model_validate(dict(doc))
-    except ValidationError as exc:
-        raise _readable(exc, where) from None
+    return validate(Calibration, dict(doc), where)
 
 
 @lru_cache(maxsize=1)

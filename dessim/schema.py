@@ -1,0 +1,222 @@
+"""Spec schemas: the one way every spec document (topology, workload, sweep, cluster and
+calibration files) is checked against its pydantic model.
+
+Each spec type has one pydantic model at the layer of the code that loads it (extra keys
+forbidden, a description naming the unit of every field). Its loader calls
+:func:`validate` before any work: a bad document raises a :class:`~dessim.errors.SpecError`
+(or the subclass the loader asks for) whose message names the file, the key path and the
+bad value, with "did you mean 'x'?" for a misspelled key. :func:`schema_json` exports the
+model as JSON Schema for editors (``dessim schema KIND``).
+
+Quantities with units (``"50GB/s"``, ``"25MiB"``, ``"1us"``, counts like ``"1k"``) stay
+strings in the schema (with a pattern and examples); :mod:`dessim.units` parses them, in the
+validators the annotated types below attach (:data:`Size`, :data:`Bandwidth`, :data:`Time`,
+:func:`count`), so a validated model holds SI values: bytes, bytes/second, seconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from types import UnionType
+from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar, Union, get_args, get_origin
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
+                      ValidationInfo, WithJsonSchema)
+
+from dessim.errors import SpecError
+from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
+
+__all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "count", "choice",
+           "converted", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
+           "Number"]
+
+M = TypeVar("M")
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# ---------------------------------------------------------------- validated value types
+def converted(parse: Callable[[Any, str], Any], schema: Mapping[str, Any],
+              python: Any = Any) -> Any:
+    """An annotated type whose values go through ``parse(value, key)`` (a :mod:`dessim.units`
+    parser or a domain converter raising a ValueError subclass) and whose JSON Schema is
+    ``schema``: human forms stay strings for editors, the model holds the parsed value."""
+
+    def run(value: Any, info: ValidationInfo) -> Any:
+        return parse(value, info.field_name or "value")
+
+    return Annotated[python, BeforeValidator(run), WithJsonSchema(dict(schema))]
+
+
+_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
+_SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0},
+                          {"type": "string", "pattern": _NUMBER + r"[kKMGTPE]?i?[bB]?\s*$"}],
+                "description": "bytes: a number, or a string with a unit (25MiB, 1.5GB, 4096B)",
+                "examples": ["25MiB", "1GB"]}
+_BANDWIDTH_SCHEMA = {"type": "string", "pattern": _NUMBER + r"[kKMGTPE]?i?[bB]/s\s*$",
+                     "description": "bytes/second, with a unit: 50GB/s (bytes) or 400Gb/s (bits)",
+                     "examples": ["50GB/s", "400Gb/s"]}
+_TIME_SCHEMA = {"type": "string", "pattern": _NUMBER + r"(ns|us|µs|ms|s|min|h)\s*$",
+                "description": "seconds, with a unit: 500ns, 1.5us, 2ms",
+                "examples": ["500ns", "1us"]}
+
+#: Bytes (int): ``4096`` or ``"25MiB"``.
+Size = converted(lambda v, k: parse_size(v, k), _SIZE_SCHEMA, int)
+#: Bytes/second (float): ``"50GB/s"``, ``"400Gb/s"``.
+Bandwidth = converted(lambda v, k: parse_bandwidth(v, k), _BANDWIDTH_SCHEMA, float)
+#: Seconds (float): ``"500ns"``, ``"1.5us"``.
+Time = converted(lambda v, k: parse_time(v, k), _TIME_SCHEMA, float)
+
+
+def count(minimum: int = 0) -> Any:
+    """A whole number >= ``minimum``: ``8``, ``"8"`` or ``"1k"`` (decimal multipliers)."""
+    return converted(lambda v, k: parse_count(v, k, minimum=minimum),
+                     {"anyOf": [{"type": "integer", "minimum": minimum},
+                                {"type": "string", "pattern": _NUMBER + r"[kMGTP]?\s*$"}],
+                      "description": f"a whole number >= {minimum} (8, or '1k' = 1000)"}, int)
+
+
+Count = count(0)
+PositiveCount = count(1)
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key}: expected a number, got {value!r}")
+    return float(value)
+
+
+#: true or false (not "yes", not 1).
+Flag = converted(_flag, {"type": "boolean"}, bool)
+#: A string (not a number that YAML read from an unquoted value).
+Text = converted(_text, {"type": "string"}, str)
+#: A number (int or float, not a bool or a string).
+Number = converted(_number, {"type": "number"}, float)
+
+
+def choice(names: Any) -> Any:
+    """One of ``names`` (a registry's keys): a ``Literal`` of them, so the schema lists them."""
+    return Literal[tuple(names)]  # type: ignore[valid-type]
+
+
+# ---------------------------------------------------------------- validation
+def validate(model: type[M] | Any, data: Any, where: str, error: type[Exception] = SpecError,
+             context: Mapping[str, Any] | None = None) -> M:
+    """``data`` validated by ``model`` (a :class:`SpecModel` or any type pydantic validates);
+    ``error`` (default :class:`SpecError`) at ``where`` (the file) naming every problem."""
+    try:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate(data, context=dict(context or {}))
+        return TypeAdapter(model).validate_python(data, context=dict(context or {}))
+    except ValidationError as exc:
+        raise readable(exc, where, model, error) from None
+
+
+def _loc(parts: tuple) -> str:
+    """``model.routing.counts`` / ``jobs[0].gpus`` from a pydantic location."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] = SpecError) -> Exception:
+    """One line per problem of ``exc``, naming the key path and the bad value, with a "did you
+    mean" and the valid keys for an unknown key (``root``: the validated model)."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not _is_tag(p))
+        path = _loc(loc) or "top level"
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            key = str(loc[-1])
+            valid = _fields_at(root, loc[:-1])
+            hint = difflib.get_close_matches(key, valid, n=1)
+            lines.append(f"{path}: unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                         + (f"; valid keys: {', '.join(valid)}" if valid else ""))
+        elif kind == "missing":
+            lines.append(f"{path}: missing (required)")
+        elif kind == "value_error":
+            msg = str(err.get("ctx", {}).get("error", err["msg"].removeprefix("Value error, ")))
+            name = str(loc[-1]) if loc else ""
+            lines.append(f"{path}: {msg.removeprefix(f'{name}: ') if name else msg}")
+        elif kind in ("model_type", "dict_type"):
+            valid = _fields_at(root, loc)
+            lines.append(f"{path}: expected a mapping" + (f" with keys {', '.join(valid)}" if valid else "")
+                         + f", got {err['input']!r}")
+        else:
+            lines.append(f"{path}: {err['msg'][:1].lower()}{err['msg'][1:]}, got {err['input']!r}")
+    return error(f"{where}: " + "; ".join(dict.fromkeys(lines)))
+
+
+def _is_tag(part: Any) -> bool:
+    """Whether a location part is a union member's tag (``function-after[...]``, a kind)."""
+    return isinstance(part, str) and (part.startswith(("function-", "tagged-union[")) or "[" in part)
+
+
+def _strip(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` and ``| None``."""
+    while True:
+        if get_origin(tp) is Annotated:
+            tp = get_args(tp)[0]
+        elif get_origin(tp) in (Union, UnionType):
+            models = [a for a in get_args(tp) if a is not type(None)]
+            fields = [a for a in models if isinstance(a, type) and issubclass(a, BaseModel)]
+            tp = (fields or models)[0]
+        else:
+            return tp
+
+
+def _fields_at(root: Any, loc: tuple) -> list[str]:
+    """The valid keys of the mapping at ``loc`` in a document of ``root``."""
+    tp = _strip(root)
+    for part in loc:
+        origin = get_origin(tp)
+        if origin is dict or origin is Mapping:
+            tp = _strip(get_args(tp)[1])
+        elif origin in (list, tuple):
+            tp = _strip(get_args(tp)[0])
+        elif isinstance(tp, type) and issubclass(tp, BaseModel):
+            info = tp.model_fields.get(str(part))
+            if info is None:
+                return []
+            tp = _strip(info.annotation)
+        else:
+            return []
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return list(tp.model_fields)
+    return []
+
+
+# ---------------------------------------------------------------- export
+def schema_of(model: Any, title: str | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``model``, as a dict."""
+    schema = (model.model_json_schema() if isinstance(model, type) and issubclass(model, BaseModel)
+              else TypeAdapter(model).json_schema())
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    if title:
+        schema["title"] = title
+    return schema
+
+
+def schema_json(model: Any, title: str | None = None) -> str:
+    """:func:`schema_of` as JSON text: keys sorted, two-space indent, a final newline — the
+    same bytes on every run."""
+    return json.dumps(schema_of(model, title), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
