@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar, Union, g
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
                       ValidationInfo, WithJsonSchema)
 
-from dessim.errors import SpecError
+from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "count", "choice",
@@ -48,7 +48,12 @@ def converted(parse: Callable[[Any, str], Any], schema: Mapping[str, Any],
     ``schema``: human forms stay strings for editors, the model holds the parsed value."""
 
     def run(value: Any, info: ValidationInfo) -> Any:
-        return parse(value, info.field_name or "value")
+        try:
+            return parse(value, info.field_name or "value")
+        except ValueError:
+            raise
+        except DessimError as exc:      # e.g. a WorkloadError: reported with the key path
+            raise ValueError(str(exc)) from None
 
     return Annotated[python, BeforeValidator(run), WithJsonSchema(dict(schema))]
 
@@ -145,14 +150,18 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
         loc = tuple(p for p in err["loc"] if not _is_tag(p))
         path = _loc(loc) or "top level"
         kind = err["type"]
+        parent = _loc(loc[:-1])
+        at = f"{parent}: " if parent else ""
         if kind == "extra_forbidden":
             key = str(loc[-1])
             valid = _fields_at(root, loc[:-1])
             hint = difflib.get_close_matches(key, valid, n=1)
-            lines.append(f"{path}: unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            lines.append(f"{at}unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                          + (f"; valid keys: {', '.join(valid)}" if valid else ""))
         elif kind == "missing":
-            lines.append(f"{path}: missing (required)")
+            lines.append(f"{at}lacks {loc[-1]} (required)")
+        elif kind == "literal_error":
+            lines.append(f"{path}: {err['input']!r} is unknown; valid: {err['ctx']['expected']}")
         elif kind == "value_error":
             msg = str(err.get("ctx", {}).get("error", err["msg"].removeprefix("Value error, ")))
             name = str(loc[-1]) if loc else ""

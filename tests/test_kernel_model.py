@@ -294,7 +294,7 @@ def test_a_calibration_file_changes_the_gemm_model():
 
 
 def test_a_calibration_typo_is_named_with_a_suggestion():
-    with pytest.raises(SpecError, match=r"peak_eficiency: unknown key \(did you mean 'peak_efficiency'"):
+    with pytest.raises(SpecError, match=r"devices.H100.gemm: unknown key 'peak_eficiency' \(did you mean 'peak_efficiency'"):
         parse_calibration({"devices": {"H100": {"gemm": {"peak_eficiency": 0.9}}}})
 
 

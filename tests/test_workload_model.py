@@ -10,11 +10,11 @@ import pytest
 from dessim.errors import SpecError, WorkloadError
 from dessim.workload import TransformerConfig, load_workload, shipped_workloads
 from dessim.workload.transformer.spec import (
-    _MODEL_SCHEMA,
-    _OFFLOAD_SCHEMA,
-    _PARALLELISM_SCHEMA,
-    _TRAINING_SCHEMA,
+    ModelSection,
+    OffloadSection,
+    ParallelismSection,
     ParallelismSpec,
+    TrainingSection,
     TrainingSpec,
 )
 
@@ -135,17 +135,17 @@ def test_global_batch_defaults_to_one_micro_batch_per_replica(tmp_path):
 
 
 @pytest.mark.parametrize("text,fragment", [
-    (GOOD + "extra: 1\n", "unknown key 'extra'; valid keys: name, description"),
-    (GOOD.replace("seq_len: 128}", "seq_len: 128, hiden: 3}"), "model: unknown key 'hiden'; valid keys: layers"),
+    (GOOD + "extra: 1\n", "unknown key 'extra'; valid keys: kind, name, description"),
+    (GOOD.replace("seq_len: 128}", "seq_len: 128, hiden: 3}"), "model: unknown key 'hiden' (did you mean 'hidden'?); valid keys: hf_config, layers"),
     (GOOD.replace("dp: 2}", "dp: 2, pipeline: 2}"), "parallelism: unknown key 'pipeline'; valid keys: tp"),
     (GOOD.replace("micro_batch: 2,", "micro_batch: 2, batch: 1,"), "training: unknown key 'batch'"),
-    (GOOD.replace("{optimizer: cxl}", "{optimiser: cxl}"), "training.offload: unknown key 'optimiser'; "
+    (GOOD.replace("{optimizer: cxl}", "{optimiser: cxl}"), "training.offload: unknown key 'optimiser' (did you mean 'optimizer'?); "
                                                           "valid keys: optimizer, activations"),
-    (GOOD.replace("vocab: 1000, ", ""), "model section lacks vocab"),
+    (GOOD.replace("vocab: 1000, ", ""), "model: lacks vocab"),
     (GOOD.replace("heads: 8", "heads: 7"), "hidden=256 is not divisible by heads=7"),
     (GOOD.replace("tp: 2", "tp: 3"), "heads=8 is not divisible by tp=3"),
     (GOOD.replace("layers: 4", "layers: four"), "model.layers"),
-    (GOOD.replace("{optimizer: cxl}", "{optimizer: disk}"), "offload_optimizer='disk' is unknown"),
+    (GOOD.replace("{optimizer: cxl}", "{optimizer: disk}"), "training.offload.optimizer: 'disk' is unknown"),
     ("model: [1, 2]\ntraining: {global_batch: 1}\n", "model: expected a mapping"),
     ("model: {layers: [\n", "invalid YAML"),
 ])
@@ -174,7 +174,7 @@ def test_presets_load_by_name_and_by_path():
 
 def test_yaml_schema_lists_exactly_the_dataclass_fields():
     model_fields = {f.name for f in dataclasses.fields(TransformerConfig)} - {"name"}
-    assert set(_MODEL_SCHEMA) == model_fields
-    assert set(_PARALLELISM_SCHEMA) == {f.name for f in dataclasses.fields(ParallelismSpec)}
-    training = (set(_TRAINING_SCHEMA) - {"offload"}) | {f"offload_{k}" for k in _OFFLOAD_SCHEMA}
+    assert set(ModelSection.model_fields) - {"hf_config"} == model_fields
+    assert set(ParallelismSection.model_fields) == {f.name for f in dataclasses.fields(ParallelismSpec)}
+    training = (set(TrainingSection.model_fields) - {"offload"}) | {f"offload_{k}" for k in OffloadSection.model_fields}
     assert training == {f.name for f in dataclasses.fields(TrainingSpec)}

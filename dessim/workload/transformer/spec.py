@@ -80,29 +80,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Literal, Mapping
 
+from pydantic import Field, model_validator
 
 from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, SpecError
 from dessim.resources import data_files, find_data_file, read_yaml
-from dessim.units import parse_count, parse_size
-from dessim.workload.common.document import as_bool, as_str, check_keys, check_section
+from dessim.schema import Count, Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, validate
+from dessim.units import parse_count
+from dessim.workload.common.precision import PRECISIONS
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.transformer.hf_config import (HF_CONFIG_KEY, hf_model_section, hf_workload_name,
                                                    is_hf_config, read_hf_config)
-from dessim.workload.transformer.layout import (DEFAULT_ORDER, ParallelLayout, parse_pipeline_layers,
-                                                parse_zero_stage)
-from dessim.workload.transformer.memory import MemoryOptions
+from dessim.workload.transformer.layout import (ATTENTION_IMPLS, DEFAULT_ORDER, MOE_DISPATCH,
+                                                PIPELINE_LAYER_RULES, RECOMPUTE_POLICIES, SCHEDULES,
+                                                ParallelLayout, parse_pipeline_layers, parse_zero_stage)
+from dessim.workload.transformer.memory import OFFLOAD_TARGETS, MemoryOptions
 from dessim.workload.transformer.mla import MLAConfig
-from dessim.workload.transformer.model import TransformerConfig
+from dessim.workload.transformer.model import ACTIVATIONS, NORMS, POSITION_EMBEDDINGS, TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
-from dessim.workload.transformer.routing import MoERouting, read_counts
+from dessim.workload.transformer.routing import DISTRIBUTIONS, MoERouting, read_counts
 
 __all__ = [
     "ParallelismSpec",
     "TrainingSpec",
     "WorkloadSpec",
+    "TransformerFile",
     "load_workload",
     "parse_workload",
     "shipped_workloads",
@@ -215,27 +219,12 @@ class WorkloadSpec:
 
 
 # ---------------------------------------------------------------------- schema
-Converter = Callable[[Any, str], Any]
-
-
-def _count(minimum: int = 1) -> Converter:
-    return lambda value, what: parse_count(value, what, minimum=minimum)
-
-
 def _order(value: Any, what: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.replace("-", ",").split(",")]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SpecError(f"{what}: expected a list of dimension names such as [tp, cp, dp, pp], got {value!r}")
     return tuple(value)
-
-
-def _size(value: Any, what: str) -> int:
-    return parse_size(value, what)
-
-
-def _zero(value: Any, what: str) -> int:
-    return parse_zero_stage(value, what)
 
 
 def _pipeline_layers(value: Any, what: str) -> tuple[int, ...] | str:
@@ -245,108 +234,177 @@ def _pipeline_layers(value: Any, what: str) -> tuple[int, ...] | str:
     return parse_pipeline_layers(value, what)
 
 
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{what}: expected a number, got {value!r}")
-    return float(value)
+_COUNTS_SCHEMA = {"anyOf": [{"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1},
+                            {"type": "string"}],
+                  "description": "tokens per expert: a list, or a file with one number per line"}
+_ORDER_SCHEMA = {"anyOf": [{"type": "array", "items": {"enum": list(DEFAULT_ORDER)}},
+                           {"type": "string"}],
+                 "description": "placement of the parallel dimensions, fastest-varying first",
+                 "examples": [list(DEFAULT_ORDER)]}
+_PIPELINE_LAYERS_SCHEMA = {"anyOf": [{"enum": list(PIPELINE_LAYER_RULES)},
+                                     {"type": "array", "items": {"type": "integer", "minimum": 1},
+                                      "minItems": 1}],
+                           "description": "layers per pipeline piece: a rule, or counts in model order"}
+_ZERO_SCHEMA = {"enum": [0, 1, 2, 3, "fsdp"], "description": "ZeRO stage (fsdp = 3)"}
+_DEVICE_SCHEMA = {"type": "string", "description": "a GPU of dessim.catalog.devices", "examples": ["H100"]}
 
 
-_MLA_SCHEMA: Mapping[str, Converter] = {
-    "q_lora_rank": _count(0), "kv_lora_rank": _count(), "qk_rope_head_dim": _count(),
-    "qk_nope_head_dim": _count(), "v_head_dim": _count(),
-}
-_ROUTING_SCHEMA: Mapping[str, Converter] = {
-    "distribution": as_str, "exponent": _number, "counts": read_counts,
-    "capacity_factor": _number, "max_nodes": _count(),
-}
+class RoutingSection(SpecModel):
+    """``model.routing``: the routed load of an MoE model (:mod:`dessim.workload.transformer.routing`)."""
+
+    distribution: choice(DISTRIBUTIONS) = "uniform"
+    exponent: Number = 1.0                      #: zipf exponent, >= 0
+    counts: converted(read_counts, _COUNTS_SCHEMA, tuple) = ()
+    capacity_factor: Number | None = None       #: None: dropless
+    max_nodes: PositiveCount | None = Field(None, description="node-limited routing: a token's experts "
+                                            "on at most this many nodes (absent: any)")
 
 
-def _mla(value: Any, what: str) -> MLAConfig:
-    kw = check_section(value, _MLA_SCHEMA, what)
-    missing = [k for k in _MLA_SCHEMA if k not in kw and k != "q_lora_rank"]
-    if missing:
-        raise SpecError(f"{what}: lacks {', '.join(missing)}")
-    return MLAConfig(**kw)
+class MLASection(SpecModel):
+    """``model.mla``: multi-head latent attention dimensions (counts; :mod:`dessim.workload.transformer.mla`)."""
+
+    q_lora_rank: Count = 0
+    kv_lora_rank: PositiveCount
+    qk_rope_head_dim: PositiveCount
+    qk_nope_head_dim: PositiveCount
+    v_head_dim: PositiveCount
 
 
-def _routing(value: Any, what: str) -> MoERouting:
-    return MoERouting(**check_section(value, _ROUTING_SCHEMA, what))
-
-
-_MODEL_SCHEMA: Mapping[str, Converter] = {
-    "layers": _count(), "hidden": _count(), "heads": _count(), "ffn_hidden": _count(),
-    "vocab": _count(), "seq_len": _count(), "kv_heads": _count(), "activation": as_str, "norm": as_str,
-    "position_embedding": as_str, "bias": as_bool, "dropout": as_bool, "tied_embeddings": as_bool,
-    "precision": as_str, "experts": _count(), "top_k": _count(), "moe_ffn_hidden": _count(),
-    "dense_layers": _count(0), "shared_experts": _count(0), "routing": _routing, "mla": _mla,
-    "mtp_modules": _count(0), "description": as_str,
-}
+#: Keys of ``model:`` required unless ``hf_config`` gives them.
 _MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
 
-_PARALLELISM_SCHEMA: Mapping[str, Converter] = {
-    "tp": _count(), "pp": _count(), "dp": _count(), "cp": _count(), "ep": _count(), "sp": as_bool,
-    "order": _order,
-}
 
-_TRAINING_SCHEMA: Mapping[str, Converter] = {
-    "micro_batch": _count(), "global_batch": _count(), "seq_len": _count(), "schedule": as_str,
-    "virtual_stages": _count(), "pipeline_layers": _pipeline_layers, "recompute": as_str,
-    "attention": as_str, "moe_dispatch": as_str, "zero_stage": _zero,
-    "bucket_size": _size,
-    "offload": None,  # nested section, see _OFFLOAD_SCHEMA  # type: ignore[dict-item]
-    "device": lambda v, what: get_device(as_str(v, what), what).name, "tp_comm_overlap": as_bool, "fuse_optimizer_allreduce": as_bool,
-}
-_OFFLOAD_SCHEMA: Mapping[str, Converter] = {"optimizer": as_str, "activations": as_str}
+class ModelSection(SpecModel):
+    """``model:``: a :class:`~dessim.workload.transformer.model.TransformerConfig` (sizes are
+    counts, not bytes). ``layers`` … ``seq_len`` are required unless ``hf_config`` gives them."""
 
-_TOP_KEYS = ("name", "description", "source", "kind", "model", "parallelism", "training")
+    hf_config: Text | None = Field(None, description="a Hugging Face config.json (path relative to "
+                                   "the workload file) giving every other key; keys here override it")
+    layers: PositiveCount | None = None
+    hidden: PositiveCount | None = None
+    heads: PositiveCount | None = None
+    ffn_hidden: PositiveCount | None = None
+    vocab: PositiveCount | None = None
+    seq_len: PositiveCount | None = Field(None, description="tokens per sequence")
+    kv_heads: PositiveCount | None = Field(None, description="default: heads (multi-head attention)")
+    activation: choice(ACTIVATIONS) = "gelu"
+    norm: choice(NORMS) = "layernorm"
+    position_embedding: choice(POSITION_EMBEDDINGS) = "learned"
+    bias: Flag = True
+    dropout: Flag = True
+    tied_embeddings: Flag = True
+    precision: choice(PRECISIONS) = "bf16"
+    experts: PositiveCount = Field(1, description="> 1: mixture of experts")
+    top_k: PositiveCount = 1
+    moe_ffn_hidden: PositiveCount | None = Field(None, description="default: ffn_hidden")
+    dense_layers: Count = Field(0, description="leading layers with a dense MLP")
+    shared_experts: Count = 0
+    routing: RoutingSection | None = None
+    mla: MLASection | None = None
+    mtp_modules: Count = Field(0, description="multi-token prediction depth")
+    description: Text = ""
+
+    @model_validator(mode="after")
+    def _required(self) -> "ModelSection":
+        missing = [k for k in _MODEL_REQUIRED if getattr(self, k) is None]
+        if missing and self.hf_config is None:
+            raise ValueError(f"lacks {', '.join(missing)} (give them, or hf_config)")
+        return self
+
+
+class ParallelismSection(SpecModel):
+    """``parallelism:``: the default layout; ``tp·pp·dp·cp`` fixes the default GPU count."""
+
+    tp: PositiveCount = 1
+    pp: PositiveCount = 1
+    dp: PositiveCount = 1
+    cp: PositiveCount = 1
+    ep: PositiveCount = Field(1, description="expert parallel, carved out of dp")
+    sp: Flag = Field(False, description="sequence parallelism")
+    order: converted(_order, _ORDER_SCHEMA, tuple) = DEFAULT_ORDER
+
+
+class OffloadSection(SpecModel):
+    """``training.offload``: where optimizer states / activations go."""
+
+    optimizer: choice(OFFLOAD_TARGETS) = "none"
+    activations: choice(OFFLOAD_TARGETS) = "none"
+
+
+class TrainingSection(SpecModel):
+    """``training:``: batch (sequences), schedule and memory options."""
+
+    micro_batch: PositiveCount = Field(1, description="sequences per micro-batch")
+    global_batch: PositiveCount | None = Field(None, description="sequences per iteration; default "
+                                               "micro_batch × dp")
+    seq_len: PositiveCount | None = Field(None, description="overrides model.seq_len")
+    schedule: choice(SCHEDULES) = "1f1b"
+    virtual_stages: PositiveCount = 1
+    pipeline_layers: converted(_pipeline_layers, _PIPELINE_LAYERS_SCHEMA) = "balanced"
+    recompute: choice(RECOMPUTE_POLICIES) = "none"
+    attention: choice(ATTENTION_IMPLS) = "flash2"
+    moe_dispatch: choice(MOE_DISPATCH) = "nccl"
+    zero_stage: converted(parse_zero_stage, _ZERO_SCHEMA, int) = 0
+    bucket_size: Size = Field(DEFAULT_BUCKET_SIZE, description="gradient bucket, bytes (25MiB)")
+    offload: OffloadSection = OffloadSection()
+    device: converted(lambda v, what: get_device(v, what).name, _DEVICE_SCHEMA, str) | None = None
+    tp_comm_overlap: Flag = False
+    fuse_optimizer_allreduce: Flag = False
+
+
+class TransformerFile(SpecModel):
+    """A transformer workload file (``kind: transformer``, the default)."""
+
+    kind: Literal["transformer"] = "transformer"
+    name: Text | None = Field(None, description="default: the file name")
+    description: Text = ""
+    source: Text = Field("", description="where the architecture comes from")
+    model: ModelSection
+    parallelism: ParallelismSection = ParallelismSection()
+    training: TrainingSection = TrainingSection()
+
+
 #: Value of the optional ``kind:`` key of a transformer file; other kinds (``dlrm``, ``cnn``)
 #: are parsed by :mod:`dessim.workload.kinds`.
 TRANSFORMER_KIND = "transformer"
 
 
-def _model_section(raw: Any, origin: str, base: Path | None) -> dict[str, Any]:
-    """The ``model:`` section with a ``hf_config`` (path relative to ``base``) expanded: the
-    Hugging Face config's keys, overridden by the section's own."""
-    if not isinstance(raw, dict) or HF_CONFIG_KEY not in raw:
-        return raw
-    where = f"{origin}: model.{HF_CONFIG_KEY}"
-    ref = as_str(raw[HF_CONFIG_KEY], where)
-    path = Path(ref).expanduser()
+def _expand_hf(data: Any, origin: str, base: Path | None) -> Any:
+    """``data`` with a ``model.hf_config`` (path relative to ``base``) expanded: the Hugging
+    Face config's keys, overridden by the section's own."""
+    raw = data["model"]
+    path = Path(raw[HF_CONFIG_KEY]).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
     hf = hf_model_section(read_hf_config(path), str(path))
-    return {**hf, **{k: v for k, v in raw.items() if k != HF_CONFIG_KEY}}
+    return {**data, "model": {**hf, **{k: v for k, v in raw.items() if k != HF_CONFIG_KEY}}}
 
 
 def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload",
                    base: Path | None = None) -> WorkloadSpec:
-    """A :class:`WorkloadSpec` from already-parsed YAML/JSON data; ``origin`` names the file
-    in error messages; ``base``: the directory relative ``model.hf_config`` paths start from
-    (default: the current directory)."""
-    check_keys(data, _TOP_KEYS, origin,
-               f"a workload file must be a mapping with keys {', '.join(_TOP_KEYS)}")
-    if data.get("kind", TRANSFORMER_KIND) != TRANSFORMER_KIND:
+    """A :class:`WorkloadSpec` from already-parsed YAML/JSON data (validated by
+    :class:`TransformerFile`); ``origin`` names the file in error messages; ``base``: the
+    directory relative ``model.hf_config`` paths start from (default: the current directory)."""
+    if isinstance(data, Mapping) and data.get("kind", TRANSFORMER_KIND) != TRANSFORMER_KIND:
         raise SpecError(f"{origin}: kind {data['kind']!r} is not a transformer workload; load it with "
                         "dessim.workload.kinds.load_any_workload (simulate_workload accepts every kind)")
-    name = as_str(data.get("name", default_name), f"{origin}: name")
-    if "model" not in data:
-        raise SpecError(f"{origin}: missing the 'model' section")
-    model_kw = check_section(_model_section(data["model"], origin, base), _MODEL_SCHEMA, f"{origin}: model")
-    missing = [k for k in _MODEL_REQUIRED if k not in model_kw]
-    if missing:
-        raise SpecError(f"{origin}: model section lacks {', '.join(missing)}")
-    par_kw = check_section(data.get("parallelism"), _PARALLELISM_SCHEMA, f"{origin}: parallelism")
-    tr_kw = check_section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
-    offload = check_section(tr_kw.pop("offload", None), _OFFLOAD_SCHEMA, f"{origin}: training.offload")
-    tr_kw.update({f"offload_{k}": v for k, v in offload.items()})
+    doc = validate(TransformerFile, data, origin)
+    if doc.model.hf_config is not None:
+        doc = validate(TransformerFile, _expand_hf(data, origin, base), origin)
+    name = doc.name if doc.name is not None else default_name
+    m, tr = doc.model, doc.training
+    model_kw = m.model_dump(exclude_unset=True, exclude={"hf_config", "routing", "mla"})
     try:
-        model = TransformerConfig(name=name, **model_kw)
-        if tr_kw.get("seq_len") is not None:
-            model = model.with_seq_len(tr_kw["seq_len"])
-        spec = WorkloadSpec(name=name, model=model, parallelism=ParallelismSpec(**par_kw),
-                            training=TrainingSpec(**tr_kw),
-                            description=as_str(data.get("description", ""), f"{origin}: description"),
-                            source=as_str(data.get("source", ""), f"{origin}: source"))
+        model = TransformerConfig(
+            name=name, **model_kw,
+            **({"routing": MoERouting(**m.routing.model_dump(exclude_unset=True))} if m.routing else {}),
+            **({"mla": MLAConfig(**m.mla.model_dump())} if m.mla else {}))
+        if tr.seq_len is not None:
+            model = model.with_seq_len(tr.seq_len)
+        tr_kw = tr.model_dump(exclude={"offload"})
+        tr_kw.update({f"offload_{k}": v for k, v in tr.offload.model_dump().items()})
+        spec = WorkloadSpec(name=name, model=model, parallelism=ParallelismSpec(**doc.parallelism.model_dump()),
+                            training=TrainingSpec(**tr_kw), description=doc.description, source=doc.source)
         spec.layout(spec.num_gpus)      # the defaults must form a valid layout
         spec.memory_options()
     except SpecError:
