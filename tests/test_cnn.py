@@ -84,7 +84,7 @@ def test_simulate_and_cli_accept_cnn_files_and_list_still_shows_transformers():
 
 
 def test_bad_cnn_files_name_the_problem():
-    with pytest.raises(SpecError, match="arch 'vgg'"):
+    with pytest.raises(SpecError, match="model.arch: 'vgg' is unknown"):
         parse_cnn({"kind": "cnn", "model": {"arch": "vgg"}, "training": {"global_batch": 8}}, "f.yaml", "x")
     with pytest.raises(SpecError, match="unknown key 'epochs'"):
         parse_cnn({"kind": "cnn", "model": {"arch": "resnet50"}, "training": {"global_batch": 8, "epochs": 3}},

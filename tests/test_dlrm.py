@@ -106,5 +106,5 @@ def test_bad_dlrm_files_name_the_problem():
     with pytest.raises(SpecError, match="embedding_dim"):
         parse_dlrm({"kind": "dlrm", "model": {"bottom_mlp": [8, 4], "top_mlp": [1], "embedding_dim": 8,
                                               "tables": [10]}, "training": {"global_batch": 8}}, "f.yaml", "x")
-    with pytest.raises(SpecError, match="sharding 'diagonal'"):
+    with pytest.raises(SpecError, match="sharding: 'diagonal' is unknown"):
         tiny("diagonal")

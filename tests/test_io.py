@@ -89,7 +89,7 @@ def test_io_needs_a_storage_node_and_valid_sections():
         run(resnet({"sample_bytes": SAMPLE}), load_topology("switch:4,device=H100"))
     with pytest.raises(SpecError, match="need cache: host"):
         parse_input({"sample_bytes": 1, "hit_ratio": 0.5}, "in")
-    with pytest.raises(SpecError, match="missing sample_bytes"):
+    with pytest.raises(SpecError, match="lacks sample_bytes"):
         parse_input({"cache": "host"}, "in")
 
 

@@ -70,7 +70,7 @@ def test_mixed_precision_per_direction_and_row_wise_exchange():
 
 
 def test_comm_precision_errors_name_the_key():
-    with pytest.raises(SpecError, match="comm_precision.forward: format 'int4'"):
+    with pytest.raises(SpecError, match="comm_precision.forward: 'int4' is unknown"):
         tiny(comm_precision={"forward": "int4"})
     with pytest.raises(SpecError, match="unknown key 'fwd'"):
         parse_comm_precision({"fwd": "fp16"}, "embeddings.comm_precision")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
 
 from dessim.engine import EngineOptions, simulate
@@ -27,17 +27,17 @@ from dessim.resources import find_data_file, read_yaml
 from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
-from dessim.workload.vision.cnn import CNNSpec, generate_cnn, parse_cnn
-from dessim.workload.recsys.dlrm import DLRMSpec, generate_dlrm, parse_dlrm
+from dessim.workload.vision.cnn import CNNFile, CNNSpec, generate_cnn, parse_cnn
+from dessim.workload.recsys.dlrm import DLRMFile, DLRMSpec, generate_dlrm, parse_dlrm
 from dessim.workload.dataparallel.result import Generated
-from dessim.workload.replay import CHAKRA_KIND, ChakraSpec, generate_chakra, parse_chakra
+from dessim.workload.replay import CHAKRA_KIND, ChakraFile, ChakraSpec, generate_chakra, parse_chakra
 from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.plan import plan_workload
 from dessim.workload.transformer.result import WorkloadResult
-from dessim.workload.transformer.spec import (TRANSFORMER_KIND, WorkloadSpec, file_kind, load_workload,
-                                              shipped_workloads)
+from dessim.workload.transformer.spec import (TRANSFORMER_KIND, TransformerFile, WorkloadSpec, file_kind,
+                                              load_workload, shipped_workloads)
 
-__all__ = ["WorkloadKind", "WORKLOAD_KINDS", "load_any_workload", "generate_workload", "simulate_any",
+__all__ = ["WorkloadKind", "WORKLOAD_KINDS", "WorkloadFile", "load_any_workload", "generate_workload", "simulate_any",
            "workload_kind", "kind_of", "shipped_any"]
 
 
@@ -48,6 +48,7 @@ class WorkloadKind:
     name: str
     help: str
     spec_type: type
+    model: type                                                 #: its file's pydantic model (dessim.schema)
     parse: Callable[[Any, str, str], Any]                       #: (document, origin, default name)
     generate: Callable[..., Generated]                          #: (spec, topology, overrides, device)
 
@@ -77,13 +78,18 @@ def _parse_transformer(data: Any, origin: str, default_name: str) -> WorkloadSpe
 #: Workload kinds by the value of a file's ``kind:`` key.
 WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind(TRANSFORMER_KIND, "dense or MoE transformer with TP/PP/DP/CP/EP (default)", WorkloadSpec,
-                 _parse_transformer, _generate_transformer),
+                 TransformerFile, _parse_transformer, _generate_transformer),
     WorkloadKind("dlrm", "recommendation model: sharded embeddings + data-parallel MLPs", DLRMSpec,
-                 parse_dlrm, _generate_dp(generate_dlrm)),
-    WorkloadKind("cnn", "ResNet-50 / ViT, data parallel", CNNSpec, parse_cnn, _generate_dp(generate_cnn)),
+                 DLRMFile, parse_dlrm, _generate_dp(generate_dlrm)),
+    WorkloadKind("cnn", "ResNet-50 / ViT, data parallel", CNNSpec, CNNFile, parse_cnn,
+                 _generate_dp(generate_cnn)),
     WorkloadKind(CHAKRA_KIND, "a Chakra execution trace, replayed (as dessim replay)", ChakraSpec,
-                 parse_chakra, generate_chakra),
+                 ChakraFile, parse_chakra, generate_chakra),
 )}
+
+#: A workload file of any kind (its ``kind:`` picks the model): what ``dessim schema workload``
+#: exports. Loading validates a file with its own kind's model (:func:`load_any_workload`).
+WorkloadFile = Union[tuple(k.model for k in WORKLOAD_KINDS.values())]  # type: ignore[valid-type]
 
 
 def workload_kind(data: Any, origin: str) -> WorkloadKind:

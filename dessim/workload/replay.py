@@ -22,26 +22,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
+
+from pydantic import Field
 
 from dessim.engine import EngineOptions, SimulationResult
 from dessim.errors import SpecError
+from dessim.schema import Flag, SpecModel, Text, validate
 from dessim.taskgraph import TaskGraph
 from dessim.topology.graph import Topology
 from dessim.trace import chakra_to_taskgraph, read_chakra
-from dessim.workload.common.document import check_keys
 from dessim.workload.common.figures import IterationResult
 from dessim.workload.dataparallel.result import Generated
 
-__all__ = ["CHAKRA_KIND", "ChakraSpec", "ReplayResult", "parse_chakra", "generate_chakra"]
+__all__ = ["CHAKRA_KIND", "ChakraFile", "ChakraSpec", "ReplayResult", "parse_chakra", "generate_chakra"]
 
 CHAKRA_KIND = "chakra"
-_KEYS = ("kind", "name", "description", "trace", "rank_map", "cost_compute", "mem_node")
 #: Generator overrides the other kinds take, with the only value a trace replay accepts (what
 #: ``dessim simulate`` passes by default): a trace has no granularity, folding or model parts.
 _NEUTRAL_OVERRIDES: Mapping[str, tuple[Any, ...]] = {
     "granularity": ("auto",), "fold": (None, False), "comm": (True,), "embedding_head": (True,),
     "check_memory": (True,)}
+
+
+class ChakraFile(SpecModel):
+    """A ``kind: chakra`` workload file: a Chakra execution trace to replay."""
+
+    kind: Literal["chakra"]
+    name: Text | None = Field(None, min_length=1, description="default: the file name")
+    description: Text = ""
+    trace: Text = Field(min_length=1, description="prefix of the trace's <prefix>.<rank>.et files "
+                        "(relative to this file)")
+    rank_map: Any = Field(None, description="trace rank -> topology GPU (as dessim replay --rank-map)")
+    cost_compute: Flag = Field(False, description="time compute nodes with dessim's kernel model")
+    mem_node: Text | None = Field(None, description="a topology node name or kind for memory transfers")
 
 
 @dataclass(frozen=True)
@@ -59,24 +73,12 @@ class ChakraSpec:
 def parse_chakra(data: Any, origin: str, default_name: str) -> ChakraSpec:
     """The :class:`ChakraSpec` of a ``kind: chakra`` document read from ``origin`` (a file:
     a relative ``trace`` is taken from the file's directory)."""
-    check_keys(data, _KEYS, origin, "a chakra workload is a mapping with a 'trace' key")
-    trace = data.get("trace")
-    if not isinstance(trace, str) or not trace:
-        raise SpecError(f"{origin}: trace must be the prefix of the trace's <prefix>.<rank>.et "
-                        f"files, got {trace!r}")
-    path = Path(trace)
+    doc = validate(ChakraFile, data, origin)
+    path = Path(doc.trace)
     if not path.is_absolute() and Path(origin).exists():
         path = Path(origin).parent / path
-    cost = data.get("cost_compute", False)
-    if not isinstance(cost, bool):
-        raise SpecError(f"{origin}: cost_compute must be true or false, got {cost!r}")
-    mem = data.get("mem_node")
-    if mem is not None and not isinstance(mem, str):
-        raise SpecError(f"{origin}: mem_node must be a node name or a kind, got {mem!r}")
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise SpecError(f"{origin}: name must be a non-empty string, got {name!r}")
-    return ChakraSpec(name, path, data.get("rank_map"), cost, mem, str(data.get("description", "")))
+    return ChakraSpec(doc.name or default_name, path, doc.rank_map, doc.cost_compute, doc.mem_node,
+                      doc.description)
 
 
 @dataclass

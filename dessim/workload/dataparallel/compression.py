@@ -44,12 +44,14 @@ from dataclasses import dataclass
 from math import ceil
 from typing import Any, Mapping, Sequence
 
+from pydantic import Field
+
 from dessim.errors import SpecError
-from dessim.resources import check_keys
+from dessim.schema import PositiveCount, SpecModel, choice, converted, validate
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, Kernel
 
-__all__ = ["Compression", "METHODS", "WIRE_BYTES", "parse_compression", "GradSync"]
+__all__ = ["Compression", "CompressionSection", "METHODS", "WIRE_BYTES", "parse_compression", "compression_of", "GradSync"]
 
 #: Compression methods.
 METHODS: tuple[str, ...] = ("none", "cast", "topk")
@@ -129,19 +131,45 @@ class Compression:
         return (), ()
 
 
+def _density(value: Any, what: str) -> float:
+    """A fraction (0.01) or a percentage string ("1%")."""
+    if isinstance(value, str):
+        try:
+            return float(value.rstrip("%")) / 100 if value.endswith("%") else float(value)
+        except ValueError:
+            raise SpecError(f"{what}: {value!r} is not a fraction or a percentage") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{what}: expected a fraction in (0, 1] or a percentage, got {value!r}")
+    return float(value)
+
+
+class CompressionSection(SpecModel):
+    """``compression:``: how gradient buckets are exchanged (module docstring)."""
+
+    method: choice(METHODS) = "none"
+    dtype: choice(WIRE_BYTES) | None = Field(None, description="cast: wire format; topk: value format")
+    density: converted(_density, {"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                                            {"type": "string", "pattern": "%$"}],
+                                  "description": "topk: fraction of elements sent (0.01 or '1%')"},
+                       float) = 0.01
+    index_bytes: PositiveCount = Field(4, description="topk: bytes per index")
+    select_passes: PositiveCount = Field(1, description="topk: reads of the bucket to select the top k")
+
+
 def parse_compression(data: Any, where: str) -> Compression:
-    """A :class:`Compression` from a YAML ``compression:`` mapping (``None``: no compression)."""
-    if data is None:
+    """A :class:`Compression` from a YAML ``compression:`` mapping (:class:`CompressionSection`;
+    ``None``: no compression)."""
+    return compression_of(None if data is None else validate(CompressionSection, data, where), where)
+
+
+def compression_of(section: CompressionSection | None, where: str) -> Compression:
+    """The :class:`Compression` of a validated section (None: no compression); its cross-key
+    rules (``cast`` needs a ``dtype``) raise a :class:`SpecError` at ``where``."""
+    if section is None:
         return Compression()
-    check_keys(data, ("method", "dtype", "density", "index_bytes", "select_passes"), where)
     try:
-        density = data.get("density", 0.01)
-        if isinstance(density, str):
-            density = float(density.rstrip("%")) / 100 if density.endswith("%") else float(density)
-        return Compression(method=str(data.get("method", "none")), dtype=data.get("dtype"),
-                           density=density, index_bytes=data.get("index_bytes", 4),
-                           select_passes=data.get("select_passes", 1))
-    except (SpecError, ValueError) as exc:
+        return Compression(**section.model_dump())
+    except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
 

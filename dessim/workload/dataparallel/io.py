@@ -30,20 +30,50 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dessim.errors import DessimError, SpecError
-from dessim.topology.graph import Topology
-from dessim.topology.storage import attach_storage
-from dessim.units import parse_count, parse_size
-from dessim.workload.common.emitter import TaskEmitter
-from dessim.workload.common.document import as_bool, check_keys
+from pydantic import Field
 
-__all__ = ["InputPipeline", "parse_input", "CACHES"]
+from dessim.errors import SpecError
+from dessim.schema import Bandwidth, Count, Flag, Number, Size, SpecModel, Text, Time, choice, validate
+from dessim.topology.graph import Topology
+from dessim.topology.storage import STORAGE_KINDS, attach_storage
+from dessim.workload.common.emitter import TaskEmitter
+
+__all__ = ["InputPipeline", "InputSection", "StorageSection", "parse_input", "input_of", "CACHES"]
 
 #: Cache locations.
 CACHES: tuple[str, ...] = ("none", "host")
 
-_KEYS = ("sample_bytes", "cache", "hit_ratio", "cached_after_first_epoch", "epoch", "dataset_bytes",
-         "cache_bytes", "prefetch", "storage")
+
+
+class StorageSection(SpecModel):
+    """A storage tier to attach when the topology has none: the keys of
+    :func:`~dessim.topology.storage.attach_storage` (``input.storage``, DLRM's
+    ``embeddings.storage``)."""
+
+    kind: choice(STORAGE_KINDS) | None = None
+    bw: Bandwidth | None = Field(None, description="bytes/s of the tier's link")
+    lat: Time | None = Field(None, description="seconds, one way")
+    attach: Text | list[str] | None = Field(None, description="topology node(s) it hangs off")
+    client_bw: Bandwidth | None = Field(None, description="bytes/s of each client link (pfs)")
+    name: Text | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The given keys, as :func:`attach_storage` takes them."""
+        return self.model_dump(exclude_none=True)
+
+
+class InputSection(SpecModel):
+    """``input:``: the samples each GPU reads per iteration (module docstring)."""
+
+    sample_bytes: Size = Field(description="bytes read per sample, e.g. 110KB")
+    cache: choice(CACHES) = "none"
+    hit_ratio: Number = Field(0.0, description="fraction of reads served by the cache, in [0, 1]")
+    cached_after_first_epoch: Flag = False
+    epoch: Count = 0
+    dataset_bytes: Size | None = None
+    cache_bytes: Size | None = None
+    prefetch: Flag = True
+    storage: StorageSection | None = None
 
 
 @dataclass(frozen=True)
@@ -88,12 +118,7 @@ class InputPipeline:
         """The topology with the ``storage:`` tier attached if it has no storage node."""
         if topology.nodes_of_kind("storage") or not self.storage:
             return topology
-        kw = dict(self.storage)
-        try:
-            return attach_storage(topology, **kw)
-        except TypeError:
-            raise SpecError(f"input.storage: unknown key in {sorted(kw)}; valid: kind, bw, lat, attach, "
-                            "client_bw, name") from None
+        return attach_storage(topology, **self.storage)
 
     def emit(self, em: TaskEmitter, rank: int, samples: int, hit: float) -> list[str]:
         """The rank's read tasks for ``samples`` samples; returns their ids."""
@@ -111,35 +136,21 @@ class InputPipeline:
 
 
 def parse_input(data: Any, where: str) -> InputPipeline | None:
-    """An :class:`InputPipeline` from a YAML ``input:`` mapping; None when absent."""
-    if data is None:
+    """An :class:`InputPipeline` from a YAML ``input:`` mapping (:class:`InputSection`);
+    None when absent."""
+    return input_of(None if data is None else validate(InputSection, data, where), where)
+
+
+def input_of(section: InputSection | None, where: str) -> InputPipeline | None:
+    """The :class:`InputPipeline` of a validated section (None when absent); its cross-key
+    rules (``hit_ratio`` needs ``cache: host``) raise a :class:`SpecError` at ``where``."""
+    if section is None:
         return None
-    check_keys(data, _KEYS, where)
-    if "sample_bytes" not in data:
-        raise SpecError(f"{where}: missing sample_bytes (bytes read per sample, e.g. 110KB)")
+    kw = section.model_dump(exclude={"storage"}, exclude_none=True)
+    for key in ("sample_bytes", "dataset_bytes", "cache_bytes"):
+        if key in kw:
+            kw[key] = float(kw[key])
     try:
-        kw: dict[str, Any] = {"sample_bytes": float(parse_size(data["sample_bytes"], f"{where}.sample_bytes"))}
-        if "cache" in data:
-            kw["cache"] = str(data["cache"])
-        if "hit_ratio" in data:
-            kw["hit_ratio"] = float(data["hit_ratio"])
-        if "cached_after_first_epoch" in data:
-            kw["cached_after_first_epoch"] = as_bool(data["cached_after_first_epoch"],
-                                                     f"{where}.cached_after_first_epoch")
-        if "epoch" in data:
-            kw["epoch"] = parse_count(data["epoch"], f"{where}.epoch", minimum=0)
-        for key in ("dataset_bytes", "cache_bytes"):
-            if key in data:
-                kw[key] = float(parse_size(data[key], f"{where}.{key}"))
-        if "prefetch" in data:
-            kw["prefetch"] = as_bool(data["prefetch"], f"{where}.prefetch")
-        if "storage" in data:
-            if not isinstance(data["storage"], Mapping):
-                raise SpecError(f"{where}.storage: expected a mapping (kind, bw, lat, attach, client_bw, name)")
-            kw["storage"] = dict(data["storage"])
-        return InputPipeline(**kw)
+        return InputPipeline(**kw, storage=section.storage.kwargs() if section.storage else {})
     except SpecError as exc:
-        msg = str(exc)
-        raise SpecError(msg if msg.startswith(where) else f"{where}: {msg}") from None
-    except (DessimError, ValueError) as exc:
         raise SpecError(f"{where}: {exc}") from None

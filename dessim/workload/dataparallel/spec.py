@@ -39,23 +39,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import Field
+
 from dessim.errors import SpecError, WorkloadError
-from dessim.workload.dataparallel.compression import Compression, parse_compression
-from dessim.workload.dataparallel.io import InputPipeline, parse_input
+from dessim.schema import Bandwidth, Count, PositiveCount, Size, SpecModel, Text, choice, converted, count
+from dessim.topology.paramservers import PLACEMENTS
+from dessim.workload.dataparallel.compression import Compression, CompressionSection, compression_of
+from dessim.workload.dataparallel.io import InputPipeline, InputSection, input_of
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
-from dessim.units import parse_bandwidth, parse_count, parse_size
-from dessim.workload.dataparallel.paramserver import GRADIENT_SYNCS, PSConfig, PSSync
-from dessim.workload.common.document import as_str, check_keys, check_section, merge_document
+from dessim.workload.dataparallel.paramserver import GRADIENT_SYNCS, PS_MODES, PSConfig, PSSync
+from dessim.workload.common.document import merge_document
 
-__all__ = ["DPTraining", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "COMMON_KEYS", "dp_sync",
+__all__ = ["DPTraining", "DPTrainingSection", "DPFile", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "dp_sync",
            "sync_details"]
-
-#: Top-level keys every non-transformer file may have (its own sections come in addition).
-COMMON_KEYS: tuple[str, ...] = ("kind", "name", "description", "source", "training", "compression", "input")
-
-
-def _positive(value: Any, what: str) -> int:
-    return parse_count(value, what, minimum=1)
 
 
 def _node_list(value: Any, what: str) -> tuple[str, ...]:
@@ -64,19 +60,42 @@ def _node_list(value: Any, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _count0(value: Any, what: str) -> int:
-    return parse_count(value, what, minimum=0)
+class DPTrainingSection(SpecModel):
+    """``training:`` of a data-parallel file (samples, bytes, bytes/s)."""
+
+    global_batch: PositiveCount = Field(description="samples per iteration")
+    micro_batch: PositiveCount | None = Field(None, description="samples per GPU per step "
+                                              "(default: global_batch / GPUs)")
+    bucket_size: Size = Field(DEFAULT_BUCKET_SIZE, description="DDP gradient bucket, bytes "
+                              "(0: one all-reduce after the backward)")
+    device: Text | None = Field(None, description="GPU model when the topology names none")
+    gradient_sync: choice(GRADIENT_SYNCS) | None = None
+    parameter_servers: PositiveCount | None = Field(None, description="server processes (implies "
+                                                    "gradient_sync: parameter_server)")
+    ps_placement: choice(PLACEMENTS) = "dedicated"
+    ps_mode: choice(PS_MODES) = "sync"
+    ps_staleness: Count = 0
+    ps_iterations: count(2) | None = None
+    ps_nic_bw: Bandwidth | None = Field(None, description="a server's link, bytes/s")
+    ps_attach: converted(_node_list, {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                      "description": "topology nodes the servers hang off, one per server"},
+                         tuple) | None = None
 
 
-_TRAINING_SCHEMA = {"global_batch": _positive, "micro_batch": _positive,
-                    "bucket_size": lambda v, what: parse_size(v, what), "device": as_str,
-                    "gradient_sync": as_str, "parameter_servers": _positive, "ps_placement": as_str,
-                    "ps_mode": as_str, "ps_staleness": _count0,
-                    "ps_iterations": lambda v, what: parse_count(v, what, minimum=2),
-                    "ps_nic_bw": lambda v, what: parse_bandwidth(v, what),
-                    "ps_attach": lambda v, what: _node_list(v, what)}
+class DPFile(SpecModel):
+    """The sections every non-transformer workload file shares; each kind's model adds its own."""
+
+    kind: str
+    name: Text | None = Field(None, description="default: the file name")
+    description: Text = ""
+    source: Text = ""
+    training: DPTrainingSection
+    compression: CompressionSection | None = None
+    input: InputSection | None = None
+
+
 #: Flat overrides and the section they go to: every training key.
-_FLAT = {key: "training" for key in _TRAINING_SCHEMA}
+_FLAT = {key: "training" for key in DPTrainingSection.model_fields}
 #: Training keys that only apply to parameter servers.
 _PS_KEYS = ("parameter_servers", "ps_placement", "ps_mode", "ps_staleness", "ps_iterations", "ps_nic_bw",
             "ps_attach")
@@ -156,26 +175,18 @@ class CommonSpec:
     path: Path | None = None
 
 
-def parse_common(data: Any, origin: str, default_name: str, own_keys: tuple[str, ...]) -> CommonSpec:
-    """The shared sections of ``data`` (keys checked against COMMON_KEYS + ``own_keys``)."""
-    valid = COMMON_KEYS + own_keys
-    check_keys(data, valid, origin, f"a workload file must be a mapping with keys {', '.join(valid)}")
-    tr = check_section(data.get("training"), _TRAINING_SCHEMA, f"{origin}: training")
-    if "global_batch" not in tr:
-        raise SpecError(f"{origin}: training section lacks global_batch")
+def parse_common(doc: DPFile, data: Mapping[str, Any], origin: str, default_name: str) -> CommonSpec:
+    """The shared sections of a file already validated as ``doc`` (a :class:`DPFile`
+    subclass; ``data``: the raw document, kept for overrides)."""
     try:
-        training = DPTraining(**tr)
+        training = DPTraining(**doc.training.model_dump(exclude_unset=True))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
     return CommonSpec(
-        kind=as_str(data.get("kind"), f"{origin}: kind"),
-        name=as_str(data.get("name", default_name), f"{origin}: name"),
-        training=training,
-        compression=parse_compression(data.get("compression"), f"{origin}: compression"),
-        input=parse_input(data.get("input"), f"{origin}: input"),
-        document=copy.deepcopy(data),
-        description=as_str(data.get("description", ""), f"{origin}: description"),
-        source=as_str(data.get("source", ""), f"{origin}: source"))
+        kind=doc.kind, name=doc.name if doc.name is not None else default_name, training=training,
+        compression=compression_of(doc.compression, f"{origin}: compression"),
+        input=input_of(doc.input, f"{origin}: input"),
+        document=copy.deepcopy(dict(data)), description=doc.description, source=doc.source)
 
 
 @dataclass(frozen=True)

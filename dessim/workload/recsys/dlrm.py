@@ -58,14 +58,17 @@ with ``spill: none`` shards that do not fit raise :class:`~dessim.errors.MemoryF
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
+
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from dessim.catalog.calibration import Calibration
 from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
-from dessim.units import format_size, parse_count, parse_size
+from dessim.schema import Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, validate
+from dessim.units import format_size
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
                                                rowwise_bytes, shard_tables)
@@ -73,21 +76,17 @@ from dessim.workload.dataparallel.graph import (Layer, emit_backward, emit_forwa
                                                 mlp_layers)
 from dessim.workload.dataparallel.result import DPResult, Generated
 from dessim.workload.dataparallel.paramserver import iteration_figures
-from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, dp_sync, parse_common, sync_details
+from dessim.workload.dataparallel.io import StorageSection
+from dessim.workload.dataparallel.spec import (CommonSpec, DPFile, apply_overrides, dp_sync, parse_common,
+                                               sync_details)
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.kernels import ELEMENTWISE, MATMUL, Kernel, KernelBuilder
 from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS, Precision
-from dessim.workload.common.document import as_bool, as_choice, as_positive, check_keys
-from dessim.workload.recsys.qcomm import CommPrecision, parse_comm_precision
+from dessim.workload.recsys.qcomm import CommPrecision, CommPrecisionValue, comm_precision_of
 from dessim.workload.recsys.tiers import TIER_NODE_KINDS, parse_spill, parse_spill_budget, place_tiers
 
-__all__ = ["DLRMSpec", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers"]
-
-_MODEL_KEYS = ("dense_features", "bottom_mlp", "top_mlp", "embedding_dim", "pooling", "tables", "precision")
-_EMB_KEYS = ("sharding", "sharder", "column_shards", "element_bytes", "hbm_budget", "spill", "spill_budget",
-             "prefetch", "storage", "comm_precision")
-_TABLE_KEYS = ("name", "rows", "dim", "pooling", "sharding")
+__all__ = ["DLRMSpec", "DLRMFile", "EmbeddingOptions", "parse_dlrm", "generate_dlrm", "dense_layers"]
 
 
 @dataclass(frozen=True)
@@ -132,34 +131,74 @@ class DLRMSpec:
         return self.dim + f * (f - 1) // 2
 
 
-def _check_keys(data: Any, valid: tuple[str, ...], where: str) -> dict[str, Any]:
-    return {} if data is None else check_keys(data, valid, where)
+_WIDTHS = Field(min_length=1, description="layer widths, first layer first")
+_TABLE_ROWS = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+               "description": "rows of the table (a whole number, '1M')"}
 
 
-def _widths(value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
-        raise SpecError(f"{what}: expected a non-empty list of layer widths, got {value!r}")
-    return tuple(parse_count(v, f"{what}[{i}]", minimum=1) for i, v in enumerate(value))
+class TableSection(SpecModel):
+    """One embedding table of ``model.tables`` given as a mapping."""
+
+    name: Text | None = Field(None, description="default: t<index>")
+    rows: PositiveCount
+    dim: PositiveCount | None = Field(None, description="default: embedding_dim")
+    pooling: Number | None = Field(None, description="lookups per sample (default: model.pooling)")
+    sharding: choice(SHARDINGS) | None = None
 
 
-def _tables(value: Any, dim: int, pooling: float, where: str) -> tuple[EmbeddingTable, ...]:
-    if not isinstance(value, list) or not value:
-        raise SpecError(f"{where}: expected a non-empty list of row counts or table mappings")
-    out = []
-    for i, item in enumerate(value):
-        w = f"{where}[{i}]"
-        if isinstance(item, dict):
-            t = _check_keys(item, _TABLE_KEYS, w)
-            if "rows" not in t:
-                raise SpecError(f"{w}: missing rows")
-            sharding = t.get("sharding")
-            if sharding is not None and sharding not in SHARDINGS:
-                raise SpecError(f"{w}: sharding {sharding!r} is unknown; valid: {', '.join(SHARDINGS)}")
-            out.append(EmbeddingTable(str(t.get("name", f"t{i}")), parse_count(t["rows"], f"{w}.rows", minimum=1),
-                                      parse_count(t.get("dim", dim), f"{w}.dim", minimum=1),
-                                      float(t.get("pooling", pooling)), sharding))
-        else:
-            out.append(EmbeddingTable(f"t{i}", parse_count(item, w, minimum=1), dim, pooling))
+def _table(value: Any) -> Any:
+    """A bare row count is a table with only ``rows``."""
+    return value if isinstance(value, dict) else {"rows": value}
+
+
+Table = Annotated[TableSection, BeforeValidator(_table),
+                  WithJsonSchema({"anyOf": [_TABLE_ROWS, TableSection.model_json_schema()]})]
+
+
+class DLRMModelSection(SpecModel):
+    """``model:`` of a DLRM file (widths and rows are counts)."""
+
+    dense_features: PositiveCount = Field(13, description="continuous inputs of the bottom MLP")
+    bottom_mlp: list[PositiveCount] = _WIDTHS
+    top_mlp: list[PositiveCount] = _WIDTHS
+    embedding_dim: PositiveCount | None = Field(None, description="default dim of every table "
+                                                "(default: the bottom MLP's last width)")
+    pooling: Number = Field(1.0, gt=0, description="default lookups per sample per table")
+    tables: list[Table] = Field(min_length=1, description="row counts, or table mappings")
+    precision: choice(PRECISIONS) = "bf16"
+
+
+class EmbeddingsSection(SpecModel):
+    """``embeddings:`` of a DLRM file (module docstring)."""
+
+    sharding: choice(SHARDINGS) = "table_wise"
+    sharder: choice(SHARDERS) = "greedy"
+    column_shards: PositiveCount = 2
+    element_bytes: PositiveCount = Field(4, description="bytes per embedding element")
+    hbm_budget: Size | None = Field(None, description="embedding bytes per GPU kept in HBM "
+                                    "(default: HBM − dense memory)")
+    spill: converted(parse_spill, {"anyOf": [{"enum": ["none", *TIER_NODE_KINDS]},
+                                             {"type": "array", "items": {"enum": list(TIER_NODE_KINDS)}}],
+                                   "description": "far tiers, nearest first"}, tuple) = ()
+    spill_budget: dict[str, Size] | None = Field(None, description="bytes per GPU of every spill tier "
+                                                 "but the last")
+    prefetch: Flag = False
+    storage: StorageSection | None = None
+    comm_precision: CommPrecisionValue | None = None
+
+
+class DLRMFile(DPFile):
+    """A ``kind: dlrm`` workload file."""
+
+    kind: Literal["dlrm"]
+    model: DLRMModelSection
+    embeddings: EmbeddingsSection = EmbeddingsSection()
+
+
+def _tables(model: DLRMModelSection, dim: int, where: str) -> tuple[EmbeddingTable, ...]:
+    out = [EmbeddingTable(t.name or f"t{i}", t.rows, t.dim or dim,
+                          model.pooling if t.pooling is None else t.pooling, t.sharding)
+           for i, t in enumerate(model.tables)]
     for t in out:
         if t.dim != dim:
             raise SpecError(f"{where}: table {t.name!r} has dim {t.dim}, but the dot interaction needs every "
@@ -170,52 +209,31 @@ def _tables(value: Any, dim: int, pooling: float, where: str) -> tuple[Embedding
 
 
 def parse_dlrm(data: Any, origin: str, default_name: str) -> DLRMSpec:
-    """A :class:`DLRMSpec` from a parsed YAML document; errors name ``origin``."""
-    common = parse_common(data, origin, default_name, ("model", "embeddings"))
-    if "model" not in data:
-        raise SpecError(f"{origin}: missing the 'model' section (keys {', '.join(_MODEL_KEYS)})")
-    m = _check_keys(data["model"], _MODEL_KEYS, f"{origin}: model")
-    e = _check_keys(data.get("embeddings"), _EMB_KEYS, f"{origin}: embeddings")
+    """A :class:`DLRMSpec` from a parsed YAML document (validated by :class:`DLRMFile`);
+    errors name ``origin``."""
+    doc = validate(DLRMFile, data, origin)
+    common = parse_common(doc, data, origin, default_name)
+    m, e = doc.model, doc.embeddings
+    bottom = tuple(m.bottom_mlp)
+    dim = m.embedding_dim or bottom[-1]
+    if bottom[-1] != dim:
+        raise SpecError(f"{origin}: the bottom MLP ends at {bottom[-1]} but embedding_dim is {dim}; the dot "
+                        "interaction needs them equal")
     try:
-        for key in ("bottom_mlp", "top_mlp", "tables"):
-            if key not in m:
-                raise SpecError(f"{origin}: model lacks {key}")
-        bottom = _widths(m["bottom_mlp"], f"{origin}: model.bottom_mlp")
-        dim = parse_count(m.get("embedding_dim", bottom[-1]), f"{origin}: model.embedding_dim", minimum=1)
-        if bottom[-1] != dim:
-            raise SpecError(f"{origin}: the bottom MLP ends at {bottom[-1]} but embedding_dim is {dim}; the dot "
-                            "interaction needs them equal")
-        spill = parse_spill(e.get("spill", "none"), f"{origin}: embeddings.spill")
-        precision = as_choice(m.get("precision", "bf16"), PRECISIONS, f"{origin}: model.precision")
         emb = EmbeddingOptions(
-            sharding=str(e.get("sharding", "table_wise")), sharder=str(e.get("sharder", "greedy")),
-            column_shards=parse_count(e.get("column_shards", 2), f"{origin}: embeddings.column_shards", minimum=1),
-            element_bytes=parse_count(e.get("element_bytes", 4), f"{origin}: embeddings.element_bytes", minimum=1),
-            hbm_budget=(float(parse_size(e["hbm_budget"], f"{origin}: embeddings.hbm_budget"))
-                        if e.get("hbm_budget") is not None else None),
-            spill=spill,
-            spill_budget=parse_spill_budget(e.get("spill_budget"), spill, f"{origin}: embeddings.spill_budget"),
-            prefetch=as_bool(e.get("prefetch", False), f"{origin}: embeddings.prefetch"),
-            storage=_storage(e.get("storage"), f"{origin}: embeddings.storage"),
-            comm_precision=parse_comm_precision(e.get("comm_precision"), f"{origin}: embeddings.comm_precision"))
-        for value, valid, key in ((emb.sharding, SHARDINGS, "sharding"), (emb.sharder, SHARDERS, "sharder")):
-            as_choice(value, valid, f"{origin}: embeddings.{key}")
-        pooling = as_positive(m.get("pooling", 1), f"{origin}: model.pooling")
-        return DLRMSpec(common, parse_count(m.get("dense_features", 13), f"{origin}: model.dense_features",
-                                            minimum=1),
-                        bottom, _widths(m["top_mlp"], f"{origin}: model.top_mlp"),
-                        _tables(m["tables"], dim, pooling, f"{origin}: model.tables"), emb, precision)
+            sharding=e.sharding, sharder=e.sharder, column_shards=e.column_shards,
+            element_bytes=e.element_bytes,
+            hbm_budget=float(e.hbm_budget) if e.hbm_budget is not None else None,
+            spill=e.spill,
+            spill_budget=parse_spill_budget(e.spill_budget, e.spill, f"{origin}: embeddings.spill_budget"),
+            prefetch=e.prefetch, storage=e.storage.kwargs() if e.storage else {},
+            comm_precision=comm_precision_of(e.comm_precision))
+        return DLRMSpec(common, m.dense_features, bottom, tuple(m.top_mlp),
+                        _tables(m, dim, f"{origin}: model.tables"), emb, m.precision)
     except SpecError:
         raise
     except (DessimError, ValueError) as exc:
         raise SpecError(f"{origin}: {exc}") from None
-
-
-def _storage(value: Any, where: str) -> dict[str, Any]:
-    """``embeddings.storage``: keys of :func:`~dessim.topology.storage.attach_storage`."""
-    if value is None:
-        return {}
-    return dict(check_keys(value, ("kind", "bw", "lat", "attach", "client_bw", "name"), where))
 
 
 def _with_ssd(topology: Topology, opt: EmbeddingOptions, where: str) -> Topology:

@@ -26,13 +26,15 @@ Units: bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Annotated, Any
 
-from dessim.errors import SpecError
+from pydantic import BeforeValidator, WithJsonSchema
+
+from dessim.schema import SpecModel, choice, validate
 from dessim.workload.common.kernels import Kernel
 from dessim.workload.dataparallel.compression import WIRE_BYTES, Compression
 
-__all__ = ["CommPrecision", "parse_comm_precision", "PHASES"]
+__all__ = ["CommPrecision", "CommPrecisionSection", "CommPrecisionValue", "comm_precision_of", "parse_comm_precision", "PHASES"]
 
 #: Directions of the embedding exchange.
 PHASES: tuple[str, ...] = ("forward", "backward")
@@ -69,17 +71,30 @@ class CommPrecision:
         return {p: self.format(p) or "table" for p in PHASES}
 
 
+def _both(value: Any) -> Any:
+    """One format name stands for both directions."""
+    return {p: value for p in PHASES} if isinstance(value, str) else value
+
+
+class CommPrecisionSection(SpecModel):
+    """``embeddings.comm_precision``: a wire format for both directions (``fp16``) or one per
+    direction (``{forward: fp16, backward: bf16}``); absent: the tables' own precision."""
+
+    forward: choice(WIRE_BYTES) | None = None
+    backward: choice(WIRE_BYTES) | None = None
+
+
+#: The section as a YAML value: a format name, or the mapping.
+CommPrecisionValue = Annotated[CommPrecisionSection, BeforeValidator(_both),
+                               WithJsonSchema({"anyOf": [{"enum": list(WIRE_BYTES)},
+                                                         CommPrecisionSection.model_json_schema()]})]
+
+
+def comm_precision_of(section: CommPrecisionSection | None) -> CommPrecision:
+    """The :class:`CommPrecision` of a validated section (None: none)."""
+    return CommPrecision() if section is None else CommPrecision(section.forward, section.backward)
+
+
 def parse_comm_precision(value: Any, where: str) -> CommPrecision:
     """A format name for both directions, or a mapping ``{forward: .., backward: ..}``."""
-    if value is None:
-        return CommPrecision()
-    raw: Mapping[str, Any] = {p: value for p in PHASES} if isinstance(value, str) else value
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"{where}: expected a format ({', '.join(WIRE_BYTES)}) or a mapping "
-                        f"{{forward: .., backward: ..}}, got {value!r}")
-    for key, fmt in raw.items():
-        if key not in PHASES:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(PHASES)}")
-        if fmt not in WIRE_BYTES:
-            raise SpecError(f"{where}.{key}: format {fmt!r} is unknown; valid: {', '.join(WIRE_BYTES)}")
-    return CommPrecision(raw.get("forward"), raw.get("backward"))
+    return comm_precision_of(None if value is None else validate(CommPrecisionValue, value, where))

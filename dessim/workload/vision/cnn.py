@@ -21,27 +21,45 @@ and pulled from parameter servers instead, over several iterations
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
+
+from pydantic import Field
 
 from dessim.catalog.calibration import Calibration
-from dessim.errors import MemoryFitError, SpecError
+from dessim.errors import MemoryFitError
 from dessim.catalog.devices import get_device
 from dessim.topology.graph import Topology
-from dessim.units import format_size, parse_count
+from dessim.schema import PositiveCount, SpecModel, choice, validate
+from dessim.units import format_size
 from dessim.workload.vision.cnn_models import ARCHS, total_params
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.dataparallel.graph import emit_backward, emit_forward, emit_training, memory_breakdown
 from dessim.workload.dataparallel.paramserver import iteration_figures
 from dessim.workload.dataparallel.result import DPResult, Generated
-from dessim.workload.dataparallel.spec import CommonSpec, apply_overrides, dp_sync, parse_common, sync_details
-from dessim.workload.common.document import as_choice, check_keys
+from dessim.workload.dataparallel.spec import (CommonSpec, DPFile, apply_overrides, dp_sync, parse_common,
+                                               sync_details)
 from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.placement import resolve_devices
 from dessim.workload.common.precision import PRECISIONS
 
-__all__ = ["CNNSpec", "parse_cnn", "generate_cnn"]
+__all__ = ["CNNSpec", "CNNFile", "parse_cnn", "generate_cnn"]
 
-_MODEL_KEYS = ("arch", "image_size", "classes", "precision")
+
+
+class CNNModelSection(SpecModel):
+    """``model:`` of a CNN / ViT file."""
+
+    arch: choice(ARCHS)
+    image_size: PositiveCount = Field(224, description="pixels per side")
+    classes: PositiveCount = 1000
+    precision: choice(PRECISIONS) = "bf16"
+
+
+class CNNFile(DPFile):
+    """A ``kind: cnn`` workload file."""
+
+    kind: Literal["cnn"]
+    model: CNNModelSection
 
 
 @dataclass(frozen=True)
@@ -60,20 +78,12 @@ class CNNSpec:
 
 
 def parse_cnn(data: Any, origin: str, default_name: str) -> CNNSpec:
-    """A :class:`CNNSpec` from a parsed YAML document; errors name ``origin``."""
-    common = parse_common(data, origin, default_name, ("model",))
-    model = data.get("model")
-    if not isinstance(model, dict):
-        raise SpecError(f"{origin}: missing the 'model' section (keys {', '.join(_MODEL_KEYS)})")
-    check_keys(model, _MODEL_KEYS, f"{origin}: model")
-    arch = as_choice(model.get("arch"), ARCHS, f"{origin}: model.arch")
-    precision = as_choice(model.get("precision", "bf16"), PRECISIONS, f"{origin}: model.precision")
-    try:
-        image = parse_count(model.get("image_size", 224), f"{origin}: model.image_size", minimum=1)
-        classes = parse_count(model.get("classes", 1000), f"{origin}: model.classes", minimum=1)
-    except Exception as exc:  # UnitError is a DessimError; re-raise as a spec error
-        raise SpecError(str(exc)) from None
-    return CNNSpec(common, arch, image, classes, precision)
+    """A :class:`CNNSpec` from a parsed YAML document (validated by :class:`CNNFile`); errors
+    name ``origin``."""
+    doc = validate(CNNFile, data, origin)
+    common = parse_common(doc, data, origin, default_name)
+    m = doc.model
+    return CNNSpec(common, m.arch, m.image_size, m.classes, m.precision)
 
 
 def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
