@@ -27,7 +27,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
 from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "count", "choice",
+__all__ = ["SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA", "SpecModel", "validate", "readable", "schema_of", "schema_json", "count", "choice",
            "converted", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
            "Number"]
 
@@ -41,6 +41,14 @@ class SpecModel(BaseModel):
 
 
 # ---------------------------------------------------------------- validated value types
+class _Raised(ValueError):
+    """A :class:`DessimError` that is not a ValueError, carried through pydantic."""
+
+    def __init__(self, error: DessimError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def converted(parse: Callable[[Any, str], Any], schema: Mapping[str, Any],
               python: Any = Any) -> Any:
     """An annotated type whose values go through ``parse(value, key)`` (a :mod:`dessim.units`
@@ -53,29 +61,32 @@ def converted(parse: Callable[[Any, str], Any], schema: Mapping[str, Any],
         except ValueError:
             raise
         except DessimError as exc:      # e.g. a WorkloadError: reported with the key path
-            raise ValueError(str(exc)) from None
+            raise _Raised(exc) from None
 
     return Annotated[python, BeforeValidator(run), WithJsonSchema(dict(schema))]
 
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
-_SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0},
-                          {"type": "string", "pattern": _NUMBER + r"[kKMGTPE]?i?[bB]?\s*$"}],
+SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0},
+                          {"type": "string", "pattern": _NUMBER + r"(([kKMGTPE]i?)?[bB]?|bytes?)\s*$"}],
                 "description": "bytes: a number, or a string with a unit (25MiB, 1.5GB, 4096B)",
                 "examples": ["25MiB", "1GB"]}
-_BANDWIDTH_SCHEMA = {"type": "string", "pattern": _NUMBER + r"[kKMGTPE]?i?[bB]/s\s*$",
-                     "description": "bytes/second, with a unit: 50GB/s (bytes) or 400Gb/s (bits)",
+BANDWIDTH_SCHEMA = {"anyOf": [{"type": "string", "pattern": _NUMBER + r"([kKMGTPE]i?)?[bB]?(/s|ps)\s*$"},
+                               {"type": "number", "exclusiveMinimum": 0}],
+                     "description": "bytes/second: write the unit, 50GB/s (bytes) or 400Gb/s (bits); "
+                                    "a bare number is bytes/second",
                      "examples": ["50GB/s", "400Gb/s"]}
-_TIME_SCHEMA = {"type": "string", "pattern": _NUMBER + r"(ns|us|µs|ms|s|min|h)\s*$",
-                "description": "seconds, with a unit: 500ns, 1.5us, 2ms",
+TIME_SCHEMA = {"anyOf": [{"type": "string", "pattern": _NUMBER + r"(ps|ns|us|µs|ms|s|sec|min|h)\s*$"},
+                          {"type": "number", "minimum": 0}],
+                "description": "seconds: write the unit, 500ns, 1.5us, 2ms; a bare number is seconds",
                 "examples": ["500ns", "1us"]}
 
 #: Bytes (int): ``4096`` or ``"25MiB"``.
-Size = converted(lambda v, k: parse_size(v, k), _SIZE_SCHEMA, int)
+Size = converted(lambda v, k: parse_size(v, k), SIZE_SCHEMA, int)
 #: Bytes/second (float): ``"50GB/s"``, ``"400Gb/s"``.
-Bandwidth = converted(lambda v, k: parse_bandwidth(v, k), _BANDWIDTH_SCHEMA, float)
+Bandwidth = converted(lambda v, k: parse_bandwidth(v, k), BANDWIDTH_SCHEMA, float)
 #: Seconds (float): ``"500ns"``, ``"1.5us"``.
-Time = converted(lambda v, k: parse_time(v, k), _TIME_SCHEMA, float)
+Time = converted(lambda v, k: parse_time(v, k), TIME_SCHEMA, float)
 
 
 def count(minimum: int = 0) -> Any:
@@ -144,9 +155,14 @@ def _loc(parts: tuple) -> str:
 
 def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] = SpecError) -> Exception:
     """One line per problem of ``exc``, naming the key path and the bad value, with a "did you
-    mean" and the valid keys for an unknown key (``root``: the validated model)."""
-    lines = []
+    mean" and the valid keys for an unknown key (``root``: the validated model). Raised as
+    ``error``, or as the :class:`DessimError` subclass the value parsers raised (a
+    :class:`~dessim.errors.UnitError` for a bad ``"50GB"`` bandwidth) when every problem is one."""
+    lines, raised = [], set()
     for err in exc.errors():
+        cause = err.get("ctx", {}).get("error")
+        cause = cause.error if isinstance(cause, _Raised) else cause
+        raised.add(type(cause) if isinstance(cause, DessimError) else error)
         loc = tuple(p for p in err["loc"] if not _is_tag(p))
         path = _loc(loc) or "top level"
         kind = err["type"]
@@ -159,7 +175,10 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
             lines.append(f"{at}unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                          + (f"; valid keys: {', '.join(valid)}" if valid else ""))
         elif kind == "missing":
-            lines.append(f"{at}lacks {loc[-1]} (required)")
+            model = _model_at(root, loc[:-1])
+            info = model.model_fields.get(str(loc[-1])) if model is not None else None
+            what = info.description if info is not None and info.description else "required"
+            lines.append(f"{at}lacks {loc[-1]} ({what})")
         elif kind == "literal_error":
             lines.append(f"{path}: {err['input']!r} is unknown; valid: {err['ctx']['expected']}")
         elif kind == "value_error":
@@ -172,7 +191,9 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
                          + f", got {err['input']!r}")
         else:
             lines.append(f"{path}: {err['msg'][:1].lower()}{err['msg'][1:]}, got {err['input']!r}")
-    return error(f"{where}: " + "; ".join(dict.fromkeys(lines)))
+    # the parsers' own error class (UnitError, TopologyError, ...) when they all agree
+    kind = raised.pop() if len(raised) == 1 else error
+    return kind(f"{where}: " + "; ".join(dict.fromkeys(lines)))
 
 
 def _is_tag(part: Any) -> bool:
@@ -193,8 +214,8 @@ def _strip(tp: Any) -> Any:
             return tp
 
 
-def _fields_at(root: Any, loc: tuple) -> list[str]:
-    """The valid keys of the mapping at ``loc`` in a document of ``root``."""
+def _model_at(root: Any, loc: tuple) -> type[BaseModel] | None:
+    """The model of the mapping at ``loc`` in a document of ``root`` (None if not a model)."""
     tp = _strip(root)
     for part in loc:
         origin = get_origin(tp)
@@ -205,13 +226,17 @@ def _fields_at(root: Any, loc: tuple) -> list[str]:
         elif isinstance(tp, type) and issubclass(tp, BaseModel):
             info = tp.model_fields.get(str(part))
             if info is None:
-                return []
+                return None
             tp = _strip(info.annotation)
         else:
-            return []
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return list(tp.model_fields)
-    return []
+            return None
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _fields_at(root: Any, loc: tuple) -> list[str]:
+    """The valid keys of the mapping at ``loc`` in a document of ``root``."""
+    model = _model_at(root, loc)
+    return list(model.model_fields) if model is not None else []
 
 
 # ---------------------------------------------------------------- export

@@ -58,7 +58,7 @@ def test_inline_flags_and_booleans():
     ("ring:8,bw=fast", UnitError, "ring spec 'ring:8,bw=fast': bw: cannot parse 'fast'"),
     ("ring:8,lat=-1us", UnitError, "ring spec 'ring:8,lat=-1us': lat: '-1us' is negative"),
     ("ring:8,foo=1", SpecError, "unknown key 'foo'; valid keys: n, bw, lat"),
-    ("ring", SpecError, "ring spec 'ring': missing 'n'"),
+    ("ring", SpecError, "ring spec 'ring': lacks n \\(GPUs\\)"),
     ("ring:8,n=4", SpecError, "'n' given both positionally and as n="),
     ("ring:8,bw=1GB/s,bw=2GB/s", SpecError, "key 'bw' given twice"),
     ("ring:8,,bw=1", SpecError, "empty item"),
@@ -127,7 +127,7 @@ def test_yaml_multidim_builder():
 
 
 @pytest.mark.parametrize("mutate,error,message", [
-    (lambda d: d.update(color="red"), SpecError, r"t.yaml: top level: unknown key 'color'; valid keys: name"),
+    (lambda d: d.update(color="red"), SpecError, r"t.yaml: unknown key 'color'; valid keys: name"),
     (lambda d: d["nodes"][1].update(colour=1), SpecError, r"t.yaml: nodes\[1\]: unknown key 'colour'"),
     (lambda d: d["links"][0].update(speed=1), SpecError, r"t.yaml: links\[0\]: unknown key 'speed'.*bw"),
     (lambda d: d["nodes"].append({"name": "a", "kind": "gpu"}), SpecError,
@@ -136,10 +136,10 @@ def test_yaml_multidim_builder():
      r"links\[2\]: duplicate link b -- a"),
     (lambda d: d["links"].append({"a": "a", "b": "zz", "bw": 1, "lat": 0}), SpecError,
      r"links\[2\]: b: unknown node 'zz'"),
-    (lambda d: d["links"][0].update(bw="0GB/s"), UnitError, r"links\[0\] \(a -- b\) bw: '0GB/s' is zero"),
-    (lambda d: d["links"][0].update(bw=-5), UnitError, r"links\[0\] \(a -- b\) bw: -5 is negative"),
+    (lambda d: d["links"][0].update(bw="0GB/s"), UnitError, r"t.yaml: links\[0\]\.bw: '0GB/s' is zero"),
+    (lambda d: d["links"][0].update(bw=-5), UnitError, r"t.yaml: links\[0\]\.bw: -5 is negative"),
     (lambda d: d["links"][0].pop("lat"), SpecError, r"links\[0\] \(a -- b\): missing 'lat' \(give bw and lat, or tech\)"),
-    (lambda d: d["nodes"][0].update(kind="tpu"), SpecError, r"nodes\[0\] \(a\): unknown kind 'tpu'"),
+    (lambda d: d["nodes"][0].update(kind="tpu"), SpecError, r"t.yaml: nodes\[0\]\.kind: 'tpu' is unknown; valid: 'gpu'"),
     (lambda d: d["nodes"].append({"name": "c", "kind": "gpu"}), TopologyError,
      r"t.yaml: .*'c' \(rank 2\) cannot be reached"),
     (lambda d: d.update(dims=[3]), TopologyError, r"t.yaml: .*dims \[3\] do not multiply"),

@@ -36,21 +36,24 @@ import re
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 import networkx as nx
+from pydantic import Field, WithJsonSchema, create_model
 
 from dessim.catalog.devices import get_device
 from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
-from dessim.resources import check_keys, check_limit, find_data_file, read_yaml, shipped_topologies
+from dessim.resources import check_limit, find_data_file, read_yaml, shipped_topologies
+from dessim.schema import (BANDWIDTH_SCHEMA, SIZE_SCHEMA, TIME_SCHEMA, Flag, Size, SpecModel, Text, choice,
+                           converted, validate)
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["KINDS", "Kind", "Param", "load_topology", "parse_inline", "inline_to_raw",
            "is_inline_spec", "find_kind", "topology_from_dict", "load_yaml", "build_kind",
-           "DEFAULT_BW", "DEFAULT_LAT"]
+           "DEFAULT_BW", "DEFAULT_LAT", "TopologyFile", "NodeSection", "LinkSection", "params_model"]
 
 #: Link figures of generic builders when neither the spec nor ``tech=`` gives them.
 DEFAULT_BW = "50GB/s"
@@ -87,8 +90,19 @@ def _p_str(value: object, what: str) -> str:
     return value
 
 
+def _schema(parse: Callable[[object, str], Any], schema: Mapping[str, Any]) -> Callable[[object, str], Any]:
+    """``parse`` tagged with the JSON Schema of the values it accepts (for the spec models)."""
+    parse.schema = dict(schema)  # type: ignore[attr-defined]
+    return parse
+
+
+_BOOL_SCHEMA = {"anyOf": [{"type": "boolean"}, {"enum": ["true", "false", "yes", "no", "on", "off"]}]}
+_STR_SCHEMA = {"type": "string", "minLength": 1}
+
+
 def _p_count(minimum: int) -> Callable[[object, str], int]:
-    return lambda v, what: parse_count(v, what, minimum=minimum)
+    return _schema(lambda v, what: parse_count(v, what, minimum=minimum),
+                   {"anyOf": [{"type": "integer", "minimum": minimum}, {"type": "string"}]})
 
 
 def _p_device(value: object, what: str) -> str:
@@ -99,10 +113,15 @@ def _p_tech(value: object, what: str) -> str:
     return get_link_tech(_p_str(value, what), what).name
 
 
-_P_BW = lambda v, what: parse_bandwidth(v, what)  # noqa: E731
-_P_LAT = lambda v, what: parse_time(v, what)  # noqa: E731
-_P_SIZE = lambda v, what: parse_size(v, what, allow_zero=False)  # noqa: E731
-_P_TYPE = lambda v, what: check_link_type(v, what)  # noqa: E731
+_P_BW = _schema(lambda v, what: parse_bandwidth(v, what), BANDWIDTH_SCHEMA)
+_P_LAT = _schema(lambda v, what: parse_time(v, what), TIME_SCHEMA)
+_P_SIZE = _schema(lambda v, what: parse_size(v, what, allow_zero=False), SIZE_SCHEMA)
+_P_TYPE = _schema(lambda v, what: check_link_type(v, what), {"enum": list(LINK_TYPES)})
+_schema(_p_bool, _BOOL_SCHEMA)
+_schema(_p_float, {"type": "number"})
+_schema(_p_str, _STR_SCHEMA)
+_schema(_p_device, {"type": "string", "description": "a GPU of dessim.catalog.devices"})
+_schema(_p_tech, {"type": "string", "description": "a link technology of dessim.catalog.links"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +136,19 @@ class Param:
     @property
     def required(self) -> bool:
         return self.default is _REQUIRED
+
+    def field(self) -> tuple[Any, Any]:
+        """This key as a pydantic field: parsed by :attr:`parse` (the default too)."""
+        tp = converted(self.parse, getattr(self.parse, "schema", {}))
+        if self.required:
+            return tp, Field(description=self.help)
+        return tp, Field(self.default, description=self.help, validate_default=self.default is not None)
+
+
+def params_model(name: str, params: tuple[Param, ...]) -> type[SpecModel]:
+    """The spec model of a kind's keys (an inline spec's items or a YAML ``builder:``)."""
+    return create_model(name, __base__=SpecModel, __doc__=f"keys of topology kind {name}",
+                        **{p.name: p.field() for p in params})
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +415,10 @@ KINDS_LIST: tuple[Kind, ...] = (
 
 #: Kinds by canonical name.
 KINDS: dict[str, Kind] = {k.name: k for k in KINDS_LIST}
+#: The spec model of each kind's keys (and of a multidim dimension), by its params.
+_MODELS: dict[tuple[Param, ...], type[SpecModel]] = {
+    k.params: params_model(k.name.replace("-", "_"), k.params) for k in KINDS_LIST}
+_MODELS[_DIM_PARAMS] = params_model("dimension", _DIM_PARAMS)
 _KIND_ALIASES: dict[str, str] = {}
 for _k in KINDS_LIST:
     for _a in (_k.name, *_k.aliases):
@@ -438,23 +474,11 @@ def _split_items(text: str, where: str) -> tuple[list[str], dict[str, str], list
 
 
 def _parse_params(params: tuple[Param, ...], raw: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check keys and parse each value; missing keys get their defaults (parsed)."""
-    by_name = {p.name: p for p in params}
-    unknown = [k for k in raw if k not in by_name]
-    if unknown:
-        raise SpecError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(by_name)}")
-    out: dict[str, Any] = {}
-    for p in params:
-        if p.name in raw:
-            try:
-                out[p.name] = p.parse(raw[p.name], p.name)
-            except DessimError as exc:
-                raise type(exc)(f"{where}: {exc}") from None
-        elif p.required:
-            raise SpecError(f"{where}: missing {p.name!r} ({p.help})")
-        else:
-            out[p.name] = None if p.default is None else p.parse(p.default, p.name)
-    return out
+    """Check keys and parse each value through the params' spec model; missing keys get their
+    defaults (parsed)."""
+    model = _MODELS.get(params) or params_model("params", params)
+    values = validate(model, dict(raw), where)
+    return {p.name: getattr(values, p.name) for p in params}
 
 
 def build_kind(kind: Kind | str, raw: Mapping[str, Any], where: str) -> Topology:
@@ -515,132 +539,152 @@ def parse_inline(spec: str) -> Topology:
 
 
 # ---------------------------------------------------------------- YAML / dict
-_TOP_KEYS = ("name", "description", "dims", "builder", "nodes", "links")
-_NODE_KEYS = ("name", "kind", "rank", "device", "transit", "capacity", "nic", "rail", "sharp")
-_LINK_KEYS = ("a", "b", "bw", "lat", "type", "duplex", "efficiency", "tech")
+def _rail(value: Any, what: str) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+        raise SpecError(f"{what}: expected an integer or a name, got {value!r}")
+    return value
 
 
-def _node_attrs(item: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any]]:
-    for key in ("name", "kind"):
-        if key not in item:
-            raise SpecError(f"{where}: missing {key!r}")
-    name = item["name"]
-    if not isinstance(name, str) or not name:
-        raise SpecError(f"{where}: name must be a non-empty string, got {name!r}")
-    kind = item["kind"]
-    if kind not in NODE_KINDS:
-        raise SpecError(f"{where} ({name}): unknown kind {kind!r}; valid kinds: {', '.join(NODE_KINDS)}")
-    attrs: dict[str, Any] = {"kind": kind}
-    if item.get("rank") is not None:
-        rank = item["rank"]
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
-            raise SpecError(f"{where} ({name}): rank must be an integer >= 0, got {rank!r}")
-        attrs["rank"] = rank
-    if item.get("device") is not None:
-        attrs["device"] = _p_device(item["device"], f"{where} ({name}) device")
-    if "transit" in item:
-        attrs["transit"] = _p_bool(item["transit"], f"{where} ({name}) transit")
-    if item.get("capacity") is not None:
-        attrs["capacity"] = parse_size(item["capacity"], f"{where} ({name}) capacity")
-    if item.get("nic") is not None:
-        attrs["nic"] = _p_str(item["nic"], f"{where} ({name}) nic")
-    if item.get("rail") is not None:
-        rail = item["rail"]
-        if kind != "nic":
-            raise SpecError(f"{where} ({name}): only a nic has a rail (kind is {kind!r})")
-        if isinstance(rail, bool) or not isinstance(rail, (int, str)) or rail == "":
-            raise SpecError(f"{where} ({name}): rail must be an integer or a name, got {rail!r}")
-        attrs["rail"] = rail
-    if item.get("sharp") is not None:
-        sharp = item["sharp"]
-        if not isinstance(sharp, bool):
-            raise SpecError(f"{where} ({name}) sharp: expected true or false, got {sharp!r}")
-        if sharp and kind != "switch":
-            raise SpecError(f"{where} ({name}) sharp: only a switch can reduce in the network "
-                            f"(IB SHARP); kind is {kind!r}")
-        attrs["sharp"] = sharp
-    return name, attrs
+def _rank(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpecError(f"{what}: must be an integer >= 0, got {value!r}")
+    return value
 
 
-def _link_attrs(item: Mapping[str, Any], where: str) -> dict[str, Any]:
-    tech = get_link_tech(item["tech"], f"{where} tech") if item.get("tech") is not None else None
+class NodeSection(SpecModel):
+    """One entry of ``nodes:``."""
+
+    name: converted(_p_str, _STR_SCHEMA, str)
+    kind: choice(NODE_KINDS)
+    rank: converted(_rank, {"type": "integer", "minimum": 0}, int) | None = Field(
+        None, description="the GPU's rank (default: by name order)")
+    device: converted(_p_device, _p_device.schema, str) | None = None  # type: ignore[attr-defined]
+    transit: converted(_p_bool, _BOOL_SCHEMA, bool) | None = Field(
+        None, description="whether routes may pass through this node")
+    capacity: Size | None = Field(None, description="memory bytes of a memory or storage node")
+    nic: converted(_p_str, _STR_SCHEMA, str) | None = Field(None, description="the NIC of a GPU")
+    rail: converted(_rail, {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}) | None = \
+        Field(None, description="a nic's rail (rail-optimised fabrics)")
+    sharp: Flag | None = Field(None, description="a switch that reduces in the network (IB SHARP)")
+
+
+class LinkSection(SpecModel):
+    """One entry of ``links:`` (undirected, full duplex unless ``duplex: false``)."""
+
+    a: converted(_p_str, _STR_SCHEMA, str)
+    b: converted(_p_str, _STR_SCHEMA, str)
+    bw: converted(_P_BW, BANDWIDTH_SCHEMA, float) | None = Field(None, description="bytes/s per direction "
+                                                                  "(required without tech)")
+    lat: converted(_P_LAT, TIME_SCHEMA, float) | None = Field(None, description="seconds (required "
+                                                               "without tech)")
+    type: converted(_P_TYPE, _P_TYPE.schema, str) | None = None  # type: ignore[attr-defined]
+    duplex: converted(_p_bool, _BOOL_SCHEMA, bool) | None = None
+    efficiency: converted(_p_float, {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, float) | None \
+        = Field(None, description="fraction of bw usable by payload")
+    tech: converted(_p_tech, _p_tech.schema, str) | None = Field(  # type: ignore[attr-defined]
+        None, description="catalog link technology giving bw, lat, type and efficiency")
+
+
+def _builder_schema() -> dict[str, Any]:
+    """JSON Schema of ``builder:``: one alternative per kind, its ``kind`` naming it."""
+    alternatives = []
+    for k in KINDS_LIST:
+        schema = _MODELS[k.params].model_json_schema()
+        schema["properties"] = {"kind": {"enum": [k.name, *k.aliases]}, **schema["properties"]}
+        schema["required"] = ["kind", *schema.get("required", [])]
+        schema["description"] = k.help
+        alternatives.append(schema)
+    return {"oneOf": alternatives, "description": "a generated topology: kind and that kind's keys "
+            "(as in the inline grammar); nodes and links are added to it"}
+
+
+class TopologyFile(SpecModel):
+    """A topology file (module docstring): a ``builder``, explicit ``nodes`` and ``links``, or
+    both."""
+
+    name: Text | None = Field(None, description="default: the builder's or the file name")
+    description: Text | None = None
+    dims: list[Annotated[int, Field(strict=True)]] | None = Field(
+        None, description="GPUs per dimension (multi-dimensional collectives)")
+    builder: Annotated[dict[str, Any], WithJsonSchema(_builder_schema())] | None = None
+    nodes: list[NodeSection] = []
+    links: list[LinkSection] = []
+
+
+def _node_attrs(item: NodeSection, where: str) -> dict[str, Any]:
+    """The graph attributes of a validated node; the rules across its keys."""
+    attrs = item.model_dump(exclude={"name"}, exclude_none=True)
+    if item.rail is not None and item.kind != "nic":
+        raise SpecError(f"{where} ({item.name}): only a nic has a rail (kind is {item.kind!r})")
+    if item.sharp and item.kind != "switch":
+        raise SpecError(f"{where} ({item.name}) sharp: only a switch can reduce in the network "
+                        f"(IB SHARP); kind is {item.kind!r}")
+    return attrs
+
+
+def _link_attrs(item: LinkSection, where: str) -> dict[str, Any]:
+    tech = get_link_tech(item.tech) if item.tech is not None else None
     if tech is None:
-        missing = [k for k in ("bw", "lat") if k not in item]
+        missing = [k for k in ("bw", "lat") if getattr(item, k) is None]
         if missing:
             raise SpecError(f"{where}: missing {missing[0]!r} (give bw and lat, or tech)")
+    pick = lambda key, from_tech, default: (getattr(item, key) if getattr(item, key) is not None  # noqa: E731
+                                            else from_tech if tech is not None else default)
     attrs = builders.link_attrs(
-        item.get("bw", tech.bw if tech else None), item.get("lat", tech.lat if tech else None),
-        item.get("type", tech.type if tech else "custom"),
-        _p_float(item.get("efficiency", tech.efficiency if tech else 1.0), f"{where} efficiency"),
-        duplex=_p_bool(item.get("duplex", tech.duplex if tech else True), f"{where} duplex"),
-        where=where)
+        pick("bw", tech and tech.bw, None), pick("lat", tech and tech.lat, None),
+        pick("type", tech and tech.type, "custom"), pick("efficiency", tech and tech.efficiency, 1.0),
+        duplex=pick("duplex", tech and tech.duplex, True), where=where)
     if tech is not None:
         attrs["tech"] = tech.name
     return attrs
 
 
 def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
-    """Build a topology from a parsed YAML document (schema in the module docstring).
+    """Build a topology from a parsed YAML document (validated by :class:`TopologyFile`; the
+    schema is in the module docstring).
 
     ``source`` (a file name) prefixes every error message.
     """
-    top = check_keys(data, _TOP_KEYS, f"{source}: top level")
+    top = validate(TopologyFile, data, source)
     meta: dict[str, Any] = {"source": source}
-    dims = top.get("dims")
-    if "builder" in top:
-        b = top["builder"]
-        if not isinstance(b, Mapping):
-            raise SpecError(f"{source}: builder must be a mapping with 'kind' and that kind's "
-                            f"keys, got {b!r}")
+    dims = top.dims
+    if top.builder is not None:
+        b = top.builder
         if "kind" not in b:
             raise SpecError(f"{source}: builder: missing 'kind' (valid kinds: {', '.join(KINDS)})")
         kind = find_kind(b["kind"], f"{source}: builder")
         raw = {k: v for k, v in b.items() if k != "kind"}
-        if top.get("name") is not None and "name" not in raw:
-            raw["name"] = top["name"]
+        if top.name is not None and "name" not in raw:
+            raw["name"] = top.name
         base = build_kind(kind, raw, f"{source}: builder ({kind.name})")
         graph = base.graph.copy()
         meta.update(base.meta)
-        if dims is None and not top.get("nodes"):
+        if dims is None and not top.nodes:
             dims = base.dims
         name = base.name
     else:
         graph = nx.Graph()
-        name = top.get("name") or Path(source).stem
-    if not isinstance(name, str):
-        raise SpecError(f"{source}: name must be a string, got {name!r}")
-    if top.get("description") is not None:
-        meta["description"] = str(top["description"])
-    nodes = top.get("nodes") or []
-    links = top.get("links") or []
-    for key, value in (("nodes", nodes), ("links", links)):
-        if not isinstance(value, list):
-            raise SpecError(f"{source}: {key} must be a list, got {type(value).__name__}")
-    for i, item in enumerate(nodes):
+        name = top.name or Path(source).stem
+    if top.description is not None:
+        meta["description"] = top.description
+    for i, node in enumerate(top.nodes):
         where = f"{source}: nodes[{i}]"
-        node, attrs = _node_attrs(check_keys(item, _NODE_KEYS, where), where)
-        if node in graph:
-            raise SpecError(f"{where}: duplicate node name {node!r}")
-        graph.add_node(node, **attrs)
-    for i, item in enumerate(links):
+        if node.name in graph:
+            raise SpecError(f"{where}: duplicate node name {node.name!r}")
+        graph.add_node(node.name, **_node_attrs(node, where))
+    for i, link in enumerate(top.links):
         where = f"{source}: links[{i}]"
-        item = check_keys(item, _LINK_KEYS, where)
         for end in ("a", "b"):
-            if end not in item:
-                raise SpecError(f"{where}: missing {end!r}")
-            if item[end] not in graph:
-                raise SpecError(f"{where}: {end}: unknown node {item[end]!r} (declare it under "
+            if getattr(link, end) not in graph:
+                raise SpecError(f"{where}: {end}: unknown node {getattr(link, end)!r} (declare it under "
                                 "nodes: first)")
-        a, b = item["a"], item["b"]
+        a, b = link.a, link.b
         if a == b:
             raise SpecError(f"{where}: a link from {a!r} to itself")
         if graph.has_edge(a, b):
             raise SpecError(f"{where}: duplicate link {a} -- {b} (a link is undirected and full "
                             "duplex; give one entry per physical link)")
-        graph.add_edge(a, b, **_link_attrs(item, f"{where} ({a} -- {b})"))
-    if dims is not None and (not isinstance(dims, (list, tuple)) or
-                             not all(isinstance(d, int) and not isinstance(d, bool) for d in dims)):
-        raise SpecError(f"{source}: dims must be a list of integers, got {dims!r}")
+        graph.add_edge(a, b, **_link_attrs(link, f"{where} ({a} -- {b})"))
     try:
         return Topology(graph, name=name, dims=dims, meta=meta)
     except TopologyError as exc:
