@@ -27,9 +27,9 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
 from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA", "SpecModel", "validate", "readable", "schema_of", "schema_json", "count", "choice",
-           "converted", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
-           "Number"]
+__all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "inline_schema", "count",
+           "choice", "converted", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
+           "Number", "SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA"]
 
 M = TypeVar("M")
 
@@ -134,15 +134,16 @@ def choice(names: Any) -> Any:
 
 # ---------------------------------------------------------------- validation
 def validate(model: type[M] | Any, data: Any, where: str, error: type[Exception] = SpecError,
-             context: Mapping[str, Any] | None = None) -> M:
+             context: Mapping[str, Any] | None = None, at: str = "") -> M:
     """``data`` validated by ``model`` (a :class:`SpecModel` or any type pydantic validates);
-    ``error`` (default :class:`SpecError`) at ``where`` (the file) naming every problem."""
+    ``error`` (default :class:`SpecError`) at ``where`` (the file) naming every problem by its
+    key path (``at``: the path of ``data`` itself in its file, e.g. ``base``)."""
     try:
         if isinstance(model, type) and issubclass(model, BaseModel):
             return model.model_validate(data, context=dict(context or {}))
         return TypeAdapter(model).validate_python(data, context=dict(context or {}))
     except ValidationError as exc:
-        raise readable(exc, where, model, error) from None
+        raise readable(exc, where, model, error, at) from None
 
 
 def _loc(parts: tuple) -> str:
@@ -153,7 +154,8 @@ def _loc(parts: tuple) -> str:
     return out
 
 
-def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] = SpecError) -> Exception:
+def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] = SpecError,
+             at: str = "") -> Exception:
     """One line per problem of ``exc``, naming the key path and the bad value, with a "did you
     mean" and the valid keys for an unknown key (``root``: the validated model). Raised as
     ``error``, or as the :class:`DessimError` subclass the value parsers raised (a
@@ -164,9 +166,9 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
         cause = cause.error if isinstance(cause, _Raised) else cause
         raised.add(type(cause) if isinstance(cause, DessimError) else error)
         loc = tuple(p for p in err["loc"] if not _is_tag(p))
-        path = _loc(loc) or "top level"
+        path = _loc((at, *loc) if at else loc) or "top level"
         kind = err["type"]
-        parent = _loc(loc[:-1])
+        parent = _loc((at, *loc[:-1]) if at else loc[:-1])
         at = f"{parent}: " if parent else ""
         if kind == "extra_forbidden":
             key = str(loc[-1])
@@ -240,6 +242,25 @@ def _fields_at(root: Any, loc: tuple) -> list[str]:
 
 
 # ---------------------------------------------------------------- export
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with its ``$defs`` substituted where they are used: a schema
+    that can be embedded in another one (``WithJsonSchema``, ``json_schema_extra``)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/") and len(node) == 1:
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
 def schema_of(model: Any, title: str | None = None) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``model``, as a dict."""
     schema = (model.model_json_schema() if isinstance(model, type) and issubclass(model, BaseModel)

@@ -107,7 +107,7 @@ def test_engine_and_collective_axes_land_in_their_sections():
 
 # ---------------------------------------------------------------- validation messages
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(axes_typo={}), r"top level: unknown key 'axes_typo'; valid keys: name, "
+    (lambda d: d.update(axes_typo={}), r"unknown key 'axes_typo' \(did you mean 'axes'\?\); valid keys: name, "
                                        r"description, kind, base, mode, axes, analysis, cost"),
     (lambda d: d.update(kind="training"), r"unknown sweep kind 'training'; valid kinds: workload, "
                                           r"collective"),
@@ -126,10 +126,10 @@ def test_engine_and_collective_axes_land_in_their_sections():
                                                         r"'chunk'; valid: network, collectives.algo, "),
     (lambda d: d["axes"].update(parallelism="auto"), r"axes.parallelism: 'auto' is not available "
                                                      r"for kind 'collective'"),
-    (lambda d: d.update(mode="random"), r"mode 'random' is unknown; valid modes: grid, zip"),
-    (lambda d: d.update(analysis={"metrik": "x"}), r"analysis: unknown key 'metrik'; valid keys: "
+    (lambda d: d.update(mode="random"), r"mode: 'random' is unknown; valid: 'grid' or 'zip'"),
+    (lambda d: d.update(analysis={"metrik": "x"}), r"analysis: unknown key 'metrik' \(did you mean 'metric'\?\); valid keys: "
                                                    r"metric, minimize, group_by, heatmap, vs"),
-    (lambda d: d.update(cost={"gpus": {"prize": 3}}), r"cost.gpus: unknown key 'prize'; valid keys: "
+    (lambda d: d.update(cost={"gpus": {"prize": 3}}), r"cost.gpus: unknown key 'prize' \(did you mean 'price'\?\); valid keys: "
                                                       r"price, per, times"),
     (lambda d: d["base"]["collective"].pop("op"), r"'collective.op' is not set: give it under base: "
                                                   r"or as an axis"),

@@ -26,16 +26,16 @@ import pandas as pd
 
 from dessim.errors import SpecError, SweepError
 from dessim.outputs.plots import PLOT_FORMATS
-from dessim.resources import check_keys, check_output, check_output_dir, require_extra
-from dessim.sweep.axes import normalize_value
+from dessim.resources import check_output, check_output_dir, require_extra
+from dessim.schema import validate
+from dessim.sweep.spec import CostValue
 from dessim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["COST_KEYS", "check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
+__all__ = ["check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
            "read_results", "write_example_table",
            "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe",
            "shorten", "configuration_spread"]
 
-COST_KEYS: tuple[str, ...] = ("price", "per", "times")
 
 def format_size_label(nbytes: float) -> str:
     """Bytes as a sweep file likely wrote them: decimal units for round decimal numbers
@@ -56,21 +56,10 @@ FORMATTERS = {"size": format_size_label, "bandwidth": format_bandwidth, "time": 
 
 def _cost_term(value: object, where: str) -> tuple[float, float, str | None]:
     """(price, per, times) of one cost entry."""
-    if isinstance(value, Mapping):
-        check_keys(value, COST_KEYS, where)
-        if "price" not in value:
-            raise SpecError(f"{where}: missing 'price'")
-        price, per, times = value["price"], normalize_value(value.get("per", 1), f"{where}.per"), value.get("times")
-    else:
-        price, per, times = value, 1, None
-    for name, number in (("price", price), ("per", per)):
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-            raise SpecError(f"{where}: {name} must be a number, got {number!r}")
-    if per <= 0 or price < 0:
-        raise SpecError(f"{where}: need price >= 0 and per > 0, got price={price!r}, per={per!r}")
-    if times is not None and not isinstance(times, str):
-        raise SpecError(f"{where}.times: expected a column name, got {times!r}")
-    return float(price), float(per), times
+    term = validate(CostValue, value, where)
+    if not math.isfinite(term.price):
+        raise SpecError(f"{where}: price must be a finite number, got {term.price!r}")
+    return term.price, term.per, term.times
 
 
 def check_cost(cost: Mapping[str, Any], where: str) -> None:

@@ -57,12 +57,15 @@ import json
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from pydantic import create_model
 
 from dessim.errors import DessimError, SpecError
 from dessim.resources import find_data_file, read_yaml
+from dessim.schema import SpecModel, validate
 from dessim.sweep.layouts import expand_layouts
 from dessim.sweep.memory import (EXPANSION_ONLY_KEYS, MEMORY_KEYS, MemorySetup, check_expansion_fit,
                                  check_memory_values, memory_setup, unused_expansion, with_expansion)
@@ -255,18 +258,29 @@ class Evaluator:
     def supports_auto(self) -> bool:
         return self.expand is not None
 
-    def check_base(self, base: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """Copy of ``base`` with the keys of its sections checked."""
+    @cached_property
+    def base_model(self) -> type[SpecModel]:
+        """The spec model of this kind's ``base:``: its keys and the keys of its sections
+        (values as written: the layer below parses their units)."""
+        fields: dict[str, Any] = {}
+        for key in self.base_keys:
+            valid = self.base_sections.get(key)
+            if valid is None:
+                fields[key] = (Any, None)
+            else:
+                section = create_model(f"{self.name}_base_{key}", __base__=SpecModel,
+                                       **{k: (Any, None) for k in valid})
+                fields[key] = (section | None, None)
+        return create_model(f"{self.name}_base", __base__=SpecModel,
+                            __doc__=f"base: of a sweep of kind {self.name}", **fields)
+
+    def check_base(self, base: Mapping[str, Any], source: str) -> dict[str, Any]:
+        """Copy of ``base`` validated by :attr:`base_model`, its sections' own checks run;
+        errors name ``source`` (the sweep file) and ``base.KEY``."""
+        validate(self.base_model, base, source, at="base")
+        where = f"{source}: base"
         out: dict[str, Any] = {}
         for key, value in base.items():
-            valid = self.base_sections.get(key)
-            if valid is not None:
-                if not isinstance(value, Mapping):
-                    raise SpecError(f"{where}.{key}: expected a mapping with keys {', '.join(valid)}, "
-                                    f"got {value!r}")
-                for k in value:
-                    if k not in valid:
-                        raise SpecError(f"{where}.{key}: unknown key {k!r}; valid keys: {', '.join(valid)}")
             if key in self.section_checks:
                 self.section_checks[key](value, f"{where}.{key}")
             out[key] = value  # as written: the layer below parses its units

@@ -30,21 +30,20 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Mapping
+
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from dessim.errors import SpecError
-from dessim.resources import check_keys, read_yaml
+from dessim.resources import read_yaml
+from dessim.schema import Flag, Number, SpecModel, Text, choice, converted, inline_schema, validate
+from dessim.sweep.axes import normalize_value
 from dessim.sweep.axes import Axis, Point, expand_axis_pairs, point_key, quantity_family
 from dessim.sweep.points import EVALUATORS, get_evaluator
 
-__all__ = ["AnalysisSpec", "SweepSpec", "TOP_KEYS", "AUTO_AXIS", "load_sweep", "parse_sweep",
-           "expand_points"]
+__all__ = ["AnalysisSpec", "SweepSpec", "SweepFile", "AnalysisSection", "CostTerm", "CostValue", "AUTO_AXIS",
+           "load_sweep", "parse_sweep", "expand_points"]
 
-#: Top-level keys of a sweep file.
-TOP_KEYS: tuple[str, ...] = ("name", "description", "kind", "base", "mode", "axes", "analysis",
-                             "cost")
-#: Keys of the ``analysis:`` section.
-ANALYSIS_KEYS: tuple[str, ...] = ("metric", "minimize", "group_by", "heatmap", "vs")
 #: Axis name that asks the evaluator to enumerate parallel layouts.
 AUTO_AXIS = "parallelism"
 MODES: tuple[str, ...] = ("grid", "zip")
@@ -104,37 +103,88 @@ class SweepSpec:
         return out
 
 
-def _check_mapping(data: object, valid: Sequence[str], where: str) -> Mapping[str, Any]:
-    if data is None:
-        return {}
-    return check_keys(data, valid, where, f"expected a mapping with keys {', '.join(valid)}, "
-                                          f"got {type(data).__name__}")
-
-
-def _str_list(value: object, where: str) -> tuple[str, ...]:
+def _columns(value: object, where: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
         raise SpecError(f"{where}: expected a column name or a list of column names, got {value!r}")
     return tuple(items)
 
 
-def _parse_analysis(raw: object, where: str) -> AnalysisSpec:
-    data = _check_mapping(raw, ANALYSIS_KEYS, where)
-    heatmap = None
-    if data.get("heatmap") is not None:
-        hm = _str_list(data["heatmap"], f"{where}.heatmap")
-        if len(hm) != 2:
-            raise SpecError(f"{where}.heatmap: expected two axis paths [x, y], got {list(hm)}")
-        heatmap = (hm[0], hm[1])
-    minimize = data.get("minimize", True)
-    if not isinstance(minimize, bool):
-        raise SpecError(f"{where}.minimize: expected true or false, got {minimize!r}")
-    for key in ("metric", "vs"):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise SpecError(f"{where}.{key}: expected a column name, got {data[key]!r}")
-    return AnalysisSpec(metric=data.get("metric"), minimize=minimize,
-                        group_by=_str_list(data.get("group_by", []), f"{where}.group_by"),
-                        heatmap=heatmap, vs=data.get("vs"))
+def _heatmap(value: object, where: str) -> tuple[str, str]:
+    hm = _columns(value, where)
+    if len(hm) != 2:
+        raise SpecError(f"{where}: expected two axis paths [x, y], got {list(hm)}")
+    return hm[0], hm[1]
+
+
+_COLUMNS_SCHEMA = {"anyOf": [{"type": "string", "minLength": 1},
+                             {"type": "array", "items": {"type": "string", "minLength": 1}}],
+                   "description": "a result column or a list of them"}
+
+
+class AnalysisSection(SpecModel):
+    """``analysis:``: what to rank and plot."""
+
+    metric: Text | None = Field(None, description="result column to rank (default: the kind's)")
+    minimize: Flag = Field(True, description="lower is better")
+    group_by: converted(_columns, _COLUMNS_SCHEMA, tuple) = ()
+    heatmap: converted(_heatmap, {"type": "array", "items": {"type": "string"}, "minItems": 2,
+                                  "maxItems": 2, "description": "axis paths [x, y]"}, tuple) | None = None
+    vs: Text | None = Field(None, description="axis path of the line plots' x axis")
+
+
+def _per(value: object, where: str) -> float:
+    """``per``: a number or a quantity string (``1GB/s``) in SI units."""
+    number = normalize_value(value, where)
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise SpecError(f"{where}: expected a number or a quantity such as 1GB/s, got {value!r}")
+    return float(number)
+
+
+class CostTerm(SpecModel):
+    """One entry of ``cost:`` given as a mapping: ``price`` per ``per`` units of the column,
+    times the column ``times`` if given."""
+
+    price: Number = Field(ge=0, description="price per `per` units of the column")
+    per: converted(_per, {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
+                          "description": "units the price buys: a number or a quantity (1GB/s)"},
+                   float) = Field(1.0, gt=0)
+    times: Text | None = Field(None, description="a result column multiplying the term (e.g. gpus)")
+
+
+def _term(value: Any) -> Any:
+    """A bare number is a price per unit."""
+    return value if isinstance(value, Mapping) else {"price": value}
+
+
+#: A ``cost:`` entry: a price per unit of the column, or a :class:`CostTerm`.
+CostValue = Annotated[CostTerm, BeforeValidator(_term),
+                      WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0},
+                                                inline_schema(CostTerm)]})]
+
+
+def _kind_bases(schema: dict[str, Any]) -> None:
+    """JSON Schema: the keys of ``base:`` by ``kind`` (each evaluator's base model)."""
+    schema["allOf"] = [{"if": {"properties": {"kind": {"const": name}}, "required": ["kind"]},
+                        "then": {"properties": {"base": inline_schema(e.base_model)}}}
+                       for name, e in EVALUATORS.items()]
+
+
+class SweepFile(SpecModel):
+    """A sweep file (module docstring; docs/sweeps.md)."""
+
+    model_config = ConfigDict(json_schema_extra=_kind_bases)
+
+    name: Text | None = Field(None, min_length=1, description="default: the file name")
+    description: Text = ""
+    kind: Text = Field(description="what one point evaluates (dessim.sweep.points.EVALUATORS)",
+                       json_schema_extra=lambda schema: schema.update(enum=list(EVALUATORS)))
+    base: dict[str, Any] = Field({}, description="the fixed part of every point (keys by kind)")
+    mode: choice(MODES) = Field("grid", description="grid: cartesian product; zip: same lengths")
+    axes: dict[str, Any] = Field({}, description="PATH: VALUES (a list, {start, stop, step}, "
+                                 "{from, to, factor}, {values}), the first varying slowest")
+    analysis: AnalysisSection = AnalysisSection()
+    cost: dict[str, CostValue] = Field({}, description="COLUMN: price per unit, for the Pareto front")
 
 
 #: Base keys whose string values may be files named relative to the sweep file.
@@ -159,21 +209,14 @@ def parse_sweep(data: object, source: str = "<sweep>", default_name: str = "swee
     ``base_dir``: directory that relative file names in ``base`` (workload, topology) are
     looked up in first (:func:`load_sweep` passes the sweep file's directory).
     """
-    top = _check_mapping(data, TOP_KEYS, f"{source}: top level")
-    if not top:
+    if not data:
         raise SpecError(f"{source}: empty sweep; give at least kind, base and axes")
-    if "kind" not in top:
-        raise SpecError(f"{source}: missing 'kind' (valid kinds: {', '.join(EVALUATORS)})")
-    evaluator = get_evaluator(top["kind"], f"{source}: kind")
-    base = evaluator.check_base(_check_mapping(top.get("base"), evaluator.base_keys,
-                                               f"{source}: base"), f"{source}: base")
+    top = validate(SweepFile, data, source)
+    evaluator = get_evaluator(top.kind, f"{source}: kind")
+    base = evaluator.check_base(top.base, source)
     base = _resolve_files(base, Path(base_dir) if base_dir is not None else None)
-    mode = top.get("mode", "grid")
-    if mode not in MODES:
-        raise SpecError(f"{source}: mode {mode!r} is unknown; valid modes: {', '.join(MODES)}")
-    raw_axes = top.get("axes") or {}
-    if not isinstance(raw_axes, Mapping):
-        raise SpecError(f"{source}: axes must be a mapping of PATH: VALUES, got {raw_axes!r}")
+    mode = top.mode
+    raw_axes = top.axes
     evaluator.check_complete(base, [str(p) for p in raw_axes], f"{source}")
     axes: list[Axis] = []
     auto = False
@@ -202,18 +245,14 @@ def parse_sweep(data: object, source: str = "<sweep>", default_name: str = "swee
     if mode == "zip" and len({len(a.values) for a in axes}) > 1:
         sizes = ", ".join(f"{a.path}: {len(a.values)}" for a in axes)
         raise SpecError(f"{source}: mode zip needs axes of equal length, got {sizes}")
-    analysis = _parse_analysis(top.get("analysis"), f"{source}: analysis")
-    cost = top.get("cost") or {}
-    if not isinstance(cost, Mapping):
-        raise SpecError(f"{source}: cost must be a mapping of COLUMN: PRICE, got {cost!r}")
-    from dessim.sweep.analysis import check_cost  # the cost model; here: analysis needs pandas
-    check_cost(cost, f"{source}: cost")
-    name = top.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise SpecError(f"{source}: name must be a non-empty string, got {name!r}")
+    an = top.analysis
+    analysis = AnalysisSpec(metric=an.metric, minimize=an.minimize, group_by=an.group_by,
+                            heatmap=an.heatmap, vs=an.vs)
+    cost = dict(data.get("cost") or {})       # as written: analysis.add_cost reads it
+    name = top.name if top.name is not None else default_name
     return SweepSpec(name=name, kind=evaluator.name, base=base, axes=tuple(axes), mode=mode,
-                     auto_parallelism=auto, analysis=analysis, cost=dict(cost),
-                     description=str(top.get("description", "")), source=source)
+                     auto_parallelism=auto, analysis=analysis, cost=cost,
+                     description=top.description, source=source)
 
 
 def load_sweep(path: str | Path) -> SweepSpec:

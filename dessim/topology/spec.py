@@ -46,7 +46,7 @@ from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
 from dessim.resources import check_limit, find_data_file, read_yaml, shipped_topologies
 from dessim.schema import (BANDWIDTH_SCHEMA, SIZE_SCHEMA, TIME_SCHEMA, Flag, Size, SpecModel, Text, choice,
-                           converted, validate)
+                           converted, inline_schema, validate)
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
@@ -589,7 +589,7 @@ def _builder_schema() -> dict[str, Any]:
     """JSON Schema of ``builder:``: one alternative per kind, its ``kind`` naming it."""
     alternatives = []
     for k in KINDS_LIST:
-        schema = _MODELS[k.params].model_json_schema()
+        schema = inline_schema(_MODELS[k.params])
         schema["properties"] = {"kind": {"enum": [k.name, *k.aliases]}, **schema["properties"]}
         schema["required"] = ["kind", *schema.get("required", [])]
         schema["description"] = k.help

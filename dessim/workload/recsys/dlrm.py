@@ -67,7 +67,7 @@ from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
-from dessim.schema import Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, validate
+from dessim.schema import Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, inline_schema, validate
 from dessim.units import format_size
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
@@ -152,7 +152,7 @@ def _table(value: Any) -> Any:
 
 
 Table = Annotated[TableSection, BeforeValidator(_table),
-                  WithJsonSchema({"anyOf": [_TABLE_ROWS, TableSection.model_json_schema()]})]
+                  WithJsonSchema({"anyOf": [_TABLE_ROWS, inline_schema(TableSection)]})]
 
 
 class DLRMModelSection(SpecModel):

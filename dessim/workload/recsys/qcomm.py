@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
 
-from dessim.schema import SpecModel, choice, validate
+from dessim.schema import SpecModel, choice, inline_schema, validate
 from dessim.workload.common.kernels import Kernel
 from dessim.workload.dataparallel.compression import WIRE_BYTES, Compression
 
@@ -87,7 +87,7 @@ class CommPrecisionSection(SpecModel):
 #: The section as a YAML value: a format name, or the mapping.
 CommPrecisionValue = Annotated[CommPrecisionSection, BeforeValidator(_both),
                                WithJsonSchema({"anyOf": [{"enum": list(WIRE_BYTES)},
-                                                         CommPrecisionSection.model_json_schema()]})]
+                                                         inline_schema(CommPrecisionSection)]})]
 
 
 def comm_precision_of(section: CommPrecisionSection | None) -> CommPrecision:
