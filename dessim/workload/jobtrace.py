@@ -32,20 +32,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
-from dessim.errors import DessimError, SpecError
+from pydantic import Field
+
+from dessim.errors import SpecError
 from dessim.resources import read_yaml
-from dessim.units import parse_count, parse_time
-from dessim.workload.common.document import check_keys
-from dessim.workload.multijob import check_cluster_head, check_cluster_sections, resolve_workload
+from dessim.schema import PositiveCount, SpecModel, Text, Time, choice, converted, validate
+from dessim.workload.multijob import (ClusterFile, ClusterHead, JobWorkload, check_cluster_sections,
+                                     resolve_workload)
 from dessim.workload.schedulers import POLICIES, Demand
 
-__all__ = ["TraceJob", "Scheduler", "JobTrace", "parse_job_trace", "load_job_trace", "is_job_trace"]
+__all__ = ["TraceJob", "Scheduler", "JobTrace", "JobTraceFile", "ClusterDocument", "parse_job_trace",
+           "load_job_trace", "is_job_trace"]
 
-_TOP = ("kind", "name", "description", "topology", "storage", "engine", "scheduler", "jobs")
-_JOB = ("name", "workload", "arrival", "gpus", "min_gpus", "max_gpus", "iterations", "tokens", "overrides")
-_SCHEDULER = ("policy", "resize_overhead")
 
 
 @dataclass(frozen=True)
@@ -99,57 +99,70 @@ def is_job_trace(data: Any) -> bool:
     return isinstance(data, dict) and "scheduler" in data
 
 
-def _job(item: Any, i: int, origin: str) -> TraceJob:
-    where = f"{origin}: jobs[{i}]"
-    check_keys(item, _JOB, where)
-    for key in ("workload", "gpus"):
-        if key not in item:
-            raise SpecError(f"{where}: missing {key!r}")
-    if ("iterations" in item) == ("tokens" in item):
-        raise SpecError(f"{where}: give the duration as exactly one of 'iterations' or 'tokens'")
-    name = str(item.get("name", f"job{i}"))
+def _tokens(value: Any, what: str) -> float:
     try:
-        gpus = parse_count(item["gpus"], f"{where}.gpus (a GPU count)", minimum=1)
-        lo = parse_count(item.get("min_gpus", gpus), f"{where}.min_gpus", minimum=1)
-        hi = parse_count(item.get("max_gpus", gpus), f"{where}.max_gpus", minimum=1)
-        arrival = parse_time(item.get("arrival", 0), f"{where}.arrival")
-        iterations = parse_count(item["iterations"], f"{where}.iterations", minimum=1) if "iterations" in item else None
-    except DessimError as exc:
-        raise SpecError(str(exc)) from None
-    tokens = None
-    if "tokens" in item:
-        try:
-            tokens = float(item["tokens"])
-        except (TypeError, ValueError):
-            raise SpecError(f"{where}.tokens: {item['tokens']!r} is not a number") from None
-    if tokens is not None and not tokens > 0:
-        raise SpecError(f"{where}.tokens: {tokens!r} must be > 0")
-    if not lo <= gpus <= hi:
-        raise SpecError(f"{where}: need min_gpus <= gpus <= max_gpus, got {lo} <= {gpus} <= {hi}")
-    overrides = item.get("overrides") or {}
-    if not isinstance(overrides, dict):
-        raise SpecError(f"{where}.overrides must be a mapping")
-    return TraceJob(name, resolve_workload(item["workload"], origin), gpus, arrival, lo, hi, iterations, tokens,
-                    overrides)
+        tokens = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"{what}: {value!r} is not a number") from None
+    if isinstance(value, bool) or not tokens > 0:
+        raise SpecError(f"{what}: {value!r} must be > 0")
+    return tokens
+
+
+class SchedulerSection(SpecModel):
+    """``scheduler:``: the policy and the pause of a resize."""
+
+    policy: choice(POLICIES) = "fifo"
+    resize_overhead: Time = Field(0.0, description="seconds a job pauses when resized")
+
+
+class TraceJobSection(SpecModel):
+    """One submitted job of a job trace (module docstring)."""
+
+    name: Text | None = Field(None, description="default: job<index>")
+    workload: JobWorkload
+    arrival: Time = Field(0.0, description="seconds after the start")
+    gpus: PositiveCount = Field(description="GPUs asked for")
+    min_gpus: PositiveCount | None = Field(None, description="elastic lower bound (default: gpus)")
+    max_gpus: PositiveCount | None = Field(None, description="elastic upper bound (default: gpus)")
+    iterations: PositiveCount | None = Field(None, description="duration in iterations (or tokens)")
+    tokens: converted(_tokens, {"type": "number", "exclusiveMinimum": 0}, float) | None = Field(
+        None, description="duration in tokens (or iterations)")
+    overrides: dict[str, Any] = Field({}, description="shaped like the workload file's sections")
+
+
+class JobTraceFile(ClusterHead):
+    """A cluster file with a ``scheduler:`` and jobs arriving over time."""
+
+    scheduler: SchedulerSection
+    jobs: list[TraceJobSection] = Field(min_length=1)
+
+
+#: A cluster file of either form (``scheduler:`` makes it a trace): what ``dessim schema
+#: cluster`` exports. Loading validates a file with its own form's model.
+ClusterDocument = Union[ClusterFile, JobTraceFile]
+
+
+def _job(item: TraceJobSection, i: int, origin: str) -> TraceJob:
+    where = f"{origin}: jobs[{i}]"
+    if (item.iterations is None) == (item.tokens is None):
+        raise SpecError(f"{where}: give the duration as exactly one of 'iterations' or 'tokens'")
+    lo, hi = item.min_gpus or item.gpus, item.max_gpus or item.gpus
+    if not lo <= item.gpus <= hi:
+        raise SpecError(f"{where}: need min_gpus <= gpus <= max_gpus, got {lo} <= {item.gpus} <= {hi}")
+    return TraceJob(item.name or f"job{i}", resolve_workload(item.workload, origin), item.gpus, item.arrival,
+                    lo, hi, item.iterations, item.tokens, item.overrides)
 
 
 def parse_job_trace(data: Any, origin: str = "<cluster>") -> JobTrace:
-    """A :class:`JobTrace` from a parsed cluster file with a ``scheduler:`` section."""
-    check_cluster_head(data, _TOP, origin)
-    sched = check_keys(data.get("scheduler") or {}, _SCHEDULER, f"{origin}: scheduler")
-    try:
-        scheduler = Scheduler(str(sched.get("policy", "fifo")),
-                              parse_time(sched.get("resize_overhead", 0), f"{origin}: scheduler.resize_overhead"))
-    except SpecError as exc:
-        msg = str(exc)
-        raise SpecError(msg if msg.startswith(origin) else f"{origin}: {msg}") from None
-    raw = data.get("jobs")
-    if not isinstance(raw, list) or not raw:
-        raise SpecError(f"{origin}: 'jobs' must be a non-empty list of mappings with keys {', '.join(_JOB)}")
-    jobs = tuple(_job(item, i, origin) for i, item in enumerate(raw))
-    check_cluster_sections(data, [j.name for j in jobs], origin)
-    return JobTrace(str(data.get("name", Path(origin).stem)), data["topology"], scheduler, jobs,
-                    dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")))
+    """A :class:`JobTrace` from a parsed cluster file with a ``scheduler:`` section (validated
+    by :class:`JobTraceFile`)."""
+    doc = validate(JobTraceFile, data, origin)
+    scheduler = Scheduler(doc.scheduler.policy, doc.scheduler.resize_overhead)
+    jobs = tuple(_job(item, i, origin) for i, item in enumerate(doc.jobs))
+    check_cluster_sections(doc, [j.name for j in jobs], origin)
+    return JobTrace(doc.name or Path(origin).stem, doc.topology, scheduler, jobs, doc.engine,
+                    doc.storage.kwargs() if doc.storage else None, doc.description)
 
 
 def load_job_trace(path: str | Path) -> JobTrace:

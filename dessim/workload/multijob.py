@@ -37,10 +37,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
+from pydantic import Field, WithJsonSchema
 
 from dessim.resources import read_yaml
+from dessim.schema import SpecModel, Text, converted, validate
 from dessim.engine import EngineOptions, simulate
 from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError, SpecError, WorkloadError
@@ -51,17 +53,15 @@ from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
 from dessim.workload.kinds import generate_workload
 from dessim.workload.common.figures import ITERATION_MARKS, exposed_comm, steady_iteration_s
-from dessim.workload.common.document import check_keys
+from dessim.workload.dataparallel.io import StorageSection
 
 __all__ = ["JobSpec", "ClusterSpec", "JobResult", "ClusterResult", "load_cluster", "parse_cluster",
            "job_view", "merge_graphs", "simulate_cluster", "parse_gpus", "resolve_workload",
-           "check_cluster_sections", "check_cluster_head", "cluster_topology", "with_job_nodes",
+           "check_cluster_sections", "ClusterHead", "ClusterFile", "ClusterJob", "JobWorkload", "cluster_topology", "with_job_nodes",
            "JOB_NODES"]
 
-_TOP = ("kind", "name", "description", "topology", "storage", "engine", "jobs")
 #: The ``kind:`` of a cluster file (keeps it out of the workload preset lists).
 CLUSTER_KIND = "cluster"
-_JOB = ("name", "workload", "gpus", "overrides")
 
 
 @dataclass(frozen=True)
@@ -124,48 +124,68 @@ def resolve_workload(workload: Any, origin: str) -> Any:
     return workload
 
 
-def check_cluster_sections(data: Mapping[str, Any], names: Sequence[str], origin: str) -> None:
-    """Distinct job names, ``engine``/``storage`` mappings, every engine setting valid."""
+_GPUS_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 1},
+                          {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                          {"type": "string", "examples": ["0-3,8-11"]}],
+                "description": "global ranks in job-rank order, a range string, or a GPU count"}
+_TOPOLOGY_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "object"}],
+                    "description": "any topology spec: inline, shipped name, file, or a mapping "
+                                   "(dessim schema topology)"}
+
+
+def _workload(value: Any, what: str) -> Any:
+    """A preset name or file; from Python also a workload spec object (any kind)."""
+    if not isinstance(value, str) and (value is None or isinstance(value, (bool, int, float, list, dict))):
+        raise SpecError(f"{what}: expected a preset name or a workload file, got {value!r}")
+    return value
+
+
+#: A job's ``workload:`` (the JSON Schema shows the file form: a string).
+JobWorkload = converted(_workload, {"type": "string", "description": "a preset name or a workload "
+                                   "file (any kind)"})
+
+
+class ClusterHead(SpecModel):
+    """The keys every cluster file has (static jobs or a job trace)."""
+
+    kind: Literal["cluster"] = Field(CLUSTER_KIND, description="keeps the file out of workload lists")
+    name: Text | None = Field(None, description="default: the file name")
+    description: Text = ""
+    topology: Annotated[Any, WithJsonSchema(_TOPOLOGY_SCHEMA)] = Field(description=_TOPOLOGY_SCHEMA["description"])
+    storage: StorageSection | None = Field(None, description="attach a storage tier (dessim.topology.storage)")
+    engine: dict[str, Any] = Field({}, description="EngineOptions: network, collectives, noise, ...")
+
+
+class ClusterJob(SpecModel):
+    """One job of a static cluster file."""
+
+    name: Text | None = Field(None, description="default: job<index>")
+    workload: JobWorkload
+    gpus: converted(parse_gpus, _GPUS_SCHEMA)
+    overrides: dict[str, Any] = Field({}, description="shaped like the workload file's sections")
+
+
+class ClusterFile(ClusterHead):
+    """A cluster file with a fixed set of jobs (module docstring)."""
+
+    jobs: list[ClusterJob] = Field(min_length=1)
+
+
+def check_cluster_sections(head: ClusterHead, names: Sequence[str], origin: str) -> None:
+    """Distinct job names, every engine setting valid."""
     if len(set(names)) != len(names):
         raise SpecError(f"{origin}: job names must be distinct, got {list(names)}")
-    for key in ("engine", "storage"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise SpecError(f"{origin}: {key} must be a mapping")
-    EngineOptions.of(data.get("engine"), origin)   # every setting checked now
-
-
-def check_cluster_head(data: Any, keys: tuple[str, ...], origin: str) -> None:
-    """A cluster file's top level: a mapping of ``keys``, kind ``cluster`` (or none), a topology."""
-    check_keys(data, keys, origin, f"a cluster file is a mapping with keys {', '.join(keys)}")
-    if data.get("kind", CLUSTER_KIND) != CLUSTER_KIND:
-        raise SpecError(f"{origin}: kind {data['kind']!r}: a cluster file has kind: {CLUSTER_KIND} (or none)")
-    if "topology" not in data:
-        raise SpecError(f"{origin}: missing 'topology' (any topology spec, e.g. dgx-h100:nodes=2)")
+    EngineOptions.of(head.engine, origin)   # every setting checked now
 
 
 def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
-    """A :class:`ClusterSpec` from a parsed YAML document."""
-    check_cluster_head(data, _TOP, origin)
-    jobs_raw = data.get("jobs")
-    if not isinstance(jobs_raw, list) or not jobs_raw:
-        raise SpecError(f"{origin}: 'jobs' must be a non-empty list of mappings with keys {', '.join(_JOB)}")
-    jobs = []
-    for i, item in enumerate(jobs_raw):
-        where = f"{origin}: jobs[{i}]"
-        check_keys(item, _JOB, where, f"expected a mapping with keys {', '.join(_JOB)}")
-        for key in ("workload", "gpus"):
-            if key not in item:
-                raise SpecError(f"{where}: missing {key!r}")
-        overrides = item.get("overrides") or {}
-        if not isinstance(overrides, dict):
-            raise SpecError(f"{where}: overrides must be a mapping")
-        workload = resolve_workload(item["workload"], origin)
-        jobs.append(JobSpec(str(item.get("name", f"job{i}")), workload,
-                            parse_gpus(item["gpus"], f"{where}.gpus"), overrides))
-    check_cluster_sections(data, [j.name for j in jobs], origin)
-    return ClusterSpec(str(data.get("name", Path(origin).stem)), data["topology"], tuple(jobs),
-                       dict(data.get("engine") or {}), data.get("storage"), str(data.get("description", "")),
-                       origin)
+    """A :class:`ClusterSpec` from a parsed YAML document (validated by :class:`ClusterFile`)."""
+    doc = validate(ClusterFile, data, origin)
+    jobs = [JobSpec(job.name or f"job{i}", resolve_workload(job.workload, origin), job.gpus, job.overrides)
+            for i, job in enumerate(doc.jobs)]
+    check_cluster_sections(doc, [j.name for j in jobs], origin)
+    return ClusterSpec(doc.name or Path(origin).stem, doc.topology, tuple(jobs), doc.engine,
+                       doc.storage.kwargs() if doc.storage else None, doc.description, origin)
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
