@@ -27,7 +27,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
 from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "inline_schema", "count",
+__all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "inline_schema", "tagged", "count",
            "choice", "converted", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
            "Number", "SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA"]
 
@@ -133,11 +133,12 @@ def choice(names: Any) -> Any:
 
 
 # ---------------------------------------------------------------- validation
-def validate(model: type[M] | Any, data: Any, where: str, error: type[Exception] = SpecError,
+def validate(model: type[M] | Any, data: Any, where: str, error: type[Exception] | None = SpecError,
              context: Mapping[str, Any] | None = None, at: str = "") -> M:
     """``data`` validated by ``model`` (a :class:`SpecModel` or any type pydantic validates);
-    ``error`` (default :class:`SpecError`) at ``where`` (the file) naming every problem by its
-    key path (``at``: the path of ``data`` itself in its file, e.g. ``base``)."""
+    ``error`` (default :class:`SpecError`; None: the class the value parsers raised, see
+    :func:`readable`) at ``where`` (the file) naming every problem by its key path (``at``:
+    the path of ``data`` itself in its file, e.g. ``base``)."""
     try:
         if isinstance(model, type) and issubclass(model, BaseModel):
             return model.model_validate(data, context=dict(context or {}))
@@ -154,33 +155,35 @@ def _loc(parts: tuple) -> str:
     return out
 
 
-def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] = SpecError,
+def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] | None = SpecError,
              at: str = "") -> Exception:
     """One line per problem of ``exc``, naming the key path and the bad value, with a "did you
     mean" and the valid keys for an unknown key (``root``: the validated model). Raised as
-    ``error``, or as the :class:`DessimError` subclass the value parsers raised (a
-    :class:`~dessim.errors.UnitError` for a bad ``"50GB"`` bandwidth) when every problem is one."""
+    ``error``; with ``error=None`` as the :class:`DessimError` subclass the value parsers
+    raised (a :class:`~dessim.errors.UnitError` for a bad ``"50GB"`` bandwidth) when every
+    problem is one, else as a :class:`SpecError`."""
     lines, raised = [], set()
     for err in exc.errors():
         cause = err.get("ctx", {}).get("error")
         cause = cause.error if isinstance(cause, _Raised) else cause
-        raised.add(type(cause) if isinstance(cause, DessimError) else error)
-        loc = tuple(p for p in err["loc"] if not _is_tag(p))
+        raised.add(type(cause) if isinstance(cause, DessimError) else SpecError)
+        raw = tuple(err["loc"])             # with union labels: the models walk them
+        loc = tuple(p for p in raw if not _is_tag(p))
         path = _loc((at, *loc) if at else loc) or "top level"
         kind = err["type"]
         parent = _loc((at, *loc[:-1]) if at else loc[:-1])
-        at = f"{parent}: " if parent else ""
+        head = f"{parent}: " if parent else ""
         if kind == "extra_forbidden":
             key = str(loc[-1])
-            valid = _fields_at(root, loc[:-1])
+            valid = _fields_at(root, raw[:-1])
             hint = difflib.get_close_matches(key, valid, n=1)
-            lines.append(f"{at}unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            lines.append(f"{head}unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                          + (f"; valid keys: {', '.join(valid)}" if valid else ""))
         elif kind == "missing":
-            model = _model_at(root, loc[:-1])
+            model = _model_at(root, raw[:-1])
             info = model.model_fields.get(str(loc[-1])) if model is not None else None
             what = info.description if info is not None and info.description else "required"
-            lines.append(f"{at}lacks {loc[-1]} ({what})")
+            lines.append(f"{head}lacks {loc[-1]} ({what})")
         elif kind == "literal_error":
             lines.append(f"{path}: {err['input']!r} is unknown; valid: {err['ctx']['expected']}")
         elif kind == "value_error":
@@ -188,51 +191,98 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
             name = str(loc[-1]) if loc else ""
             lines.append(f"{path}: {msg.removeprefix(f'{name}: ') if name else msg}")
         elif kind in ("model_type", "dict_type"):
-            valid = _fields_at(root, loc)
+            valid = _fields_at(root, raw)
             lines.append(f"{path}: expected a mapping" + (f" with keys {', '.join(valid)}" if valid else "")
                          + f", got {err['input']!r}")
         else:
             lines.append(f"{path}: {err['msg'][:1].lower()}{err['msg'][1:]}, got {err['input']!r}")
     # the parsers' own error class (UnitError, TopologyError, ...) when they all agree
-    kind = raised.pop() if len(raised) == 1 else error
+    kind = error or (raised.pop() if len(raised) == 1 else SpecError)
     return kind(f"{where}: " + "; ".join(dict.fromkeys(lines)))
 
 
 def _is_tag(part: Any) -> bool:
-    """Whether a location part is a union member's tag (``function-after[...]``, a kind)."""
-    return isinstance(part, str) and (part.startswith(("function-", "tagged-union[")) or "[" in part)
+    """Whether a location part is a union member's label, not a key: pydantic's own
+    (``function-after[...]``, ``list[str]``) or a :func:`tagged` union's ``@tag``."""
+    return isinstance(part, str) and (part.startswith(("function-", "tagged-union[", "@")) or "[" in part)
 
 
-def _strip(tp: Any) -> Any:
-    """``tp`` without ``Annotated`` and ``| None``."""
+def tagged(members: Mapping[str, Any], pick: Callable[[Any], str | None], what: str) -> Any:
+    """A union of ``members`` (tag → model) of which ``pick(document)`` chooses one (its tag;
+    None: none fits, an error naming ``what``), so that a document is validated by that model
+    alone; the JSON Schema is ``oneOf`` the members."""
+    from pydantic import Discriminator, Tag
+
+    def choose(value: Any) -> str | None:
+        tag = pick(value)
+        return None if tag is None else f"@{tag}"
+
+    return Annotated[Union[tuple(Annotated[m, Tag(f"@{t}")] for t, m in members.items())],  # type: ignore[misc]
+                     Discriminator(choose, custom_error_type="no_member",
+                                   custom_error_message=f"not {what}")]
+
+
+def _members(tp: Any) -> list[tuple[Any, str | None]]:
+    """The members of a union (``tp`` without ``Annotated``) with their ``@tag``, if any."""
+    out = []
+    for member in get_args(tp):
+        tag = None
+        if get_origin(member) is Annotated:
+            tag = next((m.tag for m in get_args(member)[1:] if hasattr(m, "tag")), None)
+        out.append((member, tag))
+    return out
+
+
+def _strip(tp: Any, part: Any = None) -> Any:
+    """``tp`` without ``Annotated`` and ``| None``; of a tagged union, the member ``part``
+    names (else the first model member)."""
     while True:
         if get_origin(tp) is Annotated:
             tp = get_args(tp)[0]
         elif get_origin(tp) in (Union, UnionType):
-            models = [a for a in get_args(tp) if a is not type(None)]
-            fields = [a for a in models if isinstance(a, type) and issubclass(a, BaseModel)]
-            tp = (fields or models)[0]
+            members = [(m, t) for m, t in _members(tp) if m is not type(None)]
+            named = [m for m, t in members if t is not None and t == part]
+            if named:
+                return _strip(named[0])
+            plain = [_strip(m) for m, _ in members]
+            models = [m for m in plain if isinstance(m, type) and issubclass(m, BaseModel)]
+            tp = (models or plain)[0]
         else:
             return tp
 
 
 def _model_at(root: Any, loc: tuple) -> type[BaseModel] | None:
-    """The model of the mapping at ``loc`` in a document of ``root`` (None if not a model)."""
-    tp = _strip(root)
+    """The model of the mapping at ``loc`` (union labels included) in a document of ``root``
+    (None if not a model)."""
+    tp = root
     for part in loc:
+        if get_origin(_unannotated(tp)) in (Union, UnionType) and isinstance(part, str) \
+                and part.startswith("@"):
+            tp = _strip(tp, part)
+            continue
+        if _is_tag(part):
+            continue
+        tp = _strip(tp)
         origin = get_origin(tp)
         if origin is dict or origin is Mapping:
-            tp = _strip(get_args(tp)[1])
+            tp = get_args(tp)[1]
         elif origin in (list, tuple):
-            tp = _strip(get_args(tp)[0])
+            tp = get_args(tp)[0]
         elif isinstance(tp, type) and issubclass(tp, BaseModel):
             info = tp.model_fields.get(str(part))
             if info is None:
                 return None
-            tp = _strip(info.annotation)
+            tp = info.annotation
         else:
             return None
+    tp = _strip(tp)
     return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _unannotated(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
 
 
 def _fields_at(root: Any, loc: tuple) -> list[str]:

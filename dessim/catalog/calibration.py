@@ -10,7 +10,7 @@ one by one (a file may hold only what it calibrated).
 
 Units: times are strings with units (``"20us"``), efficiencies plain fractions; inside dessim
 everything is SI. Unknown keys are errors ("did you mean"), so a typo never silently falls
-back to a default. :meth:`Calibration.json_schema` exports the schema for editors.
+back to a default. ``dessim schema calibration`` exports the schema for editors.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Mapping, get_args
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, WithJsonSchema
 
 from dessim.errors import SpecError, UnitError
 from dessim.resources import find_data_file, read_yaml
-from dessim.schema import SpecModel, validate
+from dessim.schema import TIME_SCHEMA, SpecModel, validate
 from dessim.units import parse_time
 
 __all__ = ["Calibration", "NcclCalibration", "LinkCalibration", "DeviceCalibration",
@@ -77,7 +77,7 @@ def _link_techs(value: object) -> object:
     return out
 
 
-Seconds = Annotated[float, BeforeValidator(_time)]
+Seconds = Annotated[float, BeforeValidator(_time), WithJsonSchema(TIME_SCHEMA)]
 Fraction = Annotated[float, BeforeValidator(_fraction)]
 
 
@@ -170,10 +170,6 @@ class Calibration(SpecModel):
     def label(self) -> str:
         """``name@fingerprint`` for outputs."""
         return f"{self.name}@{self.fingerprint()}"
-
-    @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        return cls.model_json_schema()
 
     # ------------------------------------------------------------------ lookups
     def device(self, name: str) -> DeviceCalibration:

@@ -10,11 +10,11 @@ from dessim.cli.common import TOPOLOGY_HELP, output_file
 
 
 def _print_schema(ctx: click.Context) -> None:
-    import json
+    """What ``dessim schema calibration`` prints."""
+    from dessim.cli.schema_cmd import spec_model
+    from dessim.schema import schema_json
 
-    from dessim.catalog.calibration import Calibration
-
-    click.echo(json.dumps(Calibration.json_schema(), indent=1))
+    click.echo(schema_json(spec_model("calibration"), "dessim calibration file"), nl=False)
     ctx.exit(0)
 
 

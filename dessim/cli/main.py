@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dessim.cli.explore_cmd",
     "dessim.cli.cluster_cmd",
     "dessim.cli.calibrate_cmd",
+    "dessim.cli.schema_cmd",
 )
 
 

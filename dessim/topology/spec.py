@@ -477,7 +477,7 @@ def _parse_params(params: tuple[Param, ...], raw: Mapping[str, Any], where: str)
     """Check keys and parse each value through the params' spec model; missing keys get their
     defaults (parsed)."""
     model = _MODELS.get(params) or params_model("params", params)
-    values = validate(model, dict(raw), where)
+    values = validate(model, dict(raw), where, error=None)     # UnitError for a bad bw, ...
     return {p.name: getattr(values, p.name) for p in params}
 
 
@@ -645,7 +645,7 @@ def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
 
     ``source`` (a file name) prefixes every error message.
     """
-    top = validate(TopologyFile, data, source)
+    top = validate(TopologyFile, data, source, error=None)
     meta: dict[str, Any] = {"source": source}
     dims = top.dims
     if top.builder is not None:

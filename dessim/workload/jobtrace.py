@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping
 
 from pydantic import Field
 
 from dessim.errors import SpecError
 from dessim.resources import read_yaml
-from dessim.schema import PositiveCount, SpecModel, Text, Time, choice, converted, validate
+from dessim.schema import PositiveCount, SpecModel, Text, Time, choice, converted, tagged, validate
 from dessim.workload.multijob import (ClusterFile, ClusterHead, JobWorkload, check_cluster_sections,
                                      resolve_workload)
 from dessim.workload.schedulers import POLICIES, Demand
@@ -140,7 +140,8 @@ class JobTraceFile(ClusterHead):
 
 #: A cluster file of either form (``scheduler:`` makes it a trace): what ``dessim schema
 #: cluster`` exports. Loading validates a file with its own form's model.
-ClusterDocument = Union[ClusterFile, JobTraceFile]
+ClusterDocument = tagged({"jobs": ClusterFile, "trace": JobTraceFile},
+                         lambda doc: "trace" if is_job_trace(doc) else "jobs", "a cluster file")
 
 
 def _job(item: TraceJobSection, i: int, origin: str) -> TraceJob:

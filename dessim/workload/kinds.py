@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping
 
 
 from dessim.engine import EngineOptions, simulate
 from dessim.errors import SpecError
 from dessim.resources import find_data_file, read_yaml
+from dessim.schema import tagged
 from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
@@ -87,9 +88,15 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.name: k for k in (
                  ChakraFile, parse_chakra, generate_chakra),
 )}
 
+def _kind_tag(doc: Any) -> str | None:
+    kind = doc.get("kind", TRANSFORMER_KIND) if isinstance(doc, dict) else TRANSFORMER_KIND
+    return kind if isinstance(kind, str) and kind in WORKLOAD_KINDS else None
+
+
 #: A workload file of any kind (its ``kind:`` picks the model): what ``dessim schema workload``
 #: exports. Loading validates a file with its own kind's model (:func:`load_any_workload`).
-WorkloadFile = Union[tuple(k.model for k in WORKLOAD_KINDS.values())]  # type: ignore[valid-type]
+WorkloadFile = tagged({k.name: k.model for k in WORKLOAD_KINDS.values()}, _kind_tag,
+                      f"a workload of a known kind ({', '.join(WORKLOAD_KINDS)})")
 
 
 def workload_kind(data: Any, origin: str) -> WorkloadKind:

@@ -45,6 +45,13 @@ def _yaml(doc: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def _get(doc: Any, path: str) -> Any:
+    """The value at dotted ``path`` of ``doc`` (``""``: the document; None where absent)."""
+    for part in filter(None, path.split(".")):
+        doc = doc[int(part)] if isinstance(doc, list) else (doc or {}).get(part)
+    return doc
+
+
 def _set(doc: dict, path: str, value: Any) -> dict:
     """``doc`` with dotted ``path`` set to ``value`` (``~`` deletes it)."""
     out = copy.deepcopy(doc)
@@ -387,3 +394,30 @@ for flags, words in [(["gpt3-1.3b", "--pipeline-layers", "1,2"], ["pipeline_laye
                      (["gpt3-1.3b", "--pipeline-layers", "x"], ["pipeline", "x"]),
                      (["gpt3-1.3b", "--schedule", "zb-h9"], ["zb-h9"])]:
     case(f"simulate {' '.join(flags)}", ["simulate", *flags, "-t", "dgx-h100:nodes=1"], words)
+
+
+# ---------------------------------------------------------------- misspelled keys: did you mean
+for name, args, file, doc, path, words in [
+        ("topology", ["topology", "show", "{d}/t.yaml"], "t.yaml", TOPO, "nodes.0.kindd", ["nodes[0]"]),
+        ("topology builder", ["topology", "show", "{d}/t.yaml"], "t.yaml",
+         {"builder": {"kind": "ring", "n": 4}}, "builder.latency", ["builder (ring)"]),
+        ("workload", ["simulate", "{d}/w.yaml", "-t", "dgx-h100:nodes=1"], "w.yaml", GPT, "training.micro_batchs",
+         ["training"]),
+        ("dlrm workload", ["simulate", "{d}/w.yaml", "-t", "dgx-h100:nodes=1"], "w.yaml", DLRM,
+         "embeddings.shardng", ["embeddings"]),
+        ("sweep", ["sweep", "{d}/s.yaml", "--no-progress", "--out", "{d}/r.csv"], "s.yaml", SWEEP, "axis",
+         []),
+        ("sweep base", ["sweep", "{d}/s.yaml", "--no-progress", "--out", "{d}/r.csv"], "s.yaml", SWEEP,
+         "base.collective.sizes", ["base.collective"]),
+        ("cluster", ["cluster", "{d}/c.yaml"], "c.yaml", CLUSTER, "jobs.0.gpu", ["jobs[0]"])]:
+    key = path.rsplit(".", 1)[-1]
+    right = {"kindd": "kind", "latency": "lat", "micro_batchs": "micro_batch", "shardng": "sharding",
+             "axis": "axes", "sizes": "size", "gpu": "gpus"}[key]
+    parent, _, _ = path.rpartition(".")
+    mutated = _set(doc, path, _get(doc, f"{parent}.{right}" if parent else right))
+    if right in _get(mutated, parent):
+        del _get(mutated, parent)[right]
+    case(f"{name} file misspells {right!r}", args,
+         [file, *words, f"unknown key {key!r} (did you mean {right!r}?)"], {file: _yaml(mutated)})
+case("schema of an unknown spec type", ["schema", "workloads"], ["workloads", "did you mean 'workload'?"])
+case("schema --output .txt", ["schema", "sweep", "--output", "{d}/s.txt"], ["--output", ".txt"])
