@@ -23,7 +23,7 @@ import yaml
 
 from dessim.errors import LimitError, OutputError, SpecError
 
-__all__ = ["check_keys", "data_dir", "data_files", "find_data_file", "shipped_topologies", "read_yaml",
+__all__ = ["data_dir", "data_files", "find_data_file", "shipped_topologies", "read_yaml",
            "read_text", "Extra", "EXTRAS", "install_hint", "require_extra", "check_output",
            "check_output_dir", "Limit", "LIMITS", "limit", "check_limit"]
 
@@ -233,16 +233,3 @@ def check_limit(name: str, requested: int, what: str) -> None:
         raise LimitError(f"{what}: about {requested:,} {lim.unit}, more than the limit of "
                          f"{cap:,} ({lim.help}); raise it with the environment variable "
                          f"{lim.env}=N if the machine has the memory (docs/limits.md)")
-
-
-# ---------------------------------------------------------------- document keys
-def check_keys(data: Any, valid: tuple[str, ...], where: str, not_mapping: str | None = None) -> Any:
-    """``data`` if it is a mapping whose keys are all in ``valid``; else a :class:`SpecError`
-    at ``where`` (``not_mapping``: what to say when it is not a mapping)."""
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{where}: " + (not_mapping or f"expected a mapping with keys "
-                                                       f"{', '.join(valid)}, got {data!r}"))
-    for key in data:
-        if key not in valid:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
-    return data

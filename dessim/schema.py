@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import dataclass
 from types import UnionType
 from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar, Union, get_args, get_origin
 
@@ -28,7 +29,7 @@ from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "inline_schema", "tagged", "count",
-           "choice", "converted", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
+           "choice", "converted", "described", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
            "Number", "SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA"]
 
 M = TypeVar("M")
@@ -47,6 +48,22 @@ class _Raised(ValueError):
     def __init__(self, error: DessimError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+@dataclass(frozen=True)
+class _LazyJsonSchema:
+    """An annotation whose JSON Schema ``make()`` builds when a schema is exported."""
+
+    make: Callable[[], dict[str, Any]]
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return self.make()
+
+
+def described(tp: Any, make: Callable[[], dict[str, Any]]) -> Any:
+    """``tp`` whose JSON Schema is ``make()``, built only when a schema is exported (a
+    schema made of many models, kept out of import time)."""
+    return Annotated[tp, _LazyJsonSchema(make)]
 
 
 def converted(parse: Callable[[Any, str], Any], schema: Mapping[str, Any],

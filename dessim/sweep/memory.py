@@ -37,14 +37,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from pydantic import create_model
+
 from dessim.catalog.links import get_link_tech
 from dessim.errors import DessimError, MemoryFitError, SpecError
-from dessim.resources import check_keys
+from dessim.schema import SpecModel, validate
 from dessim.units import format_size, parse_bandwidth, parse_size, parse_time
 
 __all__ = ["MEMORY_KEYS", "EXPANSION_KEYS", "OPTION_KEYS", "EXPANSION_TECH", "EXPANSION_TARGET",
            "POOL_NODE", "EXPANSION_ONLY_KEYS", "MemorySetup", "unused_expansion", "memory_setup", "check_memory_values", "with_expansion",
-           "offloaded_per_gpu", "check_expansion_fit"]
+           "offloaded_per_gpu", "check_expansion_fit", "MemorySection"]
 
 #: Keys that describe the hardware (consumed here).
 EXPANSION_KEYS: tuple[str, ...] = ("hbm_capacity", "expansion_capacity", "expansion_bw", "expansion_lat")
@@ -60,6 +62,11 @@ EXPANSION_TECH = "cxl2"
 EXPANSION_TARGET = "cxl"
 #: Name of the expansion memory pool node.
 POOL_NODE = "xmem"
+
+#: The keys of a memory section (values as written: :data:`_PARSERS` reads them).
+MemorySection = create_model("MemorySection", __base__=SpecModel,
+                             __doc__="a sweep point's memory section (hbm_capacity, expansion_*, options)",
+                             **{k: (Any, None) for k in MEMORY_KEYS})
 
 _PARSERS = {"hbm_capacity": lambda v, w: parse_size(v, w, allow_zero=False),
             "expansion_capacity": lambda v, w: parse_size(v, w),
@@ -117,7 +124,8 @@ def check_memory_values(key: str, values: list[Any], where: str) -> None:
 
 def memory_setup(section: Mapping[str, Any] | None, where: str = "memory") -> MemorySetup:
     """The :class:`MemorySetup` of a point's memory section (module doc)."""
-    section = dict(check_keys(dict(section or {}), MEMORY_KEYS, where))
+    section = dict(section or {})
+    validate(MemorySection, section, where)
     values = {k: _PARSERS[k](section[k], f"{where}.{k}") for k in EXPANSION_KEYS if section.get(k) is not None}
     tech = get_link_tech(EXPANSION_TECH)
     capacity = float(values.get("expansion_capacity", 0))

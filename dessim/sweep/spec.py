@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from dessim.errors import SpecError
 from dessim.resources import read_yaml
-from dessim.schema import Flag, Number, SpecModel, Text, choice, converted, inline_schema, validate
+from dessim.schema import Flag, Number, SpecModel, Text, choice, converted, described, inline_schema, validate
 from dessim.sweep.axes import normalize_value
 from dessim.sweep.axes import Axis, Point, expand_axis_pairs, point_key, quantity_family
 from dessim.sweep.points import EVALUATORS, get_evaluator
@@ -158,9 +158,9 @@ def _term(value: Any) -> Any:
 
 
 #: A ``cost:`` entry: a price per unit of the column, or a :class:`CostTerm`.
-CostValue = Annotated[CostTerm, BeforeValidator(_term),
-                      WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0},
-                                                inline_schema(CostTerm)]})]
+CostValue = Annotated[described(CostTerm, lambda: {"anyOf": [{"type": "number", "minimum": 0},
+                                                              inline_schema(CostTerm)]}),
+                      BeforeValidator(_term)]
 
 
 def _kind_bases(schema: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ naming the file, the place (``links[3]``) and the valid keys.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import math
@@ -39,21 +40,21 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Mapping
 
 import networkx as nx
-from pydantic import Field, WithJsonSchema, create_model
+from pydantic import Field, create_model
 
 from dessim.catalog.devices import get_device
 from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
 from dessim.resources import check_limit, find_data_file, read_yaml, shipped_topologies
 from dessim.schema import (BANDWIDTH_SCHEMA, SIZE_SCHEMA, TIME_SCHEMA, Flag, Size, SpecModel, Text, choice,
-                           converted, inline_schema, validate)
+                           converted, described, inline_schema, validate)
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["KINDS", "Kind", "Param", "load_topology", "parse_inline", "inline_to_raw",
            "is_inline_spec", "find_kind", "topology_from_dict", "load_yaml", "build_kind",
-           "DEFAULT_BW", "DEFAULT_LAT", "TopologyFile", "NodeSection", "LinkSection", "params_model"]
+           "DEFAULT_BW", "DEFAULT_LAT", "TopologyFile", "NodeSection", "LinkSection", "params_model", "kind_model"]
 
 #: Link figures of generic builders when neither the spec nor ``tech=`` gives them.
 DEFAULT_BW = "50GB/s"
@@ -415,10 +416,13 @@ KINDS_LIST: tuple[Kind, ...] = (
 
 #: Kinds by canonical name.
 KINDS: dict[str, Kind] = {k.name: k for k in KINDS_LIST}
-#: The spec model of each kind's keys (and of a multidim dimension), by its params.
-_MODELS: dict[tuple[Param, ...], type[SpecModel]] = {
-    k.params: params_model(k.name.replace("-", "_"), k.params) for k in KINDS_LIST}
-_MODELS[_DIM_PARAMS] = params_model("dimension", _DIM_PARAMS)
+
+
+@functools.lru_cache(maxsize=None)
+def kind_model(params: tuple[Param, ...]) -> type[SpecModel]:
+    """The spec model of a kind's keys (or of a multidim dimension), made on first use."""
+    name = next((k.name for k in KINDS_LIST if k.params == params), "dimension")
+    return params_model(name.replace("-", "_"), params)
 _KIND_ALIASES: dict[str, str] = {}
 for _k in KINDS_LIST:
     for _a in (_k.name, *_k.aliases):
@@ -476,7 +480,7 @@ def _split_items(text: str, where: str) -> tuple[list[str], dict[str, str], list
 def _parse_params(params: tuple[Param, ...], raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check keys and parse each value through the params' spec model; missing keys get their
     defaults (parsed)."""
-    model = _MODELS.get(params) or params_model("params", params)
+    model = kind_model(params)
     values = validate(model, dict(raw), where, error=None)     # UnitError for a bad bw, ...
     return {p.name: getattr(values, p.name) for p in params}
 
@@ -586,10 +590,11 @@ class LinkSection(SpecModel):
 
 
 def _builder_schema() -> dict[str, Any]:
-    """JSON Schema of ``builder:``: one alternative per kind, its ``kind`` naming it."""
+    """JSON Schema of ``builder:`` (made when the schema is exported): one alternative per
+    kind, its ``kind`` naming it."""
     alternatives = []
     for k in KINDS_LIST:
-        schema = inline_schema(_MODELS[k.params])
+        schema = inline_schema(kind_model(k.params))
         schema["properties"] = {"kind": {"enum": [k.name, *k.aliases]}, **schema["properties"]}
         schema["required"] = ["kind", *schema.get("required", [])]
         schema["description"] = k.help
@@ -606,7 +611,7 @@ class TopologyFile(SpecModel):
     description: Text | None = None
     dims: list[Annotated[int, Field(strict=True)]] | None = Field(
         None, description="GPUs per dimension (multi-dimensional collectives)")
-    builder: Annotated[dict[str, Any], WithJsonSchema(_builder_schema())] | None = None
+    builder: described(dict[str, Any], _builder_schema) | None = None
     nodes: list[NodeSection] = []
     links: list[LinkSection] = []
 

@@ -1,6 +1,6 @@
-"""Workload documents (parsed YAML): merging overrides into a document, and the key checks
-of the sections that have no spec model yet (workload files themselves are validated by their
-kind's pydantic model, :mod:`dessim.schema`).
+"""Workload documents (parsed YAML): merging overrides into a document, and
+:func:`check_section` for the ``dessim train`` options mapping (workload files themselves are
+validated by their kind's pydantic model, :mod:`dessim.schema`).
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import copy
 from typing import Any, Mapping
 
 from dessim.errors import DessimError, SpecError
-from dessim.resources import check_keys  # noqa: F401  (re-exported: the workload kinds call it from here)
 
-__all__ = ["check_keys", "check_section", "merge_document"]
+__all__ = ["check_section", "merge_document"]
 
 
 def check_section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -60,14 +60,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import BeforeValidator, Field
 
 from dessim.catalog.calibration import Calibration
 from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.topology.graph import Topology
 from dessim.topology.storage import attach_storage
-from dessim.schema import Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, inline_schema, validate
+from dessim.schema import Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, described, inline_schema, validate
 from dessim.units import format_size
 from dessim.workload.dataparallel.compression import GradSync
 from dessim.workload.recsys.dlrm_model import (SHARDERS, SHARDINGS, EmbeddingTable, Shard, alltoall_matrix, lookups,
@@ -151,8 +151,8 @@ def _table(value: Any) -> Any:
     return value if isinstance(value, dict) else {"rows": value}
 
 
-Table = Annotated[TableSection, BeforeValidator(_table),
-                  WithJsonSchema({"anyOf": [_TABLE_ROWS, inline_schema(TableSection)]})]
+Table = Annotated[described(TableSection, lambda: {"anyOf": [_TABLE_ROWS, inline_schema(TableSection)]}),
+                  BeforeValidator(_table)]
 
 
 class DLRMModelSection(SpecModel):

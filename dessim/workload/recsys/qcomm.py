@@ -28,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, WithJsonSchema
+from pydantic import BeforeValidator
 
-from dessim.schema import SpecModel, choice, inline_schema, validate
+from dessim.schema import SpecModel, choice, described, inline_schema, validate
 from dessim.workload.common.kernels import Kernel
 from dessim.workload.dataparallel.compression import WIRE_BYTES, Compression
 
@@ -85,9 +85,10 @@ class CommPrecisionSection(SpecModel):
 
 
 #: The section as a YAML value: a format name, or the mapping.
-CommPrecisionValue = Annotated[CommPrecisionSection, BeforeValidator(_both),
-                               WithJsonSchema({"anyOf": [{"enum": list(WIRE_BYTES)},
-                                                         inline_schema(CommPrecisionSection)]})]
+CommPrecisionValue = Annotated[
+    described(CommPrecisionSection, lambda: {"anyOf": [{"enum": list(WIRE_BYTES)},
+                                                       inline_schema(CommPrecisionSection)]}),
+    BeforeValidator(_both)]
 
 
 def comm_precision_of(section: CommPrecisionSection | None) -> CommPrecision:
