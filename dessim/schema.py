@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass
 from types import UnionType
 from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar, Union, get_args, get_origin
@@ -84,19 +85,22 @@ def converted(parse: Callable[[Any, str], Any], schema: Mapping[str, Any],
 
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
+#: JSON Schema of a size in bytes (:data:`Size`).
 SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0},
-                          {"type": "string", "pattern": _NUMBER + r"(([kKMGTPE]i?)?[bB]?|bytes?)\s*$"}],
-                "description": "bytes: a number, or a string with a unit (25MiB, 1.5GB, 4096B)",
-                "examples": ["25MiB", "1GB"]}
+                         {"type": "string", "pattern": _NUMBER + r"(([kKMGTPE]i?)?[bB]?|bytes?)\s*$"}],
+               "description": "bytes: a number, or a string with a unit (25MiB, 1.5GB, 4096B)",
+               "examples": ["25MiB", "1GB"]}
+#: JSON Schema of a bandwidth in bytes/second (:data:`Bandwidth`).
 BANDWIDTH_SCHEMA = {"anyOf": [{"type": "string", "pattern": _NUMBER + r"([kKMGTPE]i?)?[bB]?(/s|ps)\s*$"},
-                               {"type": "number", "exclusiveMinimum": 0}],
-                     "description": "bytes/second: write the unit, 50GB/s (bytes) or 400Gb/s (bits); "
-                                    "a bare number is bytes/second",
-                     "examples": ["50GB/s", "400Gb/s"]}
+                              {"type": "number", "exclusiveMinimum": 0}],
+                    "description": "bytes/second: write the unit, 50GB/s (bytes) or 400Gb/s (bits); "
+                                   "a bare number is bytes/second",
+                    "examples": ["50GB/s", "400Gb/s"]}
+#: JSON Schema of a time in seconds (:data:`Time`).
 TIME_SCHEMA = {"anyOf": [{"type": "string", "pattern": _NUMBER + r"(ps|ns|us|µs|ms|s|sec|min|h)\s*$"},
-                          {"type": "number", "minimum": 0}],
-                "description": "seconds: write the unit, 500ns, 1.5us, 2ms; a bare number is seconds",
-                "examples": ["500ns", "1us"]}
+                         {"type": "number", "minimum": 0}],
+               "description": "seconds: write the unit, 500ns, 1.5us, 2ms; a bare number is seconds",
+               "examples": ["500ns", "1us"]}
 
 #: Bytes (int): ``4096`` or ``"25MiB"``.
 Size = converted(lambda v, k: parse_size(v, k), SIZE_SCHEMA, int)
@@ -131,8 +135,8 @@ def _text(value: Any, key: str) -> str:
 
 
 def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key}: expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{key}: expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -140,7 +144,7 @@ def _number(value: Any, key: str) -> float:
 Flag = converted(_flag, {"type": "boolean"}, bool)
 #: A string (not a number that YAML read from an unquoted value).
 Text = converted(_text, {"type": "string"}, str)
-#: A number (int or float, not a bool or a string).
+#: A finite number (int or float, not a bool or a string).
 Number = converted(_number, {"type": "number"}, float)
 
 
