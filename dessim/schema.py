@@ -188,20 +188,19 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
         cause = err.get("ctx", {}).get("error")
         cause = cause.error if isinstance(cause, _Raised) else cause
         raised.add(type(cause) if isinstance(cause, DessimError) else SpecError)
-        raw = tuple(err["loc"])             # with union labels: the models walk them
-        loc = tuple(p for p in raw if not _is_tag(p))
+        loc, _ = _walk(root, tuple(err["loc"]))
         path = _loc((at, *loc) if at else loc) or "top level"
         kind = err["type"]
         parent = _loc((at, *loc[:-1]) if at else loc[:-1])
         head = f"{parent}: " if parent else ""
         if kind == "extra_forbidden":
             key = str(loc[-1])
-            valid = _fields_at(root, raw[:-1])
+            valid = _fields(_walk(root, tuple(err["loc"])[:-1])[1])
             hint = difflib.get_close_matches(key, valid, n=1)
             lines.append(f"{head}unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                          + (f"; valid keys: {', '.join(valid)}" if valid else ""))
         elif kind == "missing":
-            model = _model_at(root, raw[:-1])
+            model = _model_of(_walk(root, tuple(err["loc"])[:-1])[1])
             info = model.model_fields.get(str(loc[-1])) if model is not None else None
             what = info.description if info is not None and info.description else "required"
             lines.append(f"{head}lacks {loc[-1]} ({what})")
@@ -212,7 +211,7 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
             name = str(loc[-1]) if loc else ""
             lines.append(f"{path}: {msg.removeprefix(f'{name}: ') if name else msg}")
         elif kind in ("model_type", "dict_type"):
-            valid = _fields_at(root, raw)
+            valid = _fields(_walk(root, tuple(err["loc"]))[1])
             lines.append(f"{path}: expected a mapping" + (f" with keys {', '.join(valid)}" if valid else "")
                          + f", got {err['input']!r}")
         else:
@@ -222,82 +221,28 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
     return kind(f"{where}: " + "; ".join(dict.fromkeys(lines)))
 
 
-def _is_tag(part: Any) -> bool:
-    """Whether a location part is a union member's label, not a key: pydantic's own
-    (``function-after[...]``, ``list[str]``) or a :func:`tagged` union's ``@tag``."""
-    return isinstance(part, str) and (part.startswith(("function-", "tagged-union[", "@")) or "[" in part)
-
-
 def tagged(members: Mapping[str, Any], pick: Callable[[Any], str | None], what: str) -> Any:
     """A union of ``members`` (tag → model) of which ``pick(document)`` chooses one (its tag;
     None: none fits, an error naming ``what``), so that a document is validated by that model
     alone; the JSON Schema is ``oneOf`` the members."""
     from pydantic import Discriminator, Tag
 
-    def choose(value: Any) -> str | None:
-        tag = pick(value)
-        return None if tag is None else f"@{tag}"
-
-    return Annotated[Union[tuple(Annotated[m, Tag(f"@{t}")] for t, m in members.items())],  # type: ignore[misc]
-                     Discriminator(choose, custom_error_type="no_member",
+    return Annotated[Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())],  # type: ignore[misc]
+                     Discriminator(pick, custom_error_type="no_member",
                                    custom_error_message=f"not {what}")]
 
 
 def _members(tp: Any) -> list[tuple[Any, str | None]]:
-    """The members of a union (``tp`` without ``Annotated``) with their ``@tag``, if any."""
+    """The members of a union (``tp`` without ``Annotated``) but None, with their tag, if any."""
     out = []
     for member in get_args(tp):
+        if member is type(None):
+            continue
         tag = None
         if get_origin(member) is Annotated:
             tag = next((m.tag for m in get_args(member)[1:] if hasattr(m, "tag")), None)
         out.append((member, tag))
     return out
-
-
-def _strip(tp: Any, part: Any = None) -> Any:
-    """``tp`` without ``Annotated`` and ``| None``; of a tagged union, the member ``part``
-    names (else the first model member)."""
-    while True:
-        if get_origin(tp) is Annotated:
-            tp = get_args(tp)[0]
-        elif get_origin(tp) in (Union, UnionType):
-            members = [(m, t) for m, t in _members(tp) if m is not type(None)]
-            named = [m for m, t in members if t is not None and t == part]
-            if named:
-                return _strip(named[0])
-            plain = [_strip(m) for m, _ in members]
-            models = [m for m in plain if isinstance(m, type) and issubclass(m, BaseModel)]
-            tp = (models or plain)[0]
-        else:
-            return tp
-
-
-def _model_at(root: Any, loc: tuple) -> type[BaseModel] | None:
-    """The model of the mapping at ``loc`` (union labels included) in a document of ``root``
-    (None if not a model)."""
-    tp = root
-    for part in loc:
-        if get_origin(_unannotated(tp)) in (Union, UnionType) and isinstance(part, str) \
-                and part.startswith("@"):
-            tp = _strip(tp, part)
-            continue
-        if _is_tag(part):
-            continue
-        tp = _strip(tp)
-        origin = get_origin(tp)
-        if origin is dict or origin is Mapping:
-            tp = get_args(tp)[1]
-        elif origin in (list, tuple):
-            tp = get_args(tp)[0]
-        elif isinstance(tp, type) and issubclass(tp, BaseModel):
-            info = tp.model_fields.get(str(part))
-            if info is None:
-                return None
-            tp = info.annotation
-        else:
-            return None
-    tp = _strip(tp)
-    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
 
 
 def _unannotated(tp: Any) -> Any:
@@ -306,9 +251,51 @@ def _unannotated(tp: Any) -> Any:
     return tp
 
 
-def _fields_at(root: Any, loc: tuple) -> list[str]:
-    """The valid keys of the mapping at ``loc`` in a document of ``root``."""
-    model = _model_at(root, loc)
+def _walk(root: Any, loc: tuple) -> tuple[tuple, Any]:
+    """(the key path of a pydantic location ``loc`` in a document of ``root``, the type
+    there). Guided by the types, so that the labels pydantic puts into the locations of
+    union members (a :func:`tagged` union's tag, ``str``, ``list[str]``) are dropped and
+    every other part, whatever its spelling, is kept as a key."""
+    keys: list[Any] = []
+    tp: Any = root
+    parts = list(loc)
+    while parts:
+        tp = _unannotated(tp)
+        if get_origin(tp) in (Union, UnionType):
+            members = _members(tp)
+            if len(members) == 1:                   # X | None: no label
+                tp = members[0][0]
+                continue
+            label = parts.pop(0)                    # several members: pydantic names the one
+            tp = next((m for m, tag in members if tag is not None and tag == label), Any)
+            continue
+        part = parts.pop(0)
+        keys.append(part)
+        origin = get_origin(tp)
+        if origin is dict or origin is Mapping:
+            tp = get_args(tp)[1]
+        elif origin in (list, tuple):
+            tp = get_args(tp)[0]
+        elif isinstance(tp, type) and issubclass(tp, BaseModel):
+            info = tp.model_fields.get(str(part))
+            tp = info.annotation if info is not None else Any
+        else:
+            tp = Any
+    return tuple(keys), tp
+
+
+def _model_of(tp: Any) -> type[BaseModel] | None:
+    """The model ``tp`` holds (through ``Annotated`` and ``| None``), or None."""
+    tp = _unannotated(tp)
+    if get_origin(tp) in (Union, UnionType):
+        members = _members(tp)
+        tp = _unannotated(members[0][0]) if len(members) == 1 else None
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _fields(tp: Any) -> list[str]:
+    """The valid keys of a mapping of type ``tp`` (none if it is not a model)."""
+    model = _model_of(tp)
     return list(model.model_fields) if model is not None else []
 
 

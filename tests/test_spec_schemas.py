@@ -141,3 +141,14 @@ def test_a_key_with_one_letter_doubled_is_named_with_a_suggestion(pair, position
     message = str(info.value)
     assert message.startswith("f.yaml: ")
     assert f"unknown key {typo!r} (did you mean {key!r}?)" in message
+
+
+@pytest.mark.parametrize("key", ["t[aining", "@training", "str", "list[str]", "function-before[x]"])
+def test_any_spelling_of_a_key_is_named_as_written(key):
+    """Key paths come from walking the models, not from the spelling of a location's parts:
+    a key that looks like one of pydantic's union labels is still named."""
+    doc = yaml.safe_load((ROOT / "workloads/gpt3-1.3b.yaml").read_text())
+    doc[key] = doc.pop("training")
+    with pytest.raises(SpecError, match="unknown key") as info:
+        validate(spec_model("workload"), doc, "f.yaml")
+    assert f"f.yaml: unknown key {key!r}" in str(info.value)

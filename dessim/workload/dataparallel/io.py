@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from pydantic import Field
 
 from dessim.errors import SpecError
-from dessim.schema import Bandwidth, Count, Flag, Number, Size, SpecModel, Text, Time, choice, validate
+from dessim.schema import Bandwidth, Count, Flag, Number, Size, SpecModel, Text, Time, choice, converted, validate
 from dessim.topology.graph import Topology
 from dessim.topology.storage import STORAGE_KINDS, attach_storage
 from dessim.workload.common.emitter import TaskEmitter
@@ -45,6 +45,12 @@ CACHES: tuple[str, ...] = ("none", "host")
 
 
 
+def _nodes(value: Any, what: str) -> str | list[str]:
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return value
+    raise SpecError(f"{what}: expected a node name or a list of node names, got {value!r}")
+
+
 class StorageSection(SpecModel):
     """A storage tier to attach when the topology has none: the keys of
     :func:`~dessim.topology.storage.attach_storage` (``input.storage``, DLRM's
@@ -53,7 +59,8 @@ class StorageSection(SpecModel):
     kind: choice(STORAGE_KINDS) | None = None
     bw: Bandwidth | None = Field(None, description="bytes/s of the tier's link")
     lat: Time | None = Field(None, description="seconds, one way")
-    attach: Text | list[str] | None = Field(None, description="topology node(s) it hangs off")
+    attach: converted(_nodes, {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                               "description": "topology node(s) it hangs off"}) | None = None
     client_bw: Bandwidth | None = Field(None, description="bytes/s of each client link (pfs)")
     name: Text | None = None
 
