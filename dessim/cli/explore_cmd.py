@@ -9,7 +9,7 @@ import click
 from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import calibration_lines
-from dessim.sweep.runner import BACKENDS, check_results_path, run_sweep
+from dessim.sweep.runner import BACKENDS, check_results_path, default_workers, run_sweep
 from dessim.sweep.spec import parse_sweep
 
 #: Columns of the ranked table, when the results have them.
@@ -40,6 +40,9 @@ def ranked_text(result, top: int) -> str:
 
     ok, failed, metric = result.ok(), result.failed(), result.metric
     lines = calibration_lines(result.table)
+    shortcuts = shortcut_line(result.table)
+    if shortcuts:
+        lines.append(shortcuts)
     lines.append(f"{len(ok)} layouts fit, {len(failed)} do not (of {result.points} valid layouts "
                  f"on {_gpus(result)} GPUs); fastest first:")
     if len(ok):
@@ -71,6 +74,37 @@ def ranked_json(result, workload: str, topology: str) -> dict:
             "files": [str(p) for p in result.written]}
 
 
+def shortcut_line(table) -> str | None:
+    """How many layouts took each exact shortcut: the layouts are simulated with the options
+    ``dessim simulate`` uses by default (granularity ``auto``, folding where it applies: one
+    chooser, :meth:`GeneratorOptions.resolved
+    <dessim.workload.transformer.generator.GeneratorOptions.resolved>`). None when no row
+    reports shortcuts (e.g. only failed layouts)."""
+    from dessim.workload.transformer.result import SHORTCUT_NAMES
+
+    ok = table[table["status"] == "ok"] if "status" in table else table
+    if not len(ok) or not any(c.startswith("shortcuts.") for c in ok.columns):
+        return None
+    counts = []
+    for key, name in SHORTCUT_NAMES.items():
+        cols = [c for c in ok.columns if c == f"shortcuts.{key}" or c.startswith(f"shortcuts.{key}.")]
+        took = sum(any(_taken(v) for v in row) for row in ok[cols].itertuples(index=False))
+        counts.append(f"{name} {took}/{len(ok)}")
+    skew = ok["fold.max_lane_skew_s"] if "fold.max_lane_skew_s" in ok else None
+    skewed = int((skew.fillna(0) > 0).sum()) if skew is not None else 0
+    exact = ("exact" if not skewed else
+             f"NOT exact on {skewed} layouts whose folded lanes fell out of step")
+    return (f"shortcuts (chosen automatically, as dessim simulate does): {', '.join(counts)} "
+            f"layouts; {exact} — dessim simulate --exact replays one layout in full")
+
+
+def _taken(value) -> bool:
+    """A table cell says a shortcut was taken: true, a count > 0, or a figure (not null)."""
+    import pandas as pd
+
+    return not pd.isna(value) and value is not False and value != 0
+
+
 def _gpus(result) -> str:
     col = result.table.get("gpus")
     return str(int(col.dropna().iloc[0])) if col is not None and col.notna().any() else "all"
@@ -91,14 +125,17 @@ def _gpus(result) -> str:
               help="Global batch (sequences) instead of the workload's.")
 @engine_flag("network")
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=None,
-              help="Layouts simulated in parallel [default: the machine's cores].")
+              help="Layouts simulated in parallel (processes) [default: the CPUs this process "
+                   "may use, at most one per layout]. Results and their order do not depend "
+                   "on it.")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="local", show_default=True)
 @click.option("--address", default=None, help="Dask/Ray cluster address (see dessim sweep).")
 @click.option("--out", "-o", type=OutputPath(check_results_path), default=None,
               help="Also write the table (.parquet/.csv) with a resumable journal.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Layouts to print.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bar with ETA on stderr (never with --json).")
 @calibration_option
 @json_option
 def command(workload: str, topology: str, hbm: str | None, expansion: str | None,
@@ -125,11 +162,9 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
     spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides,
                                     calibration_engine(calibration)), "dessim explore")
     if workers is None:
-        import os
-
-        workers = max(1, os.cpu_count() or 1) if backend == "local" else 1
+        workers = default_workers() if backend == "local" else 1
     result = run_sweep(spec, out=out, workers=workers, backend=backend,
-                       backend_options=backend_options(address), progress=progress)
+                       backend_options=backend_options(address), progress=progress and not as_json)
     if as_json:
         print_json(ranked_json(result, workload, topology))
         return

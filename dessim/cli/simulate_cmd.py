@@ -15,6 +15,7 @@ from dessim.outputs.gantt import workload_labels
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
 from dessim.workload.api import DEFAULT_TOPOLOGY
+from dessim.workload.transformer.result import SHORTCUT_NAMES
 
 
 def print_summary(s: dict[str, Any]) -> None:
@@ -80,11 +81,12 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         return
     took = []
     if sc["stage_merged"]:
-        took.append("stage tasks")
+        took.append(SHORTCUT_NAMES["stage_merged"])
     if sc["tp_closed_form_groups"]:
-        took.append(f"closed-form TP on {sc['tp_closed_form_groups']} NVSwitch islands")
+        took.append(f"{SHORTCUT_NAMES['tp_closed_form_groups']} on {sc['tp_closed_form_groups']} "
+                    "NVSwitch islands")
     if sc["folded"]:
-        took.append("replica folding")
+        took.append(SHORTCUT_NAMES["folded"])
     if sc.get("collective_memo"):
         m = sc["collective_memo"]
         took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×")

@@ -44,7 +44,7 @@ from dessim.sweep.axes import Point
 from dessim.sweep.spec import SweepSpec, load_sweep, parse_sweep
 from dessim.sweep.table import FIXED_COLUMNS, TABLE_FORMATS, WRITERS, records_to_table, write_table
 
-__all__ = ["Backend", "BACKENDS", "Journal", "SweepResult", "run_sweep", "journal_path",
+__all__ = ["Backend", "BACKENDS", "default_workers", "Journal", "SweepResult", "run_sweep", "journal_path",
            "records_to_table", "write_table", "check_results_path", "TABLE_FORMATS", "validate_sweep", "RESULT_FAILURES", "Terminated", "sweep_points", "WRITERS", "FIXED_COLUMNS",
            "FSYNC_INTERVAL_S"]
 
@@ -176,7 +176,17 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def default_workers() -> int:
+    """Processes for a local sweep when the user names none: the CPUs this process may run
+    on (its affinity mask, e.g. a container's or ``taskset``'s share), else the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):        # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def _run_local(tasks: list[dict], workers: int, options: Mapping[str, Any]) -> Iterator[dict]:
+    workers = min(workers, len(tasks))      # a process more than tasks would only start up
     if workers <= 1:
         for task in tasks:
             yield evaluate_task(task)

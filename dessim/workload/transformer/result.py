@@ -37,12 +37,18 @@ from dessim.workload.common.figures import IterationResult, exposed_comm, rate_f
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
-__all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM"]
+__all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM", "SHORTCUT_NAMES"]
 
 #: Compute categories that are pipeline-stage work.
 PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "wgrad", "recompute")
 #: Communication inside a stage's passes (counted as work, not bubble, while active).
 STAGE_COMM: tuple[str, ...] = ("tp", "ep", "cp")
+#: The exact shortcuts of :meth:`WorkloadResult.shortcuts` for reports: key of the mapping
+#: (true, non-zero or present when the run took it) → name.
+SHORTCUT_NAMES: dict[str, str] = {"stage_merged": "stage tasks",
+                                  "tp_closed_form_groups": "closed-form TP",
+                                  "folded": "replica folding",
+                                  "collective_memo": "collective memo"}
 
 
 def bubble_fraction(sim: SimulationResult) -> float:

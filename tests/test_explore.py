@@ -1,0 +1,84 @@
+"""``dessim explore`` (issue 17): every layout is simulated exactly as a separate ``dessim
+simulate`` run of it would be (same automatic shortcuts, same figures to the last bit), the
+results and their order do not depend on the number of worker processes, layouts that do not
+fit are reported with the reason without being simulated, and the report says which
+shortcuts the layouts took.
+
+A tiny transformer (4 layers, hidden 256) on one DGX A100 node keeps each run to seconds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dessim.cli.main import cli
+from dessim.sweep.points import flatten
+from tests.test_sweep_workload import TINY, TOPOLOGY
+
+#: Some of the tiny model's layouts on 8 GPUs fit (12 to 31 MB per GPU): 5 fit in 20 MB, 4 do not.
+HBM = "20MB"
+#: Host time and what only a sweep records: the only entries allowed to differ.
+NOT_RESULTS = {"eval_wall_s", "wall_s", "index", "key", "status", "reason", "error_type",
+               "layout", "offload"}
+
+
+def invoke(args: list[str]) -> dict:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("wl") / "tiny.yaml"
+    path.write_text(TINY)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def explored(tiny) -> dict:
+    return invoke(["explore", tiny, "-t", TOPOLOGY, "--hbm", HBM, "--workers", "1", "--json"])
+
+
+def _results(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in ("eval_wall_s",)} for r in rows]
+
+
+def test_results_and_order_do_not_depend_on_the_workers(tiny, explored):
+    two = invoke(["explore", tiny, "-t", TOPOLOGY, "--hbm", HBM, "--workers", "2", "--json"])
+    assert _results(two["ranked"]) == _results(explored["ranked"])
+    assert _results(two["failed"]) == _results(explored["failed"])
+    assert len(explored["ranked"]) >= 3 and explored["failed"]
+
+
+def test_every_layout_equals_a_separate_simulate_run_exactly(tiny, explored):
+    for row in explored["ranked"]:
+        lay = {k: row[f"workload.parallelism.{k}"] for k in ("tp", "pp", "dp")}
+        alone = invoke(["simulate", tiny, "-t", TOPOLOGY, "--hbm", HBM, "--json",
+                        *(a for k, v in lay.items() for a in (f"--{k}", str(v)))])
+        flat = flatten({k: v for k, v in alone.items() if k != "groups"})
+        compared = [k for k in row if k in flat and k not in NOT_RESULTS]
+        assert {"iteration_s", "tokens_per_s", "mfu", "events", "tasks",
+                "memory_per_gpu_bytes.total", "exposed_comm_total_s"} <= set(compared)
+        assert {k: row[k] for k in compared} == {k: flat[k] for k in compared}, row["layout"]
+        # the same automatic fast path as simulate's default
+        assert row["granularity"] == alone["granularity"]
+        assert row["shortcuts.folded"] == alone["shortcuts"]["folded"]
+
+
+def test_layouts_that_do_not_fit_are_skipped_with_the_reason(explored):
+    for row in explored["failed"]:
+        assert row["error_type"] == "MemoryFitError" and "does not fit" in row["reason"]
+        assert row["events"] is None and row["iteration_s"] is None   # never simulated
+
+
+def test_the_report_names_the_shortcuts_the_layouts_took(tiny):
+    res = CliRunner().invoke(cli, ["explore", tiny, "-t", TOPOLOGY, "--hbm", HBM,
+                                   "--workers", "1", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    line = next(l for l in res.output.splitlines() if l.startswith("shortcuts"))
+    assert "chosen automatically, as dessim simulate does" in line
+    assert "replica folding" in line and "exact" in line
