@@ -326,19 +326,29 @@ def _with_call_latency(env: simpy.Environment, group: tuple[int, ...],
                        arrivals: dict[int, simpy.Event] | None, latency: float
                        ) -> dict[int, simpy.Event] | None:
     """Arrivals delayed by the call latency: a rank takes part ``latency`` seconds after it
-    arrives (now, for ranks without an arrival event)."""
+    arrives (now, for ranks without an arrival event).
+
+    Ranks that share one arrival event (the images of one folded rank in a merged run) share
+    one delayed event, and keep the order they have in ``arrivals``; ranks without a pending
+    arrival follow, in rank order — the order in which the replay then calls them
+    (:class:`_PlanRun`), the order one event per rank would have called them in."""
     if latency <= 0:
         return arrivals
     out: dict[int, simpy.Event] = {}
     now_ready = env.timeout(latency)
-    for r in group:
-        ev = (arrivals or {}).get(r)
-        if ev is None or (ev.triggered and ev.processed):
-            out[r] = now_ready
+    members = set(group)
+    delayed: dict[int, simpy.Event] = {}          # id(arrival event) -> its delayed event
+    for r, ev in (arrivals or {}).items():
+        if r not in members or (ev.triggered and ev.processed):
             continue
-        late = out[r] = env.event()
-        ev.callbacks.append(lambda _e, late=late: env.timeout(latency).callbacks.append(
-            lambda _e2, late=late: late.succeed()))
+        late = delayed.get(id(ev))
+        if late is None:
+            late = delayed[id(ev)] = env.event()
+            ev.callbacks.append(lambda _e, late=late: env.timeout(latency).callbacks.append(
+                lambda _e2, late=late: late.succeed()))
+        out[r] = late
+    for r in sorted(members.difference(out)):
+        out[r] = now_ready
     return out
 
 
@@ -462,7 +472,9 @@ class _PlanRun:
             self.absent = {r for r, ev in arrivals.items()
                            if r in self.pos and not (ev.triggered and ev.processed)}
         self.touching: dict[int, list[tuple[int, int]]] = {r: [] for r in self.absent}
-        for r in sorted(self.absent):
+        # in the order of ``arrivals``: ranks that share an event take part in that order
+        # (with one event each, the order of their events decides, not this one)
+        for r in [r for r in arrivals or () if r in self.absent]:
             arrivals[r].callbacks.append(lambda _e, r=r: self._arrived(r))
         for r in static.idle:
             if r not in self.absent:

@@ -30,7 +30,7 @@ import heapq
 import math
 import time
 import zlib
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -338,6 +338,19 @@ class _Run:
         self.merged[key] = got
         return got
 
+    def _shared_arrivals(self, where: Mapping[int, list[tuple[int, int]]]) -> dict[int, simpy.Event]:
+        """Arrival events of a merged run (every image in instance 0): the images of one
+        folded rank arrive at one instant, so they share ONE event, listed in the order
+        ``where`` gives them. The run calls them in that order, as one event per image
+        succeeded in that order would (:func:`~dessim.collectives.executor.run_schedule`);
+        it saves two simpy events per image and collective."""
+        arr: dict[int, simpy.Event] = {}
+        for pairs in where.values():
+            ev = self.env.event()
+            for _, image in pairs:
+                arr[image] = ev
+        return arr
+
     def _key_base(self, group: tuple[int, ...]) -> int:
         """ECMP key base of collectives on ``group``: one per group, as a communicator's
         connections are set up once and reused by all its collectives (so their paths do not
@@ -445,7 +458,8 @@ class _Run:
             arrivals = []
             runs = []
             for inst, plan in zip(instances, plans):
-                arr = {r: self.env.event() for r in inst}
+                arr = (self._shared_arrivals(where) if merged is not None else
+                       {r: self.env.event() for r in inst})
                 runs.append(run_schedule(self.net, plan.schedule, arrivals=arr,
                                          protocol=plan.protocol,
                                          reduction_bw=self.settings.reduction_bw,
@@ -456,7 +470,12 @@ class _Run:
             self.collective_runs += len(runs) if merged is None else merged.params["merged"]
             self.streamed_runs += sum(run.streamed for run in runs)
             members = self.colls[t.coll_id]
-            state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where}
+            # per member: its arrival events, each once (images of a merged run share one)
+            starts = None if where is None else {
+                r: list({id(ev): ev for ev in (arrivals[k][image] for k, image in pairs)}.values())
+                for r, pairs in where.items()}
+            state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where,
+                     "starts": starts}
             self.coll_state[t.coll_id] = state
             for m in members:
                 rank = self.tasks[m].rank
@@ -473,8 +492,8 @@ class _Run:
         if state["where"] is None:
             state["arrivals"][0][t.rank].succeed()
         else:
-            for inst, image in state["where"][t.rank]:
-                state["arrivals"][inst][image].succeed()
+            for ev in state["starts"][t.rank]:
+                ev.succeed()
         if state["arrived"] == len(state["members"]):
             now = self.env.now
             for m in state["members"]:
