@@ -30,7 +30,7 @@ import heapq
 import math
 import time
 import zlib
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -338,18 +338,21 @@ class _Run:
         self.merged[key] = got
         return got
 
-    def _shared_arrivals(self, where: Mapping[int, list[tuple[int, int]]]) -> dict[int, simpy.Event]:
-        """Arrival events of a merged run (every image in instance 0): the images of one
-        folded rank arrive at one instant, so they share ONE event, listed in the order
-        ``where`` gives them. The run calls them in that order, as one event per image
-        succeeded in that order would (:func:`~dessim.collectives.executor.run_schedule`);
-        it saves two simpy events per image and collective."""
-        arr: dict[int, simpy.Event] = {}
-        for pairs in where.values():
-            ev = self.env.event()
-            for _, image in pairs:
-                arr[image] = ev
-        return arr
+    def _shared_arrivals(self, members: Sequence[int], where: dict[int, list[tuple[int, int]]],
+                         instances: list[tuple[int, ...]]) -> dict[int, simpy.Event] | None:
+        """One arrival event per member task's rank of a merged run (``where``: its images,
+        all in instance 0). The images of a member arrive at one instant, so they share the
+        event, listed in the run's arrivals in the order ``where`` gives them: the run calls
+        them in that order, as one event per image succeeded in that order would
+        (:func:`~dessim.collectives.executor.run_schedule`) — two simpy events fewer per
+        image and collective. None (one event per image) unless the members' images cover
+        the merged group exactly once each (members of a folded graph lie in distinct
+        orbits)."""
+        ranks = [self.tasks[m].rank for m in members]
+        images = [image for r in ranks for _, image in where[r]]
+        if len(images) != len(set(images)) or set(images) != set(instances[0]):
+            return None
+        return {r: self.env.event() for r in ranks}
 
     def _key_base(self, group: tuple[int, ...]) -> int:
         """ECMP key base of collectives on ``group``: one per group, as a communicator's
@@ -455,11 +458,13 @@ class _Run:
                 plans = [CollectivePlan(merged, plans[0].protocol)]
                 instances = [merged.group]
                 where = {r: [(0, image) for _, image in pairs] for r, pairs in where.items()}
+            members = self.colls[t.coll_id]
+            shared = self._shared_arrivals(members, where, instances) if merged is not None else None
             arrivals = []
             runs = []
             for inst, plan in zip(instances, plans):
-                arr = (self._shared_arrivals(where) if merged is not None else
-                       {r: self.env.event() for r in inst})
+                arr = {r: self.env.event() for r in inst} if shared is None else \
+                    {image: shared[r] for r in shared for _, image in where[r]}
                 runs.append(run_schedule(self.net, plan.schedule, arrivals=arr,
                                          protocol=plan.protocol,
                                          reduction_bw=self.settings.reduction_bw,
@@ -469,13 +474,8 @@ class _Run:
                 arrivals.append(arr)
             self.collective_runs += len(runs) if merged is None else merged.params["merged"]
             self.streamed_runs += sum(run.streamed for run in runs)
-            members = self.colls[t.coll_id]
-            # per member: its arrival events, each once (images of a merged run share one)
-            starts = None if where is None else {
-                r: list({id(ev): ev for ev in (arrivals[k][image] for k, image in pairs)}.values())
-                for r, pairs in where.items()}
             state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where,
-                     "starts": starts}
+                     "shared": shared}
             self.coll_state[t.coll_id] = state
             for m in members:
                 rank = self.tasks[m].rank
@@ -489,11 +489,13 @@ class _Run:
                 for inst, image in pairs:
                     runs[inst].rank_events[image].callbacks.append(join.one)
         state["arrived"] += 1
-        if state["where"] is None:
+        if state["shared"] is not None:
+            state["shared"][t.rank].succeed()
+        elif state["where"] is None:
             state["arrivals"][0][t.rank].succeed()
         else:
-            for ev in state["starts"][t.rank]:
-                ev.succeed()
+            for inst, image in state["where"][t.rank]:
+                state["arrivals"][inst][image].succeed()
         if state["arrived"] == len(state["members"]):
             now = self.env.now
             for m in state["members"]:
