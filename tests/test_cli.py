@@ -72,7 +72,8 @@ def test_simulate_takes_the_exact_shortcuts_by_itself_and_says_so():
     assert quick["iteration_s"] == pytest.approx(full["iteration_s"], rel=1e-9)
     assert quick["tasks"] < full["tasks"] / 5
     assert full["shortcuts"] == {"auto": [], "stage_merged": False, "tp_closed_form_groups": 0,
-                                 "folded": False, "collective_memo": None, "refused": []}
+                                 "folded": False, "merged_image_runs": 0, "collective_memo": None,
+                                 "refused": []}
 
 
 def test_exact_refuses_a_shortcut_asked_for_at_the_same_time():

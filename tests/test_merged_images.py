@@ -109,6 +109,7 @@ def test_merged_images_change_no_result(workload, overrides):
     off, on = runs
     assert on.simulation.meta["fold"]["merged_image_runs"] > 0
     assert off.simulation.meta["fold"]["merged_image_runs"] == 0
+    assert on.shortcuts()["merged_image_runs"] == on.simulation.meta["fold"]["merged_image_runs"]
     assert on.iteration_s == off.iteration_s
     assert on.simulation.link_bytes == off.simulation.link_bytes
     assert on.summary()["exposed_comm_s"] == off.summary()["exposed_comm_s"]

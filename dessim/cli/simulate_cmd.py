@@ -87,6 +87,8 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
                     "NVSwitch islands")
     if sc["folded"]:
         took.append(SHORTCUT_NAMES["folded"])
+    if sc.get("merged_image_runs"):
+        took.append(f"{SHORTCUT_NAMES['merged_image_runs']} ({sc['merged_image_runs']} collectives)")
     if sc.get("collective_memo"):
         m = sc["collective_memo"]
         took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×")

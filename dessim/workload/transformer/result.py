@@ -48,6 +48,7 @@ STAGE_COMM: tuple[str, ...] = ("tp", "ep", "cp")
 SHORTCUT_NAMES: dict[str, str] = {"stage_merged": "stage tasks",
                                   "tp_closed_form_groups": "closed-form TP",
                                   "folded": "replica folding",
+                                  "merged_image_runs": "merged images",
                                   "collective_memo": "collective memo"}
 
 
@@ -105,9 +106,10 @@ class WorkloadResult(IterationResult):
         """Which exact shortcuts this run took (issue 17): ``auto`` lists the generator options
         chosen automatically; ``stage_merged`` whether passes were merged into stage tasks;
         ``tp_closed_form_groups`` TP groups timed in closed form; ``folded`` whether replicas
-        were folded; ``collective_memo`` how many exclusive collectives the engine simulated
-        once and replayed (None when it did not apply); ``refused`` the reasons a shortcut
-        was refused."""
+        were folded; ``merged_image_runs`` how many folded collectives ran their images as
+        one schedule (0 when none did); ``collective_memo`` how many exclusive collectives
+        the engine simulated once and replayed (None when it did not apply); ``refused`` the
+        reasons a shortcut was refused."""
         meta = self.taskgraph.meta
         refused = list(meta.get("closed_form_fallback", []))
         if meta.get("fold_fallback"):
@@ -116,6 +118,7 @@ class WorkloadResult(IterationResult):
                 "stage_merged": bool(meta.get("stage_merged", False)),
                 "tp_closed_form_groups": int(meta.get("tp_closed_form_groups", 0)),
                 "folded": self.taskgraph.fold is not None,
+                "merged_image_runs": int((self.simulation.meta.get("fold") or {}).get("merged_image_runs", 0)),
                 "collective_memo": self.simulation.meta.get("collective_memo"),
                 "refused": refused}
 
