@@ -83,7 +83,8 @@ def write_training_plots(result: TrainingRunResult, directory: str | Path) -> li
     written.append(_save(fig, plt, out / "goodput_vs_interval.png"))
     # GPU compute by kernel kind (gemm, attention, memory, other), then the other parts
     parts = {f"gpu {k}": v for k, v in s["energy"]["gpu_busy_by_kind_j"].items()}
-    parts.update({k: v for k, v in s["energy"]["breakdown_j"].items() if k != "gpu_busy"})
+    parts.update({k.replace("_", " "): v for k, v in s["energy"]["breakdown_j"].items()
+                  if k != "gpu_busy"})
     fig, ax = plt.subplots(figsize=(8, 4.5))
     names = list(parts)
     colors = ["#4c72b0" if n.startswith("gpu ") else "#55a868" for n in names]
