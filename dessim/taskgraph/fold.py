@@ -49,6 +49,7 @@ class Fold:
     dims: tuple[str, ...] = ()
     _instances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _inverse: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _orbit_table: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         perm = np.asarray(self.perm)
@@ -137,18 +138,15 @@ class Fold:
     def _orbits(self) -> tuple[np.ndarray, np.ndarray]:
         """Per rank: its orbit's smallest rank ``m`` and the first lane ``k`` with
         ``perm[k, m]`` = the rank. Cached."""
-        got = self._instances.get("orbits")
-        if got is None:
+        if self._orbit_table is None:
             perm = self.perm
-            orbit_min = perm.min(axis=0)
-            mins = np.flatnonzero(orbit_min[np.arange(self.num_ranks)] == np.arange(self.num_ranks))
+            orbit_min = perm.min(axis=0)          # lanes form a group: the orbit's smallest rank
+            mins = np.flatnonzero(orbit_min == np.arange(self.num_ranks))
             lane_of = np.full(self.num_ranks, -1, dtype=np.int64)
             for k in range(self.lanes - 1, -1, -1):        # the first lane wins
                 lane_of[perm[k, mins]] = k
-            orbit_min = orbit_min.copy()
-            orbit_min[perm[:, mins].ravel()] = np.tile(mins, self.lanes)
-            got = self._instances["orbits"] = (lane_of, orbit_min)
-        return got
+            object.__setattr__(self, "_orbit_table", (lane_of, orbit_min))
+        return self._orbit_table
 
     def check_representatives(self, ranks: Sequence[int]) -> None:
         """Raise unless no two of ``ranks`` (the ranks that hold tasks) share an orbit: every
