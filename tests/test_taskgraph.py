@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dessim.errors import SpecError, TaskGraphError
-from dessim.taskgraph import Task, TaskGraph, load_taskgraph, save_taskgraph, taskgraph_from_dict
+from dessim.taskgraph import Task, TaskGraph, brief_ranks, load_taskgraph, save_taskgraph, taskgraph_from_dict
 from dessim.taskgraph.io import taskgraph_to_dict
 
 
@@ -149,3 +149,12 @@ def test_file_errors_name_the_file_and_task(tmp_path):
         load_taskgraph(bad)
     with pytest.raises(SpecError, match="version 7 is not supported"):
         taskgraph_from_dict({"version": 7, "tasks": []})
+
+
+def test_brief_ranks_keeps_messages_one_line():
+    """Small groups print in full; large ones as first two, last and size, so a refusal that
+    names a 128-rank data-parallel group (mixtral on 256 GPUs) stays readable."""
+    assert brief_ranks([0, 1]) == "[0, 1]"
+    assert brief_ranks(range(8)) == str(list(range(8)))
+    assert brief_ranks(range(0, 256, 2)) == "[0, 2, ..., 254] (128 ranks)"
+    assert brief_ranks(range(9), limit=8) == "[0, 1, ..., 8] (9 ranks)"

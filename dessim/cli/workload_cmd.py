@@ -12,6 +12,7 @@ import click
 
 from dessim.cli.common import compose, print_json
 from dessim.units import format_size, parse_size
+from dessim.taskgraph import brief_ranks
 from dessim.workload.transformer.layout import SCHEDULES
 
 __all__ = ["command", "layout_options", "collect_overrides", "LAYOUT_OPTION_NAMES"]
@@ -155,7 +156,7 @@ def _groups_text(layout) -> list[str]:
         gs = layout.groups(kind)
         if len(gs[0]) == 1:
             continue
-        shown = " ".join(str(list(g)) if len(g) <= 8 else f"[{g[0]}, {g[1]}, ..., {g[-1]}]" for g in gs[:2])
+        shown = " ".join(brief_ranks(g) for g in gs[:2])
         more = f" ... ({len(gs)} groups of {len(gs[0])})" if len(gs) > 2 else ""
         lines.append(f"    {kind:<3} {shown}{more}")
     return lines

@@ -41,14 +41,14 @@ Units: seconds, bytes, FLOP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import networkx as nx
 
 from dessim.errors import TaskGraphError
 from dessim.taskgraph.fold import Fold
 
-__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix"]
+__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix", "brief_ranks"]
 
 #: Valid task kinds.
 TASK_KINDS: tuple[str, ...] = ("compute", "collective", "send", "recv", "memcpy", "delay")
@@ -173,6 +173,16 @@ def kernel_mix(kinds: Iterable[str], seconds: Iterable[float]) -> tuple[tuple[st
     for k, s in zip(kinds, seconds):
         out[k] = out.get(k, 0.0) + s
     return tuple(sorted(out.items()))
+
+
+def brief_ranks(ranks: Sequence[int], limit: int = 8) -> str:
+    """A rank list for messages: in full up to ``limit`` ranks, else its first two, its last
+    and its size (``[0, 2, ..., 254] (128 ranks)``), so a message about a 16,384-rank group
+    stays one line."""
+    ranks = list(ranks)
+    if len(ranks) <= limit:
+        return str(ranks)
+    return f"[{ranks[0]}, {ranks[1]}, ..., {ranks[-1]}] ({len(ranks)} ranks)"
 
 
 class Checked(NamedTuple):

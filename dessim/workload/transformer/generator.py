@@ -78,7 +78,7 @@ from dessim.catalog.devices import get_device
 from dessim.engine.options import EngineOptions
 from dessim.errors import CollectiveError, MemoryFitError, WorkloadError
 from dessim.taskgraph.fold import Fold
-from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
+from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph, brief_ranks
 from dessim.topology.graph import Topology
 from dessim.topology.routing import router_for
 from dessim.units import format_size
@@ -449,7 +449,7 @@ class _Generator:
                 pairs += [(node(r), self.em.nearest(r, OFFLOAD_NODE_KINDS[target])) for r in range(lo.world_size)]
         self.islands = TPIslands(self.topo, lo.groups("tp"), others, pairs, engine)
         for g, why in sorted(self.islands.fallbacks.items()):
-            self.fallback.append(f"TP group {list(g)}: {why}")
+            self.fallback.append(f"TP group {brief_ranks(g)}: {why}")
         if opts.granularity == "stage":
             self.stage_mode = self._stage_possible()
         self.graph.meta["tp_closed_form_groups"] = len(self.islands.isolated_groups)

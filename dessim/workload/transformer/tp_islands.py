@@ -40,6 +40,7 @@ from dessim.engine import EngineOptions
 from dessim.network import make_network
 from dessim.network.channels import ChannelMap, channel_map_for
 from dessim.topology.graph import Topology
+from dessim.taskgraph import brief_ranks
 from dessim.topology.routing import Router, router_for
 
 __all__ = ["TPIslands", "route_channels"]
@@ -155,7 +156,7 @@ class TPIslands:
         used: dict[int, str] = {}
         for g in tp_groups:
             for c in own[g]:
-                used.setdefault(c, f"TP group {list(g)}")
+                used.setdefault(c, f"TP group {brief_ranks(g)}")
         foreign: dict[int, str] = {}
         all_own = set().union(*own.values()) if own else set()
         regions = _endpoint_regions(topology, self.chmap, all_own)
@@ -164,7 +165,7 @@ class TPIslands:
             (grp, a, b) for grp in others for a in grp for b in grp if a != b)
         for grp, a, b in group_pairs:
             for c in route_channels(self.router, self.chmap, node(a), node(b)):
-                foreign.setdefault(c, f"group {list(grp)}")
+                foreign.setdefault(c, f"group {brief_ranks(grp)}")
         for s, d in pairs:
             for x, y in ((s, d), (d, s)):
                 if regions is not None and not _near(regions, x, y):
@@ -179,7 +180,7 @@ class TPIslands:
                 ch = self.chmap.channels[hit]
                 self.reasons[g] = f"channel {ch.a}->{ch.b} is also used by {foreign[hit]}"
                 continue
-            other_tp = next((c for c in sorted(own[g]) if used.get(c, "") != f"TP group {list(g)}"), None)
+            other_tp = next((c for c in sorted(own[g]) if used.get(c, "") != f"TP group {brief_ranks(g)}"), None)
             if other_tp is not None:
                 ch = self.chmap.channels[other_tp]
                 self.reasons[g] = f"channel {ch.a}->{ch.b} is shared with {used[other_tp]}"
