@@ -44,17 +44,46 @@ contiguous blocks of ``E/H`` per node::
 all-to-all sends ``k`` copies per token, ``k·(H−1)/H`` of them to other nodes; the deduplicated
 dispatch sends ``D·(H−1)/H``, so its network bytes are the flat ones times
 :meth:`MoERouting.network_share` ``= D / k`` — at most ``M/k``: a token's cross-node bytes are
-bounded by ``M`` hidden vectors. Skewed distributions (zipf, counts) keep the uniform share
-(an approximation: hot experts' nodes would be hit more often, which only lowers ``D``).
+bounded by ``M`` hidden vectors.
+
+Inside the target node DeepEP forwards a token once per *target GPU* (``is_token_in_rank``
+of deepseek-ai/DeepEP ``csrc/kernels/internode.cu``), and not at all to the forwarding GPU
+itself. With ``n`` GPUs per node and ``E/(H·n)`` experts per GPU, the expected number of
+distinct target GPUs per token is, likewise exactly under uniform affinities::
+
+    G = M'·n·(1 − C((M'·n−1)·E/(H·n), k) / C(M'·n·E/(H·n), k))
+
+and the NVLink phase carries the flat fan-out's bytes times :meth:`MoERouting.nvlink_share`
+``= G / k`` (a GPU receives a token's copy over NVLink iff it holds one of its experts; by
+symmetry the forwarding GPU holds ``G/n`` of the ``G`` in expectation, as the flat fan-out
+keeps ``k/n`` of the ``k`` copies there).
+
+Skewed distributions (``zipf``, ``counts``) use the exact hit probabilities of a
+maximum-entropy router whose per-expert loads are the distribution's
+(:mod:`dessim.workload.transformer.spread`: conditional Poisson sampling, Chen, Dempster &
+Liu 1994; node-limited as DeepSeek-V3 §2.1.2: first the ``M`` nodes, then the ``k`` experts among
+them); uniform shares give the closed forms above. Bulk-synchronous costing: every rank's
+all-to-all is sized for the most loaded EP rank (``load_factor``: copies ``k·max_g s_g`` per
+token from each source, ``s_g`` a GPU's share), and the deduplicated phases are paced by their
+most loaded link — the network phase by the node most often hit (a rail flow into it carries
+``max_h P(h hit)`` hidden vectors per source token), the NVLink phase by the GPU most often hit
+(``max_g P(g hit)``). The shares scale the hot rank's flat bytes to those::
+
+    network_share = max_h P(h hit) / (n·k·max_g s_g),   nvlink_share = max_g P(g hit) / (k·max_g s_g)
+
+(both reduce to ``D/k`` and ``G/k`` for uniform shares). The hit probabilities use the
+routing shares before any capacity limit (dropped copies are not subtracted from them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import comb
 from pathlib import Path
 
 from dessim.errors import WorkloadError
+from dessim.workload.transformer.spread import Spread, solve_weights, spread
 
 __all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts"]
 
@@ -138,30 +167,76 @@ class MoERouting:
         return max(per_rank) * ep
 
 
-    def nodes_per_token(self, top_k: int, experts: int, nodes: int) -> float:
-        """Expected number of distinct nodes a token's ``top_k`` expert copies go to, with
-        ``experts`` spread in equal contiguous blocks over ``nodes`` nodes (module
-        docstring: exact under uniform affinities; at most ``min(max_nodes, nodes, top_k)``).
-        A WorkloadError if the experts do not split evenly over the nodes or the
-        ``max_nodes`` nodes hold fewer than ``top_k`` experts."""
-        if nodes < 1 or experts % nodes:
-            raise WorkloadError(f"model routing: {experts} experts do not split evenly over "
-                                f"{nodes} nodes of the expert-parallel group")
-        per_node = experts // nodes
-        reach = nodes if self.max_nodes is None else min(self.max_nodes, nodes)
-        if reach * per_node < top_k:
-            raise WorkloadError(f"model routing: max_nodes={self.max_nodes} nodes hold "
-                                f"{reach * per_node} experts ({per_node} per node), fewer than "
-                                f"top_k={top_k}")
-        return reach * (1.0 - comb((reach - 1) * per_node, top_k) / comb(reach * per_node, top_k))
+    def gpu_shares(self, experts: int, gpus: int) -> list[float]:
+        """Share of the token copies each of ``gpus`` GPUs receives (experts in contiguous
+        blocks, before any capacity limit)."""
+        shares, local = self.shares(experts), experts // gpus
+        return [sum(shares[g * local:(g + 1) * local]) for g in range(gpus)]
 
-    def network_share(self, top_k: int, experts: int, nodes: int) -> float:
+    def spread(self, top_k: int, experts: int, nodes: int, per_node: int = 1) -> Spread:
+        """Per-token hit probabilities of each of ``nodes`` nodes and ``nodes·per_node`` GPUs
+        (module docstring; closed forms for uniform shares, else
+        :func:`dessim.workload.transformer.spread.spread`). A WorkloadError if the experts do
+        not split evenly over the GPUs or the ``max_nodes`` nodes hold fewer than ``top_k``
+        experts."""
+        return _spread(self, top_k, experts, nodes, per_node)
+
+    def nodes_per_token(self, top_k: int, experts: int, nodes: int) -> float:
+        """Expected number ``D`` of distinct nodes a token's ``top_k`` expert copies go to, with
+        ``experts`` spread in equal contiguous blocks over ``nodes`` nodes (module docstring:
+        exact; at most ``min(max_nodes, nodes, top_k)``)."""
+        return self.spread(top_k, experts, nodes).nodes
+
+    def gpus_per_token(self, top_k: int, experts: int, nodes: int, per_node: int) -> float:
+        """Expected number ``G`` of distinct GPUs a token's ``top_k`` expert copies go to,
+        ``per_node`` GPUs on each of ``nodes`` nodes (module docstring: exact)."""
+        return self.spread(top_k, experts, nodes, per_node).gpus
+
+    def network_share(self, top_k: int, experts: int, nodes: int, per_node: int = 1) -> float:
         """Cross-node bytes of a dispatch that sends each token once per target node (DeepEP)
-        over those of a flat all-to-all sending every copy: :meth:`nodes_per_token` / ``top_k``
-        (module docstring); 1.0 on one node."""
+        over those of a flat all-to-all sending every copy, for the most loaded link (module
+        docstring): ``D / top_k`` for uniform shares; 1.0 on one node."""
         if nodes <= 1:
             return 1.0
-        return self.nodes_per_token(top_k, experts, nodes) / top_k
+        if self.distribution == "uniform":
+            return self.nodes_per_token(top_k, experts, nodes) / top_k
+        hot = max(self.gpu_shares(experts, nodes * per_node))
+        return min(1.0, max(self.spread(top_k, experts, nodes, per_node).node_hit)
+                   / (per_node * top_k * hot))
+
+    def nvlink_share(self, top_k: int, experts: int, nodes: int, per_node: int) -> float:
+        """NVLink bytes of a fan-out that forwards each token once per target GPU (DeepEP)
+        over those of one forwarding every copy, for the most loaded link (module docstring):
+        ``G / top_k`` for uniform shares; 1.0 with one GPU per node (no NVLink phase)."""
+        if per_node <= 1:
+            return 1.0
+        if self.distribution == "uniform":
+            return self.gpus_per_token(top_k, experts, nodes, per_node) / top_k
+        hot = max(self.gpu_shares(experts, nodes * per_node))
+        return min(1.0, max(self.spread(top_k, experts, nodes, per_node).gpu_hit) / (top_k * hot))
+
+
+@lru_cache(maxsize=64)
+def _spread(routing: MoERouting, top_k: int, experts: int, nodes: int, per_node: int) -> Spread:
+    """:meth:`MoERouting.spread`, cached (the generator asks once per EP group)."""
+    gpus = nodes * per_node
+    if nodes < 1 or per_node < 1 or experts % gpus:
+        raise WorkloadError(f"model routing: {experts} experts do not split evenly over "
+                            f"{nodes} nodes x {per_node} GPUs of the expert-parallel group")
+    per_gpu = experts // gpus
+    reach = nodes if routing.max_nodes is None else min(routing.max_nodes, nodes)
+    if reach * per_gpu * per_node < top_k:
+        raise WorkloadError(f"model routing: max_nodes={routing.max_nodes} nodes hold "
+                            f"{reach * per_gpu * per_node} experts ({per_gpu * per_node} per node), "
+                            f"fewer than top_k={top_k}")
+    if routing.distribution == "uniform":          # the closed forms of the module docstring
+        def distinct(blocks: int, size: int) -> float:
+            return blocks * (1.0 - comb((blocks - 1) * size, top_k) / comb(blocks * size, top_k))
+        d = distinct(reach, per_gpu * per_node)
+        g = distinct(reach * per_node, per_gpu)
+        return Spread((d / nodes,) * nodes, (g / gpus,) * gpus, d, g)
+    weights, certain = solve_weights(routing.shares(experts), top_k)
+    return spread(weights, certain, top_k, nodes, per_node, routing.max_nodes)
 
 
 def read_counts(value: object, what: str) -> tuple[float, ...]:

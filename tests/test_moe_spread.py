@@ -1,0 +1,165 @@
+"""Distinct target nodes and GPUs per token under skewed MoE routing
+(:mod:`dessim.workload.transformer.spread`), checked against brute-force enumeration of the
+stated routing model, the uniform closed forms, and their bounds; and the DeepEP shares
+(:meth:`MoERouting.network_share`, :meth:`MoERouting.nvlink_share`) against the hottest link
+of an enumerated dispatch."""
+
+from __future__ import annotations
+
+from itertools import combinations
+from math import comb, prod
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dessim.errors import WorkloadError
+from dessim.workload.transformer.routing import MoERouting
+from dessim.workload.transformer.spread import inclusion, solve_weights, spread
+
+
+def _enumerate(weights, certain, k, hosts, per_host, max_nodes):
+    """The routing model by brute force: every node set N of M' nodes and every k-subset S of
+    N's experts (containing the certain ones), weighted Π_{e∈S} w_e. Returns per-node and
+    per-GPU hit probabilities and per-expert inclusion probabilities."""
+    experts = len(weights)
+    per_gpu = experts // (hosts * per_host)
+    reach = hosts if max_nodes is None else min(max_nodes, hosts)
+    node_hit = [0.0] * hosts
+    gpu_hit = [0.0] * (hosts * per_host)
+    incl = [0.0] * experts
+    total = 0.0
+    for chosen in combinations(range(hosts), reach):
+        pool = [e for e in range(experts) if e // (per_gpu * per_host) in chosen]
+        for s in combinations(pool, k):
+            if any(certain[e] and e not in s for e in range(experts)):
+                continue
+            w = prod(1.0 if certain[e] else weights[e] for e in s)
+            total += w
+            for h in {e // (per_gpu * per_host) for e in s}:
+                node_hit[h] += w
+            for g in {e // per_gpu for e in s}:
+                gpu_hit[g] += w
+            for e in s:
+                incl[e] += w
+    return ([x / total for x in node_hit], [x / total for x in gpu_hit], [x / total for x in incl])
+
+
+def _shares(raw):
+    total = sum(raw)
+    return [x / total for x in raw]
+
+
+_LAYOUT = st.sampled_from([(1, 2), (2, 1), (2, 2), (4, 1), (2, 4), (4, 2)])    # (hosts, GPUs per host)
+
+
+@settings(max_examples=60, deadline=None)
+@given(layout=_LAYOUT, per_gpu=st.integers(1, 2), k=st.integers(1, 3),
+       max_nodes=st.one_of(st.none(), st.integers(1, 3)),
+       raw=st.lists(st.integers(0, 20), min_size=16, max_size=16))
+def test_skewed_hits_equal_enumeration(layout, per_gpu, k, max_nodes, raw):
+    """Exact: the dynamic programme's node and GPU hit probabilities equal the enumerated
+    model's, and (no node limit) each expert's inclusion probability is k × its share, or 1
+    for an expert wanted by every token."""
+    hosts, per_host = layout
+    experts = hosts * per_host * per_gpu
+    shares = _shares([x + 1e-3 for x in raw[:experts]])     # > 0: any k experts possible
+    reach = hosts if max_nodes is None else min(max_nodes, hosts)
+    if k > experts or reach * per_host * per_gpu < k:
+        return
+    weights, certain = solve_weights(shares, k)
+    got = spread(weights, certain, k, hosts, per_host, max_nodes)
+    node_hit, gpu_hit, incl = _enumerate(weights, certain, k, hosts, per_host, max_nodes)
+    assert got.node_hit == pytest.approx(node_hit, abs=1e-12)
+    assert got.gpu_hit == pytest.approx(gpu_hit, abs=1e-12)
+    assert got.nodes == pytest.approx(sum(node_hit), abs=1e-12)
+    assert got.gpus == pytest.approx(sum(gpu_hit), abs=1e-12)
+    free = _enumerate(weights, certain, k, hosts, per_host, None)[2]
+    assert inclusion(weights, certain, k) == pytest.approx(free, abs=1e-12)
+    rest = sum(s for s, c in zip(shares, certain) if not c)
+    assert free == pytest.approx([1.0 if c else (k - sum(certain)) * s / rest
+                                  for s, c in zip(shares, certain)], abs=1e-9)
+    if not any(certain):
+        assert free == pytest.approx([k * s for s in shares], abs=1e-9)
+    assert any(certain) == any(k * s >= 1 for s in shares)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hosts=st.integers(1, 6), per_host=st.sampled_from([1, 2, 4, 8]), per_gpu=st.integers(1, 4),
+       k=st.integers(1, 8), max_nodes=st.one_of(st.none(), st.integers(1, 6)))
+def test_uniform_weights_reduce_to_the_closed_forms(hosts, per_host, per_gpu, k, max_nodes):
+    """Equal weights: the dynamic programme gives the uniform closed forms D and G of
+    :mod:`dessim.workload.transformer.routing`, and equal measured counts do too."""
+    experts = hosts * per_host * per_gpu
+    reach = hosts if max_nodes is None else min(max_nodes, hosts)
+    if reach * per_host * per_gpu < k:
+        return
+    uniform = MoERouting(max_nodes=max_nodes)
+    d = reach * (1 - comb((reach - 1) * per_host * per_gpu, k) / comb(reach * per_host * per_gpu, k))
+    g = reach * per_host * (1 - comb((reach * per_host - 1) * per_gpu, k) / comb(reach * per_host * per_gpu, k))
+    assert uniform.nodes_per_token(k, experts, hosts) == d
+    assert uniform.gpus_per_token(k, experts, hosts, per_host) == g
+    got = spread([1.0] * experts, [False] * experts, k, hosts, per_host, max_nodes)
+    assert got.nodes == pytest.approx(d, rel=1e-12)
+    assert got.gpus == pytest.approx(g, rel=1e-12)
+    counts = MoERouting("counts", counts=(7.0,) * experts, max_nodes=max_nodes)
+    assert counts.nodes_per_token(k, experts, hosts) == pytest.approx(d, rel=1e-9)
+    assert counts.gpus_per_token(k, experts, hosts, per_host) == pytest.approx(g, rel=1e-9)
+    if hosts > 1:
+        assert counts.network_share(k, experts, hosts, per_host) == pytest.approx(d / k, rel=1e-9)
+    if per_host > 1:
+        assert counts.nvlink_share(k, experts, hosts, per_host) == pytest.approx(g / k, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hosts=st.integers(1, 4), per_host=st.sampled_from([1, 2, 4]), per_gpu=st.integers(1, 4),
+       k=st.integers(1, 6), exponent=st.floats(0, 3), max_nodes=st.one_of(st.none(), st.integers(1, 4)))
+def test_zipf_distinct_targets_are_bounded(hosts, per_host, per_gpu, k, exponent, max_nodes):
+    """1 ≤ D ≤ min(top_k, M, nodes), D ≤ G ≤ min(top_k, M·n), both shares in (0, 1]."""
+    experts = hosts * per_host * per_gpu
+    reach = hosts if max_nodes is None else min(max_nodes, hosts)
+    if reach * per_host * per_gpu < k:
+        return
+    routing = MoERouting("zipf", exponent=exponent, max_nodes=max_nodes)
+    d = routing.nodes_per_token(k, experts, hosts)
+    g = routing.gpus_per_token(k, experts, hosts, per_host)
+    assert 1 - 1e-9 <= d <= min(k, reach) + 1e-9
+    assert d - 1e-9 <= g <= min(k, reach * per_host) + 1e-9
+    assert 0 < routing.network_share(k, experts, hosts, per_host) <= 1
+    assert 0 < routing.nvlink_share(k, experts, hosts, per_host) <= 1
+
+
+def test_skew_concentrates_tokens_on_fewer_nodes():
+    """DeepSeek-V3's shape (256 experts, top-8, 8 nodes of 8 GPUs): Zipf-1 popularity reaches
+    fewer distinct nodes and GPUs than uniform, with and without the 4-node limit."""
+    for m in (None, 4):
+        uni, zipf = MoERouting(max_nodes=m), MoERouting("zipf", exponent=1.0, max_nodes=m)
+        assert zipf.nodes_per_token(8, 256, 8) < uni.nodes_per_token(8, 256, 8)
+        assert zipf.gpus_per_token(8, 256, 8, 8) < uni.gpus_per_token(8, 256, 8, 8)
+
+
+@pytest.mark.parametrize("routing", [MoERouting("zipf", exponent=1.2),
+                                     MoERouting("counts", counts=(9, 1, 1, 1, 4, 4, 0, 2, 1, 1, 3, 5, 2, 2, 1, 1)),
+                                     MoERouting("zipf", exponent=0.7, max_nodes=2)])
+def test_shares_scale_the_hot_ranks_flat_bytes_to_the_hottest_link(routing):
+    """Bulk-synchronous costing: every rank's all-to-all is sized for the hottest EP rank
+    (T·k·max_g s_g hidden vectors to each rank). Scaled by the shares, a rail flow carries what
+    the most often hit node receives over it (T·max_h P(h hit)) and an NVLink flow what the
+    most often hit GPU receives (per source node, T·max_g P(g hit)), by enumeration."""
+    k, hosts, per_host, experts, tokens = 2, 4, 2, 16, 100.0
+    gpus = hosts * per_host
+    weights, certain = solve_weights(routing.shares(experts), k)
+    node_hit, gpu_hit, _ = _enumerate(weights, certain, k, hosts, per_host, routing.max_nodes)
+    per_pair = tokens * k * max(routing.gpu_shares(experts, gpus))     # flat bytes to each rank
+    assert routing.load_factor(experts, gpus) / gpus == pytest.approx(max(routing.gpu_shares(experts, gpus)))
+    net = routing.network_share(k, experts, hosts, per_host) * per_host * per_pair
+    nvl = routing.nvlink_share(k, experts, hosts, per_host) * per_pair
+    assert net == pytest.approx(tokens * max(node_hit), rel=1e-9)
+    assert nvl == pytest.approx(tokens * max(gpu_hit), rel=1e-9)
+
+
+def test_too_few_popular_experts_is_refused():
+    with pytest.raises(WorkloadError, match="only 1 experts have a share > 0, fewer than top_k=2"):
+        MoERouting("counts", counts=(5, 0, 0, 0)).nodes_per_token(2, 4, 2)
+    with pytest.raises(WorkloadError, match="do not split evenly over 2 nodes x 3 GPUs"):
+        MoERouting("zipf").gpus_per_token(2, 8, 2, 3)
