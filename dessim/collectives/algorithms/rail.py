@@ -25,8 +25,21 @@ Option ``network_share`` (default 1, in (0, 1]) scales phase 1: DeepEP sends a t
 the network once per target node, not once per expert copy, so an MoE dispatch carries
 ``network_share`` = (distinct target nodes per token) / ``top_k`` of the flat bytes across
 nodes; with node-limited routing (each token to at most M nodes) this is at most ``M/top_k``
-(:meth:`dessim.workload.transformer.routing.MoERouting.network_share`). Phase 2 still carries
-every copy (NVLink fan-out to the experts' GPUs).
+(:meth:`dessim.workload.transformer.routing.MoERouting.network_share`). Option
+``nvlink_share`` (default 1, in (0, 1]) scales phase 2 likewise: DeepEP forwards a token over
+NVLink once per target *GPU* (``is_token_in_rank``/``SourceMeta.is_token_in_nvl_rank`` in
+deepseek-ai/DeepEP ``csrc/kernels/internode.cu``), and not at all when the forwarding GPU
+itself holds the token's experts, i.e. (distinct target GPUs per token) / ``top_k`` of the
+flat fan-out (:meth:`~dessim.workload.transformer.routing.MoERouting.nvlink_share`).
+
+Option ``nvlink_first`` (default false) runs the two phases in reverse order, as DeepEP's
+combine does (its ``combine`` kernel: ``kNVLSender`` warps send the expert outputs over NVLink
+to the forwarding GPU of the token's rail, ``kNVLAndRDMAForwarder`` warps reduce them there and
+send one vector per node over RDMA to the token's home GPU; DeepSeek-V3 report §3.2.2): phase
+1 is the NVLink exchange — rank ``(h', j)`` sends ``(h', i)`` what the ranks of rail ``i``
+receive from it, ``H·S/p`` bytes (times ``nvlink_share``) — and phase 2 the network exchange of
+``n·S/p`` bytes (times ``network_share``) from ``(h', i)`` to ``(h, i)``. With ``K`` pipeline
+chunks chunk ``c``'s network phase runs while chunk ``c + 1`` crosses NVLink.
 """
 
 from __future__ import annotations
@@ -57,13 +70,32 @@ def host_rows(group: tuple[int, ...], topology: Topology | None) -> list[list[in
     return out
 
 
-def network_share(options: dict) -> float:
-    """The ``network_share`` option (module docstring); a CollectiveError unless in (0, 1]."""
-    share = options.get("network_share", 1.0)
+def _share(options: dict, key: str, what: str) -> float:
+    """A share option ``key`` (default 1); a CollectiveError unless a number in (0, 1]."""
+    share = options.get(key, 1.0)
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-        raise CollectiveError(f"rail all-to-all: network_share={share!r} must be a number in (0, 1] "
-                              "(the share of the flat all-to-all's bytes that crosses nodes)")
+        raise CollectiveError(f"rail all-to-all: {key}={share!r} must be a number in (0, 1] "
+                              f"(the share of the flat all-to-all's bytes that {what})")
     return float(share)
+
+
+def network_share(options: dict) -> float:
+    """The ``network_share`` option (module docstring)."""
+    return _share(options, "network_share", "crosses nodes")
+
+
+def nvlink_share(options: dict) -> float:
+    """The ``nvlink_share`` option (module docstring)."""
+    return _share(options, "nvlink_share", "is forwarded over NVLink")
+
+
+def nvlink_first(options: dict) -> bool:
+    """The ``nvlink_first`` option (module docstring); a CollectiveError unless a bool."""
+    first = options.get("nvlink_first", False)
+    if not isinstance(first, bool):
+        raise CollectiveError(f"rail all-to-all: nvlink_first={first!r} must be true or false "
+                              "(the NVLink phase before the network phase, as DeepEP's combine)")
+    return first
 
 
 def pipeline_chunks(options: dict) -> int:
@@ -86,22 +118,26 @@ class Rail(Algorithm):
               options: dict) -> None:
         host_rows(group, topology)
         network_share(options)
+        nvlink_share(options)
+        nvlink_first(options)
         pipeline_chunks(options)
 
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:
         rows = host_rows(group, topology)
         hosts, n, p = len(rows), len(rows[0]), len(group)
-        share, chunks = network_share(options), pipeline_chunks(options)
+        chunks = pipeline_chunks(options)
         part = size / chunks
+        net, nvl = network_share(options) * n * part / p, nvlink_share(options) * hosts * part / p
+        network = [(rows[h][i], rows[g][i], net, 0.0)
+                   for h in range(hosts) for i in range(n) for g in range(hosts) if g != h] if hosts > 1 else []
+        nvlink = [(row[i], row[j], nvl, 0.0)
+                  for row in rows for i in range(n) for j in range(n) if j != i] if n > 1 else []
+        phases = [ph for ph in ((nvlink, network) if nvlink_first(options) else (network, nvlink)) if ph]
         for c in range(chunks):     # each chunk its own exchange on the same (FIFO) connections
             sub = lane if c == 0 else Lane(lane.builder, lane.channel)
-            if hosts > 1:
-                sub.step((rows[h][i], rows[g][i], share * n * part / p, 0.0)
-                         for h in range(hosts) for i in range(n) for g in range(hosts) if g != h)
-            if n > 1:
-                sub.step((row[i], row[j], hosts * part / p, 0.0)
-                         for row in rows for i in range(n) for j in range(n) if j != i)
+            for sends in phases:
+                sub.step(sends)
 
     def topology_key(self, group: tuple[int, ...], topology: Topology) -> object:
         """The host of each member (numbered by first appearance): what :meth:`check` and
