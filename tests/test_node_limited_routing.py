@@ -122,11 +122,16 @@ def _ep_seconds(result) -> float:
 
 def test_node_limit_shrinks_the_simulated_dispatch():
     """EP 32 over 4 DGX nodes with DeepEP: the all-to-all tasks carry the routing's network
-    share and take less time with M = 1 than unlimited; NCCL's all-to-all sends every copy
-    whatever M is."""
+    and NVLink shares (dispatch and combine directions) and take less time with M = 1 than
+    unlimited; NCCL's all-to-all sends every copy whatever M is. With M = 1 a token's 8 copies
+    land on one node: D = 1, and G = 8·(1 − C(14, 8)/C(16, 8)) = 92/15 of its 8 GPUs (2
+    experts each)."""
     free, limited = _moe_simulation({}), _moe_simulation({"max_nodes": 1})
     options = {tuple(sorted(t.attrs["algo_options"].items())) for t in limited.taskgraph if t.category == "ep"}
-    assert options == {(("network_share", 1 / 8), ("pipeline_chunks", DEEPEP_PIPELINE_CHUNKS))}
+    assert {o[1] for o in options} == {("nvlink_first", False), ("nvlink_first", True)}
+    assert {(o[0], o[3]) for o in options} == {(("network_share", 1 / 8),
+                                                ("pipeline_chunks", DEEPEP_PIPELINE_CHUNKS))}
+    assert [o[2][1] for o in options] == pytest.approx([92 / 15 / 8] * 2, rel=1e-12)
     # the pipelined phases are an approximation, and every summary says so
     assert limited.summary()["approximations"] == [DEEPEP_APPROXIMATION]
     assert 0 < _ep_seconds(limited) < _ep_seconds(free)

@@ -96,6 +96,7 @@ from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
 from dessim.workload.transformer.passes import (GRANULARITIES, WGRAD, Block, PassBuilder, Step, embedding_points,
                                                 head_points, layer_points, merge_steps, split_backward)
+from dessim.workload.transformer.routing import SKEWED_ROUTING_APPROXIMATION
 from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
 from dessim.workload.transformer.tp_islands import TPIslands
 from dessim.workload.transformer.schedules import PipeOp, next_virtual, prev_virtual, stage_program, virtual_stage
@@ -324,7 +325,7 @@ class _Generator:
         self.act_bytes = self.layer_kinds[False][3]
         self.templates: dict[tuple[int, int, str], _Template] = {}
         self.ep_algo = self._ep_algorithm()
-        self.ep_shares: dict[tuple[int, ...], float] = {}
+        self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -337,7 +338,8 @@ class _Generator:
             self.em.timer.model(name).check_attention(lo.attention)
         self.graph = self.em.graph
         if self.ep_algo == "rail" and self.comm:       # said in every summary (WorkloadResult)
-            self.graph.meta["approximations"] = [DEEPEP_APPROXIMATION]
+            self.graph.meta["approximations"] = [DEEPEP_APPROXIMATION] + (
+                [] if self.model.routing.distribution == "uniform" else [SKEWED_ROUTING_APPROXIMATION])
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
         self.free_p2p: dict[tuple[int, int, int, str], dict[str, tuple[str, list[str]]]] = {}
         self.mem_tasks: dict[tuple[int, int, tuple], str] = {}
@@ -639,24 +641,33 @@ class _Generator:
             pass
         return "auto"
 
-    def _ep_attrs(self, group: tuple[int, ...]) -> dict:
+    def _ep_attrs(self, group: tuple[int, ...], combine: bool) -> dict:
         """Attributes of an MoE all-to-all task on ``group``: with ``rail`` (DeepEP), the
         algorithm's ``network_share`` — a token crosses the network once per target node, at
         most ``routing.max_nodes`` of them (:meth:`MoERouting.network_share`) — and
-        ``pipeline_chunks`` (:data:`~dessim.workload.transformer.layout.DEEPEP_PIPELINE_CHUNKS`)."""
+        ``nvlink_share`` — it crosses NVLink once per target GPU other than the forwarding one
+        (:meth:`MoERouting.nvlink_share`) — ``pipeline_chunks``
+        (:data:`~dessim.workload.transformer.layout.DEEPEP_PIPELINE_CHUNKS`), and for a
+        ``combine``-direction all-to-all (the forward combine, the dispatch's backward)
+        ``nvlink_first``: DeepEP's combine reduces over NVLink on the forwarding GPU before
+        the network phase."""
         if self.ep_algo != "rail":
             return {}
-        share = self.ep_shares.get(group)
-        if share is None:
-            hosts = len(host_rows(group, self.topo))
-            share = self.model.routing.network_share(self.model.top_k, self.model.experts, hosts)
-            self.ep_shares[group] = share
-        return {ALGO_OPTIONS: {"network_share": share, "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}}
+        shares = self.ep_shares.get(group)
+        if shares is None:
+            rows = host_rows(group, self.topo)
+            args = (self.model.top_k, self.model.experts, len(rows), len(rows[0]))
+            shares = {"network_share": self.model.routing.network_share(*args),
+                      "nvlink_share": self.model.routing.nvlink_share(*args)}
+            self.ep_shares[group] = shares
+        return {ALGO_OPTIONS: {**shares, "nvlink_first": combine,
+                               "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}}
 
     # ------------------------------------------------------------------ task emission
     def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,
-                    group: tuple[int, ...], deps: list[str], gkind: str) -> list[str]:
-        """A collective task (or its free stand-in); returns the ids later steps depend on."""
+                    group: tuple[int, ...], deps: list[str], gkind: str, combine: bool = False) -> list[str]:
+        """A collective task (or its free stand-in); returns the ids later steps depend on
+        (``combine``: an MoE all-to-all in the combine direction, :class:`~.passes.CommSpec`)."""
         if len(group) == 1:
             return deps
         n = self.em.count(rank, f"coll.{gkind}")
@@ -673,7 +684,7 @@ class _Generator:
             self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
                              op=op, size=float(size), group=group, coll_id=coll_id,
                              algo=self.ep_algo if gkind == "ep" else "auto",
-                             attrs=self._ep_attrs(group) if gkind == "ep" else {}), deps)
+                             attrs=self._ep_attrs(group, combine) if gkind == "ep" else {}), deps)
         else:
             self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
                              duration=0.0, attrs={"op": op, "size": float(size)}), deps)
@@ -749,7 +760,7 @@ class _Generator:
             elif s.kind == "collective":
                 group = self.groups[s.group][rank]
                 ids.append(self._collective(rank, f"{t.labels[i]} mb{mb}", s.category, s.stream, s.op,
-                                            s.size, group, deps, s.group))
+                                            s.size, group, deps, s.group, s.combine))
             elif s.kind in ("send", "recv"):
                 pos = cp_group.index(rank)
                 step = 1 if s.peer == "next" else -1

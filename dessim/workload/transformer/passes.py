@@ -104,6 +104,7 @@ class Step:
     key: tuple = ()                 #: memcpy: identity of the offloaded data (cross-pass)
     after_key: tuple = ()           #: memcpy: wait for the memcpy with this key (any pass)
     completes: list[str] = field(default_factory=list)  #: blocks whose last kernel is here
+    combine: bool = False           #: collective: an MoE all-to-all in the combine direction
 
     @property
     def is_compute(self) -> bool:
@@ -112,13 +113,21 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class CommSpec:
-    """One collective at a point: ``op`` of ``size`` bytes on group kind ``group``."""
+    """One collective at a point: ``op`` of ``size`` bytes on group kind ``group``.
+
+    ``combine``: an MoE all-to-all in the combine direction — expert outputs (or, backward,
+    the dispatch's input gradients) going back to their tokens' ranks and summed there. DeepEP
+    runs it as the mirror image of the dispatch (NVLink first, then the network;
+    :mod:`dessim.collectives.algorithms.rail` option ``nvlink_first``), and the backward of a
+    dispatch is a combine and vice versa (deepseek-ai/DeepEP README: the dispatch's backward
+    calls ``combine``, the combine's ``dispatch``)."""
 
     category: str
     op: str
     size: float
     group: str
     label: str
+    combine: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +191,10 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
         if oper == "a2a":
             if layout.ep > 1:
                 dispatch = label == "moe.dispatch"
-                spec = (CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], "ep", label),)
-                out.append(CommPoint(before, spec, spec, overlap=overlap if dispatch else 0))
+                size = ep_size[0 if dispatch else 1]
+                fwd = CommSpec("ep", "alltoall", size, "ep", label, combine=not dispatch)
+                out.append(CommPoint(before, (fwd,), (replace(fwd, combine=dispatch),),
+                                     overlap=overlap if dispatch else 0))
             continue
         if layout.tp == 1:
             continue
@@ -289,7 +300,7 @@ class PassBuilder:
     def comm(self, spec: CommSpec, block: str, dep: int) -> int:
         return self._add(Step("collective", spec.label, spec.category, spec.category,
                               [dep] if dep >= 0 else [], block, op=spec.op, size=spec.size,
-                              group=spec.group))
+                              group=spec.group, combine=spec.combine))
 
     def _dp_collective(self, op: str, size: float, group: str, label: str, block: str,
                        deps: list[int], stream: str) -> int:
@@ -551,7 +562,7 @@ def merge_steps(steps: list[Step]) -> list[Step]:
         new_index[i] = len(out)
         out.append(Step(s.kind, s.name, s.category, s.stream, list(s.deps), s.block, list(s.kernels),
                         s.op, s.size, s.group, s.peer, s.ring, s.direction, s.key, s.after_key,
-                        list(s.completes)))
+                        list(s.completes), s.combine))
     for s in out:
         s.deps = sorted({new_index[d] for d in s.deps})
     return out

@@ -85,10 +85,17 @@ from pathlib import Path
 from dessim.errors import WorkloadError
 from dessim.workload.transformer.spread import Spread, solve_weights, spread
 
-__all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts"]
+__all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts", "SKEWED_ROUTING_APPROXIMATION"]
 
 #: Load distributions a workload file can name (``model.routing.distribution``).
 DISTRIBUTIONS: tuple[str, ...] = ("uniform", "zipf", "counts")
+
+#: What a run with a skewed distribution and DeepEP's deduplicated all-to-all says in its
+#: summary (``approximations``): the routing model behind its distinct targets per token.
+SKEWED_ROUTING_APPROXIMATION = (
+    "MoE routing (zipf/counts distribution, moe_dispatch deepep): distinct target nodes and "
+    "GPUs per token from a maximum-entropy router matched to the per-expert loads (exact for "
+    "that model; a real router may correlate its choices), sized for the hottest link")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,53 @@
+"""The transformer generator's DeepEP all-to-all tasks: dispatch-direction ones run the
+network phase first, combine-direction ones (the forward combine and the dispatch's backward,
+deepseek-ai/DeepEP README) NVLink first; both carry the routing's network and NVLink shares,
+and a skewed routing names its model among the run's approximations."""
+
+from __future__ import annotations
+
+import pytest
+
+from dessim.topology import load_topology
+from dessim.workload.transformer.generator import build_taskgraph
+from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION
+from dessim.workload.transformer.routing import SKEWED_ROUTING_APPROXIMATION, MoERouting
+from dessim.workload.transformer.spec import parse_workload
+
+TOPO2 = load_topology("dgx-h100:nodes=2")
+
+
+def _graph(routing: dict, dispatch: str = "deepep"):
+    doc = {"name": "moe", "model": {"layers": 2, "hidden": 512, "heads": 8, "ffn_hidden": 2048,
+                                    "vocab": 2048, "seq_len": 512, "experts": 32, "top_k": 4,
+                                    "moe_ffn_hidden": 256, "routing": routing},
+           "parallelism": {"dp": 16, "ep": 16},
+           "training": {"global_batch": 16, "moe_dispatch": dispatch, "device": "H100"}}
+    return build_taskgraph(parse_workload(doc, "test"), TOPO2)
+
+
+def test_combine_direction_all_to_alls_run_nvlink_first():
+    """Rank 0, one micro-batch, no pipeline: forward L0 dispatch, L0 combine, L1 dispatch, L1
+    combine, then backward in reverse, where each all-to-all's direction flips."""
+    tasks = [t for t in _graph({}) if t.rank == 0 and t.category == "ep"]
+    got = [(t.name.split()[1:3], t.attrs["algo_options"]["nvlink_first"]) for t in tasks]
+    assert got == [(["L0", "moe.dispatch"], False), (["L0", "moe.combine"], True),
+                   (["L1", "moe.dispatch"], False), (["L1", "moe.combine"], True),
+                   (["L1", "moe.combine"], False), (["L1", "moe.dispatch"], True),
+                   (["L0", "moe.combine"], False), (["L0", "moe.dispatch"], True)]
+
+
+@pytest.mark.parametrize("routing", [{}, {"max_nodes": 1}, {"distribution": "zipf", "exponent": 1.0}])
+def test_tasks_carry_the_routings_shares(routing):
+    """2 nodes × 8 GPUs, 32 experts (2 per GPU), top-4: the options are the routing's shares,
+    uniform: D/k and G/k; and a skewed routing is named in the approximations."""
+    graph = _graph(routing)
+    model = MoERouting(**routing)
+    options = {tuple(sorted(t.attrs["algo_options"].items())) for t in graph if t.category == "ep"}
+    assert {(o[0][0], o[2][0]) for o in options} == {("network_share", "nvlink_share")}
+    assert {o[0][1] for o in options} == {model.network_share(4, 32, 2, 8)}
+    assert {o[2][1] for o in options} == {model.nvlink_share(4, 32, 2, 8)}
+    if not routing or "max_nodes" in routing:
+        assert model.nvlink_share(4, 32, 2, 8) == pytest.approx(model.gpus_per_token(4, 32, 2, 8) / 4)
+    skewed = [SKEWED_ROUTING_APPROXIMATION] if "distribution" in routing else []
+    assert graph.meta["approximations"] == [DEEPEP_APPROXIMATION] + skewed
+    assert "approximations" not in _graph(routing, dispatch="nccl").meta
