@@ -12,16 +12,13 @@ from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION
 from dessim.workload.transformer.routing import SKEWED_ROUTING_APPROXIMATION, MoERouting
 from dessim.workload.transformer.spec import parse_workload
+from tests.moe_helpers import moe_doc
 
 TOPO2 = load_topology("dgx-h100:nodes=2")
 
 
 def _graph(routing: dict, dispatch: str = "deepep"):
-    doc = {"name": "moe", "model": {"layers": 2, "hidden": 512, "heads": 8, "ffn_hidden": 2048,
-                                    "vocab": 2048, "seq_len": 512, "experts": 32, "top_k": 4,
-                                    "moe_ffn_hidden": 256, "routing": routing},
-           "parallelism": {"dp": 16, "ep": 16},
-           "training": {"global_batch": 16, "moe_dispatch": dispatch, "device": "H100"}}
+    doc = moe_doc(routing, dispatch, hidden=512, experts=32, top_k=4, ranks=16)
     return build_taskgraph(parse_workload(doc, "test"), TOPO2)
 
 

@@ -17,6 +17,7 @@ from dessim.workload import load_workload
 from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS
 from dessim.workload.transformer.routing import MoERouting
 from dessim.workload.transformer.spec import parse_workload
+from tests.moe_helpers import moe_doc
 
 TOPO4 = load_topology("dgx-h100:nodes=4")
 
@@ -107,11 +108,7 @@ def _moe_simulation(routing: dict, dispatch: str = "deepep"):
     from dessim.engine import EngineOptions
     from dessim.workload import simulate_workload
 
-    doc = {"name": "moe", "model": {"layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 4096,
-                                    "vocab": 4096, "seq_len": 1024, "experts": 64, "top_k": 8,
-                                    "moe_ffn_hidden": 512, "routing": routing},
-           "parallelism": {"dp": 32, "ep": 32},
-           "training": {"global_batch": 32, "moe_dispatch": dispatch, "device": "H100"}}
+    doc = moe_doc(routing, dispatch)
     return simulate_workload(parse_workload(doc, "test"), TOPO4, options=EngineOptions(record_links=False))
 
 
