@@ -18,7 +18,8 @@ and its stream is free. Kinds (:data:`TASK_KINDS`):
     ``group`` (ranks), ``algo`` (``auto`` default) and ``coll_id``: every member of
     ``group`` has exactly one task with that ``coll_id`` and they must agree on op, size,
     group and algo. ``attrs["algo_options"]`` (:data:`ALGO_OPTIONS`), a mapping, is passed
-    to that algorithm as its options (rail: ``network_share``); ignored when the engine
+    to that algorithm as its options (rail: ``network_share``, ``nvlink_share``, ``nvlink_first``,
+    ``pipeline_chunks``); ignored when the engine
     forces another algorithm.
 ``send`` / ``recv``
     A point-to-point transfer of ``size`` bytes to/from ``peer`` with a ``tag``. The k-th

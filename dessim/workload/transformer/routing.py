@@ -53,10 +53,11 @@ distinct target GPUs per token is, likewise exactly under uniform affinities::
 
     G = M'·n·(1 − C((M'·n−1)·E/(H·n), k) / C(M'·n·E/(H·n), k))
 
-and the NVLink phase carries the flat fan-out's bytes times :meth:`MoERouting.nvlink_share`
-``= G / k`` (a GPU receives a token's copy over NVLink iff it holds one of its experts; by
-symmetry the forwarding GPU holds ``G/n`` of the ``G`` in expectation, as the flat fan-out
-keeps ``k/n`` of the ``k`` copies there).
+(a node's ``n`` GPUs in ``n`` blocks of its ``E/H`` experts). The flat fan-out forwards the
+``k·(n−1)/n`` copies (in expectation) not on the forwarding GPU; DeepEP forwards once to each
+target GPU but that one, ``G·(n−1)/n`` (each GPU of a node equally likely to be the forwarding
+one, the token's home index), so the NVLink phase carries the flat bytes times
+:meth:`MoERouting.nvlink_share` ``= G / k``.
 
 Skewed distributions (``zipf``, ``counts``) use the exact hit probabilities of a
 maximum-entropy router whose per-expert loads are the distribution's
@@ -94,8 +95,9 @@ DISTRIBUTIONS: tuple[str, ...] = ("uniform", "zipf", "counts")
 #: summary (``approximations``): the routing model behind its distinct targets per token.
 SKEWED_ROUTING_APPROXIMATION = (
     "MoE routing (zipf/counts distribution, moe_dispatch deepep): distinct target nodes and "
-    "GPUs per token from a maximum-entropy router matched to the per-expert loads (exact for "
-    "that model; a real router may correlate its choices), sized for the hottest link")
+    "GPUs per token from a maximum-entropy router matched to the per-expert loads (before any "
+    "max_nodes limit; exact for that model, a real router may correlate its choices), sized "
+    "for the hottest link")
 
 
 @dataclass(frozen=True, slots=True)

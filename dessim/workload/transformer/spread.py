@@ -11,13 +11,15 @@ Maximum-entropy top-k routing
     probabilities; Chen, Dempster & Liu 1994, "Weighted finite population sampling to maximize
     entropy", Biometrika 81(3):457–469). The weights ``w`` are solved so that each expert's
     inclusion probability ``π_e`` equals ``k · s_e`` — ``s_e`` its share of the token copies —
-    so the routed loads are exactly the distribution's: steps ``log w ← log w + α·(logit(k·s)
-    − logit(π(w)))``, ``α`` chosen to shrink the squared gap to the targets, until every
-    ``π_e`` is within :data:`TOLERANCE` of its target — a numerical solve checked to that
-    tolerance, not an approximation. An expert with ``k · s_e ≥ 1`` cannot receive that many copies (a token
-    picks an expert at most once): it is taken by every token (``π_e = 1``) and the other
-    ``k − c`` picks are spread over the rest in proportion to their shares (Tillé 2006,
-    *Sampling Algorithms*, §5.2 "certainty" units). Experts with share 0 are never picked.
+    so the routed loads are exactly the distribution's: steps
+    ``log w ← log w + α·(logit(k·s) − logit(π(w)))``, ``α`` chosen to shrink the squared gap
+    to the targets, until every ``π_e`` is within :data:`TOLERANCE` of its target — a
+    numerical solve checked to that tolerance, not an approximation. Given the targets the
+    weights are essentially unique (Chen, Dempster & Liu 1994). An expert with
+    ``k · s_e ≥ 1`` cannot receive that many copies (a token picks an expert at most once):
+    it is taken by every token (``π_e = 1``) and the other ``k − c`` picks are spread over
+    the rest in proportion to their shares (repeated until no target exceeds 1). Experts
+    with share 0 are never picked.
 Node-limited routing (DeepSeek-V3 report, arXiv 2412.19437, §2.1.2)
     "each token will be sent to at most M nodes": first a set ``N`` of ``M' = min(M, H)`` of the
     ``H`` nodes, then the ``k`` experts among the experts of ``N``. Jointly,
@@ -26,8 +28,8 @@ Node-limited routing (DeepSeek-V3 report, arXiv 2412.19437, §2.1.2)
     maximum-entropy router above. Uniform weights give a uniform node set and a uniform
     ``k``-subset of its experts — the uniform model of
     :mod:`~dessim.workload.transformer.routing`. The weights are those solved without the
-    node limit (the router's preferences); with it, per-expert loads move slightly towards
-    the nodes of popular experts.
+    node limit (the router's preferences); with it, the per-expert loads are no longer
+    exactly the shares (a node set is weighted by the experts it offers).
 
 Computation (exact, no sampling): with ``W(S) = Π w_e`` and ``d(S)`` the nodes ``S`` touches,
 the normaliser is ``Z = Σ_S W(S) · C(H − d(S), M' − d(S))`` (the node sets containing S's
