@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dessim.errors import WorkloadError
 from dessim.workload.transformer.routing import MoERouting
-from dessim.workload.transformer.spread import inclusion, solve_weights, spread
+from dessim.workload.transformer.spread import hit_probabilities, inclusion, solve_weights
 
 
 def _enumerate(weights, certain, k, hosts, per_host, max_nodes):
@@ -68,7 +68,7 @@ def test_skewed_hits_equal_enumeration(layout, per_gpu, k, max_nodes, raw):
     if k > experts or reach * per_host * per_gpu < k:
         return
     weights, certain = solve_weights(shares, k)
-    got = spread(weights, certain, k, hosts, per_host, max_nodes)
+    got = hit_probabilities(weights, certain, k, hosts, per_host, max_nodes)
     node_hit, gpu_hit, incl = _enumerate(weights, certain, k, hosts, per_host, max_nodes)
     assert got.node_hit == pytest.approx(node_hit, abs=1e-12)
     assert got.gpu_hit == pytest.approx(gpu_hit, abs=1e-12)
@@ -99,7 +99,7 @@ def test_uniform_weights_reduce_to_the_closed_forms(hosts, per_host, per_gpu, k,
     g = reach * per_host * (1 - comb((reach * per_host - 1) * per_gpu, k) / comb(reach * per_host * per_gpu, k))
     assert uniform.nodes_per_token(k, experts, hosts) == d
     assert uniform.gpus_per_token(k, experts, hosts, per_host) == g
-    got = spread([1.0] * experts, [False] * experts, k, hosts, per_host, max_nodes)
+    got = hit_probabilities([1.0] * experts, [False] * experts, k, hosts, per_host, max_nodes)
     assert got.nodes == pytest.approx(d, rel=1e-12)
     assert got.gpus == pytest.approx(g, rel=1e-12)
     counts = MoERouting("counts", counts=(7.0,) * experts, max_nodes=max_nodes)
@@ -115,7 +115,8 @@ def test_uniform_weights_reduce_to_the_closed_forms(hosts, per_host, per_gpu, k,
 @given(hosts=st.integers(1, 4), per_host=st.sampled_from([1, 2, 4]), per_gpu=st.integers(1, 4),
        k=st.integers(1, 6), exponent=st.floats(0, 3), max_nodes=st.one_of(st.none(), st.integers(1, 4)))
 def test_zipf_distinct_targets_are_bounded(hosts, per_host, per_gpu, k, exponent, max_nodes):
-    """1 ≤ D ≤ min(top_k, M, nodes), D ≤ G ≤ min(top_k, M·n), both shares in (0, 1]."""
+    """1 ≤ D ≤ min(top_k, M, nodes), D ≤ G ≤ min(top_k, M·n), both shares in (0, 1]; D and G
+    do not fall when M or top_k grows."""
     experts = hosts * per_host * per_gpu
     reach = hosts if max_nodes is None else min(max_nodes, hosts)
     if reach * per_host * per_gpu < k:
@@ -127,6 +128,13 @@ def test_zipf_distinct_targets_are_bounded(hosts, per_host, per_gpu, k, exponent
     assert d - 1e-9 <= g <= min(k, reach * per_host) + 1e-9
     assert 0 < routing.network_share(k, experts, hosts, per_host) <= 1
     assert 0 < routing.nvlink_share(k, experts, hosts, per_host) <= 1
+    if k < experts and min(max_nodes or hosts, hosts) * per_host * per_gpu > k:
+        assert routing.nodes_per_token(k + 1, experts, hosts) >= d - 1e-9
+        assert routing.gpus_per_token(k + 1, experts, hosts, per_host) >= g - 1e-9
+    if max_nodes is not None:
+        wider = MoERouting("zipf", exponent=exponent, max_nodes=max_nodes + 1)
+        assert wider.nodes_per_token(k, experts, hosts) >= d - 1e-9
+        assert wider.gpus_per_token(k, experts, hosts, per_host) >= g - 1e-9
 
 
 def test_skew_concentrates_tokens_on_fewer_nodes():

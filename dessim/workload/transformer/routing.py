@@ -84,7 +84,7 @@ from math import comb
 from pathlib import Path
 
 from dessim.errors import WorkloadError
-from dessim.workload.transformer.spread import Spread, solve_weights, spread
+from dessim.workload.transformer.spread import Spread, hit_probabilities, solve_weights
 
 __all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts", "SKEWED_ROUTING_APPROXIMATION"]
 
@@ -185,7 +185,7 @@ class MoERouting:
     def spread(self, top_k: int, experts: int, nodes: int, per_node: int = 1) -> Spread:
         """Per-token hit probabilities of each of ``nodes`` nodes and ``nodes·per_node`` GPUs
         (module docstring; closed forms for uniform shares, else
-        :func:`dessim.workload.transformer.spread.spread`). A WorkloadError if the experts do
+        :func:`dessim.workload.transformer.spread.hit_probabilities`). A WorkloadError if the experts do
         not split evenly over the GPUs or the ``max_nodes`` nodes hold fewer than ``top_k``
         experts."""
         return _spread(self, top_k, experts, nodes, per_node)
@@ -245,7 +245,7 @@ def _spread(routing: MoERouting, top_k: int, experts: int, nodes: int, per_node:
         g = distinct(reach * per_node, per_gpu)
         return Spread((d / nodes,) * nodes, (g / gpus,) * gpus, d, g)
     weights, certain = solve_weights(routing.shares(experts), top_k)
-    return spread(weights, certain, top_k, nodes, per_node, routing.max_nodes)
+    return hit_probabilities(weights, certain, top_k, nodes, per_node, routing.max_nodes)
 
 
 def read_counts(value: object, what: str) -> tuple[float, ...]:

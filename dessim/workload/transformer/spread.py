@@ -48,7 +48,7 @@ from typing import Sequence
 
 from dessim.errors import WorkloadError
 
-__all__ = ["Spread", "solve_weights", "inclusion", "spread"]
+__all__ = ["Spread", "solve_weights", "inclusion", "hit_probabilities"]
 
 #: Fixed-point iteration of :func:`solve_weights`: stop when every inclusion probability is
 #: within this of its target (absolute; probabilities are <= 1) ...
@@ -211,7 +211,7 @@ def _normaliser(nodes: Sequence[Sequence[float]], k: int, reach: int) -> float:
     return sum(table[d][k] * comb(hosts - d, reach - d) for d in range(reach + 1))
 
 
-def spread(weights: Sequence[float], certain: Sequence[bool], k: int, hosts: int, per_host: int,
+def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int, hosts: int, per_host: int,
            max_nodes: int | None) -> Spread:
     """Exact node and GPU hit probabilities of one token (module docstring) for experts in
     contiguous blocks over ``hosts · per_host`` GPUs (the caller checks divisibility)."""
