@@ -30,8 +30,9 @@ Overlap in backward
 Expert parallelism
     All-to-all of the routed tokens (``top_k·T·h`` elements, times the routing's load factor:
     the most loaded rank's share, :mod:`dessim.workload.transformer.routing`) after the
-    permutation (dispatch) and before the un-permutation (combine), and the same two backward.
-    Shared experts (DeepSeekMoE) need no token exchange: they run while the dispatch is in
+    permutation (dispatch) and before the un-permutation (combine), and the same two backward,
+    where their directions swap: the dispatch's backward is a combine and the combine's a
+    dispatch (:attr:`CommSpec.combine`). Shared experts (DeepSeekMoE) need no token exchange: they run while the dispatch is in
     flight, forward and backward (DeepSeek-V3 report §3.2.2 overlaps them likewise).
 Context parallelism (ring attention, Liu et al. 2023; Megatron-core ``cp_comm_type=p2p``)
     The attention core is split into ``cp`` blocks; while block ``j`` computes, the K/V
