@@ -36,7 +36,8 @@ the normaliser is ``Z = Σ_S W(S) · C(H − d(S), M' − d(S))`` (the node sets
 nodes); a dynamic programme over nodes with state (nodes touched, experts picked) and each
 node's generating polynomial ``Π_{e on node} (1 + w_e x)`` gives it in
 ``O(H · M' · k²)``. A node (GPU) is missed with probability ``Z'/Z``, ``Z'`` the same sum with
-that node's (GPU's) experts removed. Experts sit in contiguous blocks: GPU ``g`` holds experts
+that node's (GPU's) experts removed; prefix and suffix tables over the nodes give every
+``Z'`` from the table of the other nodes in ``O(M' · k)``, ``O(H · (M' · k)²)`` in all. Experts sit in contiguous blocks: GPU ``g`` holds experts
 ``g·E/(H·n) …``, node ``h`` GPUs ``h·n … h·n + n − 1``.
 """
 
@@ -195,24 +196,65 @@ def _gap(theta: Sequence[float], want: Sequence[float], k: int) -> list[float]:
     return [p - t for p, t in zip(inclusion(w, [False] * len(w), k), want)]
 
 
-def _normaliser(nodes: Sequence[Sequence[float]], k: int, reach: int) -> float:
-    """``Z`` of the module docstring for node polynomials ``nodes`` and ``M' = reach``."""
-    hosts = len(nodes)
-    table = [[0.0] * (k + 1) for _ in range(reach + 1)]   # [nodes touched][experts picked]
-    table[0][0] = 1.0
-    for q in nodes:
-        new = [[x * q[0] for x in row] for row in table]
-        for d in range(reach):
-            for j, x in enumerate(table[d]):
+class _Tables:
+    """Dynamic-programme tables over nodes: ``t[d][j]`` sums ``W(S)`` over the choices on a
+    set of nodes that touch ``d`` of them with ``j`` experts (``d`` capped at ``reach``; a
+    single row when every node set is allowed, ``M' = H``, where ``d`` does not matter)."""
+
+    def __init__(self, k: int, hosts: int, reach: int) -> None:
+        self.k, self.hosts, self.reach = k, hosts, reach
+        self.rows = reach + 1 if reach < hosts else 1
+
+    def unit(self) -> list[list[float]]:
+        t = [[0.0] * (self.k + 1) for _ in range(self.rows)]
+        t[0][0] = 1.0
+        return t
+
+    def add(self, t: list[list[float]], q: Sequence[float]) -> list[list[float]]:
+        """``t`` with one more node of generating polynomial ``q``."""
+        k, rows = self.k, self.rows
+        new = [[x * q[0] for x in row] for row in t]
+        for d in range(rows if rows == 1 else rows - 1):
+            up = d if rows == 1 else d + 1
+            for j, x in enumerate(t[d]):
                 if x:
                     for i in range(1, k + 1 - j):
-                        new[d + 1][j + i] += x * q[i]
-        table = new
-    return sum(table[d][k] * comb(hosts - d, reach - d) for d in range(reach + 1))
+                        new[up][j + i] += x * q[i]
+        return new
+
+    def merge(self, a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
+        """The table of two disjoint node sets."""
+        k, rows = self.k, self.rows
+        out = [[0.0] * (k + 1) for _ in range(rows)]
+        for d1, ra in enumerate(a):
+            for d2, rb in enumerate(b):
+                d = 0 if rows == 1 else d1 + d2
+                if d >= rows:
+                    continue
+                for j1, x in enumerate(ra):
+                    if x:
+                        for j2 in range(k + 1 - j1):
+                            out[d][j1 + j2] += x * rb[j2]
+        return out
+
+    def close(self, others: list[list[float]], q: Sequence[float]) -> float:
+        """``Z`` (module docstring) of the nodes of ``others`` plus one of polynomial ``q``:
+        the ``k``-expert entries, each weighted by the node sets containing its nodes."""
+        k, hosts, reach, rows = self.k, self.hosts, self.reach, self.rows
+
+        def sets(d: int) -> int:
+            return 1 if rows == 1 else (comb(hosts - d, reach - d) if d <= reach else 0)
+
+        total = 0.0
+        for d, row in enumerate(others):
+            for j, x in enumerate(row):
+                if x:
+                    total += x * (q[0] * sets(d) if j == k else q[k - j] * sets(d + 1))
+        return total
 
 
-def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int, hosts: int, per_host: int,
-           max_nodes: int | None) -> Spread:
+def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int, hosts: int,
+                      per_host: int, max_nodes: int | None) -> Spread:
     """Exact node and GPU hit probabilities of one token (module docstring) for experts in
     contiguous blocks over ``hosts · per_host`` GPUs (the caller checks divisibility)."""
     gpus = hosts * per_host
@@ -232,10 +274,19 @@ def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int,
         return p
 
     node_polys = [node_poly(h) for h in range(hosts)]
-    z = _normaliser(node_polys, k, reach)
+    tables = _Tables(k, hosts, reach)
+    prefix = [tables.unit()]                  # prefix[h]: nodes 0..h-1; suffix[h]: h..H-1
+    for q in node_polys:
+        prefix.append(tables.add(prefix[-1], q))
+    suffix = [tables.unit()]
+    for q in reversed(node_polys):
+        suffix.append(tables.add(suffix[-1], q))
+    suffix.reverse()
+    others = [tables.merge(prefix[h], suffix[h + 1]) for h in range(hosts)]
+    z = tables.close(others[0], node_polys[0])
 
     def missed(h: int, poly: list[float]) -> float:
-        return _normaliser(node_polys[:h] + [poly] + node_polys[h + 1:], k, reach) / z
+        return tables.close(others[h], poly) / z
 
     node_hit = tuple(1.0 - missed(h, zero if any(any(c) for _, c in blocks[h * per_host:(h + 1) * per_host])
                                   else empty) for h in range(hosts))
