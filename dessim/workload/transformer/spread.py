@@ -34,7 +34,8 @@ Node-limited routing (DeepSeek-V3 report, arXiv 2412.19437, §2.1.2)
     is 21.6 against the shares' 21.8 under Zipf exponent 1, but 8.4 against 5.8 under
     exponent 0.5. Solving the weights under the limit instead is not always possible (Zipf
     shares on contiguous blocks often cannot come from a router limited to few nodes: with
-    ``M = 1`` an expert's inclusion probability cannot exceed its node's), so it is not done;
+    ``M = 1`` a node is hit with probability equal to its experts' share, and none of its
+    experts can be picked more often), so it is not done;
     the load factor keeps the shares.
 
 Computation (exact, no sampling): with ``W(S) = Π w_e`` and ``d(S)`` the nodes ``S`` touches,
