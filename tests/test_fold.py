@@ -93,12 +93,13 @@ def test_folded_graph_replays_like_the_unfolded_one_on_a_symmetric_network():
         assert r == full_ranks[r.rank]
 
 
-def _two_speed_topology() -> Topology:
-    """gpu0 - gpu1 at 2 GB/s, gpu2 - gpu3 at 1 GB/s: lanes that cannot stay in step."""
+def two_speed_topology(latency: bool = False) -> Topology:
+    """gpu0 - gpu1 at 2 GB/s, gpu2 - gpu3 at 1 GB/s: lanes that cannot stay in step (with
+    ``latency``: gpu0 - gpu1 also 1 us slower)."""
     g = nx.Graph()
     for i in range(4):
         g.add_node(f"gpu{i}", kind="gpu", device="H100")
-    g.add_edge("gpu0", "gpu1", type="custom", bw=2e9, lat=0.0)
+    g.add_edge("gpu0", "gpu1", type="custom", bw=2e9, lat=1e-6 if latency else 0.0)
     g.add_edge("gpu2", "gpu3", type="custom", bw=1e9, lat=0.0)
     g.add_node("sw", kind="switch")
     g.add_edge("gpu1", "sw", type="custom", bw=1e9, lat=0.0)
@@ -107,7 +108,7 @@ def _two_speed_topology() -> Topology:
 
 
 def test_lanes_out_of_step_are_reported_not_hidden():
-    topo = _two_speed_topology()
+    topo = two_speed_topology()
     g = TaskGraph("folded", fold=Fold(SWAP))
     g.add(Task("s", 0, "send", peer=1, tag=0, size=2e9))
     g.add(Task("r", 1, "recv", peer=0, tag=0, size=2e9))

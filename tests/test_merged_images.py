@@ -104,7 +104,8 @@ def test_merge_needs_routes_that_ignore_the_ecmp_key():
 def test_merged_images_change_no_result(workload, overrides):
     runs = [simulate_workload(workload, "dgx-h100:nodes=2", overrides=overrides,
                               options=EngineOptions(record_links=False,
-                                                    shortcuts=Shortcuts(merged_images=on)))
+                                                    shortcuts=Shortcuts(merged_images=on,
+                                                                        lane_families=False)))
             for on in (False, True)]
     off, on = runs
     assert on.simulation.meta["fold"]["merged_image_runs"] > 0

@@ -89,6 +89,9 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         took.append(SHORTCUT_NAMES["folded"])
     if sc.get("merged_image_runs"):
         took.append(f"{SHORTCUT_NAMES['merged_image_runs']} ({sc['merged_image_runs']} collectives)")
+    if sc.get("lane_family_runs"):
+        took.append(f"{SHORTCUT_NAMES['lane_family_runs']} on {sc['lane_family_runs']} transfers "
+                    "and collectives")
     if sc.get("collective_memo"):
         m = sc["collective_memo"]
         took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×")

@@ -46,6 +46,7 @@ from dessim.collectives.schedule import (CompactSchedule, FluidSchedule, Schedul
                                          merge_disjoint, pipelines)
 from dessim.errors import CollectiveError
 from dessim.network.base import Route
+from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.network.flow import WAKE_PRIORITY
 from dessim.topology.hosts import host_map
 
@@ -113,7 +114,8 @@ def merge_instances(network, schedules: Sequence[Schedule]) -> CompactSchedule |
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,
                  protocol: Protocol = RAW, reduction_bw: float | None = None, key_base: int = 0,
-                 bundles: bool = True, stream_rings: bool = False) -> ScheduleRun:
+                 bundles: bool = True, stream_rings: bool = False,
+                 family: LaneFamily | None = None) -> ScheduleRun:
     """Start ``schedule`` on ``network`` (a :class:`~dessim.network.base.Network`) now.
 
     Returns at once with a :class:`ScheduleRun`; run the environment to make progress.
@@ -129,6 +131,13 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     instead of step by step, when reductions are free and the network can couple the
     connections (:meth:`~dessim.network.base.Network.coupled_route`); otherwise the
     schedule runs step by step as usual.
+
+    ``family`` (a :class:`~dessim.network.families.LaneFamily`; not with streamed or fluid
+    schedules): every transfer also stands for its images in the family's other lanes — the
+    same schedule on the lanes' images of the group, which the caller has checked
+    (:func:`~dessim.collectives.schedule.is_relabelling`). The images must pay the same
+    protocol software latency as the representative's transfers
+    (:class:`~dessim.network.families.QuotientBroken` otherwise).
     """
     if reduction_bw is not None and not (isinstance(reduction_bw, (int, float))
                                          and reduction_bw > 0 and math.isfinite(reduction_bw)):
@@ -139,9 +148,12 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
             raise CollectiveError(f"{name} must be true or false, got {value!r}")
     if not isinstance(protocol, Protocol):
         raise CollectiveError(f"protocol must be a Protocol, got {protocol!r}")
-    charges = _Charges(network, protocol, schedule)
+    charges = _Charges(network, protocol, schedule, family)
     arrivals = _with_call_latency(network.env, schedule.group, arrivals,
                                   protocol.call_latency(schedule.algorithm))
+    if family is not None and (isinstance(schedule, FluidSchedule) or stream_rings):
+        raise CollectiveError("a lane family runs with step-by-step schedules only "
+                              f"(got {type(schedule).__name__}, stream_rings={stream_rings})")
     if isinstance(schedule, FluidSchedule):
         return _FluidRun(network, schedule, arrivals, charges, key_base).run
     if isinstance(schedule, CompactSchedule):
@@ -149,7 +161,8 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
             streams = _streams(network, schedule, key_base, charges)
             if streams is not None:
                 return _StreamRun(network, schedule, streams, arrivals).run
-        return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles, charges).run
+        return _PlanRun(network, schedule, arrivals, reduction_bw, key_base, bundles, charges,
+                        family).run
     env: simpy.Environment = network.env
     n = len(schedule)
     src, dst, nbytes, red = schedule.src, schedule.dst, schedule.nbytes, schedule.reduce_bytes
@@ -237,7 +250,8 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     factor = charges.factor
 
     def send(i: int) -> None:
-        ev = network.transfer(src[i], dst[i], nbytes[i] * factor, key=key_base + schedule.channel[i])
+        ev = network.transfer(src[i], dst[i], nbytes[i] * factor, key=key_base + schedule.channel[i],
+                              family=family)
         ev.callbacks.append(lambda _e, i=i: finished(i))
 
     def start(i: int) -> None:
@@ -274,8 +288,10 @@ class _Charges:
     its software step latency ``max(0, NCCL hop latency - route latency)`` (s), per
     (source, destination), memoised (:mod:`dessim.collectives.protocols`)."""
 
-    def __init__(self, network, protocol: Protocol, schedule: Schedule) -> None:
+    def __init__(self, network, protocol: Protocol, schedule: Schedule,
+                 family: LaneFamily | None = None) -> None:
         self.net = network
+        self.family = family
         self.protocol = protocol
         self.algorithm = algorithm = schedule.algorithm
         self.factor = protocol.wire_factor
@@ -297,17 +313,23 @@ class _Charges:
             return 0.0          # raw model, or a step inside the network (switch to switch)
         got = self._extra.get((src, dst))
         if got is None:
-            resolve = self.net.topology.resolve
-            a, b = resolve(src), resolve(dst)
-            if a == b:
-                got = 0.0
-            else:
-                route = self.net.route(a, b)
-                step = self.protocol.step_latency(
-                    self.algorithm, link_class(self.net.topology.graph, route.path), self.overhead)
-                got = max(0.0, step - route.latency)
-            self._extra[(src, dst)] = got
+            got = self._extra[(src, dst)] = self._step_extra(src, dst)
+            if self.family is not None:
+                for a, b, _ in self.family.images(src, dst, 0):
+                    if self._step_extra(a, b) != got:
+                        raise QuotientBroken(f"{self.algorithm} transfer {src} -> {dst}: its lane "
+                                             f"image {a} -> {b} pays another software latency")
         return got
+
+    def _step_extra(self, src: int | str, dst: int | str) -> float:
+        resolve = self.net.topology.resolve
+        a, b = resolve(src), resolve(dst)
+        if a == b:
+            return 0.0
+        route = self.net.route(a, b)
+        step = self.protocol.step_latency(
+            self.algorithm, link_class(self.net.topology.graph, route.path), self.overhead)
+        return max(0.0, step - route.latency)
 
     def hop_latency(self, src: int | str, dst: int | str) -> float:
         """Route latency plus software latency of one transfer ``src -> dst`` (s)."""
@@ -423,8 +445,9 @@ class _PlanRun:
 
     def __init__(self, network, schedule: CompactSchedule, arrivals: dict[int, simpy.Event] | None,
                  reduction_bw: float | None, key_base: int, bundles: bool,
-                 charges: _Charges) -> None:
+                 charges: _Charges, family: LaneFamily | None = None) -> None:
         self.net = network
+        self.family = family
         self.env: simpy.Environment = network.env
         self.plan = plan = schedule.plan
         self.charges = charges
@@ -567,7 +590,7 @@ class _PlanRun:
         # cached per pair list by the network: the same members of the same step recur in
         # every run of this collective (their software latencies split steps the same way)
         groups = self.net.bundle_groups(src.tolist(), dst.tolist(),
-                                        self.key_base + self.plan.channel[s])
+                                        self.key_base + self.plan.channel[s], family=self.family)
         if groups is None or all(t is None for t, _ in groups):
             return None
         return groups
@@ -626,7 +649,8 @@ class _PlanRun:
     def _template(self, pid: int):
         if pid not in self.templates:
             pat = self.plan.patterns[pid]
-            self.templates[pid] = self.net.bundle_template(pat.src.tolist(), pat.dst.tolist())
+            self.templates[pid] = self.net.bundle_template(pat.src.tolist(), pat.dst.tolist(),
+                                                           family=self.family)
         return self.templates[pid]
 
     def _track(self, s: int) -> list[int]:
@@ -654,7 +678,7 @@ class _PlanRun:
             starts[i] = now
         pat = self.plan.patterns[self.plan.pattern[s]]
         ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s] * self.factor,
-                               key=self.key_base + self.plan.channel[s])
+                               key=self.key_base + self.plan.channel[s], family=self.family)
         one = (i,)
         ev.callbacks.append(lambda _e: self._transfer_done(s, one))
 

@@ -36,7 +36,7 @@ from dessim.collectives.ops import Op
 from dessim.errors import CollectiveError
 
 __all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane", "StepPattern", "StepPlan",
-           "StepPlanBuilder", "CompactSchedule", "merge_disjoint", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
+           "StepPlanBuilder", "CompactSchedule", "merge_disjoint", "is_relabelling", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
 
 #: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
 _REL_TOL = 1e-9
@@ -440,6 +440,47 @@ class CompactSchedule(Schedule):
         return self._columns
 
 
+def _same_steps(a: CompactSchedule, b: CompactSchedule) -> bool:
+    """Whether two compact schedules are the same collective with the same step plan up to
+    the ranks: op, algorithm, size, group size, steps (pattern ids, previous steps, bytes,
+    reductions, channels) and each pattern's dependencies."""
+    p, q = a.plan, b.plan
+    if (a.op is not b.op or a.algorithm != b.algorithm or a.size != b.size
+            or len(a.group) != len(b.group)
+            or (p.pattern, p.prev, p.nbytes, p.reduce_bytes, p.channel)
+            != (q.pattern, q.prev, q.nbytes, q.reduce_bytes, q.channel)
+            or len(p.patterns) != len(q.patterns)):
+        return False
+    return all(len(x) == len(y) and np.array_equal(x.dep_start, y.dep_start)
+               and np.array_equal(x.dep_index, y.dep_index) for x, y in zip(p.patterns, q.patterns))
+
+
+def is_relabelling(a: Schedule, b: Schedule, ranks: np.ndarray) -> bool:
+    """Whether ``b`` is ``a`` with every rank ``r`` renamed ``ranks[r]`` (``ranks``: an
+    integer array over global ranks, e.g. one lane of a replica fold): the same transfers,
+    bytes, channels and dependencies, each between the renamed ranks, with the renamed group
+    and root. Compact schedules are compared step plan by step plan, others row by row;
+    streamed (fluid) schedules never qualify. What makes the images of a collective under a
+    fold the lane images of one of them (:mod:`dessim.network.families`)."""
+    if type(a) is not type(b) or type(a) not in (Schedule, CompactSchedule):
+        return False
+    mapped = [int(ranks[r]) for r in a.group]
+    if tuple(mapped) != tuple(b.group) or (a.root is None) != (b.root is None) \
+            or (a.root is not None and int(ranks[a.root]) != b.root):
+        return False
+    if type(a) is CompactSchedule:
+        if not _same_steps(a, b):
+            return False
+        return all(np.array_equal(ranks[x.src], y.src) and np.array_equal(ranks[x.dst], y.dst)
+                   for x, y in zip(a.plan.patterns, b.plan.patterns))
+    if (a.op is not b.op or a.algorithm != b.algorithm or a.size != b.size or len(a) != len(b)
+            or (a.nbytes, a.reduce_bytes, a.channel, a.dep_start, a.dep_index)
+            != (b.nbytes, b.reduce_bytes, b.channel, b.dep_start, b.dep_index)):
+        return False
+    return (np.array_equal(ranks[np.asarray(a.src, dtype=np.int64)], np.asarray(b.src, dtype=np.int64))
+            and np.array_equal(ranks[np.asarray(a.dst, dtype=np.int64)], np.asarray(b.dst, dtype=np.int64)))
+
+
 def merge_disjoint(schedules: Sequence[Schedule]) -> CompactSchedule | None:
     """Compact schedules of the same collective on pairwise-disjoint groups, with the same
     step structure (what the images of one collective under a replica fold are), as ONE
@@ -455,18 +496,8 @@ def merge_disjoint(schedules: Sequence[Schedule]) -> CompactSchedule | None:
     plan = first.plan
     ranks: set[int] = set()
     for sch in schedules:
-        p = sch.plan
-        if (sch.op is not first.op or sch.algorithm != first.algorithm or sch.size != first.size
-                or sch.root is not None or len(sch.group) != len(first.group)
-                or ranks.intersection(sch.group)
-                or (p.pattern, p.prev, p.nbytes, p.reduce_bytes, p.channel)
-                != (plan.pattern, plan.prev, plan.nbytes, plan.reduce_bytes, plan.channel)
-                or len(p.patterns) != len(plan.patterns)):
+        if sch.root is not None or ranks.intersection(sch.group) or not _same_steps(sch, first):
             return None
-        for a, b in zip(p.patterns, plan.patterns):
-            if (len(a) != len(b) or not np.array_equal(a.dep_start, b.dep_start)
-                    or not np.array_equal(a.dep_index, b.dep_index)):
-                return None
         ranks.update(sch.group)
     k = len(schedules)
     builder = StepPlanBuilder()

@@ -30,6 +30,7 @@ import heapq
 import math
 import time
 import zlib
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -37,7 +38,7 @@ import simpy
 
 from dessim.collectives import CollectivePlan, plan_collective, run_schedule
 from dessim.collectives.executor import merge_instances
-from dessim.collectives.schedule import CompactSchedule
+from dessim.collectives.schedule import CompactSchedule, is_relabelling
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.options import EngineOptions, Noise
@@ -45,6 +46,7 @@ from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
+from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
@@ -168,6 +170,16 @@ class _Run:
         self.schedules: dict[tuple, object] = {}
         self.merged: dict[tuple, CompactSchedule | None] = {}   #: see _merged
         self.merged_runs = 0          #: collective starts whose images ran as one schedule
+        #: lane families (Shortcuts.lane_families): per plan tuple the family or None; the
+        #: family of point-to-point transfers (every other lane); starts that used one
+        self.families_on = (self.shortcuts.lane_families and graph.fold is not None
+                            and graph.fold.lanes > 1 and not self.shortcuts.stream_rings
+                            and self.net.certifies_families)
+        self.families: dict[tuple, LaneFamily | None] = {}
+        self.p2p_family = (LaneFamily.of_lanes(graph.fold.perm, range(1, graph.fold.lanes))
+                           if self.families_on else None)
+        self.family_runs = 0
+        self.families_refused: str | None = None   #: why a run with families was replayed
         # records
         self.start = [float("nan")] * len(self.tasks)
         self.active = [float("nan")] * len(self.tasks)
@@ -309,6 +321,11 @@ class _Run:
             ev = self.net.transfer(src, dst, size, key=key)
             ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
             return
+        if self.p2p_family is not None:        # one flow for every lane (certified)
+            self.family_runs += 1
+            ev = self.net.transfer(src, dst, size, key=key, family=self.p2p_family)
+            ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
+            return
         srcs, dsts = fold.images(src), fold.images(dst)
         join = _Join(self, len(srcs), lambda a=i, b=j: (self.finish(a), self.finish(b)))
         groups = self.net.bundle_groups(srcs, dsts, key) if self.shortcuts.bundles else None
@@ -320,6 +337,34 @@ class _Run:
                 continue
             for k in members:
                 self.net.transfer(srcs[k], dsts[k], size, key=key).callbacks.append(join.one)
+
+    def _lane_family(self, t: Task, instances: list[tuple[int, ...]], plans: list) -> LaneFamily | None:
+        """The lane family that lets instance 0 of collective task ``t`` stand for the other
+        ``instances`` (:mod:`dessim.network.families`): when families are on and every other
+        instance's plan is instance 0's renamed by the lane that maps the group onto it
+        (:func:`~dessim.collectives.schedule.is_relabelling`: same transfers, bytes,
+        channels and dependencies), with the same protocol. Image ``i`` keeps its own
+        communicator's ECMP key base. None otherwise. Cached per plan tuple."""
+        if not self.families_on:
+            return None
+        key = tuple(id(p) for p in plans)
+        if key in self.families:
+            return self.families[key]
+        perm = self.fold.perm
+        lane_of: dict[tuple[int, ...], int] = {}
+        for k, row in enumerate(perm[:, list(instances[0])].tolist()):
+            lane_of.setdefault(tuple(row), k)
+        first = plans[0]
+        family = None
+        lanes = [lane_of.get(tuple(inst)) for inst in instances[1:]]
+        if all(k is not None for k in lanes) and all(
+                p.protocol == first.protocol and is_relabelling(first.schedule, p.schedule, perm[k])
+                for p, k in zip(plans[1:], lanes)):
+            base = self._key_base(first.schedule.communicator)
+            family = LaneFamily(tuple(perm[k] for k in lanes),
+                                tuple(self._key_base(p.schedule.communicator) - base for p in plans[1:]))
+        self.families[key] = family
+        return family
 
     def _merged(self, t: Task, instances: list[tuple[int, ...]], plans: list) -> CompactSchedule | None:
         """The images of collective task ``t`` in a folded graph as one schedule, when that
@@ -452,6 +497,11 @@ class _Run:
             else:
                 instances, where = self.fold.instances(t.group)
             plans = [self._schedule(t, inst) for inst in instances]
+            family = self._lane_family(t, instances, plans) if len(instances) > 1 else None
+            if family is not None:      # instance 0 stands for the others (certified)
+                self.family_runs += 1
+                instances, plans = instances[:1], plans[:1]
+                where = {r: [(k, x) for k, x in pairs if k == 0] for r, pairs in where.items()}
             merged = self._merged(t, instances, plans) if len(instances) > 1 else None
             if merged is not None:      # one run for every image (exact; see _merged)
                 self.merged_runs += 1
@@ -470,9 +520,11 @@ class _Run:
                                          reduction_bw=self.settings.reduction_bw,
                                          key_base=self._key_base(plan.schedule.communicator),
                                          bundles=self.shortcuts.bundles,
-                                         stream_rings=self.shortcuts.stream_rings))
+                                         stream_rings=self.shortcuts.stream_rings,
+                                         family=family))
                 arrivals.append(arr)
-            self.collective_runs += len(runs) if merged is None else merged.params["merged"]
+            self.collective_runs += (len(runs) if merged is None else merged.params["merged"]) \
+                + (len(family) if family is not None else 0)
             self.streamed_runs += sum(run.streamed for run in runs)
             state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where,
                      "shared": shared}
@@ -632,7 +684,9 @@ class _Run:
                          "max_lane_skew_s": self.lane_skew,
                          "max_lane_skew_rel": self.lane_skew / makespan if makespan > 0 else 0.0,
                          "skewed_tasks": self.skewed_tasks,
-                         "merged_image_runs": self.merged_runs}}
+                         "merged_image_runs": self.merged_runs,
+                         "lane_family_runs": self.family_runs,
+                         "lane_families_refused": self.families_refused}}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:
         chmap = self.net.channels
@@ -659,8 +713,16 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     for graphs that deadlock (naming a stuck task).
     """
     t0 = time.perf_counter()
-    run = _Run(graph, topology, options or EngineOptions(), compute_cost)
-    run.run()
+    options = options or EngineOptions()
+    run = _Run(graph, topology, options, compute_cost)
+    try:
+        run.run()
+    except QuotientBroken as exc:   # the lanes are not symmetric: replay without families
+        run = _Run(graph, topology, replace(options, shortcuts=replace(options.shortcuts,
+                                                                       lane_families=False)),
+                   compute_cost)
+        run.families_refused = str(exc)
+        run.run()
     return run.result(time.perf_counter() - t0)
 
 

@@ -11,7 +11,7 @@ by its dotted path in this tree::
     │                      gpus_per_process
     ├── noise              Noise: slowdown, straggler_sigma, seed
     ├── shortcuts          Shortcuts: compact_schedules, bundles, shape_memo, collective_memo,
-    │                      merged_images, stream_rings
+    │                      merged_images, lane_families, stream_rings
     ├── calibration        the user's Calibration (a file name is read at construction) or None
     ├── record_links, device, precision
 
@@ -96,7 +96,7 @@ class Noise:
 class Shortcuts:
     """Speed shortcuts of the engine (docs/performance.md); booleans.
 
-    The first five are exact — switching them off changes no result, only the wall time:
+    The first six are exact — switching them off changes no result, only the wall time:
 
     * ``compact_schedules``: ring/direct collectives stored as uniform steps;
     * ``bundles``: transfers that provably share one rate run as one network bundle;
@@ -105,7 +105,13 @@ class Shortcuts:
       once per (op, size, group, algorithm) and replayed;
     * ``merged_images``: in a folded graph, the images of one collective (same shape,
       disjoint groups, ECMP-independent routes) run as ONE schedule instead of one run each
-      (:func:`~dessim.collectives.executor.merge_instances`).
+      (:func:`~dessim.collectives.executor.merge_instances`);
+    * ``lane_families``: in a folded graph, a transfer or collective runs on ONE lane, each
+      flow standing for its images in the other lanes on the union of their routes
+      (:mod:`dessim.network.families`). Exact by certificate: every rate solve checks that
+      each image has a max-min bottleneck at the family's rate; the first solve that fails
+      makes the engine replay the graph without families, and the result says why. Equal
+      to the full replay up to float rounding (sums of rates taken in another order).
 
     ``stream_rings`` is an approximation, off by default: ring collectives run as one
     coupled flow per channel instead of step by step (docs/collectives.md).
@@ -116,6 +122,7 @@ class Shortcuts:
     shape_memo: bool = True
     collective_memo: bool = True
     merged_images: bool = True
+    lane_families: bool = True
     stream_rings: bool = False
 
     def __post_init__(self) -> None:
@@ -128,7 +135,8 @@ class Shortcuts:
     def none(cls) -> "Shortcuts":
         """Every shortcut off: the full replay (``--exact``)."""
         return cls(compact_schedules=False, bundles=False, shape_memo=False,
-                   collective_memo=False, merged_images=False, stream_rings=False)
+                   collective_memo=False, merged_images=False, lane_families=False,
+                   stream_rings=False)
 
 
 def _network_model(model: object) -> type:

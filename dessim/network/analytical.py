@@ -19,6 +19,7 @@ import numpy as np
 import simpy
 
 from dessim.network.base import BundleTemplate, Network, Route, register_network
+from dessim.network.families import LaneFamily
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
 
@@ -54,21 +55,24 @@ class AnalyticalNetwork(Network):
             done.callbacks.append(lambda _: self._load(route, -rate))
         return done
 
-    def bundle_template(self, sources: Sequence[str | int],
-                        destinations: Sequence[str | int]) -> BundleTemplate | None:
+    def bundle_template(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                        family: LaneFamily | None = None) -> BundleTemplate | None:
         """One timeout for transfers with key-independent routes of equal latency and
-        bottleneck (no sharing in this model, so channels may repeat); None otherwise."""
-        if not self.bundles or self.record_links or not sources or len(sources) != len(destinations):
+        bottleneck (no sharing in this model, so channels may repeat); None otherwise (and
+        with a lane ``family``, which this model does not certify)."""
+        if family is not None or not self.bundles or self.record_links or not sources or len(sources) != len(destinations):
             return None
         routes = self.fixed_routes(sources, destinations)
         return None if routes is None else _same_timing(routes)
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int | Sequence[int] = 0, *,
-                      cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+                      key: int | Sequence[int] = 0, *, cache: bool = True,
+                      family: LaneFamily | None = None
+                      ) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """Transfers grouped by (latency, bottleneck) of their routes with ``key`` (one for
-        all or one per transfer): each group ends at one time. Local copies stay single."""
-        if not self.bundles or self.record_links:
+        all or one per transfer): each group ends at one time. Local copies stay single.
+        None with a lane ``family`` (not certified by this model)."""
+        if family is not None or not self.bundles or self.record_links:
             return None
         routes = self.keyed_routes(sources, destinations, key)
         classes: dict[tuple[float, float], list[int]] = {}

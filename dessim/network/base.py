@@ -20,10 +20,11 @@ import simpy
 
 from dessim.errors import NetworkError, TopologyError
 from dessim.network.channels import channel_map_for
+from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 
-__all__ = ["BundleTemplate", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network",
+__all__ = ["BundleTemplate", "FamilyRoute", "Network", "Route", "UtilisationPoint", "NETWORK_MODELS", "make_network",
            "network_model", "register_network", "sparse_bytes"]
 
 #: One change point of a channel's utilisation: (time s, (a, b), used fraction of capacity).
@@ -42,6 +43,17 @@ class Route:
     channels: tuple[int, ...]      #: channel ids loaded, in hop order
     latency: float                 #: sum of the hops' one-way latencies (s)
     bottleneck: float              #: smallest channel capacity on the path (bytes/s)
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyRoute(Route):
+    """The route of a lane family's flow (:mod:`dessim.network.families`): the channels and
+    directions of every image (each image's own, once), the representative's path and
+    latency (every image's), the smallest bottleneck; ``images`` holds each image's own
+    :class:`Route`, the representative's first."""
+
+    images: tuple[Route, ...] = ()
+    cut: tuple[int, ...] = ()      #: channels of each image: where ``channels`` splits
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,13 +122,16 @@ class Network(abc.ABC):
         return self.flows_started + self.flows_finished + self.solves
 
     # ------------------------------------------------------------------ public
-    def transfer(self, src: str | int, dst: str | int, nbytes: float, *, key: int = 0) -> simpy.Event:
+    def transfer(self, src: str | int, dst: str | int, nbytes: float, *, key: int = 0,
+                 family: LaneFamily | None = None) -> simpy.Event:
         """Start a transfer now (``env.now``); endpoints are node names or GPU ranks.
 
         The event succeeds when the last byte arrives; its value is the finish time (s).
         ``nbytes`` must be >= 0 (0 takes the path latency only); ``src == dst`` finishes
         immediately (a local copy uses no link). ``key`` selects among equal-cost paths
-        (see :class:`~dessim.topology.routing.Router`).
+        (see :class:`~dessim.topology.routing.Router`). With ``family`` (ranks only) the
+        transfer also stands for its images in the family's other lanes
+        (:meth:`family_route`); models that cannot certify families refuse them.
         """
         s = self._endpoint(src, "source")
         d = self._endpoint(dst, "destination")
@@ -127,7 +142,69 @@ class Network(abc.ABC):
             done = self.env.event()
             done.succeed(self.env.now)
             return done
-        return self._start(self.route(s, d, key), float(n))
+        route = self.route(s, d, key) if family is None else self.family_route(src, dst, key, family)
+        return self._start(route, float(n))
+
+    #: Whether this model certifies lane families (:mod:`dessim.network.families`) at every
+    #: rate solve; :meth:`family_route` refuses them otherwise.
+    certifies_families: ClassVar[bool] = False
+
+    def family_route(self, src: int, dst: int, key: int, family: LaneFamily) -> FamilyRoute:
+        """The route of ``src -> dst`` (GPU ranks, not a local copy) standing for its images
+        in ``family``: every image's channels (each image with its own ECMP key). Raises
+        :class:`~dessim.network.families.QuotientBroken` unless every image has the
+        representative's latency and no two images share a channel."""
+        if not self.certifies_families:
+            raise QuotientBroken(f"the {self.name!r} network model does not certify lane families")
+        memo = (src, dst, key, family)
+        found = self._routes.get(memo)
+        if found is not None:
+            return found  # type: ignore[return-value]
+        for r in (src, dst):
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+                raise NetworkError(f"lane family: endpoint {r!r} is not a GPU rank")
+        base = self.route(self._endpoint(src, "source"), self._endpoint(dst, "destination"), key)
+        routes = [base]
+        for a, b, k in family.images(src, dst, key):
+            ea, eb = self._endpoint(a, "source"), self._endpoint(b, "destination")
+            image = None if ea == eb else self.route(ea, eb, k)
+            if image is None or image.latency != base.latency:
+                raise QuotientBroken(f"transfer {src} -> {dst}: its image {a} -> {b} "
+                                     + ("is a local copy" if image is None else
+                                        f"has latency {image.latency:.6g} s, not {base.latency:.6g} s"))
+            routes.append(image)
+        chans = tuple(c for r in routes for c in r.channels)
+        if len(set(chans)) != len(chans):
+            raise QuotientBroken(f"transfer {src} -> {dst}: two of its lane images share a channel")
+        found = FamilyRoute(base.path, tuple(x for r in routes for x in r.directions), chans,
+                            base.latency, min(r.bottleneck for r in routes), tuple(routes),
+                            tuple(len(r.channels) for r in routes))
+        if len(self._routes) >= _MAX_CACHED_ROUTES:
+            self._routes.clear()
+        self._routes[memo] = found  # type: ignore[index]
+        return found
+
+    def family_routes(self, sources: Sequence[int], destinations: Sequence[int],
+                      key: int | Sequence[int], family: LaneFamily,
+                      fixed: bool = False) -> list[FamilyRoute | None] | None:
+        """:meth:`family_route` of each transfer ``sources[i] -> destinations[i]`` (None for
+        a local copy). With ``fixed``: None unless no route of any image depends on the ECMP
+        key (bundle templates)."""
+        keys = [key] * len(sources) if isinstance(key, (int, np.integer)) else list(key)
+        out: list[FamilyRoute | None] = []
+        independent = self.router.key_independent
+        for s, d, k in zip(sources, destinations, keys):
+            es, ed = self._endpoint(s, "source"), self._endpoint(d, "destination")
+            if es == ed:
+                if fixed:
+                    return None
+                out.append(None)
+                continue
+            if fixed and not all(independent(self._endpoint(a, "source"), self._endpoint(b, "destination"))
+                                 for a, b, _ in [(s, d, k)] + family.images(s, d, k)):
+                return None
+            out.append(self.family_route(s, d, k, family))
+        return out
 
     def route(self, src: str, dst: str, key: int = 0) -> Route:
         """The :class:`Route` a transfer from ``src`` to ``dst`` (node names) takes."""
@@ -160,8 +237,8 @@ class Network(abc.ABC):
             self._routes[memo] = found
         return found
 
-    def bundle_template(self, sources: Sequence[str | int],
-                        destinations: Sequence[str | int]) -> BundleTemplate | None:
+    def bundle_template(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                        family: LaneFamily | None = None) -> BundleTemplate | None:
         """A :class:`BundleTemplate` for transfers ``sources[i] -> destinations[i]`` if this
         model can carry them as one exact bundle, else None (always None here: models without
         bundles simply start the transfers one by one)."""
@@ -191,8 +268,9 @@ class Network(abc.ABC):
         return routes
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int | Sequence[int] = 0, *,
-                      cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+                      key: int | Sequence[int] = 0, *, cache: bool = True,
+                      family: LaneFamily | None = None
+                      ) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """The transfers ``sources[i] -> destinations[i]`` (ECMP ``key``: one for all, or one
         per transfer) split into groups that can each travel as one exact bundle (template
         None: ordinary flows); None when this model has no bundles (always here). A model may

@@ -60,8 +60,9 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from dessim.network.base import BundleTemplate, Network, Route, register_network
-from dessim.network.maxmin import MaxMinSystem, Solver, solve_maxmin
+from dessim.network.base import BundleTemplate, FamilyRoute, Network, Route, register_network
+from dessim.network.families import LaneFamily, QuotientBroken
+from dessim.network.maxmin import SAT_TOL, MaxMinSystem, Solver, solve_maxmin
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
 
@@ -155,6 +156,7 @@ class FlowNetwork(Network):
     """
 
     name = "flow"
+    certifies_families = True
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, router: Router | None = None,
                  record_links: bool = False, solver: Solver = solve_maxmin, bundles: bool = True,
@@ -181,6 +183,11 @@ class FlowNetwork(Network):
         self._owner_np = np.frombuffer(self._owner, dtype=self._occ_np.dtype)
         self._bundle_bytes = np.zeros(len(self.channels.directions))
         self._templates: dict[tuple, BundleTemplate | None] = {}
+        #: whether a lane-family flow has started: solves are certified from then on
+        self.families_started = False
+        self._chan_stats: dict[int, tuple[float, float]] = {}   # per channel: load, fastest
+        self._witness: dict[int, list[int]] = {}   # per family flow: each image's bottleneck
+        self._certified: set[tuple] = set()         # states certified (see _certify_state)
 
     @property
     def incremental(self) -> bool:
@@ -209,34 +216,50 @@ class FlowNetwork(Network):
         self._next_fid += 1
         join_at = now + route.latency
         flow = _Flow(fid, route, nbytes, join_at, self.env.event())
+        if type(route) is FamilyRoute:
+            self.families_started = True
         self._pending[fid] = flow
         heapq.heappush(self._heap, (join_at, _JOIN, fid, 0))
         self._arm(join_at)
         return flow.event
 
-    def bundle_template(self, sources: Sequence[str | int],
-                        destinations: Sequence[str | int]) -> BundleTemplate | None:
+    def bundle_template(self, sources: Sequence[str | int], destinations: Sequence[str | int],
+                        family: LaneFamily | None = None) -> BundleTemplate | None:
         """A template if the transfers ``sources[i] -> destinations[i]`` can travel as one
         exact bundle: routes independent of the ECMP key, no channel used twice (within or
         across members), all latencies equal and all bottlenecks equal. None otherwise, and
-        always None when bundles are off or utilisation is recorded. Cached per pair list."""
+        always None when bundles are off or utilisation is recorded. Cached per pair list.
+        With ``family`` every member stands for its lane images (:meth:`family_route`), and
+        the template also holds for the images as separate flows."""
         if not self.bundles or self.record_links:
             return None
-        memo = (tuple(sources), tuple(destinations))
+        memo = (tuple(sources), tuple(destinations), family)
         if memo in self._templates:
             return self._templates[memo]
-        template = self._make_template(*memo)
+        template = self._make_template(memo[0], memo[1], family)
         self._templates[memo] = template
         return template
 
-    def _make_template(self, sources: tuple, destinations: tuple) -> BundleTemplate | None:
+    def _make_template(self, sources: tuple, destinations: tuple,
+                       family: LaneFamily | None) -> BundleTemplate | None:
         if not sources or len(sources) != len(destinations):
             return None
-        routes = self.fixed_routes(sources, destinations)
+        routes = (self.fixed_routes(sources, destinations) if family is None
+                  else self.family_routes(sources, destinations, 0, family, fixed=True))
         return None if routes is None else self._template_of(routes)
 
     def _template_of(self, routes: Sequence[Route]) -> BundleTemplate | None:
-        """The bundle of these routes if it is exact (module docstring), else None."""
+        """The bundle of these routes if it is exact (module docstring), else None. Routes of
+        lane families qualify only if their images, as separate routes, make a bundle of the
+        same rate: then every image runs at the family's rate while the bundle holds."""
+        template = self._plain_template(routes)
+        if template is not None and type(routes[0]) is FamilyRoute:
+            images = self._plain_template([image for r in routes for image in r.images])
+            if images is None or images.rate != template.rate:
+                return None
+        return template
+
+    def _plain_template(self, routes: Sequence[Route]) -> BundleTemplate | None:
         first = routes[0]
         if any(r.latency != first.latency for r in routes):
             return None
@@ -259,8 +282,9 @@ class FlowNetwork(Network):
         return BundleTemplate(tuple(routes), chans, dirs, first.latency, first.bottleneck, rate)
 
     def bundle_groups(self, sources: Sequence[str | int], destinations: Sequence[str | int],
-                      key: int | Sequence[int] = 0, *,
-                      cache: bool = True) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
+                      key: int | Sequence[int] = 0, *, cache: bool = True,
+                      family: LaneFamily | None = None
+                      ) -> tuple[tuple[BundleTemplate | None, tuple[int, ...]], ...] | None:
         """Transfers ``sources[i] -> destinations[i]``, all started now with ECMP ``key``
         (one for all, or one per transfer), split into exact bundles: members that share
         channels form one group (transitively), groups touching nothing else with equal
@@ -268,15 +292,17 @@ class FlowNetwork(Network):
         members as ordinary flows). Every transfer is in exactly one group; their routes are
         those ``transfer(..., key=...)`` takes, so the bundles carry exactly what the
         individual flows would. None when bundles are off or utilisation is recorded. Cached
-        per pair list when one key serves all (unless ``cache=False``: one-off lists)."""
+        per pair list when one key serves all (unless ``cache=False``: one-off lists). With
+        ``family``, each transfer stands for its lane images (:meth:`family_route`)."""
         if not self.bundles or self.record_links:
             return None
         single = cache and isinstance(key, int)
-        memo = ("groups", tuple(sources), tuple(destinations), key) if single else None
+        memo = ("groups", tuple(sources), tuple(destinations), key, family) if single else None
         got = self._templates.get(memo) if single else None
         if got is not None:
             return got
-        routes = self.keyed_routes(sources, destinations, key)
+        routes = (self.keyed_routes(sources, destinations, key) if family is None
+                  else self.family_routes(sources, destinations, key, family))
         # members joined by shared channels (union-find over members)
         parent = list(range(len(routes)))
 
@@ -322,6 +348,8 @@ class FlowNetwork(Network):
         fid = self._next_fid
         self._next_fid += len(template) + 1       # reserve the members' ids: start order
         self.flows_started += len(template)
+        if type(template.routes[0]) is FamilyRoute:
+            self.families_started = True
         join_at = now + template.latency
         event = self.env.event()
         members = range(len(template))
@@ -428,6 +456,8 @@ class FlowNetwork(Network):
                 if f.version != version:
                     continue  # stale ETA
                 del self._active[fid]
+                if type(f.route) is FamilyRoute:
+                    self._witness.pop(fid, None)
                 system.remove(f)
                 for c in f.channels:
                     occ[c] -= 1
@@ -513,8 +543,88 @@ class FlowNetwork(Network):
             if f.rate:
                 f.remaining -= f.rate * (now - f.last)
             f.last = now
+        old_rates = [f.rate for f in flows] if self.families_started else ()
         self._apply(now, flows, rates)
+        if self.families_started:
+            self._certify_state(flows, old_rates, chans)
         self._after_solve(now, chans)
+
+    def _certify_state(self, flows: Sequence[_Flow], old_rates: Sequence[float],
+                       chans: Sequence[int]) -> None:
+        """:meth:`_certify`, once per system state: a solve answered from the max-min
+        system's state memo reproduces an earlier state exactly — the same channel tuples,
+        rates and order — so with the same family routes (their image cuts, compared here)
+        its certificate is the one that state already passed."""
+        system = self._system
+        key = None
+        if system.last_state is not None:
+            key = (system.last_state, tuple([v.route.cut if type(v.route) is FamilyRoute else None
+                                             for v in system.variables.values()]))
+            if system.last_hit and key in self._certified:
+                # the next computed certificate must not compare these channels' loads with
+                # figures from before this state: forget them (their flows get checked)
+                last = self._chan_stats
+                for c in chans:
+                    last.pop(c, None)
+                return
+        self._certify(flows, old_rates, chans)
+        if key is not None:
+            if len(self._certified) >= _MAX_CACHED_GROUPS:
+                self._certified.clear()
+            self._certified.add(key)
+
+    def _certify(self, flows: Sequence[_Flow], old_rates: Sequence[float],
+                 chans: Sequence[int]) -> None:
+        """Raise :class:`~dessim.network.families.QuotientBroken` unless every image route of
+        every lane-family flow has a bottleneck: a channel loaded to its capacity on which no
+        flow is faster (relative tolerance :data:`~dessim.network.maxmin.SAT_TOL`). Then the
+        rates are the max-min rates of the unfolded network (:mod:`dessim.network.families`).
+
+        Only what this solve can have changed is checked: the family flows among ``flows``
+        whose rate moved from ``old_rates``, and the family flows on a channel of ``chans``
+        (the constraints whose load may have changed) whose load or fastest rate did. Each
+        image first tries the channel that was its bottleneck last time. Family flows never
+        share a channel with a running bundle (bundles split first), so each channel's flows
+        are its users in the max-min system."""
+        users, last = self._system.users, self._chan_stats
+        check: dict[int, _Flow] = {f.fid: f for f, r in zip(flows, old_rates)
+                                   if f.rate != r and type(f.route) is FamilyRoute}
+        stats: dict[int, tuple[float, float]] = {}
+        for c in chans:
+            on = users.get(c)
+            got = stats[c] = (sum([g.rate for g in on.values()]), max([g.rate for g in on.values()])) \
+                if on else (0.0, 0.0)
+            if last.get(c) != got:
+                last[c] = got
+                if on:
+                    for fid, f in on.items():
+                        if type(f.route) is FamilyRoute:
+                            check[fid] = f
+        if not check:
+            return
+        cap, witness = self.channels.capacity, self._witness
+        for fid in sorted(check):
+            f = check[fid]
+            most = f.rate * (1.0 + SAT_TOL)
+            seen = witness.get(fid)
+            if seen is None:
+                seen = witness[fid] = [-1] * len(f.route.images)
+            for k, image in enumerate(f.route.images):
+                w = seen[k]
+                for c in ((w,) + image.channels if w >= 0 else image.channels):
+                    got = stats.get(c)
+                    if got is None:
+                        rates = [g.rate for g in users[c].values()]
+                        got = stats[c] = (sum(rates), max(rates))
+                    if got[0] >= cap[c] * (1.0 - SAT_TOL) and got[1] <= most:
+                        seen[k] = c
+                        break
+                else:
+                    raise QuotientBroken(
+                        f"at t = {self.env.now:.9g} s the lane image {image.path[0]} -> "
+                        f"{image.path[-1]} of a transfer {f.route.path[0]} -> {f.route.path[-1]} "
+                        f"has no bottleneck at the family's rate {f.rate:.6g} B/s: the lanes are "
+                        "not symmetric there")
 
     def _after_solve(self, now: float, chans: Sequence[int]) -> None:
         if self.record_links:

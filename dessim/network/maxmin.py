@@ -186,6 +186,10 @@ class MaxMinSystem(Generic[V]):
         self._state_vars = 0
         self._state_lookups = 0
         self._hits_before = 0
+        #: the state key of the last :meth:`solve` (None: state memo off) and whether its
+        #: answer came from the state memo — the same state as an earlier solve
+        self.last_state: tuple | None = None
+        self.last_hit = False
 
     def __len__(self) -> int:
         return len(self.variables)
@@ -230,11 +234,13 @@ class MaxMinSystem(Generic[V]):
         new rates (bytes/s) in the same order, and the constraints whose load may have
         changed. The modifications are consumed.
         """
-        key = self._state_key()
+        key = self.last_state = self._state_key()
+        self.last_hit = False
         if key is not None:
             got = self._states.get(key)
             if got is not None:
                 self.state_hits += 1
+                self.last_hit = True
                 fallback, idx, vals, chans = got
                 if fallback:
                     self.fallback_solves += 1

@@ -49,6 +49,7 @@ SHORTCUT_NAMES: dict[str, str] = {"stage_merged": "stage tasks",
                                   "tp_closed_form_groups": "closed-form TP",
                                   "folded": "replica folding",
                                   "merged_image_runs": "merged images",
+                                  "lane_family_runs": "lane families",
                                   "collective_memo": "collective memo"}
 
 
@@ -107,18 +108,24 @@ class WorkloadResult(IterationResult):
         chosen automatically; ``stage_merged`` whether passes were merged into stage tasks;
         ``tp_closed_form_groups`` TP groups timed in closed form; ``folded`` whether replicas
         were folded; ``merged_image_runs`` how many folded collectives ran their images as
-        one schedule (0 when none did); ``collective_memo`` how many exclusive collectives
-        the engine simulated once and replayed (None when it did not apply); ``refused`` the
-        reasons a shortcut was refused."""
+        one schedule (0 when none did); ``lane_family_runs`` how many folded transfers and
+        collectives ran on one lane for all (:mod:`dessim.network.families`; 0 when none
+        did); ``collective_memo`` how many exclusive collectives the engine simulated once and
+        replayed (None when it did not apply); ``refused`` the reasons a shortcut was
+        refused."""
         meta = self.taskgraph.meta
+        fold = self.simulation.meta.get("fold") or {}
         refused = list(meta.get("closed_form_fallback", []))
         if meta.get("fold_fallback"):
             refused.append(f"folding: {meta['fold_fallback']}")
+        if fold.get("lane_families_refused"):
+            refused.append(f"lane families: {fold['lane_families_refused']}")
         return {"auto": list(self.plan.options.auto),
                 "stage_merged": bool(meta.get("stage_merged", False)),
                 "tp_closed_form_groups": int(meta.get("tp_closed_form_groups", 0)),
                 "folded": self.taskgraph.fold is not None,
-                "merged_image_runs": int((self.simulation.meta.get("fold") or {}).get("merged_image_runs", 0)),
+                "merged_image_runs": int(fold.get("merged_image_runs", 0)),
+                "lane_family_runs": int(fold.get("lane_family_runs", 0)),
                 "collective_memo": self.simulation.meta.get("collective_memo"),
                 "refused": refused}
 

@@ -1,0 +1,78 @@
+"""Lane families: one flow that stands for its images in the other lanes of a folded run.
+
+A folded task graph (:class:`~dessim.taskgraph.Fold`) simulates one representative rank per
+orbit; every transfer it makes has an *image* in each other lane — the same transfer between
+the lane's images of its endpoints. Without families the engine starts every image as its
+own flow. A :class:`LaneFamily` lets it start ONE flow instead, on the union of the images'
+routes (:meth:`dessim.network.base.Network.family_route`): every image channel carries the
+flow's rate, so each channel is loaded exactly as the separate images would load it —
+provided every image moves at the representative's rate.
+
+That proviso is what the flow model *certifies* at every rate solve rather than assumes
+(:class:`dessim.network.flow.FlowNetwork` with families): the max-min allocation is unique,
+and a feasible allocation is the max-min one iff every flow has a bottleneck — a saturated
+channel on which no flow is faster (Bertsekas & Gallager, *Data Networks*, 2nd ed., §6.5;
+"Max-min bottleneck" in docs/references.md). The family flow's
+rates are feasible by construction (image channels are real channels with their true load);
+so if, after a solve, EVERY image route of every family flow has a bottleneck, giving every
+image the family's rate is the max-min allocation of the unfolded network — the run is
+exact. If some image lacks one (the lanes are not symmetric: ECMP hashes that collide for
+some lanes only, unequal links), the solve raises :class:`QuotientBroken` and the engine
+replays the graph without families. The images must also agree on what the flow model
+charges before the flow shares bandwidth: equal route latency (checked here) and, for
+collectives, equal protocol software latency (checked by the executor).
+
+Images of one family never share a channel (each image channel then carries one image,
+which is what lets a family be one variable of the max-min system); a family whose images
+would is refused with :class:`QuotientBroken` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dessim.errors import NetworkError
+
+__all__ = ["LaneFamily", "QuotientBroken"]
+
+
+class QuotientBroken(NetworkError):
+    """A lane family cannot stand for its images exactly (raised during a run; the engine
+    then replays without families and says why)."""
+
+
+@dataclass(frozen=True, eq=False)
+class LaneFamily:
+    """The other lanes' images of transfers started with this family.
+
+    ``perms[i]`` maps every global rank to its image in image ``i`` (an integer array over
+    all ranks: a lane of the fold), ``key_offsets[i]`` is added to the ECMP key of the
+    image (a collective's images run on other communicators, whose connections have other
+    key bases). The representative's own transfer is not listed."""
+
+    perms: tuple[np.ndarray, ...]
+    key_offsets: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.perms) != len(self.key_offsets) or not self.perms:
+            raise NetworkError(f"lane family: {len(self.perms)} rank maps for "
+                               f"{len(self.key_offsets)} key offsets (need >= 1, equal counts)")
+
+    def __len__(self) -> int:
+        """Images besides the representative."""
+        return len(self.perms)
+
+    def images(self, src: int, dst: int, key: int) -> list[tuple[int, int, int]]:
+        """``(source, destination, ECMP key)`` of every image of ``src -> dst`` (ranks)."""
+        return [(int(p[src]), int(p[dst]), key + off) for p, off in zip(self.perms, self.key_offsets)]
+
+    @classmethod
+    def of_lanes(cls, perm: np.ndarray, lanes: Sequence[int],
+                 key_offsets: Sequence[int] | None = None) -> "LaneFamily":
+        """The family of lanes ``lanes`` of a fold's ``perm`` (rows: lanes), with the given key
+        offsets (default 0: images keep the key)."""
+        offs = tuple(int(k) for k in key_offsets) if key_offsets is not None else (0,) * len(lanes)
+        return cls(tuple(perm[k] for k in lanes), offs)

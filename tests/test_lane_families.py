@@ -1,0 +1,140 @@
+"""Lane families (issue 17): in a folded run, ONE flow stands for its images in the other
+lanes, on the union of their routes, and every rate solve certifies that each image has a
+max-min bottleneck at the family's rate. Where the lanes are symmetric the run equals the
+one that starts every image; where they are not, the certificate fails and the engine
+replays without families, saying why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings, strategies as st
+
+from dessim.collectives import build_schedule
+from dessim.collectives.schedule import is_relabelling
+from dessim.engine import EngineOptions, Shortcuts, simulate
+from dessim.network import make_network
+from dessim.network.families import LaneFamily, QuotientBroken
+from dessim.taskgraph import Fold, Task, TaskGraph
+from dessim.topology import Topology, load_topology
+from dessim.workload import simulate_workload
+from test_fold import two_speed_topology
+
+#: dgx-h100:nodes=2: node 0's GPUs 0..7, node 1's 8..15; the node swap is an automorphism
+SWAP_NODES = np.array([(r + 8) % 16 for r in range(16)])
+RTOL = 1e-9
+
+
+def _finish(topo: Topology, flows: list[tuple[int, int, float, float]], family: bool) -> list[float]:
+    """Finish time of each transfer (src, dst, bytes, start time s) and of its node-swap
+    image: as one family flow, or as two separate flows."""
+    env = simpy.Environment()
+    net = make_network("flow", env, topo)
+    fam = LaneFamily((SWAP_NODES,), (0,))
+    out: list[list[float]] = [[] for _ in flows]
+
+    def start(k: int, src: int, dst: int, size: float) -> None:
+        if family:
+            net.transfer(src, dst, size, family=fam).callbacks.append(
+                lambda e: out[k].extend([e.value, e.value]))
+            return
+        for a, b in ((src, dst), (int(SWAP_NODES[src]), int(SWAP_NODES[dst]))):
+            net.transfer(a, b, size).callbacks.append(lambda e: out[k].append(e.value))
+
+    for k, (src, dst, size, at) in enumerate(flows):
+        env.timeout(at).callbacks.append(lambda _e, k=k, s=src, d=dst, n=size: start(k, s, d, n))
+    env.run()
+    return [t for times in out for t in sorted(times)]
+
+
+_flows = st.lists(st.tuples(st.integers(0, 15), st.integers(0, 15),
+                            st.sampled_from([1e5, 4e6, 3e7]), st.sampled_from([0.0, 1e-5, 3e-4])),
+                  min_size=1, max_size=8).map(lambda fs: [f for f in fs if f[0] != f[1]]).filter(bool)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_flows)
+def test_a_family_flow_finishes_with_its_images_on_a_symmetric_network(flows):
+    topo = load_topology("dgx-h100:nodes=2")
+    assert _finish(topo, flows, True) == pytest.approx(_finish(topo, flows, False), rel=RTOL)
+
+
+def test_the_certificate_catches_an_image_that_runs_faster():
+    """Cross traffic on the representative's path only: the family is held at half rate
+    while its image has its channels to itself, so the solve is not the unfolded one."""
+    env = simpy.Environment()
+    net = make_network("flow", env, load_topology("dgx-h100:nodes=2"))
+    net.transfer(0, 8, 1e8, family=LaneFamily((SWAP_NODES,), (0,)))
+    net.transfer(0, 8, 1e8)                         # not symmetric: no image on 8 -> 0
+    with pytest.raises(QuotientBroken, match="no bottleneck"):
+        env.run()
+
+
+def test_family_routes_refuse_images_that_differ_or_overlap():
+    net = make_network("flow", simpy.Environment(), two_speed_topology(latency=True))
+    swap = np.array([2, 3, 0, 1])
+    with pytest.raises(QuotientBroken, match="latency"):
+        net.transfer(0, 1, 1e6, family=LaneFamily((swap,), (0,)))
+    net = make_network("flow", simpy.Environment(), load_topology("dgx-h100:nodes=1"))
+    ident = np.arange(8)
+    with pytest.raises(QuotientBroken, match="share a channel"):
+        net.transfer(0, 1, 1e6, family=LaneFamily((ident,), (0,)))
+    analytical = make_network("analytical", simpy.Environment(), load_topology("dgx-h100:nodes=1"))
+    with pytest.raises(QuotientBroken, match="does not certify"):
+        analytical.transfer(0, 1, 1e6, family=LaneFamily((np.roll(ident, 1),), (0,)))
+
+
+def test_is_relabelling_is_the_lane_map_of_a_schedule():
+    shift = np.array([(r + 4) % 8 for r in range(8)])
+    a = build_schedule("allreduce", "ring", (0, 1, 2, 3), 1e6, channels=2)
+    b = build_schedule("allreduce", "ring", (4, 5, 6, 7), 1e6, channels=2)
+    assert is_relabelling(a, b, shift)
+    assert not is_relabelling(a, b, np.arange(8))                                  # wrong map
+    assert not is_relabelling(a, build_schedule("allreduce", "ring", (4, 5, 6, 7), 2e6), shift)
+    assert not is_relabelling(a, build_schedule("allreduce", "ring", (4, 6, 5, 7), 1e6, channels=2),
+                              shift)                                               # other ring
+    tree_a = build_schedule("allreduce", "dbtree", (0, 1, 2, 3), 1e6)
+    tree_b = build_schedule("allreduce", "dbtree", (4, 5, 6, 7), 1e6)
+    assert is_relabelling(tree_a, tree_b, shift) == (type(tree_a) is type(tree_b))
+
+
+@pytest.mark.parametrize("workload, overrides", [
+    pytest.param("mixtral-8x7b", {"tp": 2, "pp": 1, "ep": 4, "global_batch": 16, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="ep4-tp2"),
+    pytest.param("llama3-8b", {"tp": 2, "pp": 2, "cp": 2, "global_batch": 8, "micro_batch": 1,
+                               "model": {"layers": 4}}, id="cp2-pp2"),
+    pytest.param("gpt3-1.3b", {"tp": 2, "pp": 2, "global_batch": 16, "micro_batch": 2,
+                               "generator": {"granularity": "layer"}}, id="pp2-layer"),
+])
+def test_lane_families_change_no_result(workload, overrides):
+    runs = [simulate_workload(workload, "dgx-h100:nodes=2", overrides=overrides,
+                              options=EngineOptions(record_links=False,
+                                                    shortcuts=Shortcuts(lane_families=on)))
+            for on in (False, True)]
+    off, on = runs
+    fold = on.simulation.meta["fold"]
+    assert fold["lane_family_runs"] > 0 and fold["lane_families_refused"] is None
+    assert off.simulation.meta["fold"]["lane_family_runs"] == 0
+    assert on.shortcuts()["lane_family_runs"] == fold["lane_family_runs"]
+    assert on.iteration_s == pytest.approx(off.iteration_s, rel=RTOL)
+    assert on.simulation.link_bytes.keys() == off.simulation.link_bytes.keys()
+    for link, nbytes in off.simulation.link_bytes.items():
+        assert on.simulation.link_bytes[link] == pytest.approx(nbytes, rel=RTOL, abs=1e-3)
+    for a, b in zip(on.simulation.ranks, off.simulation.ranks):
+        assert a.rank == b.rank
+        assert a.compute_s == pytest.approx(b.compute_s, rel=RTOL)
+        assert a.exposed_comm_s == pytest.approx(b.exposed_comm_s, rel=RTOL, abs=1e-12)
+
+
+def test_asymmetric_lanes_are_replayed_without_families_and_say_why():
+    g = TaskGraph("folded", fold=Fold(np.array([[0, 1, 2, 3], [2, 3, 0, 1]])))
+    g.add(Task("s", 0, "send", peer=1, tag=0, size=2e9))
+    g.add(Task("r", 1, "recv", peer=0, tag=0, size=2e9))
+    res = simulate(g, two_speed_topology(), EngineOptions(record_links=False))
+    fold = res.meta["fold"]
+    assert "no bottleneck" in fold["lane_families_refused"]
+    assert fold["lane_family_runs"] == 0
+    # the replay without families: the slower lane sets the time, and the skew is reported
+    assert res.makespan_s == pytest.approx(2.0)
+    assert fold["max_lane_skew_s"] == pytest.approx(1.0)
