@@ -138,3 +138,31 @@ def test_asymmetric_lanes_are_replayed_without_families_and_say_why():
     # the replay without families: the slower lane sets the time, and the skew is reported
     assert res.makespan_s == pytest.approx(2.0)
     assert fold["max_lane_skew_s"] == pytest.approx(1.0)
+
+
+def _leaf_lanes() -> Fold:
+    """leafspine:16,4,spines=1 (4 GPUs per leaf, one spine): lanes shift the GPU inside its
+    leaf, so the images of a cross-leaf send all climb the same leaf -> spine link."""
+    return Fold(np.array([[4 * (r // 4) + (r % 4 + k) % 4 for r in range(16)] for k in range(4)]))
+
+
+def test_images_that_would_share_a_channel_run_as_separate_flows():
+    """Not an error and not a replay: the send's images run one by one (the path without
+    families), the rest of the run keeps its families, and the result is the exact one."""
+    topo = load_topology("leafspine:16,4,spines=1")
+    results = []
+    for on in (True, False):
+        g = TaskGraph("folded", fold=_leaf_lanes())
+        g.add(Task("s", 0, "send", peer=8, tag=0, size=1e8))
+        g.add(Task("r", 8, "recv", peer=0, tag=0, size=1e8))
+        g.add(Task("ar0", 0, "collective", op="allreduce", size=4e7, group=(0, 4), coll_id="ar",
+                   algo="ring"), ["s"])
+        g.add(Task("ar4", 4, "collective", op="allreduce", size=4e7, group=(0, 4), coll_id="ar",
+                   algo="ring"), [])
+        results.append(simulate(g, topo, EngineOptions(record_links=False,
+                                                       shortcuts=Shortcuts(lane_families=on))))
+    on, off = results
+    assert on.meta["fold"]["lane_families_refused"] is None
+    assert on.meta["fold"]["lane_family_runs"] == 0      # both would share the spine links
+    assert on.makespan_s == off.makespan_s
+    assert on.link_bytes == off.link_bytes

@@ -50,7 +50,7 @@ from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.network.flow import WAKE_PRIORITY
 from dessim.topology.hosts import host_map
 
-__all__ = ["ScheduleRun", "run_schedule", "merge_instances"]
+__all__ = ["ScheduleRun", "run_schedule", "merge_instances", "family_refusal"]
 
 
 @dataclass
@@ -110,6 +110,37 @@ def merge_instances(network, schedules: Sequence[Schedule]) -> CompactSchedule |
     if network.fixed_routes([a for a, _ in pairs], [b for _, b in pairs]) is None:
         return None
     return merged
+
+
+def family_refusal(network, schedule: Schedule, key_base: int, family: LaneFamily) -> str | None:
+    """Why ``family`` cannot carry ``schedule``'s transfers on ``network`` (started with ECMP
+    keys ``key_base + channel``), or None when every transfer has a family route
+    (:meth:`~dessim.network.base.Network.family_route`: images of equal latency on
+    channels of their own). Checked before a run, so a collective whose images would
+    share a channel runs every instance instead. Routes are cached by the network."""
+    if isinstance(schedule, CompactSchedule):
+        plan = schedule.plan
+        seen: set[tuple[int, int]] = set()
+        pairs = []
+        for s, pid in enumerate(plan.pattern):
+            if (pid, plan.channel[s]) not in seen:
+                seen.add((pid, plan.channel[s]))
+                pat = plan.patterns[pid]
+                pairs += [(a, b, key_base + plan.channel[s])
+                          for a, b in zip(pat.src.tolist(), pat.dst.tolist())]
+    elif isinstance(schedule, FluidSchedule):
+        return "streamed schedules run every lane"
+    else:
+        pairs = list({(a, b, key_base + c) for a, b, c in
+                      zip(schedule.src, schedule.dst, schedule.channel)})
+    resolve = network.topology.resolve
+    try:
+        for a, b, key in pairs:
+            if resolve(a) != resolve(b):
+                network.family_route(a, b, key, family)
+    except QuotientBroken as exc:
+        return str(exc)
+    return None
 
 
 def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event] | None = None,

@@ -37,7 +37,7 @@ import numpy as np
 import simpy
 
 from dessim.collectives import CollectivePlan, plan_collective, run_schedule
-from dessim.collectives.executor import merge_instances
+from dessim.collectives.executor import family_refusal, merge_instances
 from dessim.collectives.schedule import CompactSchedule, is_relabelling
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
@@ -179,6 +179,7 @@ class _Run:
         self.p2p_family = (LaneFamily.of_lanes(graph.fold.perm, range(1, graph.fold.lanes))
                            if self.families_on else None)
         self.family_runs = 0
+        self.p2p_refused: set[tuple[int, int]] = set()   #: sends whose images share channels
         self.families_refused: str | None = None   #: why a run with families was replayed
         # records
         self.start = [float("nan")] * len(self.tasks)
@@ -321,11 +322,15 @@ class _Run:
             ev = self.net.transfer(src, dst, size, key=key)
             ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
             return
-        if self.p2p_family is not None:        # one flow for every lane (certified)
-            self.family_runs += 1
-            ev = self.net.transfer(src, dst, size, key=key, family=self.p2p_family)
-            ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
-            return
+        if self.p2p_family is not None and (src, dst) not in self.p2p_refused:
+            try:                               # one flow for every lane (certified)
+                ev = self.net.transfer(src, dst, size, key=key, family=self.p2p_family)
+            except QuotientBroken:             # e.g. images sharing a channel: every lane
+                self.p2p_refused.add((src, dst))
+            else:
+                self.family_runs += 1
+                ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
+                return
         srcs, dsts = fold.images(src), fold.images(dst)
         join = _Join(self, len(srcs), lambda a=i, b=j: (self.finish(a), self.finish(b)))
         groups = self.net.bundle_groups(srcs, dsts, key) if self.shortcuts.bundles else None
@@ -363,6 +368,8 @@ class _Run:
             base = self._key_base(first.schedule.communicator)
             family = LaneFamily(tuple(perm[k] for k in lanes),
                                 tuple(self._key_base(p.schedule.communicator) - base for p in plans[1:]))
+            if family_refusal(self.net, first.schedule, base, family) is not None:
+                family = None          # e.g. images that share a channel: every instance runs
         self.families[key] = family
         return family
 

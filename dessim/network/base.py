@@ -136,13 +136,14 @@ class Network(abc.ABC):
         s = self._endpoint(src, "source")
         d = self._endpoint(dst, "destination")
         n = self._size(nbytes, s, d)
-        self.flows_started += 1
         if s == d:
+            self.flows_started += 1
             self.flows_finished += 1
             done = self.env.event()
             done.succeed(self.env.now)
             return done
         route = self.route(s, d, key) if family is None else self.family_route(src, dst, key, family)
+        self.flows_started += 1
         return self._start(route, float(n))
 
     #: Whether this model certifies lane families (:mod:`dessim.network.families`) at every
