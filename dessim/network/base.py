@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -54,6 +54,9 @@ class FamilyRoute(Route):
 
     images: tuple[Route, ...] = ()
     cut: tuple[int, ...] = ()      #: channels of each image: where ``channels`` splits
+    #: channels that several images cross -> how many (None: each is crossed once); such a
+    #: channel carries the family's rate that many times
+    mult: Any = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,9 +155,10 @@ class Network(abc.ABC):
 
     def family_route(self, src: int, dst: int, key: int, family: LaneFamily) -> FamilyRoute:
         """The route of ``src -> dst`` (GPU ranks, not a local copy) standing for its images
-        in ``family``: every image's channels (each image with its own ECMP key). Raises
+        in ``family``: every image's channels (each image with its own ECMP key; a channel
+        that ``m`` images cross is listed ``m`` times). Raises
         :class:`~dessim.network.families.QuotientBroken` unless every image has the
-        representative's latency and no two images share a channel."""
+        representative's latency."""
         if not self.certifies_families:
             raise QuotientBroken(f"the {self.name!r} network model does not certify lane families")
         memo = (src, dst, key, family)
@@ -175,11 +179,15 @@ class Network(abc.ABC):
                                         f"has latency {image.latency:.6g} s, not {base.latency:.6g} s"))
             routes.append(image)
         chans = tuple(c for r in routes for c in r.channels)
+        mult = None
         if len(set(chans)) != len(chans):
-            raise QuotientBroken(f"transfer {src} -> {dst}: two of its lane images share a channel")
+            counts: dict[int, int] = {}
+            for c in chans:
+                counts[c] = counts.get(c, 0) + 1
+            mult = {c: k for c, k in counts.items() if k > 1}
         found = FamilyRoute(base.path, tuple(x for r in routes for x in r.directions), chans,
                             base.latency, min(r.bottleneck for r in routes), tuple(routes),
-                            tuple(len(r.channels) for r in routes))
+                            tuple(len(r.channels) for r in routes), mult)
         if len(self._routes) >= _MAX_CACHED_ROUTES:
             self._routes.clear()
         self._routes[memo] = found  # type: ignore[index]

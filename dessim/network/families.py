@@ -22,9 +22,10 @@ replays the graph without families. The images must also agree on what the flow 
 charges before the flow shares bandwidth: equal route latency (checked here) and, for
 collectives, equal protocol software latency (checked by the executor).
 
-Images of one family never share a channel (each image channel then carries one image,
-which is what lets a family be one variable of the max-min system); a family whose images
-would is refused with :class:`QuotientBroken` too.
+Images of one family may share a channel — the images of a cross-leaf send all climb the
+leaf's uplinks: the family's route then lists that channel once per image, and the max-min
+system loads it with the family's rate that many times (:class:`~dessim.network.maxmin.Variable`
+``mult``), exactly what the separate images would put on it.
 """
 
 from __future__ import annotations

@@ -80,14 +80,15 @@ WAKE_PRIORITY: int = 2
 _FINISH, _JOIN = 0, 1
 
 class _Flow:
-    __slots__ = ("fid", "route", "channels", "nbytes", "remaining", "rate", "last", "version",
-                 "eta", "join_at", "event", "member")
+    __slots__ = ("fid", "route", "channels", "mult", "nbytes", "remaining", "rate", "last",
+                 "version", "eta", "join_at", "event", "member")
 
     def __init__(self, fid: int, route: Route, nbytes: float, join_at: float,
                  event: simpy.Event | None, member: tuple | None = None):
         self.fid = fid
         self.route = route
         self.channels = route.channels   # a variable of the MaxMinSystem: its constraints
+        self.mult = route.mult if type(route) is FamilyRoute else None   # channels crossed twice+
         self.nbytes = nbytes
         self.remaining = nbytes   # bytes left at time `last`
         self.rate = 0.0           # bytes/s since `last`
@@ -592,8 +593,7 @@ class FlowNetwork(Network):
         stats: dict[int, tuple[float, float]] = {}
         for c in chans:
             on = users.get(c)
-            got = stats[c] = (sum([g.rate for g in on.values()]), max([g.rate for g in on.values()])) \
-                if on else (0.0, 0.0)
+            got = stats[c] = self._load_top(c) if on else (0.0, 0.0)
             if last.get(c) != got:
                 last[c] = got
                 if on:
@@ -614,8 +614,7 @@ class FlowNetwork(Network):
                 for c in ((w,) + image.channels if w >= 0 else image.channels):
                     got = stats.get(c)
                     if got is None:
-                        rates = [g.rate for g in users[c].values()]
-                        got = stats[c] = (sum(rates), max(rates))
+                        got = stats[c] = self._load_top(c)
                     if got[0] >= cap[c] * (1.0 - SAT_TOL) and got[1] <= most:
                         seen[k] = c
                         break
@@ -625,6 +624,18 @@ class FlowNetwork(Network):
                         f"{image.path[-1]} of a transfer {f.route.path[0]} -> {f.route.path[-1]} "
                         f"has no bottleneck at the family's rate {f.rate:.6g} B/s: the lanes are "
                         "not symmetric there")
+
+    def _load_top(self, c: int) -> tuple[float, float]:
+        """Channel ``c``'s load (bytes/s; a flow crossing it ``m`` times counts ``m`` times)
+        and its fastest flow's rate."""
+        load = top = 0.0
+        for g in self._system.users[c].values():
+            r = g.rate
+            m = g.mult
+            load += r if m is None else r * m.get(c, 1)
+            if r > top:
+                top = r
+        return load, top
 
     def _after_solve(self, now: float, chans: Sequence[int]) -> None:
         if self.record_links:
@@ -649,7 +660,7 @@ class FlowNetwork(Network):
     def _record_utilisation(self, now: float, chans: Sequence[int]) -> None:
         cap = self.channels.capacity
         for c in sorted(chans):
-            used = sum(f.rate for f in self._system.users[c].values()) / cap[c]
+            used = self._load_top(c)[0] / cap[c]
             if used != self._last_util[c]:
                 self._last_util[c] = used
                 ch = self.channels.channels[c]

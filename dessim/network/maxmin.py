@@ -133,6 +133,9 @@ class Variable(Protocol):
     fid: int
     channels: tuple[int, ...]
     rate: float
+    #: channels listed more than once in ``channels`` -> how many times (None: none is); a
+    #: variable crossing a channel ``m`` times loads it with ``m`` times its rate
+    mult: Mapping[int, int] | None
 
 
 V = TypeVar("V", bound=Variable)
@@ -221,8 +224,8 @@ class MaxMinSystem(Generic[V]):
         if not var.rate and var in self.joined:   # added and removed between two solves
             self.joined.remove(var)
         users, modified, freed, rate = self.users, self.modified, self.freed, var.rate
-        for c in var.channels:
-            del users[c][fid]
+        for c in var.channels:          # a channel crossed m times frees m times the rate
+            users[c].pop(fid, None)
             modified.add(c)
             freed[c] = freed.get(c, 0.0) + rate
 
@@ -382,7 +385,8 @@ class MaxMinSystem(Generic[V]):
             if on:
                 before = gone
                 for g in on.values():
-                    before += g.rate
+                    m = g.mult
+                    before += g.rate if m is None else g.rate * m.get(c, 1)
                 if before >= cap[c] * lo:
                     aff.update(on)
         fixed: dict[int, tuple[float, float]] = {}  # (load, top) of channels without A flows
@@ -398,7 +402,8 @@ class MaxMinSystem(Generic[V]):
                         outside = 0.0
                         for gid, g in users[c].items():
                             if gid not in aff:
-                                outside += g.rate
+                                m = g.mult
+                                outside += g.rate if m is None else g.rate * m.get(c, 1)
                         r = cap[c] - outside
                         resid[c] = r if r > 0.0 else 0.0
             rates = self.rates([aff[fid] for fid in order], resid, tuple(resid.values()))
@@ -414,8 +419,14 @@ class MaxMinSystem(Generic[V]):
                 for gid, g in users[c].items():
                     r0 = g.rate
                     r = rates[gid] if gid in aff else r0
-                    load += r
-                    load0 += r0
+                    m = g.mult
+                    if m is None:
+                        load += r
+                        load0 += r0
+                    else:
+                        k = m.get(c, 1)
+                        load += r * k
+                        load0 += r0 * k
                     if r > top:
                         top = r
                     if r0 > top0:
@@ -456,7 +467,8 @@ class MaxMinSystem(Generic[V]):
                                 load = top = 0.0
                                 for h in users[d].values():
                                     r = h.rate
-                                    load += r
+                                    m = h.mult
+                                    load += r if m is None else r * m.get(d, 1)
                                     if r > top:
                                         top = r
                                 st = fixed[d] = (load, top)
