@@ -12,7 +12,7 @@ import simpy
 from hypothesis import given, settings, strategies as st
 
 from dessim.collectives import build_schedule
-from dessim.collectives.schedule import is_relabelling
+from dessim.collectives.schedule import is_relabelling, orbit_plan
 from dessim.engine import EngineOptions, Shortcuts, simulate
 from dessim.network import make_network
 from dessim.network.families import LaneFamily, QuotientBroken
@@ -140,6 +140,7 @@ def test_lane_families_change_no_result(workload, overrides):
     off, on = runs
     fold = on.simulation.meta["fold"]
     assert fold["lane_family_runs"] > 0 and fold["lane_families_refused"] is None
+    assert 0 < fold["lane_orbit_runs"] <= fold["lane_family_runs"]
     assert off.simulation.meta["fold"]["lane_family_runs"] == 0
     assert on.shortcuts()["lane_family_runs"] == fold["lane_family_runs"]
     assert on.iteration_s == pytest.approx(off.iteration_s, rel=RTOL)
@@ -193,3 +194,57 @@ def test_images_that_share_uplinks_run_as_one_family():
     assert on.link_bytes.keys() == off.link_bytes.keys()
     for link, nbytes in off.link_bytes.items():
         assert on.link_bytes[link] == pytest.approx(nbytes, rel=RTOL)
+
+
+_SHIFT8 = [np.array([(r + k) % 8 for r in range(8)]) for k in range(8)]
+
+
+@pytest.mark.parametrize("op, algo, channels", [("allreduce", "ring", 2), ("allgather", "ring", 1),
+                                                ("reducescatter", "ring", 3), ("alltoall", "direct", 1),
+                                                ("allreduce", "direct", 1)])
+def test_an_invariant_schedule_keeps_one_transfer_per_orbit(op, algo, channels):
+    """Under the 8 rotations of ranks 0..7, a schedule keeps the transfers leaving rank 0;
+    each full step is the rotations of its kept transfers (bytes, channel, dependencies
+    rotated too), and a kept transfer depends on the rotations back to rank 0 of what its
+    full row depended on."""
+    full = build_schedule(op, algo, tuple(range(8)), 1e6, channels=channels)
+    reduced = orbit_plan(full, _SHIFT8)
+    assert reduced is not None and reduced.params["orbit"] == 8
+    assert len(reduced) * 8 == len(full) and len(reduced.plan) == len(full.plan)
+    assert set(reduced.src) == {0}
+    pair = lambda d, sch: (sch.src[d], sch.dst[d])
+    to_zero = lambda a, b: (0, (b - a) % 8)           # the rotation of a -> b leaving rank 0
+    rows = {}
+    for s, (a, b) in enumerate(zip(full.plan.offset, full.plan.offset[1:])):
+        rows.update({(s, full.src[i], full.dst[i]): i for i in range(a, b)})
+    for s, (a, b) in enumerate(zip(reduced.plan.offset, reduced.plan.offset[1:])):
+        for i in range(a, b):
+            j0 = rows[(s, reduced.src[i], reduced.dst[i])]
+            deps0 = {pair(d, full) for d in full.deps(j0)}
+            assert {pair(d, reduced) for d in reduced.deps(i)} == {to_zero(*x) for x in deps0}
+            for k in range(8):
+                j = rows[(s, k, (reduced.dst[i] + k) % 8)]
+                assert (full.nbytes[j], full.channel[j]) == (reduced.nbytes[i], reduced.channel[i])
+                assert {((x - k) % 8, (y - k) % 8) for x, y in (pair(d, full) for d in full.deps(j))} \
+                    == deps0
+
+
+def test_a_schedule_that_is_not_invariant_is_not_reduced():
+    lanes4 = [np.array([(r + 2 * k) % 8 for r in range(8)]) for k in range(4)]
+    assert orbit_plan(build_schedule("allreduce", "ring", (0, 2, 4, 6), 1e6), lanes4) is not None
+    assert orbit_plan(build_schedule("allreduce", "ring", (0, 4, 2, 6), 1e6), lanes4) is None
+    assert orbit_plan(build_schedule("allreduce", "ring", (0, 2, 4, 6), 1e6), lanes4[:3]) is None
+    assert orbit_plan(build_schedule("allreduce", "dbtree", (0, 2, 4, 6), 1e6), lanes4) is None
+
+
+def test_a_ring_over_hosts_keeps_the_first_hosts_transfers():
+    """Rotating whole hosts (two ranks each) maps a ring over 0..7 onto itself without
+    fixing a rank: the kept transfers are those leaving ranks 0 and 1 (the first host), and
+    every rank is counted with the rank of the first host it is a rotation of."""
+    full = build_schedule("allreduce", "ring", tuple(range(8)), 1e6)
+    by_host = [np.array([(r + 2 * k) % 8 for r in range(8)]) for k in range(4)]
+    reduced = orbit_plan(full, by_host)
+    assert reduced is not None and reduced.params["orbit"] == 4
+    assert len(reduced) * 4 == len(full) and set(reduced.src) == {0, 1}
+    assert reduced.account == {r: r % 2 for r in range(8)}
+    assert orbit_plan(full, by_host[:3]) is None            # not a group of maps acting freely

@@ -455,7 +455,12 @@ def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
     pos_arr = np.full(max(group) + 1, -1, dtype=np.int64)
     pos_arr[list(group)] = np.arange(len(group))
     src_pos = [pos_arr[p.src] for p in plan.patterns]
-    dst_pos = [pos_arr[p.dst] for p in plan.patterns]
+    acct = pos_arr
+    if schedule.account is not None:      # an orbit's receiver is counted for its representative
+        acct = pos_arr.copy()
+        for g, r in schedule.account.items():
+            acct[g] = pos_arr[r]
+    dst_pos = [acct[p.dst] for p in plan.patterns]
     left = np.zeros(len(group), dtype=np.int64)
     uses = np.bincount(np.asarray(plan.pattern, dtype=np.int64), minlength=len(plan.patterns))
     for k, times in enumerate(uses.tolist()):

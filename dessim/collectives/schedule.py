@@ -36,7 +36,7 @@ from dessim.collectives.ops import Op
 from dessim.errors import CollectiveError
 
 __all__ = ["Transfer", "Schedule", "ScheduleBuilder", "Lane", "StepPattern", "StepPlan",
-           "StepPlanBuilder", "CompactSchedule", "merge_disjoint", "is_relabelling", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
+           "StepPlanBuilder", "CompactSchedule", "merge_disjoint", "is_relabelling", "orbit_plan", "Pipeline", "pipelines", "Flow", "FluidSchedule"]
 
 #: Relative tolerance of byte-count checks (sizes are float bytes split into blocks).
 _REL_TOL = 1e-9
@@ -418,6 +418,8 @@ class CompactSchedule(Schedule):
         self.plan = plan
         self._communicator = group if communicator is None else communicator
         self._columns: dict[str, array] | None = None
+        #: member -> the member whose part it is counted in (:func:`orbit_plan`); None: itself
+        self.account: dict[int, int] | None = None
 
     @property
     def communicator(self) -> tuple[int, ...]:
@@ -479,6 +481,115 @@ def is_relabelling(a: Schedule, b: Schedule, ranks: np.ndarray) -> bool:
         return False
     return (np.array_equal(ranks[np.asarray(a.src, dtype=np.int64)], np.asarray(b.src, dtype=np.int64))
             and np.array_equal(ranks[np.asarray(a.dst, dtype=np.int64)], np.asarray(b.dst, dtype=np.int64)))
+
+
+def orbit_plan(schedule: Schedule, ranks: Sequence[np.ndarray]) -> CompactSchedule | None:
+    """``schedule`` reduced to one transfer per orbit of a symmetry of its own, or None.
+
+    ``ranks`` are rank maps (integer arrays over global ranks, the identity first; e.g. the
+    lanes of a replica fold that map the group onto itself) that act on the group freely:
+    no map but the identity fixes a member. They split the group into rank orbits; the first
+    member of each (in group order) is its representative, and for every member exactly one
+    map sends its representative to it. The schedule is *invariant* under the maps when
+    every step's transfers are the images of its transfers that leave a representative,
+    each with the images of their dependencies. Then each image starts and ends with the
+    transfer it is an image of, and the reduced schedule keeps only the transfers leaving a
+    representative: step ``s`` holds those of step ``s``, each depending on the
+    representatives of what it depended on. Every member ends with its representative:
+    ``account`` (an attribute of the result) maps every member to it, so the replay counts a
+    kept transfer's arrival for its receiver's representative. Compact schedules only
+    (others: None); None unless invariant. The result keeps the group, op, size and
+    algorithm (what protocol charges read) and records ``params["orbit"]`` = how many
+    transfers each kept one stands for."""
+    if type(schedule) is not CompactSchedule or schedule.root is not None:
+        return None
+    group = schedule.group
+    maps = [np.asarray(m, dtype=np.int64) for m in ranks]
+    n = len(maps)
+    if len(group) < 2 or n < 2 or len(group) % n:
+        return None
+    members = set(group)
+    lane_of: dict[int, tuple[int, np.ndarray]] = {}     # member -> (representative, its map)
+    for g in group:
+        if g in lane_of:
+            continue
+        images = [int(m[g]) for m in maps]
+        if len(set(images)) != n or not members.issuperset(images):
+            return None                                  # not free, or leaves the group
+        for x, m in zip(images, maps):
+            lane_of[x] = (g, m)
+    inverse: dict[int, np.ndarray] = {}
+    reps = {r for r, _ in lane_of.values()}
+    plan = schedule.plan
+    index = [{(a, b): i for i, (a, b) in enumerate(zip(pat.src.tolist(), pat.dst.tolist()))}
+             for pat in plan.patterns]
+    reduced: dict[tuple[int, int], tuple[StepPattern, list[int]]] = {}
+
+    def back(a: int) -> np.ndarray:
+        got = inverse.get(a)
+        if got is None:
+            got = inverse[a] = np.argsort(lane_of[a][1])
+        return got
+
+    def reduce(pid: int, qid: int, prev_rep: list[int]) -> tuple[StepPattern, list[int]] | None:
+        """Pattern ``pid`` (dependencies into pattern ``qid``, -1: none) as its kept
+        transfers, and each member's kept transfer's position among them."""
+        pat, look = plan.patterns[pid], index[pid]
+        if len(look) != len(pat):
+            return None                                  # a pair twice: not a plain step
+        src, dst = pat.src.tolist(), pat.dst.tolist()
+        kept = [i for i, a in enumerate(src) if a in reps]
+        if len(kept) * n != len(pat):
+            return None
+        where = {i: k for k, i in enumerate(kept)}
+        rep_of: list[int] = []
+        for a, b in zip(src, dst):
+            r = look.get((lane_of[a][0], int(back(a)[b]))) if a in lane_of else None
+            if r is None or r not in where:
+                return None
+            rep_of.append(where[r])
+        if qid < 0:
+            none = np.zeros(len(kept) + 1, dtype=np.int64)
+            return StepPattern(pat.src[kept], pat.dst[kept], none, none[:0]), rep_of
+        prev, prev_look = plan.patterns[qid], index[qid]
+        qsrc, qdst = prev.src.tolist(), prev.dst.tolist()
+        deps: list[list[int]] = []
+        for i, a in enumerate(src):   # deps(member) = its map's image of deps(its kept one)
+            m = lane_of[a][1]
+            mine = sorted(pat.dep_index[pat.dep_start[i]:pat.dep_start[i + 1]].tolist())
+            r = kept[rep_of[i]]
+            image = []
+            for j in pat.dep_index[pat.dep_start[r]:pat.dep_start[r + 1]].tolist():
+                k = prev_look.get((int(m[qsrc[j]]), int(m[qdst[j]])))
+                if k is None:
+                    return None
+                image.append(k)
+            if sorted(image) != mine:
+                return None
+            if a in reps:
+                deps.append(sorted({prev_rep[j] for j in mine}))
+        start = np.cumsum([0] + [len(d) for d in deps], dtype=np.int64)
+        flat = np.fromiter((j for d in deps for j in d), dtype=np.int64, count=int(start[-1]))
+        return StepPattern(pat.src[kept], pat.dst[kept], start, flat), rep_of
+
+    builder = StepPlanBuilder()
+    rep_index: dict[int, list[int]] = {}
+    for s, pid in enumerate(plan.pattern):
+        q = plan.prev[s]
+        qid = plan.pattern[q] if q >= 0 else -1
+        got = reduced.get((pid, qid))
+        if got is None:
+            got = reduce(pid, qid, rep_index.get(qid, []))
+            if got is None:
+                return None
+            reduced[(pid, qid)] = got
+        rep_index[pid] = got[1]
+        builder.add(got[0], q, plan.nbytes[s], plan.reduce_bytes[s], plan.channel[s])
+    out = CompactSchedule(schedule.op, schedule.algorithm, group, schedule.size, None,
+                          builder.build(), {**schedule.params, "orbit": n},
+                          communicator=schedule.communicator)
+    out.account = {g: r for g, (r, _) in lane_of.items()}
+    return out
 
 
 def merge_disjoint(schedules: Sequence[Schedule]) -> CompactSchedule | None:

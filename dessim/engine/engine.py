@@ -38,7 +38,7 @@ import simpy
 
 from dessim.collectives import CollectivePlan, plan_collective, run_schedule
 from dessim.collectives.executor import family_refusal, merge_instances
-from dessim.collectives.schedule import CompactSchedule, is_relabelling
+from dessim.collectives.schedule import CompactSchedule, is_relabelling, orbit_plan
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.options import EngineOptions, Noise
@@ -50,6 +50,7 @@ from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
+from dessim.topology.hosts import host_map
 
 __all__ = ["EngineOptions", "simulate", "straggler_factors"]
 
@@ -176,9 +177,11 @@ class _Run:
                             and graph.fold.lanes > 1 and not self.shortcuts.stream_rings
                             and self.net.certifies_families)
         self.families: dict[tuple, LaneFamily | None] = {}
+        self.orbits: dict[tuple, tuple | None] = {}
         self.p2p_family = (LaneFamily.of_lanes(graph.fold.perm, range(1, graph.fold.lanes))
                            if self.families_on else None)
         self.family_runs = 0
+        self.orbit_runs = 0                   #: of which ran one transfer per orbit (_orbit_run)
         self.p2p_refused: set[tuple[int, int]] = set()   #: sends whose images share channels
         self.families_refused: str | None = None   #: why a run with families was replayed
         # records
@@ -373,6 +376,87 @@ class _Run:
         self.families[key] = family
         return family
 
+    def _orbit_run(self, plan, family: LaneFamily | None,
+                   alone: bool) -> tuple[CompactSchedule, LaneFamily] | None:
+        """The run of ``plan`` (instance 0 of a folded collective; ``family``: its other
+        instances, or None when it has none) with ONE transfer per orbit of a symmetry of the
+        schedule that acts on its group regularly (every member a renamed copy of the first;
+        :func:`~dessim.collectives.schedule.orbit_plan`): a ring step's p sends become one.
+        The symmetry is the lanes that map the group onto itself when they act so; else, when
+        the group's ranks all arrive together (``alone``: one member task, whose images fill
+        the group), the rotations of the group's order (a ring's own rotations), identity
+        outside the group. Every rank of the group then starts and ends with the first, so
+        every rank ends when the run does. Returns the reduced schedule and the family of
+        everything it stands for — each kept transfer's images under the symmetry, in every
+        instance. None otherwise. Cached."""
+        key = (id(plan), id(family), alone)
+        if key in self.orbits:
+            return self.orbits[key]
+        got = None
+        sched = plan.schedule
+        group = list(sched.group)
+        perm = self.fold.perm
+        candidates: list[list[np.ndarray]] = []
+        if type(sched) is CompactSchedule and len(group) > 1:
+            stab = np.flatnonzero((np.sort(perm[:, group], axis=1) == np.sort(group)).all(axis=1))
+            if len(stab) == len(group):
+                candidates.append([perm[k] for k in stab])
+            if alone:
+                candidates += self._rotations(group)
+        images = [(perm[0], 0)] + (list(zip(family.perms, family.key_offsets))
+                                  if family is not None else [])
+        base = self._key_base(sched.communicator)
+        for sym in candidates:      # the first symmetry of the schedule that the network keeps
+            reduced = orbit_plan(sched, sym)
+            if reduced is None:
+                continue
+            maps, offs = [], []
+            for n, (lane, off) in enumerate(images):
+                for k, m in enumerate(sym):
+                    if n or k:                         # not the representative itself
+                        maps.append(lane[m])
+                        offs.append(off)
+            whole = LaneFamily(tuple(maps), tuple(offs))
+            if family_refusal(self.net, reduced, base, whole) is None:
+                got = (reduced, whole)
+                break
+        self.orbits[key] = got
+        return got
+
+    def _rotations(self, group: list[int]) -> list[list[np.ndarray]]:
+        """Candidate symmetries of a schedule on ``group`` (rank maps over all ranks, identity
+        first, identity outside the group; each acts on the group freely), tried in order:
+        the rotations of the group's order (a ring's own rotations); then, when every host
+        holds the same number of the group's ranks, the rotations of hosts combined with the
+        rotations of ranks inside a host (what maps an all-to-all over hosts onto itself host
+        for host), and the rotations of hosts alone (what maps a ring over hosts, host by
+        host in ring order, onto itself: one kept transfer per rank of the first host)."""
+        ident = np.arange(self.fold.perm.shape[1])
+        out = []
+        rot = []
+        for k in range(len(group)):
+            m = ident.copy()
+            m[group] = np.roll(group, -k)
+            rot.append(m)
+        out.append(rot)
+        rows = host_map(self.topology).split(group)
+        if len(rows) > 1 and len({len(r) for r in rows}) == 1 and len(rows[0]) > 1:
+            grid = np.asarray(rows, dtype=np.int64)
+            both = []
+            for a in range(grid.shape[0]):
+                for b in range(grid.shape[1]):
+                    m = ident.copy()
+                    m[grid.ravel()] = np.roll(np.roll(grid, -a, axis=0), -b, axis=1).ravel()
+                    both.append(m)
+            out.append(both)
+            hosts = []
+            for a in range(grid.shape[0]):
+                m = ident.copy()
+                m[grid.ravel()] = np.roll(grid, -a, axis=0).ravel()
+                hosts.append(m)
+            out.append(hosts)
+        return out
+
     def _merged(self, t: Task, instances: list[tuple[int, ...]], plans: list) -> CompactSchedule | None:
         """The images of collective task ``t`` in a folded graph as one schedule, when that
         is exact (:func:`~dessim.collectives.executor.merge_instances`: same shape, disjoint
@@ -505,6 +589,15 @@ class _Run:
                 instances, where = self.fold.instances(t.group)
             plans = [self._schedule(t, inst) for inst in instances]
             family = self._lane_family(t, instances, plans) if len(instances) > 1 else None
+            # one member task whose images fill instance 0: every rank of it arrives together
+            alone = where is not None and len(self.colls[t.coll_id]) == 1 and \
+                len({x for k, x in where[t.rank] if k == 0}) == len(instances[0])
+            orbit = (self._orbit_run(plans[0], family, alone)
+                     if self.families_on and (family is not None or len(instances) == 1) else None)
+            if orbit is not None:       # one transfer per orbit of the group (certified)
+                self.orbit_runs += 1
+                plans = [CollectivePlan(orbit[0], plans[0].protocol)]
+                family = orbit[1]
             if family is not None:      # instance 0 stands for the others (certified)
                 self.family_runs += 1
                 instances, plans = instances[:1], plans[:1]
@@ -544,6 +637,9 @@ class _Run:
                     runs[0].rank_events[rank].callbacks.append(lambda _e, f=on_done: f())
                     continue
                 pairs = where[rank]
+                if orbit is not None:   # each image ends with its orbit's representative
+                    acct = orbit[0].account
+                    pairs = sorted({(k, acct[x]) for k, x in pairs})
                 join = _Join(self, len(pairs), on_done)
                 for inst, image in pairs:
                     runs[inst].rank_events[image].callbacks.append(join.one)
@@ -693,6 +789,7 @@ class _Run:
                          "skewed_tasks": self.skewed_tasks,
                          "merged_image_runs": self.merged_runs,
                          "lane_family_runs": self.family_runs,
+                         "lane_orbit_runs": self.orbit_runs,
                          "lane_families_refused": self.families_refused}}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:

@@ -108,10 +108,14 @@ class Shortcuts:
       (:func:`~dessim.collectives.executor.merge_instances`);
     * ``lane_families``: in a folded graph, a transfer or collective runs on ONE lane, each
       flow standing for its images in the other lanes on the union of their routes
-      (:mod:`dessim.network.families`). Exact by certificate: every rate solve checks that
-      each image has a max-min bottleneck at the family's rate; the first solve that fails
-      makes the engine replay the graph without families, and the result says why. Equal
-      to the full replay up to float rounding (sums of rates taken in another order).
+      (:mod:`dessim.network.families`); a collective whose schedule is invariant under a
+      symmetry of its group (the lanes that map the group onto itself, the rotations of a
+      ring, of hosts, of ranks inside hosts) keeps one transfer per orbit of it
+      (:func:`~dessim.collectives.schedule.orbit_plan`). Exact by certificate: every rate
+      solve checks that each image has a max-min bottleneck at the family's rate; the first
+      solve that fails makes the engine replay the graph without families, and the result
+      says why. Equal to the full replay up to float rounding (sums of rates taken in
+      another order).
 
     ``stream_rings`` is an approximation, off by default: ring collectives run as one
     coupled flow per channel instead of step by step (docs/collectives.md).
