@@ -248,3 +248,13 @@ def test_a_ring_over_hosts_keeps_the_first_hosts_transfers():
     assert len(reduced) * 4 == len(full) and set(reduced.src) == {0, 1}
     assert reduced.account == {r: r % 2 for r in range(8)}
     assert orbit_plan(full, by_host[:3]) is None            # not a group of maps acting freely
+
+
+def test_transfers_hashed_onto_equal_cost_paths_get_no_family():
+    """Two spines: a cross-leaf transfer's lanes would hash onto different spines and
+    collide on some only, so it is refused before it starts, not after a failed solve."""
+    net = make_network("flow", simpy.Environment(), load_topology("leafspine:16,4,spines=2"))
+    within_leaf = LaneFamily((np.array([4 * (r // 4) + (r % 4 + 1) % 4 for r in range(16)]),), (0,))
+    with pytest.raises(QuotientBroken, match="ECMP"):
+        net.transfer(0, 8, 1e6, family=within_leaf)
+    net.transfer(0, 1, 1e6, family=within_leaf)          # inside a leaf: one path, a family

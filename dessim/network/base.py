@@ -158,7 +158,9 @@ class Network(abc.ABC):
         in ``family``: every image's channels (each image with its own ECMP key; a channel
         that ``m`` images cross is listed ``m`` times). Raises
         :class:`~dessim.network.families.QuotientBroken` unless every image has the
-        representative's latency."""
+        representative's latency and one path only (no ECMP choice: hashed paths make lanes
+        collide on some links and not on others, which the certificate would reject after
+        the fact)."""
         if not self.certifies_families:
             raise QuotientBroken(f"the {self.name!r} network model does not certify lane families")
         memo = (src, dst, key, family)
@@ -168,10 +170,20 @@ class Network(abc.ABC):
         for r in (src, dst):
             if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
                 raise NetworkError(f"lane family: endpoint {r!r} is not a GPU rank")
-        base = self.route(self._endpoint(src, "source"), self._endpoint(dst, "destination"), key)
+        es, ed = self._endpoint(src, "source"), self._endpoint(dst, "destination")
+        independent = self.router.key_independent
+        if not independent(es, ed):
+            # hashed onto one of several equal-cost paths: the lanes would collide on some
+            # links and not on others, so the certificate would fail and force a replay
+            raise QuotientBroken(f"transfer {src} -> {dst} takes one of several equal-cost "
+                                 "paths (ECMP): its lane images may collide differently")
+        base = self.route(es, ed, key)
         routes = [base]
         for a, b, k in family.images(src, dst, key):
             ea, eb = self._endpoint(a, "source"), self._endpoint(b, "destination")
+            if ea != eb and not independent(ea, eb):
+                raise QuotientBroken(f"transfer {src} -> {dst}: its image {a} -> {b} takes one "
+                                     "of several equal-cost paths (ECMP)")
             image = None if ea == eb else self.route(ea, eb, k)
             if image is None or image.latency != base.latency:
                 raise QuotientBroken(f"transfer {src} -> {dst}: its image {a} -> {b} "
