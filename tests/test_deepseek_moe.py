@@ -141,6 +141,8 @@ def test_imbalanced_routing_makes_the_experts_and_all_to_all_bigger():
     ({"distribution": "counts", "counts": [1, 2]}, "2 counts given for 8 experts"),
     ({"capacity_factor": 0}, "capacity_factor"),
     ({"counts": [1, 2]}, "set distribution: counts"),
+    # a token picks top_k distinct experts: one expert with tokens cannot serve top_k = 2
+    ({"distribution": "counts", "counts": [5, 0, 0, 0, 0, 0, 0, 0]}, "fewer than top_k=2"),
 ])
 def test_bad_routing_is_a_clear_error(routing, match):
     doc = {"name": "t", "model": {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128,

@@ -186,7 +186,12 @@ class TransformerConfig:
                                 "no kv_heads (give bias: false and leave kv_heads out)")
         if not isinstance(self.routing, MoERouting):
             raise WorkloadError(f"{where}: routing must be a MoERouting, got {self.routing!r}")
-        self.routing.shares(self.experts)        # counts: one per expert
+        shares = self.routing.shares(self.experts)        # counts: one per expert
+        used = sum(x > 0 for x in shares)
+        if self.is_moe and used < self.top_k:
+            raise WorkloadError(f"{where}: routing sends tokens to {used} of {self.experts} "
+                                f"experts (the others have count 0), fewer than "
+                                f"top_k={self.top_k}: a token picks top_k distinct experts")
 
     # ------------------------------------------------------------------ derived figures
     @property
