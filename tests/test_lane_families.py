@@ -258,3 +258,16 @@ def test_transfers_hashed_onto_equal_cost_paths_get_no_family():
     with pytest.raises(QuotientBroken, match="ECMP"):
         net.transfer(0, 8, 1e6, family=within_leaf)
     net.transfer(0, 1, 1e6, family=within_leaf)          # inside a leaf: one path, a family
+
+
+def test_simulate_says_when_lane_families_were_refused(capsys):
+    from dessim.cli.simulate_cmd import print_summary
+
+    run = simulate_workload("gpt3-1.3b", "dgx-h100:nodes=2", overrides={"tp": 2, "global_batch": 32})
+    s = run.summary()
+    print_summary(s)
+    shown = capsys.readouterr().out
+    assert "lane families on" in shown and "lane families refused" not in shown
+    s["fold"] = {**s["fold"], "lane_families_refused": "at t = 1 s the lane image 0 -> 8 ..."}
+    print_summary(s)
+    assert "lane families refused (every lane replayed): at t = 1 s" in capsys.readouterr().out
