@@ -81,7 +81,7 @@ WAKE_PRIORITY: int = 2
 _FINISH, _JOIN = 0, 1
 
 class _Flow:
-    __slots__ = ("fid", "route", "channels", "mult", "nbytes", "remaining", "rate", "last",
+    __slots__ = ("fid", "route", "channels", "mult", "cut", "nbytes", "remaining", "rate", "last",
                  "version", "eta", "join_at", "event", "member")
 
     def __init__(self, fid: int, route: Route, nbytes: float, join_at: float,
@@ -89,7 +89,9 @@ class _Flow:
         self.fid = fid
         self.route = route
         self.channels = route.channels   # a variable of the MaxMinSystem: its constraints
-        self.mult = route.mult if type(route) is FamilyRoute else None   # channels crossed twice+
+        family = type(route) is FamilyRoute
+        self.mult = route.mult if family else None     # channels crossed twice or more
+        self.cut = route.cut if family else None       # where the channels split into images
         self.nbytes = nbytes
         self.remaining = nbytes   # bytes left at time `last`
         self.rate = 0.0           # bytes/s since `last`
@@ -190,7 +192,9 @@ class FlowNetwork(Network):
         self._templates: dict[tuple, BundleTemplate | None] = {}
         #: whether a lane-family flow has started: solves are certified from then on
         self.families_started = False
-        self._chan_stats: dict[int, tuple[float, float]] = {}   # per channel: load, fastest
+        #: per channel: (load, fastest rate) when last certified, and the epoch then
+        self._chan_stats: dict[int, tuple[tuple[float, float], int]] = {}
+        self._epoch = 0             # bumped by every state certified before (see _certify_state)
         self._witness: dict[int, list[int]] = {}   # per family flow: each image's bottleneck
         self._certified: set[tuple] = set()         # states certified (see _certify_state)
 
@@ -567,14 +571,11 @@ class FlowNetwork(Network):
             return
         key = None
         if system.last_state is not None:
-            key = (system.last_state, tuple([v.route.cut if type(v.route) is FamilyRoute else None
-                                             for v in system.variables.values()]))
+            key = (system.last_state, tuple([v.cut for v in system.variables.values()]))
             if system.last_hit and key in self._certified:
-                # the next computed certificate must not compare these channels' loads with
-                # figures from before this state: forget them (their flows get checked)
-                last = self._chan_stats
-                for c in chans:
-                    last.pop(c, None)
+                # the next computed certificate must not compare channel loads with figures
+                # from before this state: a new epoch makes every remembered figure stale
+                self._epoch += 1
                 return
         self._certify(flows, old_rates, chans)
         if key is not None:
@@ -595,15 +596,15 @@ class FlowNetwork(Network):
         image first tries the channel that was its bottleneck last time. Family flows never
         share a channel with a running bundle (bundles split first), so each channel's flows
         are its users in the max-min system."""
-        users, last = self._system.users, self._chan_stats
+        users, last, epoch = self._system.users, self._chan_stats, self._epoch
         check: dict[int, _Flow] = {f.fid: f for f, r in zip(flows, old_rates)
                                    if f.rate != r and type(f.route) is FamilyRoute}
         stats: dict[int, tuple[float, float]] = {}
         for c in chans:
             on = users.get(c)
             got = stats[c] = self._load_top(c) if on else (0.0, 0.0)
-            if last.get(c) != got:
-                last[c] = got
+            if last.get(c) != (got, epoch):
+                last[c] = (got, epoch)
                 if on:
                     for fid, f in on.items():
                         if type(f.route) is FamilyRoute:

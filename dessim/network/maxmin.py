@@ -203,10 +203,11 @@ class MaxMinSystem(Generic[V]):
         fid = var.fid
         self.variables[fid] = var
         self.joined.append(var)
-        users, modified = self.users, self.modified
-        for c in var.channels:
+        users = self.users
+        chans = var.channels
+        self.modified.update(chans)
+        for c in chans:
             users[c][fid] = var
-            modified.add(c)
 
     def insert(self, var: V) -> None:
         """``var`` shares its constraints at its current rate, which is already max-min (no
@@ -223,10 +224,11 @@ class MaxMinSystem(Generic[V]):
         del self.variables[fid]
         if not var.rate and var in self.joined:   # added and removed between two solves
             self.joined.remove(var)
-        users, modified, freed, rate = self.users, self.modified, self.freed, var.rate
-        for c in var.channels:          # a channel crossed m times frees m times the rate
+        users, freed, rate = self.users, self.freed, var.rate
+        chans = var.channels
+        self.modified.update(chans)
+        for c in chans:                 # a channel crossed m times frees m times the rate
             users[c].pop(fid, None)
-            modified.add(c)
             freed[c] = freed.get(c, 0.0) + rate
 
     # ------------------------------------------------------------------ solve
