@@ -115,9 +115,9 @@ def merge_instances(network, schedules: Sequence[Schedule]) -> CompactSchedule |
 def family_refusal(network, schedule: Schedule, key_base: int, family: LaneFamily) -> str | None:
     """Why ``family`` cannot carry ``schedule``'s transfers on ``network`` (started with ECMP
     keys ``key_base + channel``), or None when every transfer has a family route
-    (:meth:`~dessim.network.base.Network.family_route`: images of equal latency on
-    channels of their own). Checked before a run, so a collective whose images would
-    share a channel runs every instance instead. Routes are cached by the network."""
+    (:meth:`~dessim.network.base.Network.family_route`: images of equal latency, each on
+    one path, no ECMP choice). Checked before a run, so a collective whose images would be
+    refused runs every instance instead. Routes are cached by the network."""
     if isinstance(schedule, CompactSchedule):
         plan = schedule.plan
         seen: set[tuple[int, int]] = set()

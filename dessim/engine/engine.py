@@ -182,7 +182,7 @@ class _Run:
                            if self.families_on else None)
         self.family_runs = 0
         self.orbit_runs = 0                   #: of which ran one transfer per orbit (_orbit_run)
-        self.p2p_refused: set[tuple[int, int]] = set()   #: sends whose images share channels
+        self.p2p_refused: set[tuple[int, int]] = set()   #: sends refused a family (ECMP, latency)
         self.families_refused: str | None = None   #: why a run with families was replayed
         # records
         self.start = [float("nan")] * len(self.tasks)
@@ -328,7 +328,7 @@ class _Run:
         if self.p2p_family is not None and (src, dst) not in self.p2p_refused:
             try:                               # one flow for every lane (certified)
                 ev = self.net.transfer(src, dst, size, key=key, family=self.p2p_family)
-            except QuotientBroken:             # e.g. images sharing a channel: every lane
+            except QuotientBroken:             # e.g. ECMP paths: every lane as its own flow
                 self.p2p_refused.add((src, dst))
             else:
                 self.family_runs += 1
@@ -372,7 +372,7 @@ class _Run:
             family = LaneFamily(tuple(perm[k] for k in lanes),
                                 tuple(self._key_base(p.schedule.communicator) - base for p in plans[1:]))
             if family_refusal(self.net, first.schedule, base, family) is not None:
-                family = None          # e.g. images that share a channel: every instance runs
+                family = None          # e.g. ECMP paths: every instance runs
         self.families[key] = family
         return family
 
@@ -380,15 +380,15 @@ class _Run:
                    alone: bool) -> tuple[CompactSchedule, LaneFamily] | None:
         """The run of ``plan`` (instance 0 of a folded collective; ``family``: its other
         instances, or None when it has none) with ONE transfer per orbit of a symmetry of the
-        schedule that acts on its group regularly (every member a renamed copy of the first;
-        :func:`~dessim.collectives.schedule.orbit_plan`): a ring step's p sends become one.
-        The symmetry is the lanes that map the group onto itself when they act so; else, when
-        the group's ranks all arrive together (``alone``: one member task, whose images fill
-        the group), the rotations of the group's order (a ring's own rotations), identity
-        outside the group. Every rank of the group then starts and ends with the first, so
-        every rank ends when the run does. Returns the reduced schedule and the family of
-        everything it stands for — each kept transfer's images under the symmetry, in every
-        instance. None otherwise. Cached."""
+        schedule that acts on its group freely (:func:`~dessim.collectives.schedule.orbit_plan`):
+        a ring step's p sends become one (or one per rank of the first host). The symmetry is
+        the lanes that map the group onto itself when there is one per member (every member
+        is then a lane image of the first, so all arrive together); else, when the group's
+        ranks all arrive together anyway (``alone``: one member task, whose images fill the
+        group), the first of :meth:`_rotations` that the schedule and the network keep. Every
+        rank ends with its orbit's representative (``account``). Returns the reduced schedule
+        and the family of everything it stands for — each kept transfer's images under the
+        symmetry, in every instance. None otherwise. Cached."""
         key = (id(plan), id(family), alone)
         if key in self.orbits:
             return self.orbits[key]
