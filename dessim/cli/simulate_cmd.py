@@ -127,9 +127,9 @@ LARGE_GRAPH_TASKS = 200_000
                    "TP × DP lanes (all traffic stays on the network). Exact while the lanes stay "
                    "in step; the summary reports the largest lane skew.")
 @click.option("--exact", is_flag=True,
-              help="Turn every shortcut off (layer granularity, no folding, simulated TP, no "
-                   "bundles, compact schedules or collective memo): the full replay, for checking "
-                   "a fast result.")
+              help="Turn every shortcut off (layer granularity, no folding and so no merged "
+                   "images or lane families, simulated TP, no bundles, compact schedules or "
+                   "collective memo): the full replay, for checking a fast result.")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
