@@ -65,8 +65,8 @@ def test_simulate_takes_the_exact_shortcuts_by_itself_and_says_so():
             "--global-batch", "8"]
     fast = runner.invoke(cli, args)
     assert fast.exit_code == 0, fast.output
-    assert "shortcuts           stage tasks, closed-form TP on 2 NVSwitch islands, replica folding, " \
-           "lane families on 4 transfers and collectives (chosen automatically; exact" in fast.output
+    assert "shortcuts           stage tasks, closed-form TP on 2 NVSwitch islands, replica folding " \
+           "(chosen automatically; exact" in fast.output
     full = json.loads(runner.invoke(cli, args + ["--exact", "--json"]).output)
     quick = json.loads(runner.invoke(cli, args + ["--json"]).output)
     assert quick["iteration_s"] == pytest.approx(full["iteration_s"], rel=1e-9)

@@ -157,7 +157,10 @@ def test_asymmetric_lanes_are_replayed_without_families_and_say_why():
     g = TaskGraph("folded", fold=Fold(np.array([[0, 1, 2, 3], [2, 3, 0, 1]])))
     g.add(Task("s", 0, "send", peer=1, tag=0, size=2e9))
     g.add(Task("r", 1, "recv", peer=0, tag=0, size=2e9))
-    res = simulate(g, two_speed_topology(), EngineOptions(record_links=False))
+    # without bundles (which would carry the two lanes as two exact one-member bundles and
+    # leave no family to refuse)
+    res = simulate(g, two_speed_topology(), EngineOptions(record_links=False,
+                                                          shortcuts=Shortcuts(bundles=False)))
     fold = res.meta["fold"]
     assert "no bottleneck" in fold["lane_families_refused"]
     assert fold["lane_family_runs"] == 0
@@ -185,8 +188,9 @@ def test_images_that_share_uplinks_run_as_one_family():
                    algo="ring"), ["s"])
         g.add(Task("ar4", 4, "collective", op="allreduce", size=4e7, group=(0, 4), coll_id="ar",
                    algo="ring"), [])
-        results.append(simulate(g, topo, EngineOptions(record_links=False,
-                                                       shortcuts=Shortcuts(lane_families=on))))
+        # bundles off: they would carry the send's four lanes as one exact bundle instead
+        results.append(simulate(g, topo, EngineOptions(
+            record_links=False, shortcuts=Shortcuts(lane_families=on, bundles=False))))
     on, off = results
     assert on.meta["fold"]["lane_families_refused"] is None
     assert on.meta["fold"]["lane_family_runs"] == 2

@@ -325,8 +325,13 @@ class _Run:
             ev = self.net.transfer(src, dst, size, key=key)
             ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
             return
-        if self.p2p_family is not None and (src, dst) not in self.p2p_refused:
-            try:                               # one flow for every lane (certified)
+        srcs, dsts = fold.images(src), fold.images(dst)
+        groups = self.net.bundle_groups(srcs, dsts, key) if self.shortcuts.bundles else None
+        bundled = groups is not None and all(t is not None for t, _ in groups)
+        # lanes that travel as exact bundles cost one entity while alone (numpy, no solve);
+        # otherwise one family flow for every lane (certified) instead of one flow per lane
+        if not bundled and self.p2p_family is not None and (src, dst) not in self.p2p_refused:
+            try:
                 ev = self.net.transfer(src, dst, size, key=key, family=self.p2p_family)
             except QuotientBroken:             # e.g. ECMP paths: every lane as its own flow
                 self.p2p_refused.add((src, dst))
@@ -334,9 +339,7 @@ class _Run:
                 self.family_runs += 1
                 ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
                 return
-        srcs, dsts = fold.images(src), fold.images(dst)
         join = _Join(self, len(srcs), lambda a=i, b=j: (self.finish(a), self.finish(b)))
-        groups = self.net.bundle_groups(srcs, dsts, key) if self.shortcuts.bundles else None
         if groups is None:
             groups = ((None, tuple(range(len(srcs)))),)
         for template, members in groups:
