@@ -307,3 +307,22 @@ def test_the_incremental_certificate_decides_like_checking_everything(flows):
     """Checking only what a solve changed (and each recurring state once) passes and fails
     exactly where checking every family flow at every solve does."""
     assert _certified_run(flows, False) == _certified_run(flows, True)
+
+
+def test_a_collective_family_on_asymmetric_lanes_is_replayed_exactly():
+    """An all-reduce over (0, 1) whose image (2, 3) runs on slower links: the family's
+    certificate fails, the run is replayed without families and equals the run without
+    them."""
+    runs = []
+    for on in (True, False):
+        g = TaskGraph("folded", fold=Fold(np.array([[0, 1, 2, 3], [2, 3, 0, 1]])))
+        for r in (0, 1):
+            g.add(Task(f"ar{r}", r, "collective", op="allreduce", size=4e8, group=(0, 1),
+                       coll_id="ar", algo="ring"))
+        runs.append(simulate(g, two_speed_topology(), EngineOptions(
+            record_links=False, shortcuts=Shortcuts(lane_families=on, bundles=False))))
+    on, off = runs
+    assert "no bottleneck" in on.meta["fold"]["lane_families_refused"]
+    assert off.meta["fold"]["lane_families_refused"] is None
+    assert on.makespan_s == off.makespan_s and on.link_bytes == off.link_bytes
+    assert on.meta["fold"]["max_lane_skew_s"] > 0          # the lanes really differ
