@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -48,9 +49,10 @@ class Route:
 @dataclass(frozen=True, slots=True)
 class FamilyRoute(Route):
     """The route of a lane family's flow (:mod:`dessim.network.families`): the channels and
-    directions of every image (each image's own, once), the representative's path and
-    latency (every image's), the smallest bottleneck; ``images`` holds each image's own
-    :class:`Route`, the representative's first."""
+    directions of every image, image after image (a channel several images cross is listed
+    once per image), the representative's path and latency (every image's), the smallest
+    bottleneck; ``images`` holds each image's own :class:`Route`, the representative's
+    first."""
 
     images: tuple[Route, ...] = ()
     cut: tuple[int, ...] = ()      #: channels of each image: where ``channels`` splits
@@ -191,12 +193,8 @@ class Network(abc.ABC):
                                         f"has latency {image.latency:.6g} s, not {base.latency:.6g} s"))
             routes.append(image)
         chans = tuple(c for r in routes for c in r.channels)
-        mult = None
-        if len(set(chans)) != len(chans):
-            counts: dict[int, int] = {}
-            for c in chans:
-                counts[c] = counts.get(c, 0) + 1
-            mult = {c: k for c, k in counts.items() if k > 1}
+        mult = ({c: k for c, k in Counter(chans).items() if k > 1}
+                if len(set(chans)) != len(chans) else None)
         found = FamilyRoute(base.path, tuple(x for r in routes for x in r.directions), chans,
                             base.latency, min(r.bottleneck for r in routes), tuple(routes),
                             tuple(len(r.channels) for r in routes), mult)
@@ -209,22 +207,22 @@ class Network(abc.ABC):
                       key: int | Sequence[int], family: LaneFamily,
                       fixed: bool = False) -> list[FamilyRoute | None] | None:
         """:meth:`family_route` of each transfer ``sources[i] -> destinations[i]`` (None for
-        a local copy). With ``fixed``: None unless no route of any image depends on the ECMP
-        key (bundle templates)."""
+        a local copy). With ``fixed`` (bundle templates): None instead of a local copy or of
+        a refused family (family routes never depend on the ECMP key: ECMP is refused)."""
         keys = [key] * len(sources) if isinstance(key, (int, np.integer)) else list(key)
         out: list[FamilyRoute | None] = []
-        independent = self.router.key_independent
         for s, d, k in zip(sources, destinations, keys):
-            es, ed = self._endpoint(s, "source"), self._endpoint(d, "destination")
-            if es == ed:
+            if self._endpoint(s, "source") == self._endpoint(d, "destination"):
                 if fixed:
                     return None
                 out.append(None)
                 continue
-            if fixed and not all(independent(self._endpoint(a, "source"), self._endpoint(b, "destination"))
-                                 for a, b, _ in [(s, d, k)] + family.images(s, d, k)):
-                return None
-            out.append(self.family_route(s, d, k, family))
+            try:
+                out.append(self.family_route(s, d, k, family))
+            except QuotientBroken:
+                if fixed:
+                    return None
+                raise
         return out
 
     def route(self, src: str, dst: str, key: int = 0) -> Route:

@@ -602,7 +602,7 @@ class FlowNetwork(Network):
         stats: dict[int, tuple[float, float]] = {}
         for c in chans:
             on = users.get(c)
-            got = stats[c] = self._load_top(c) if on else (0.0, 0.0)
+            got = stats[c] = self._system.load(c) if on else (0.0, 0.0)
             if last.get(c) != (got, epoch):
                 last[c] = (got, epoch)
                 if on:
@@ -623,7 +623,7 @@ class FlowNetwork(Network):
                 for c in ((w,) + image.channels if w >= 0 else image.channels):
                     got = stats.get(c)
                     if got is None:
-                        got = stats[c] = self._load_top(c)
+                        got = stats[c] = self._system.load(c)
                     if got[0] >= cap[c] * (1.0 - SAT_TOL) and got[1] <= most:
                         seen[k] = c
                         break
@@ -633,18 +633,6 @@ class FlowNetwork(Network):
                         f"{image.path[-1]} of a transfer {f.route.path[0]} -> {f.route.path[-1]} "
                         f"has no bottleneck at the family's rate {f.rate:.6g} B/s: the lanes are "
                         "not symmetric there")
-
-    def _load_top(self, c: int) -> tuple[float, float]:
-        """Channel ``c``'s load (bytes/s; a flow crossing it ``m`` times counts ``m`` times)
-        and its fastest flow's rate."""
-        load = top = 0.0
-        for g in self._system.users[c].values():
-            r = g.rate
-            m = g.mult
-            load += r if m is None else r * m.get(c, 1)
-            if r > top:
-                top = r
-        return load, top
 
     def _after_solve(self, now: float, chans: Sequence[int]) -> None:
         if self.record_links:
@@ -669,7 +657,7 @@ class FlowNetwork(Network):
     def _record_utilisation(self, now: float, chans: Sequence[int]) -> None:
         cap = self.channels.capacity
         for c in sorted(chans):
-            used = self._load_top(c)[0] / cap[c]
+            used = self._system.load(c)[0] / cap[c]
             if used != self._last_util[c]:
                 self._last_util[c] = used
                 ch = self.channels.channels[c]

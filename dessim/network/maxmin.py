@@ -231,6 +231,18 @@ class MaxMinSystem(Generic[V]):
             users[c].pop(fid, None)
             freed[c] = freed.get(c, 0.0) + rate
 
+    def load(self, c: int) -> tuple[float, float]:
+        """Constraint ``c``'s load at the current rates (bytes/s; a variable crossing it ``m``
+        times counts ``m`` times) and the largest rate of a variable on it."""
+        load = top = 0.0
+        for g in self.users[c].values():
+            r = g.rate
+            m = g.mult
+            load += r if m is None else r * m.get(c, 1)
+            if r > top:
+                top = r
+        return load, top
+
     # ------------------------------------------------------------------ solve
     def solve(self) -> tuple[list[V], Sequence[float], list[int]]:
         """Re-rate what the modifications since the last solve can affect.
@@ -466,14 +478,7 @@ class MaxMinSystem(Generic[V]):
                         if st is None:
                             st = fixed.get(d)
                             if st is None:
-                                load = top = 0.0
-                                for h in users[d].values():
-                                    r = h.rate
-                                    m = h.mult
-                                    load += r if m is None else r * m.get(d, 1)
-                                    if r > top:
-                                        top = r
-                                st = fixed[d] = (load, top)
+                                st = fixed[d] = self.load(d)
                         if st[0] >= cap[d] * lo and st[1] <= bound:
                             break
                     else:
