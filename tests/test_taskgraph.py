@@ -128,6 +128,8 @@ def test_task_on_rank_the_topology_lacks():
      "rank 2 is not in its collective's group"),
     (dict(id="x", rank=0, kind="memcpy", size=1, mem_node="m", direction="sideways"),
      "direction 'sideways'"),
+    (dict(id="x", rank=0, kind="collective", op="allreduce", size=1, group=(0, 1), coll_id=[]),
+     r"coll_id must be a string, got \[\]"),
 ])
 def test_bad_tasks(kwargs, message):
     with pytest.raises(TaskGraphError, match=message):

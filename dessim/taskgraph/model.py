@@ -118,6 +118,10 @@ class Task:
         self._check_fields(where)
 
     def _check_fields(self, where: str) -> None:
+        for name in ("stream", "kernel", "op", "algo", "coll_id", "mem_node", "direction"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TaskGraphError(f"{where}: {name} must be a string, got {value!r}")
         for name in _REQUIRED[self.kind]:
             value = getattr(self, name)
             if value is None or value == "" or value == () or (name == "peer" and value == -1):
