@@ -214,7 +214,7 @@ def test_a_narrow_last_hop_makes_every_path_to_it_equally_wide():
 def test_routes_between_nics_search_once_per_leaf():
     # The fabric search towards a NIC's leaf serves every NIC under that leaf, and its ECMP
     # choices are exactly the widest shortest NIC-to-NIC paths through the fabric (networkx).
-    topo = load_topology("dgx-h100:nodes=64")
+    topo = load_topology("dgx-h100:nodes=64,routing=ecmp")
     router = Router(topo)
     for n in range(0, 32, 3):                  # scalable unit 0 -> scalable unit 1
         for key in (0, 5, 77):

@@ -86,7 +86,7 @@ def test_two_channels_differ_by_latency_terms_only():
 def test_rings_that_load_a_link_twice_run_step_by_step():
     # Without PXN, a flat ring over two DGX nodes crosses from rail 7 to rail 0 twice in the
     # same direction: no coupled flow, the ordinary replay (same times, same work).
-    topo = "dgx-h100:nodes=2,pxn=false"
+    topo = "dgx-h100:nodes=2,pxn=false,routing=ecmp"
     step = run_collective("allreduce", 1e8, topo, algo="ring")
     stream = run_collective("allreduce", 1e8, topo, algo="ring", stream_rings=True)
     assert (stream.time_s, stream.events) == (step.time_s, step.events)

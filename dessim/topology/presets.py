@@ -28,6 +28,11 @@ aggregate uplink = its aggregate downlink / ``oversub`` (1.0: non-blocking), spl
 the spines. Same-rail traffic in an SU is one leaf hop; cross-rail or cross-SU traffic goes
 through a spine. dims ``(8, nodes)``, rank = 8 * node + local GPU index.
 
+``routing`` (:data:`dessim.topology.routing.ROUTINGS`): how a leaf picks the spine. Default by
+the NIC technology: InfiniBand fabrics route statically by destination, D-mod-K as OpenSM's
+fat-tree engine does (``dmodk``: every flow to one NIC takes one spine, NICs under one leaf
+come down different spines); Ethernet fabrics hash each flow (``ecmp``).
+
 ``sharp=True`` declares every leaf and spine switch able to reduce in the network (InfiniBand
 SHARP, switch attribute ``sharp``). NVIDIA's Quantum (HDR) and Quantum-2 (NDR) InfiniBand
 switches implement SHARP, but NCCL only uses it with the SHARP CollNet plugin
@@ -47,6 +52,7 @@ from dessim.catalog.devices import GPUSpec, get_device
 from dessim.catalog.links import LinkTech, get_link_tech
 from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
+from dessim.topology.routing import ROUTINGS
 from dessim.units import parse_bandwidth, parse_count, parse_size
 
 __all__ = ["dgx_a100", "dgx_h100", "dgx_b200", "gb200_nvl72", "pcie_server", "cxl_node", "PRESETS", "DGX_GPUS",
@@ -162,6 +168,19 @@ def _scaleout(where: str, oversub: object, nic: object, nic_bw: object) -> tuple
     return oversub, nic_tech
 
 
+def fabric_routing(routing: object, nic: LinkTech, where: str) -> str:
+    """The fabric's routing (:data:`~dessim.topology.routing.ROUTINGS`): ``routing`` when
+    given, else by the scale-out technology — InfiniBand's destination-based D-mod-K
+    (``dmodk``: what OpenSM's fat-tree engine sets up) for ``ib`` links, per-flow hashing
+    (``ecmp``) for Ethernet."""
+    if routing is None:
+        return "dmodk" if nic.type == "ib" else "ecmp"
+    if routing not in ROUTINGS:
+        raise TopologyError(f"{where}: routing={routing!r}; valid: "
+                            + "; ".join(f"{k} ({v})" for k, v in ROUTINGS.items()))
+    return str(routing)
+
+
 def _rail_fabric(g: nx.Graph, where: str, nodes: int, n_nics: int, nic: LinkTech, su_size: int,
                  oversub: float, spines: object, ideal: bool, sharp: bool) -> int:
     """The rail-optimised fat tree of the module docstring over ``nodes`` hosts whose NICs are
@@ -196,7 +215,7 @@ def _rail_fabric(g: nx.Graph, where: str, nodes: int, n_nics: int, nic: LinkTech
 def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines: object,
          gpu: object, su_size: object, name: str | None, nic: object = None,
          nic_bw: object = None, nics: object = DGX_GPUS, pxn: bool = True,
-         sharp: bool = False) -> Topology:
+         sharp: bool = False, routing: str | None = None) -> Topology:
     where = design.system
     if not isinstance(sharp, bool):
         raise TopologyError(f"{where}: sharp={sharp!r}; it must be true or false")
@@ -212,6 +231,7 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
         raise TopologyError(f"{where}: gpu {dev.name!r} is not a {where} GPU "
                             f"(valid: {', '.join(design.allowed_gpus)})")
     oversub, nic = _scaleout(where, oversub, design.nic if nic is None else nic, nic_bw)
+    routing = fabric_routing(routing, nic, where)
     pcie, ddr = (get_link_tech(t) for t in (design.pcie, design.ddr))
     g = nx.Graph()
     for k in range(nodes):
@@ -228,11 +248,12 @@ def _dgx(design: DGXDesign, nodes: object, ideal: bool, oversub: object, spines:
     n_spines = _rail_fabric(g, where, nodes, n_nics, nic, su_size, oversub, spines, ideal, sharp)
     params = {"nodes": nodes, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
               "spines": n_spines, "su_size": su_size, "nic": nic.name, "nics": n_nics,
-              "pxn": bool(pxn), "sharp": sharp, "pcie": pcie.name,
+              "pxn": bool(pxn), "sharp": sharp, "routing": routing, "pcie": pcie.name,
               "ddr": ddr.name, "host_mem_source": design.host_mem_source}
     default = f"{where.replace('_', '-')}" + (f"-{nodes}node" if nodes > 1 else "")
     return Topology(g, name=name or default, dims=(DGX_GPUS, nodes),
                     meta={"builder": design.system, "params": params, "pxn": bool(pxn),
+                          "routing": routing,
                           "cpu_vendor": design.cpu_vendor,
                           "notes": "NVSwitch chips aggregated into one logical switch per node"})
 
@@ -241,26 +262,26 @@ def dgx_a100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
              nic_bw: float | str | None = None, nics: int = DGX_GPUS,
-             pxn: bool = True, sharp: bool = False) -> Topology:
+             pxn: bool = True, sharp: bool = False, routing: str | None = None) -> Topology:
     """DGX A100 node(s): 8 x A100 (``gpu``: A100-80GB default or A100-40GB), NVLink3 via one
     logical NVSwitch (6 chips aggregated), PCIe Gen4 switches, 8 x IB HDR NICs, DDR4 host
     memory; ``nodes > 1`` adds the rail-optimised fabric (see module docstring; ``sharp``:
     its switches reduce in the network)."""
     return _dgx(DGX_A100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
-                pxn, sharp)
+                pxn, sharp, routing)
 
 
 def dgx_h100(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
              nic_bw: float | str | None = None, nics: int = DGX_GPUS,
-             pxn: bool = True, sharp: bool = False) -> Topology:
+             pxn: bool = True, sharp: bool = False, routing: str | None = None) -> Topology:
     """DGX H100 node(s): 8 x H100 (or ``gpu="H200"``), NVLink4 via one logical NVSwitch (4
     chips aggregated), PCIe Gen5 switches, 8 x IB NDR NICs, DDR5 host memory (2 TB);
     ``nodes > 1`` adds the rail-optimised fabric (see module docstring); ``nic`` and ``nic_bw``
     as for :func:`dgx_a100`; ``sharp``: its switches reduce in the network (IB SHARP)."""
     return _dgx(DGX_H100, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
-                pxn, sharp)
+                pxn, sharp, routing)
 
 
 def _host_techs(dev: GPUSpec, gen: object | None, where: str) -> tuple[LinkTech, LinkTech]:
@@ -274,13 +295,13 @@ def dgx_b200(nodes: int = 1, *, ideal: bool = False, oversub: float = 1.0,
              spines: int | None = None, gpu: str | None = None, su_size: int = SU_SIZE,
              name: str | None = None, nic: str | None = None,
              nic_bw: float | str | None = None, nics: int = DGX_GPUS,
-             pxn: bool = True, sharp: bool = False) -> Topology:
+             pxn: bool = True, sharp: bool = False, routing: str | None = None) -> Topology:
     """DGX B200 node(s): 8 x B200, NVLink5 (900 GB/s per GPU per direction) via one logical
     NVSwitch (2 chips aggregated), PCIe Gen5 switches, 8 x ConnectX-7 400 Gb/s (IB NDR) NICs,
     DDR5 host memory (2 TB); ``nodes > 1`` adds the rail-optimised fabric (module
     docstring); other options as for :func:`dgx_h100`."""
     return _dgx(DGX_B200, nodes, ideal, oversub, spines, gpu, su_size, name, nic, nic_bw, nics,
-                pxn, sharp)
+                pxn, sharp, routing)
 
 
 #: GPUs per GB200 NVL72 rack (one NVLink domain) and per GB200 superchip (one Grace CPU).
@@ -297,7 +318,7 @@ def gb200_nvl72(racks: int = 1, *, ideal: bool = False, oversub: float = 1.0,
                 spines: int | None = None, su_size: int = NVL72_SU_SIZE,
                 name: str | None = None, nic: str = "ib_ndr",
                 nic_bw: float | str | None = None, pxn: bool = True,
-                sharp: bool = False) -> Topology:
+                sharp: bool = False, routing: str | None = None) -> Topology:
     """GB200 NVL72 rack(s) (GB200 NVL72 datasheet; DGX SuperPOD GB200 RA).
 
     Rack ``n<k>``: 72 B200-class GPUs ``n<k>.gpu<i>`` (device GB200, rank 72k + i) in ONE
@@ -316,6 +337,7 @@ def gb200_nvl72(racks: int = 1, *, ideal: bool = False, oversub: float = 1.0,
     racks = parse_count(racks, f"{where} racks", minimum=1)
     su_size = parse_count(su_size, f"{where} su_size", minimum=1)
     oversub, nic_tech = _scaleout(where, oversub, nic, nic_bw)
+    routing = fabric_routing(routing, nic_tech, where)
     dev = get_device("GB200")
     pcie, c2c, mem = (get_link_tech(t) for t in ("pcie5", "nvlink_c2c", "lpddr5x"))
     g = nx.Graph()
@@ -342,10 +364,11 @@ def gb200_nvl72(racks: int = 1, *, ideal: bool = False, oversub: float = 1.0,
                             ideal, sharp)
     params = {"racks": racks, "gpu": dev.name, "ideal": bool(ideal), "oversub": oversub,
               "spines": n_spines, "su_size": su_size, "nic": nic_tech.name, "pxn": bool(pxn),
-              "sharp": sharp, "pcie": pcie.name, "c2c": c2c.name}
+              "sharp": sharp, "routing": routing, "pcie": pcie.name, "c2c": c2c.name}
     default = "gb200-nvl72" + (f"-{racks}rack" if racks > 1 else "")
     return Topology(g, name=name or default, dims=(NVL72_GPUS, racks),
                     meta={"builder": where, "params": params, "pxn": bool(pxn),
+                          "routing": routing,
                           "cpu_vendor": "nvidia",
                           "notes": "18 NVSwitch chips aggregated into one logical switch per rack"})
 

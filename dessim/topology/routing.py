@@ -13,7 +13,22 @@ hashes a packet's 5-tuple: different flows spread over the paths, the same flow 
 endpoints and ``key``) always takes the same path, and the choice never depends on Python's
 per-process string hashing (``hash()``) or on set order. Pass a different ``key`` per flow
 (e.g. a collective step, a channel or a queue-pair number) to spread flows between the same
-endpoints.
+endpoints. This is ``routing: ecmp`` (the default of generic topologies; Ethernet/RoCE
+fabrics hash the UDP source port a NIC sets per queue pair).
+
+``routing: dmodk`` (the default of the DGX and NVL72 presets, whose fabrics are InfiniBand) is
+InfiniBand's destination-based static routing as OpenSM's fat-tree engine (``ftree``) sets up
+the switches' forwarding tables: a switch forwards by destination LID alone, so every flow
+to one destination takes one path whatever its queue pair (the key is ignored), and the up
+port towards destination ``d`` is chosen *D-mod-K*: at the i-th choice on the way,
+``floor(d / (k_1 ... k_{i-1})) mod k_i`` of the ``k_i`` equal next hops (sorted by name),
+where ``d`` is the destination's index with the endpoints numbered leaf by leaf (each leaf's
+ports in cabling order). Destinations under one leaf thus come down through different
+spines, which makes shift permutations contention-free on a full fat tree (Zahavi et al.,
+"Optimized InfiniBand fat-tree routing for shift all-to-all communication patterns",
+Concurrency and Computation 22(2), 2010; OpenSM's ``ftree`` routing engine, opensm
+``doc/current-routing.txt``). Adaptive routing (per-packet choice by port load, which
+NVIDIA's subnet manager can enable) is not modelled; D-mod-K is its static counterpart.
 
 Most pairs have a single widest shortest path (every GPU pair on one switch, every pair inside
 a DGX island, ...): there the key cannot change the answer, so the path is memoised per
@@ -45,7 +60,14 @@ from dessim.errors import TopologyError
 from dessim.topology.graph import Topology
 from dessim.topology.hosts import host_map
 
-__all__ = ["Router", "router_for", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
+__all__ = ["Router", "router_for", "ROUTINGS", "MAX_CACHED_MAPS", "MAX_CACHED_PATHS"]
+
+#: How a switch chooses among equal-cost next hops (topology ``meta["routing"]``; see the
+#: module docstring): per-flow hashing, or InfiniBand's destination-mod-k static routing.
+ROUTINGS: dict[str, str] = {
+    "ecmp": "per-flow hash of (key, source, destination) at every choice (Ethernet ECMP)",
+    "dmodk": "destination-based D-mod-K static routing (InfiniBand, OpenSM ftree)",
+}
 
 #: Route searches kept per router (one per destination anchor). Each holds an int32 distance
 #: per node, so memory is about ``4 * MAX_CACHED_MAPS * nodes`` bytes at worst.
@@ -160,6 +182,12 @@ class Router:
         graph = topology.graph
         #: Neighbours of every node, sorted by name (determinism independent of insertion).
         self._adj: dict[str, tuple[str, ...]] = {n: tuple(sorted(graph.adj[n])) for n in graph.nodes}
+        routing = topology.meta.get("routing", "ecmp")
+        if routing not in ROUTINGS:
+            raise TopologyError(f"{topology.name}: routing {routing!r} is not known (valid: "
+                                f"{', '.join(ROUTINGS)})")
+        #: D-mod-K: the destination index of every node (None: per-flow ECMP hashing)
+        self._ordinal: dict[str, int] | None = None
         self._transit: dict[str, bool] = {n: bool(d["transit"]) for n, d in graph.nodes(data=True)}
         #: Per-direction payload capacity of every link, both orientations (bytes/s).
         self._capacity: dict[tuple[str, str], float] = {}
@@ -210,6 +238,33 @@ class Router:
         self._fabric_forwards = self._forwards & np.fromiter(
             (self._domain.get(n) not in host_domains for n in self._names), dtype=bool,
             count=len(self._names))
+        if routing == "dmodk":
+            self._ordinal = self._destination_indices()
+
+    def _destination_indices(self) -> dict[str, int]:
+        """D-mod-K destination index of every node: the endpoints hanging off one switch (a
+        leaf; :meth:`_anchor`, through the fabric for a NIC) are numbered consecutively in
+        the order they were cabled, leaf after leaf in the order the leaves were declared, as
+        OpenSM's ftree engine orders compute nodes; every other node follows in declaration
+        order."""
+        graph = self.topology.graph
+        members: dict[str, list[str]] = {}
+        rest: list[str] = []
+        for n in graph.nodes:
+            anchor, hangs = self._anchor(n, n in self._nics)
+            if hangs:
+                members.setdefault(anchor, []).append(n)
+            else:
+                rest.append(n)
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        out: dict[str, int] = {}
+        for anchor in sorted(members, key=order.__getitem__):
+            cabled = {m: i for i, m in enumerate(graph.adj[anchor])}
+            for n in sorted(members[anchor], key=cabled.__getitem__):
+                out[n] = len(out)
+        for n in rest:
+            out[n] = len(out)
+        return out
 
     # ------------------------------------------------------------------ public
     def path(self, src: str, dst: str, key: int = 0) -> tuple[str, ...]:
@@ -444,9 +499,22 @@ class Router:
         if src not in hops:
             raise TopologyError(f"{self.topology.name}: no route from {src!r} to {dst!r} "
                                 "through transit nodes (check the links and transit flags)")
-        salt = f"{key}|{src}|{dst}|".encode()
         path = [src]
         cur = src
+        if self._ordinal is not None:          # D-mod-K: a function of the destination alone
+            d = self._ordinal[dst]
+            while cur != target:
+                choices = hops[cur]
+                if len(choices) > 1:
+                    cur = choices[d % len(choices)]
+                    d //= len(choices)
+                else:
+                    cur = choices[0]
+                path.append(cur)
+            if via_anchor:
+                path.append(dst)
+            return tuple(path), True
+        salt = f"{key}|{src}|{dst}|".encode()
         unique = True
         while cur != target:
             choices = hops[cur]

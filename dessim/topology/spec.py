@@ -50,6 +50,7 @@ from dessim.schema import (BANDWIDTH_SCHEMA, SIZE_SCHEMA, TIME_SCHEMA, Flag, Siz
                            converted, described, inline_schema, validate)
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
+from dessim.topology.routing import ROUTINGS
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["KINDS", "Kind", "Param", "load_topology", "parse_inline", "inline_to_raw",
@@ -298,6 +299,20 @@ def _p_dims(value: object, what: str) -> list[builders.DimSpec]:
 
 
 # ---------------------------------------------------------------- the kinds
+def _p_routing(value: object, what: str) -> str:
+    text = _p_str(value, what).strip().lower()
+    if text not in ROUTINGS:
+        raise SpecError(f"{what}: {value!r} is not a routing; valid: "
+                        + "; ".join(f"{k} ({v})" for k, v in ROUTINGS.items()))
+    return text
+
+
+_schema(_p_routing, {"enum": list(ROUTINGS)})
+_ROUTING = Param("routing", _p_routing, None, "how a switch picks among equal-cost next hops: "
+                 "dmodk (InfiniBand static, by destination) or ecmp (per-flow hash); default by "
+                 "the NIC technology")
+
+
 def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
     return Kind(
         name, f"{fn.__doc__.split(':')[0].strip()}; rail-optimised fabric when nodes > 1",
@@ -314,10 +329,11 @@ def _dgx_kind(name: str, fn: Callable[..., Topology], gpus: str) -> Kind:
          Param("pxn", _p_bool, True, "route to a receiver's rail over NVLink (NCCL's PXN)"),
          Param("sharp", _p_bool, False, "leaf and spine switches reduce in the network "
                "(IB SHARP: NCCL's CollNet)"),
-         _NAME),
+         _ROUTING, _NAME),
         lambda v: fn(v["nodes"], ideal=v["ideal"], oversub=v["oversub"], spines=v["spines"],
                      gpu=v["gpu"], su_size=v["su_size"], name=v["name"], nic=v["nic"],
-                     nic_bw=v["nic_bw"], nics=v["nics"], pxn=v["pxn"], sharp=v["sharp"]),
+                     nic_bw=v["nic_bw"], nics=v["nics"], pxn=v["pxn"], sharp=v["sharp"],
+                     routing=v["routing"]),
         _positional_names("nodes"), "NODES", (name.replace("-", "_"),), ("ideal",), size=_dgx_size)
 
 
@@ -381,11 +397,11 @@ KINDS_LIST: tuple[Kind, ...] = (
           Param("nic_bw", _P_BW, None, "scale-out port bandwidth per direction (e.g. 800Gb/s)"),
           Param("pxn", _p_bool, True, "route to a receiver's rail over NVLink (NCCL's PXN)"),
           Param("sharp", _p_bool, False, "leaf and spine switches reduce in the network"),
-          _NAME),
+          _ROUTING, _NAME),
          lambda v: presets.gb200_nvl72(v["racks"], ideal=v["ideal"], oversub=v["oversub"],
                                        spines=v["spines"], su_size=v["su_size"], name=v["name"],
                                        nic=v["nic"], nic_bw=v["nic_bw"], pxn=v["pxn"],
-                                       sharp=v["sharp"]),
+                                       sharp=v["sharp"], routing=v["routing"]),
          _positional_names("racks"), "RACKS", ("gb200_nvl72", "nvl72"), ("ideal",)),
     Kind("pcie", "PCIe-only server: GPUs under PCIe switches under 2 CPUs",
          (Param("gpus", _p_count(1), 8, "GPUs"), Param("gen", _p_count(3), 4, "PCIe generation 3-6"),
