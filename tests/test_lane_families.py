@@ -326,3 +326,111 @@ def test_a_collective_family_on_asymmetric_lanes_is_replayed_exactly():
     assert off.meta["fold"]["lane_families_refused"] is None
     assert on.makespan_s == off.makespan_s and on.link_bytes == off.link_bytes
     assert on.meta["fold"]["max_lane_skew_s"] > 0          # the lanes really differ
+
+
+def _host_rail_rotations(hosts: int, per_host: int = 8) -> list[np.ndarray]:
+    """Every (host rotation, rank-in-host rotation) of ranks 0..hosts*per_host-1, identity first."""
+    n = hosts * per_host
+    return [np.array([((r // per_host + a) % hosts) * per_host + (r % per_host + b) % per_host
+                      for r in range(n)]) for a in range(hosts) for b in range(per_host)]
+
+
+def test_a_pipelined_rail_alltoall_keeps_one_transfer_per_orbit():
+    """A rail all-to-all in pipeline chunks is per-transfer rows (each chunk waits on its
+    phase and on the previous chunk of the connection). Rotating hosts and the ranks inside
+    hosts maps it onto itself: the reduced schedule keeps the transfers leaving rank 0, the
+    k-th transfer of a connection standing for the k-th of each rotated connection, and each
+    kept transfer waits for the rotations back to rank 0 of what it waited for."""
+    topo = load_topology("dgx-h100:nodes=4")
+    full = build_schedule("alltoall", "rail", tuple(range(32)), 3.2e7, topology=topo,
+                          pipeline_chunks=3, network_share=0.5)
+    maps = _host_rail_rotations(4)
+    reduced = orbit_plan(full, maps)
+    assert reduced is not None and type(reduced) is type(full)
+    assert reduced.params["orbit"] == 32 and len(reduced) * 32 == len(full)
+    assert set(reduced.src) == {0} and reduced.account == {r: 0 for r in range(32)}
+
+    def rotation_to_zero(a: int) -> np.ndarray:
+        return next(np.argsort(m) for m in maps if m[0] == a)
+
+    def named(sch):                          # (src, dst, channel, k-th on its connection)
+        seen, out = {}, []
+        for i in range(len(sch)):
+            conn = (sch.src[i], sch.dst[i], sch.channel[i])
+            out.append((*conn, seen.get(conn, 0)))
+            seen[conn] = seen.get(conn, 0) + 1
+        return out
+
+    full_names, red_names = named(full), named(reduced)
+    index = {name: i for i, name in enumerate(full_names)}
+    for i, (a, b, c, k) in enumerate(red_names):
+        j = index[(a, b, c, k)]
+        assert (full.nbytes[j], full.reduce_bytes[j]) == (reduced.nbytes[i], reduced.reduce_bytes[i])
+        want = set()
+        for d in full.deps(j):
+            s, t, ch, kk = full_names[d]
+            m = rotation_to_zero(s)
+            want.add((0, int(m[t]), ch, kk))
+        assert {red_names[d] for d in reduced.deps(i)} == want
+        assert all(d < i for d in reduced.deps(i))
+    # a rotation that is not a symmetry of the rail structure (ranks shifted across hosts)
+    assert orbit_plan(full, [np.array([(r + k) % 32 for r in range(32)]) for k in range(32)]) is None
+
+
+def _folded_rail_alltoall() -> tuple[TaskGraph, Topology]:
+    perm = np.array([[((r // 32 + k // 32) % 2) * 32 + (r % 32 + k % 32) % 32 for r in range(64)]
+                     for k in range(64)])
+    g = TaskGraph("folded", fold=Fold(perm))
+    g.add(Task("a2a", 0, "collective", op="alltoall", size=6.4e7, group=tuple(range(32)),
+               coll_id="a2a", algo="rail",
+               attrs={"algo_options": {"pipeline_chunks": 2, "network_share": 0.5}}))
+    return g, load_topology("dgx-h100:nodes=8")
+
+
+def test_a_folded_rail_alltoall_runs_one_transfer_per_orbit_and_equals_every_lane():
+    """dgx-h100:nodes=8, two EP groups of four hosts; lanes rotate ranks inside a group and
+    swap the groups. The one member task of the folded all-to-all runs its pipelined rail
+    schedule as one transfer per orbit of the host x rail rotations (certified), and the run
+    equals the one without families."""
+    results = []
+    for on in (True, False):
+        g, topo = _folded_rail_alltoall()
+        results.append(simulate(g, topo, EngineOptions(record_links=False,
+                                                       shortcuts=Shortcuts(lane_families=on))))
+    on, off = results
+    fold = on.meta["fold"]
+    assert fold["lane_orbit_runs"] == 1 and fold["lane_family_runs"] == 1
+    assert fold["lane_families_refused"] is None and fold["lane_orbits_refused"] is None
+    assert on.makespan_s == pytest.approx(off.makespan_s, rel=RTOL)
+    assert on.link_bytes.keys() == off.link_bytes.keys()
+    for link, nbytes in off.link_bytes.items():
+        assert on.link_bytes[link] == pytest.approx(nbytes, rel=RTOL)
+
+
+def test_a_broken_orbit_is_replayed_with_families_but_without_orbits(monkeypatch):
+    """Orbit symmetries need not be lanes, so traffic beside an orbit run may break them
+    while the lanes hold: the first failed certificate of a run that used orbits replays it
+    with families and without orbits (and says why); only a second failure turns families
+    off. (The failure is injected: a run that used orbits raises once.)"""
+    import dessim.engine.engine as engine_module
+
+    real_run = engine_module._Run.run
+    calls = []
+
+    def run(self):
+        calls.append((self.families_on, self.orbits_on))
+        real_run(self)
+        if self.orbit_runs and len(calls) == 1:
+            raise QuotientBroken("injected: an orbit image has no bottleneck")
+
+    monkeypatch.setattr(engine_module._Run, "run", run)
+    g, topo = _folded_rail_alltoall()
+    res = simulate(g, topo, EngineOptions(record_links=False))
+    fold = res.meta["fold"]
+    assert calls == [(True, True), (True, False)]
+    assert fold["lane_orbits_refused"] == "injected: an orbit image has no bottleneck"
+    assert fold["lane_families_refused"] is None
+    assert fold["lane_family_runs"] == 1 and fold["lane_orbit_runs"] == 0
+    g, topo = _folded_rail_alltoall()
+    exact = simulate(g, topo, EngineOptions(record_links=False, shortcuts=Shortcuts.none()))
+    assert res.makespan_s == pytest.approx(exact.makespan_s, rel=RTOL)

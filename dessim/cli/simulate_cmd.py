@@ -60,6 +60,9 @@ def print_summary(s: dict[str, Any]) -> None:
                    + ("" if fold["max_lane_skew_s"] == 0 else
                       f" ({100 * fold['max_lane_skew_rel']:.3f}% of the iteration: lanes fell out of "
                       "step, rerun with --exact for the exact figure)"))
+        if fold.get("lane_orbits_refused"):
+            click.echo(f"    lane orbits refused (replayed with families, without orbits): "
+                       f"{fold['lane_orbits_refused']}")
         if fold.get("lane_families_refused"):
             click.echo(f"    lane families refused (every lane replayed): {fold['lane_families_refused']}")
     elif s.get("fold_fallback"):

@@ -218,11 +218,14 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
             fill[j] += 1
     del fill
 
-    # Per-rank bookkeeping: transfers left per rank, and its done event.
+    # Per-rank bookkeeping: transfers left per rank, and its done event. A transfer of an
+    # orbit schedule (orbit_plan) counts its arrival for the receiver's representative.
+    acct = schedule.account
+    dst_rank = dst if acct is None else array("l", (acct[d] for d in dst))
     left = dict.fromkeys(schedule.group, 0)
     for i in range(n):
         left[src[i]] += 1
-        left[dst[i]] += 1
+        left[dst_rank[i]] += 1
     for r in schedule.group:
         run.rank_events[r] = env.event()
 
@@ -260,7 +263,7 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
             waiting[j] -= 1
             if waiting[j] == 0:
                 start(j)
-        d = dst[i]
+        d = dst_rank[i]
         left[d] -= 1
         if left[d] == 0:
             rank_finished(d)

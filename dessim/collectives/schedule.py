@@ -70,6 +70,8 @@ class Schedule:
     dep_start: array = field(default_factory=lambda: array("l", [0]))  #: offsets into dep_index
     dep_index: array = field(default_factory=lambda: array("l"))
     params: dict = field(default_factory=dict)  #: chunks, channels, ... used to build it
+    #: member -> the member whose part it is counted in (:func:`orbit_plan`); None: itself
+    account: dict[int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.src)
@@ -483,7 +485,7 @@ def is_relabelling(a: Schedule, b: Schedule, ranks: np.ndarray) -> bool:
             and np.array_equal(ranks[np.asarray(a.dst, dtype=np.int64)], np.asarray(b.dst, dtype=np.int64)))
 
 
-def orbit_plan(schedule: Schedule, ranks: Sequence[np.ndarray]) -> CompactSchedule | None:
+def orbit_plan(schedule: Schedule, ranks: Sequence[np.ndarray]) -> Schedule | None:
     """``schedule`` reduced to one transfer per orbit of a symmetry of its own, or None.
 
     ``ranks`` are rank maps (integer arrays over global ranks, the identity first; e.g. the
@@ -500,8 +502,12 @@ def orbit_plan(schedule: Schedule, ranks: Sequence[np.ndarray]) -> CompactSchedu
     kept transfer's arrival for its receiver's representative. Compact schedules only
     (others: None); None unless invariant. The result keeps the group, op, size and
     algorithm (what protocol charges read) and records ``params["orbit"]`` = how many
-    transfers each kept one stands for."""
-    if type(schedule) is not CompactSchedule or schedule.root is not None:
+    transfers each kept one stands for.
+
+    A plain :class:`Schedule` (per-transfer rows, e.g. a pipelined two-phase all-to-all) is
+    reduced the same way by :func:`_orbit_rows`: its k-th transfer on a connection
+    ``(src, dst, channel)`` is the image of the k-th on the mapped connection."""
+    if type(schedule) not in (CompactSchedule, Schedule) or schedule.root is not None:
         return None
     group = schedule.group
     maps = [np.asarray(m, dtype=np.int64) for m in ranks]
@@ -520,6 +526,8 @@ def orbit_plan(schedule: Schedule, ranks: Sequence[np.ndarray]) -> CompactSchedu
             lane_of[x] = (g, m)
     inverse: dict[int, np.ndarray] = {}
     reps = {r for r, _ in lane_of.values()}
+    if type(schedule) is Schedule:
+        return _orbit_rows(schedule, lane_of, reps, n)
     plan = schedule.plan
     index = [{(a, b): i for i, (a, b) in enumerate(zip(pat.src.tolist(), pat.dst.tolist()))}
              for pat in plan.patterns]
@@ -588,6 +596,76 @@ def orbit_plan(schedule: Schedule, ranks: Sequence[np.ndarray]) -> CompactSchedu
     out = CompactSchedule(schedule.op, schedule.algorithm, group, schedule.size, None,
                           builder.build(), {**schedule.params, "orbit": n},
                           communicator=schedule.communicator)
+    out.account = {g: r for g, (r, _) in lane_of.items()}
+    return out
+
+
+def _orbit_rows(schedule: Schedule, lane_of: dict[int, tuple[int, np.ndarray]],
+                reps: set[int], n: int) -> Schedule | None:
+    """:func:`orbit_plan` of a plain schedule (``lane_of``: member -> (representative, the map
+    sending it there); ``reps``: the representatives; ``n``: the maps). Transfer ``i`` is
+    named by its connection and its rank on it, ``(src, dst, channel, k)``; the map of member
+    ``a`` sends that name of a transfer leaving ``a``'s representative to a transfer leaving
+    ``a``. Invariant when every transfer is the image of one leaving a representative, with
+    the same bytes and reduction, and its dependencies are the images of that one's. The
+    kept transfers are ordered by dependency depth (which the maps preserve), so every kept
+    transfer comes after the representatives of what it waited for."""
+    src, dst, chan = schedule.src, schedule.dst, schedule.channel
+    nbytes, red = schedule.nbytes, schedule.reduce_bytes
+    dep_start, dep_index = schedule.dep_start, schedule.dep_index
+    total = len(schedule)
+    if total % n:
+        return None
+    rank: list[int] = []
+    name: dict[tuple[int, int, int, int], int] = {}
+    seen: dict[tuple[int, int, int], int] = {}
+    for i in range(total):
+        conn = (src[i], dst[i], chan[i])
+        k = seen.get(conn, 0)
+        seen[conn] = k + 1
+        rank.append(k)
+        name[(*conn, k)] = i
+    inverse: dict[int, list[int]] = {}
+    forward: dict[int, list[int]] = {}
+    for a, (_, m) in lane_of.items():
+        forward[a] = m.tolist()
+    depth = [0] * total
+    rep_of = [0] * total
+    for i in range(total):
+        a = src[i]
+        r, m = lane_of[a]
+        back = inverse.get(a)
+        if back is None:
+            back = inverse[a] = np.argsort(m).tolist()
+        j = name.get((r, back[dst[i]], chan[i], rank[i]))
+        if j is None or nbytes[j] != nbytes[i] or red[j] != red[i]:
+            return None
+        rep_of[i] = j
+        fwd = forward[a]
+        mine = dep_index[dep_start[i]:dep_start[i + 1]]
+        image = []
+        for d in dep_index[dep_start[j]:dep_start[j + 1]]:
+            k = name.get((fwd[src[d]], fwd[dst[d]], chan[d], rank[d]))
+            if k is None:
+                return None
+            image.append(k)
+        if sorted(image) != sorted(mine):
+            return None
+        depth[i] = 1 + max((depth[d] for d in mine), default=-1)
+    kept = sorted((i for i in range(total) if src[i] in reps), key=lambda i: (depth[i], i))
+    if len(kept) * n != total:
+        return None
+    where = {i: k for k, i in enumerate(kept)}
+    out = Schedule(schedule.op, schedule.algorithm, schedule.group, schedule.size, None,
+                   params={**schedule.params, "orbit": n})
+    for i in kept:
+        out.src.append(src[i])
+        out.dst.append(dst[i])
+        out.nbytes.append(nbytes[i])
+        out.reduce_bytes.append(red[i])
+        out.channel.append(chan[i])
+        out.dep_index.extend(sorted({where[rep_of[d]] for d in dep_index[dep_start[i]:dep_start[i + 1]]}))
+        out.dep_start.append(len(out.dep_index))
     out.account = {g: r for g, (r, _) in lane_of.items()}
     return out
 

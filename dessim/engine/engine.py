@@ -38,7 +38,7 @@ import simpy
 
 from dessim.collectives import CollectivePlan, plan_collective, run_schedule
 from dessim.collectives.executor import family_refusal, merge_instances
-from dessim.collectives.schedule import CompactSchedule, is_relabelling, orbit_plan
+from dessim.collectives.schedule import CompactSchedule, Schedule, is_relabelling, orbit_plan
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.options import EngineOptions, Noise
@@ -177,6 +177,7 @@ class _Run:
                             and graph.fold.lanes > 1 and not self.shortcuts.stream_rings
                             and self.net.certifies_families)
         self.families: dict[tuple, LaneFamily | None] = {}
+        self.orbits_on = self.families_on and self.shortcuts.lane_orbits
         self.orbits: dict[tuple, tuple | None] = {}
         self.p2p_family = (LaneFamily.of_lanes(graph.fold.perm, range(1, graph.fold.lanes))
                            if self.families_on else None)
@@ -184,6 +185,7 @@ class _Run:
         self.orbit_runs = 0                   #: of which ran one transfer per orbit (_orbit_run)
         self.p2p_refused: set[tuple[int, int]] = set()   #: sends refused a family (ECMP, latency)
         self.families_refused: str | None = None   #: why a run with families was replayed
+        self.orbits_refused: str | None = None     #: why a run with orbits was replayed
         # records
         self.start = [float("nan")] * len(self.tasks)
         self.active = [float("nan")] * len(self.tasks)
@@ -400,7 +402,7 @@ class _Run:
         group = list(sched.group)
         perm = self.fold.perm
         candidates: list[list[np.ndarray]] = []
-        if type(sched) is CompactSchedule and len(group) > 1:
+        if type(sched) in (CompactSchedule, Schedule) and len(group) > 1:
             stab = np.flatnonzero((np.sort(perm[:, group], axis=1) == np.sort(group)).all(axis=1))
             if len(stab) == len(group):
                 candidates.append([perm[k] for k in stab])
@@ -596,7 +598,7 @@ class _Run:
             alone = where is not None and len(self.colls[t.coll_id]) == 1 and \
                 len({x for k, x in where[t.rank] if k == 0}) == len(instances[0])
             orbit = (self._orbit_run(plans[0], family, alone)
-                     if self.families_on and (family is not None or len(instances) == 1) else None)
+                     if self.orbits_on and (family is not None or len(instances) == 1) else None)
             if orbit is not None:       # one transfer per orbit of the group (certified)
                 self.orbit_runs += 1
                 plans = [CollectivePlan(orbit[0], plans[0].protocol)]
@@ -793,7 +795,8 @@ class _Run:
                          "merged_image_runs": self.merged_runs,
                          "lane_family_runs": self.family_runs,
                          "lane_orbit_runs": self.orbit_runs,
-                         "lane_families_refused": self.families_refused}}
+                         "lane_families_refused": self.families_refused,
+                         "lane_orbits_refused": self.orbits_refused}}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:
         chmap = self.net.channels
@@ -822,15 +825,32 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     t0 = time.perf_counter()
     options = options or EngineOptions()
     run = _Run(graph, topology, options, compute_cost)
+    orbits_refused = None
     try:
         run.run()
-    except QuotientBroken as exc:   # the lanes are not symmetric: replay without families
-        run = _Run(graph, topology, replace(options, shortcuts=replace(options.shortcuts,
-                                                                       lane_families=False)),
-                   compute_cost)
-        run.families_refused = str(exc)
-        run.run()
+    except QuotientBroken as exc:   # not symmetric: replay without orbits, then without families
+        if run.orbit_runs:
+            orbits_refused = str(exc)
+            run = _Run(graph, topology, replace(options, shortcuts=replace(
+                options.shortcuts, lane_orbits=False)), compute_cost)
+            try:
+                run.run()
+            except QuotientBroken as again:
+                run = _families_off(graph, topology, options, compute_cost, again)
+        else:
+            run = _families_off(graph, topology, options, compute_cost, exc)
+    run.orbits_refused = orbits_refused
     return run.result(time.perf_counter() - t0)
+
+
+def _families_off(graph: TaskGraph, topology: Topology, options: EngineOptions,
+                  compute_cost: ComputeCost | None, exc: QuotientBroken) -> _Run:
+    """The run of ``graph`` without lane families (after ``exc`` broke one), done."""
+    run = _Run(graph, topology, replace(options, shortcuts=replace(
+        options.shortcuts, lane_families=False, lane_orbits=False)), compute_cost)
+    run.families_refused = str(exc)
+    run.run()
+    return run
 
 
 def _add_kernel_time(acc: dict[str, float], mix: tuple[tuple[str, float], ...] | None, kind: str,

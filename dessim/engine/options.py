@@ -96,7 +96,7 @@ class Noise:
 class Shortcuts:
     """Speed shortcuts of the engine (docs/performance.md); booleans.
 
-    The first six are exact — switching them off changes no result, only the wall time:
+    The first seven are exact — switching them off changes no result, only the wall time:
 
     * ``compact_schedules``: ring/direct collectives stored as uniform steps;
     * ``bundles``: transfers that provably share one rate run as one network bundle;
@@ -116,6 +116,10 @@ class Shortcuts:
       solve that fails makes the engine replay the graph without families, and the result
       says why. Equal to the full replay up to float rounding (sums of rates taken in
       another order).
+    * ``lane_orbits`` (with ``lane_families``): the one-transfer-per-orbit reduction above.
+      Its symmetries need not be lanes of the fold (a rail all-to-all keeps host and rail
+      rotations), so traffic running beside it may break them; a failed certificate in a run
+      that used orbits replays it with families but without orbits first.
 
     ``stream_rings`` is an approximation, off by default: ring collectives run as one
     coupled flow per channel instead of step by step (docs/collectives.md).
@@ -127,6 +131,7 @@ class Shortcuts:
     collective_memo: bool = True
     merged_images: bool = True
     lane_families: bool = True
+    lane_orbits: bool = True
     stream_rings: bool = False
 
     def __post_init__(self) -> None:
@@ -140,7 +145,7 @@ class Shortcuts:
         """Every shortcut off: the full replay (``--exact``)."""
         return cls(compact_schedules=False, bundles=False, shape_memo=False,
                    collective_memo=False, merged_images=False, lane_families=False,
-                   stream_rings=False)
+                   lane_orbits=False, stream_rings=False)
 
 
 def _network_model(model: object) -> type:

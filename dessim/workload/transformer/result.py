@@ -118,6 +118,8 @@ class WorkloadResult(IterationResult):
         refused = list(meta.get("closed_form_fallback", []))
         if meta.get("fold_fallback"):
             refused.append(f"folding: {meta['fold_fallback']}")
+        if fold.get("lane_orbits_refused"):
+            refused.append(f"lane orbits: {fold['lane_orbits_refused']}")
         if fold.get("lane_families_refused"):
             refused.append(f"lane families: {fold['lane_families_refused']}")
         return {"auto": list(self.plan.options.auto),
