@@ -224,6 +224,27 @@ def test_context_parallel_ring_passes_kv_blocks():
     g.validate(num_ranks=4)
 
 
+def test_context_parallel_attention_blocks_cost_one_kv_block_each():
+    """Each ring step attends the local queries to ONE K/V block (s/cp keys): its shape says
+    so, and the cp blocks' FLOPs by shape (what the device model costs) add up to the whole
+    attention's — not cp times it."""
+    from dessim.engine.kernel_model import attention_flops_fa
+
+    cp, kernels = 4, GeneratorOptions(granularity="kernel")
+    whole = [t for t in tasks(graph(GPT, n=2, dp=2, global_batch=2, options=kernels), rank=0,
+                              kind="compute")
+             if t.kernel.startswith("attention") and t.category == "fwd"]
+    parts = [t for t in tasks(graph(GPT, n=cp, cp=cp, global_batch=1, options=kernels), rank=0,
+                              kind="compute")
+             if t.kernel.startswith("attention") and t.category == "fwd"]
+    assert len(parts) == cp * len(whole)
+    by_shape = lambda t: attention_flops_fa(*t.shape[:4], bool(t.shape[4]), "fwd")  # noqa: E731
+    bh, s_q, s_k, d, causal = whole[0].shape
+    assert {t.shape for t in parts} == {(bh, s_q // cp, s_k // cp, d, causal)}
+    assert sum(map(by_shape, parts)) == pytest.approx(sum(map(by_shape, whole)) / cp)
+    assert sum(t.flops for t in parts) == pytest.approx(sum(t.flops for t in whole) / cp)
+
+
 def test_offload_moves_optimizer_state_and_activations_to_the_nearest_host_memory():
     mem = MemoryOptions(offload_optimizer="host", offload_activations="host")
     g = graph(GPT, n=8, dp=8, global_batch=16, zero_stage=1, memory=mem)

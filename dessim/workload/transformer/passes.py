@@ -352,8 +352,15 @@ class PassBuilder:
     # -------------------------------------------------------------- ring attention
     def _ring_attention(self, kernel: Kernel, block: str, category: str, factor: float) -> None:
         cp = self.layout.cp
+        # each step attends the local queries to ONE K/V block: s_k / cp keys. The device
+        # model costs an attention kernel by its shape, so the shape must say so (a part
+        # with the whole s_k would cost the whole attention cp times)
+        shape = kernel.shape
+        if len(shape) == 5:
+            bh, s_q, s_k, d, causal = shape
+            shape = (bh, s_q, s_k // cp if s_k % cp == 0 else s_k / cp, d, causal)
         part = replace(kernel, flops=kernel.flops / cp, bytes_read=kernel.bytes_read / cp,
-                       bytes_written=kernel.bytes_written / cp)
+                       bytes_written=kernel.bytes_written / cp, shape=shape)
         size = self.kv_block * factor
         produced = self.last_compute
         recv_prev = -1
