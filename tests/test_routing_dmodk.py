@@ -82,3 +82,17 @@ def test_an_unknown_routing_in_a_topology_is_a_clear_error():
     topo.meta["routing"] = "spray"
     with pytest.raises(TopologyError, match="routing 'spray' is not known"):
         Router(topo)
+
+
+def test_a_topology_file_declares_its_routing(tmp_path):
+    from dessim.topology.spec import topology_from_dict
+
+    leafspine = {"builder": {"kind": "leafspine", "hosts": 16, "leaves": 4}}
+    assert topology_from_dict(leafspine).meta.get("routing", "ecmp") == "ecmp"
+    topo = topology_from_dict({**leafspine, "routing": "dmodk"})
+    router = Router(topo)
+    assert topo.meta["routing"] == "dmodk" and router.key_independent("gpu0", "gpu5")
+    # GPUs 4..7 under leaf1 come down four different spines
+    assert len({router.path("gpu0", f"gpu{g}")[2] for g in range(4, 8)}) == 4
+    with pytest.raises(SpecError, match="routing"):
+        topology_from_dict({**leafspine, "routing": "spray"})

@@ -233,3 +233,13 @@ def test_routes_between_nics_search_once_per_leaf():
         widest = {p for p in paths if width(p) == best}
         walked = {router._walk(src, dst, key, fabric=True)[0] for key in range(512)}
         assert walked == widest
+
+
+def test_searches_deeper_than_127_hops_still_route():
+    """Hop distances are stored in one byte until a search goes past 127 hops: a ring of 300
+    GPUs (150 hops across) routes as networkx does."""
+    topo = load_topology("ring:300")
+    router = Router(topo)
+    path = router.path("gpu0", "gpu150")
+    assert len(path) - 1 == 150 == nx.shortest_path_length(topo.graph, "gpu0", "gpu150")
+    assert router.hops("gpu10", "gpu200") == nx.shortest_path_length(topo.graph, "gpu10", "gpu200")

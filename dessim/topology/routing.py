@@ -69,9 +69,11 @@ ROUTINGS: dict[str, str] = {
     "dmodk": "destination-based D-mod-K static routing (InfiniBand, OpenSM ftree)",
 }
 
-#: Route searches kept per router (one per destination anchor). Each holds an int32 distance
-#: per node, so memory is about ``4 * MAX_CACHED_MAPS * nodes`` bytes at worst.
-MAX_CACHED_MAPS: int = 2048
+#: Route searches kept per router (one per destination anchor). Each holds a one-byte hop
+#: distance per node (four bytes past 127 hops), so memory is about
+#: ``MAX_CACHED_MAPS * nodes`` bytes. Found paths are memoised apart (MAX_CACHED_PATHS), so
+#: a dropped search costs only the first lookups of new destinations again.
+MAX_CACHED_MAPS: int = 512
 
 #: Paths memoised per router before the memo is cleared (bounded memory, same answers).
 MAX_CACHED_PATHS: int = 200_000
@@ -95,7 +97,8 @@ class _Search:
         self.target = target
         self.forwards = forwards               #: which nodes may be inner nodes of a path
         t = router._index[target]
-        self.dist = np.full(len(router._names), -1, dtype=np.int32)
+        # hop counts stay small (a fabric's diameter); int8 until a search goes deeper
+        self.dist = np.full(len(router._names), -1, dtype=np.int8)
         self.dist[t] = 0
         self.frontier = np.array([t], dtype=np.int64)
         self.depth = 0
@@ -119,6 +122,8 @@ class _Search:
             return
         offsets = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total)
         nb = r._indices[offsets]
+        if self.depth > np.iinfo(self.dist.dtype).max:
+            self.dist = self.dist.astype(np.int32)
         nb = nb[self.dist[nb] < 0]
         if len(nb) > 1:                          # distinct, ascending (a mark per node, no sort)
             mark = np.zeros(len(self.dist), dtype=bool)
@@ -130,10 +135,9 @@ class _Search:
     def _distance(self, node: str) -> int:
         """Hops from ``node`` to the target (-1: unreachable), searching as far as needed."""
         i = self.router._index[node]
-        dist = self.dist
-        while dist[i] < 0 and len(self.frontier):
+        while self.dist[i] < 0 and len(self.frontier):
             self._level()
-        return int(dist[i])
+        return int(self.dist[i])
 
     def __contains__(self, node: object) -> bool:
         return isinstance(node, str) and node in self.router._index and self._distance(node) >= 0

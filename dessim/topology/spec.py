@@ -21,7 +21,8 @@ YAML schema (also a dict)
 -------------------------
 Top-level keys: ``name``, ``description``, ``dims`` (list of ints), ``builder`` (mapping with
 ``kind`` and that kind's keys, as in the inline grammar; multidim takes ``dims:`` as a list of
-mappings with ``shape``, ``size`` and link keys), ``nodes`` (list of mappings with ``name``,
+mappings with ``shape``, ``size`` and link keys), ``routing`` (``ecmp`` or ``dmodk``:
+:data:`~dessim.topology.routing.ROUTINGS`), ``nodes`` (list of mappings with ``name``,
 ``kind``, ``rank``, ``device``, ``transit``, ``capacity``, ``nic``, ``rail``, ``sharp``) and ``links`` (list of mappings with
 ``a``, ``b``, ``bw``, ``lat``, ``type``, ``duplex``, ``efficiency``, ``tech``). With a
 ``builder``, ``nodes``/``links`` are added to the built graph. Unknown keys, duplicate node
@@ -628,6 +629,10 @@ class TopologyFile(SpecModel):
     dims: list[Annotated[int, Field(strict=True)]] | None = Field(
         None, description="GPUs per dimension (multi-dimensional collectives)")
     builder: described(dict[str, Any], _builder_schema) | None = None
+    routing: choice(ROUTINGS) | None = Field(
+        None, description="how switches pick among equal-cost next hops: "
+        + "; ".join(f"{k}: {v}" for k, v in ROUTINGS.items())
+        + " (default: the builder's, else ecmp)")
     nodes: list[NodeSection] = []
     links: list[LinkSection] = []
 
@@ -688,6 +693,8 @@ def topology_from_dict(data: object, source: str = "<dict>") -> Topology:
         name = top.name or Path(source).stem
     if top.description is not None:
         meta["description"] = top.description
+    if top.routing is not None:
+        meta["routing"] = top.routing
     for i, node in enumerate(top.nodes):
         where = f"{source}: nodes[{i}]"
         if node.name in graph:
