@@ -326,6 +326,8 @@ class _Generator:
         self.templates: dict[tuple[int, int, str], _Template] = {}
         self.ep_algo = self._ep_algorithm()
         self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
+        #: DeepEP's intranode kernels: the direct all-to-all de-duplicated per GPU
+        self.ep_intranode = self._ep_on_one_host()
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -337,9 +339,14 @@ class _Generator:
             self.em.timer.model(name).check_precision()
             self.em.timer.model(name).check_attention(lo.attention)
         self.graph = self.em.graph
-        if self.ep_algo == "rail" and self.comm:       # said in every summary (WorkloadResult)
-            self.graph.meta["approximations"] = [DEEPEP_APPROXIMATION] + (
-                [] if self.model.routing.distribution == "uniform" else [SKEWED_ROUTING_APPROXIMATION])
+        approximations = []                            # said in every summary (WorkloadResult)
+        if self.comm and self.ep_algo == "rail":
+            approximations.append(DEEPEP_APPROXIMATION)
+        if self.comm and (self.ep_algo == "rail" or self.ep_intranode) \
+                and self.model.routing.distribution != "uniform":
+            approximations.append(SKEWED_ROUTING_APPROXIMATION)
+        if approximations:
+            self.graph.meta["approximations"] = approximations
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
         self.free_p2p: dict[tuple[int, int, int, str], dict[str, tuple[str, list[str]]]] = {}
         self.mem_tasks: dict[tuple[int, int, tuple], str] = {}
@@ -663,6 +670,29 @@ class _Generator:
         return {ALGO_OPTIONS: {**shares, "nvlink_first": combine,
                                "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}}
 
+    def _ep_intranode_share(self, group: tuple[int, ...]) -> float:
+        """The share of an MoE all-to-all's flat bytes that DeepEP's intranode kernels send
+        when ``group`` lies on one host (``moe_dispatch: deepep``): a token goes once to each
+        *GPU* that holds one of its experts (``is_token_in_rank``, deepseek-ai/DeepEP
+        ``csrc/kernels/intranode.cu``; the combine sends each GPU's partial sum back once), so
+        the direct all-to-all carries ``G/top_k`` of the flat fan-out, ``G`` the distinct
+        GPUs per token (:meth:`MoERouting.nvlink_share` with one node: the same per-GPU
+        de-duplication as the rail algorithm's NVLink phase). 1.0 for ``nccl``, for the rail
+        algorithm (its options carry the shares) and for groups across hosts."""
+        if not self.ep_intranode:
+            return 1.0
+        return self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, len(group))
+
+    def _ep_on_one_host(self) -> bool:
+        """Whether ``moe_dispatch: deepep`` runs DeepEP's intranode kernels: every EP group
+        of two or more ranks lies on one host."""
+        if self.lo.ep < 2 or self.lo.moe_dispatch != "deepep":
+            return False
+        try:
+            return all(len(host_rows(g, self.topo)) == 1 for g in self.lo.groups("ep"))
+        except CollectiveError:
+            return False
+
     # ------------------------------------------------------------------ task emission
     def _collective(self, rank: int, name: str, category: str, stream: str, op: str, size: float,
                     group: tuple[int, ...], deps: list[str], gkind: str, combine: bool = False) -> list[str]:
@@ -681,6 +711,8 @@ class _Generator:
                              duration=closed, attrs={"op": op, "size": float(size), "closed_form": True}), deps)
             self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
         elif self.comm:
+            if gkind == "ep":
+                size *= self._ep_intranode_share(group)
             self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
                              op=op, size=float(size), group=group, coll_id=coll_id,
                              algo=self.ep_algo if gkind == "ep" else "auto",

@@ -32,7 +32,15 @@ Expert parallelism
     the most loaded rank's share, :mod:`dessim.workload.transformer.routing`) after the
     permutation (dispatch) and before the un-permutation (combine), and the same two backward,
     where their directions swap: the dispatch's backward is a combine and the combine's a
-    dispatch (:attr:`CommSpec.combine`). Shared experts (DeepSeekMoE) need no token exchange: they run while the dispatch is in
+    dispatch (:attr:`CommSpec.combine`). Sizes follow the direction: FP8 recipes send the
+    dispatch direction in FP8 with its scales and the combine direction in 16 bits, in both
+    passes (DeepSeek-V3 report, arXiv 2412.19437, §3.3.3 "Low-Precision Communication": the
+    activation before the MoE up-projections is quantized to FP8 before the dispatch, "a
+    similar strategy is applied to the activation gradient before MoE down-projections" —
+    the combine's backward — and "for both the forward and backward combine components, we
+    retain them in BF16"; deepseek-ai/DeepEP README: ``combine_backward`` dispatches an FP8
+    ``(tensor, scales)`` tuple or a BF16 tensor, ``dispatch_backward`` combines a BF16 one).
+    Shared experts (DeepSeekMoE) need no token exchange: they run while the dispatch is in
     flight, forward and backward (DeepSeek-V3 report §3.2.2 overlaps them likewise).
 Context parallelism (ring attention, Liu et al. 2023; Megatron-core ``cp_comm_type=p2p``)
     The attention core is split into ``cp`` blocks; while block ``j`` computes, the K/V
@@ -191,11 +199,14 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
     for before, oper, label in raw:
         if oper == "a2a":
             if layout.ep > 1:
+                # the backward runs the other direction, at that direction's size: the
+                # dispatch's backward combines 16-bit gradients, the combine's backward
+                # dispatches gradients in the dispatch's precision (module docstring)
                 dispatch = label == "moe.dispatch"
-                size = ep_size[0 if dispatch else 1]
-                fwd = CommSpec("ep", "alltoall", size, "ep", label, combine=not dispatch)
-                out.append(CommPoint(before, (fwd,), (replace(fwd, combine=dispatch),),
-                                     overlap=overlap if dispatch else 0))
+                fwd = CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], "ep", label,
+                               combine=not dispatch)
+                bwd = replace(fwd, size=ep_size[1 if dispatch else 0], combine=dispatch)
+                out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
             continue
         if layout.tp == 1:
             continue
@@ -206,9 +217,10 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
 
 
 def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, tuple[float, float]]:
-    """Bytes of one TP collective, and of the MoE dispatch and combine all-to-alls (FP8
-    recipes dispatch FP8 tokens with their scales, DeepSeek-V3 report §3.3.3; the combine is
-    16-bit)."""
+    """Bytes of one TP collective, and of the MoE all-to-alls in the dispatch and the combine
+    direction (FP8 recipes dispatch FP8 tokens — forward — and FP8 output gradients —
+    backward — with their scales, DeepSeek-V3 report §3.3.3; the combine direction is 16-bit
+    in both passes)."""
     prec = model.precision_spec
     e = prec.activation_bytes
     tokens = layout.micro_batch * model.seq_len // layout.cp
