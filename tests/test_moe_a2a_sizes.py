@@ -89,6 +89,11 @@ def _one_node(routing: dict, dispatch: str) -> list:
     return build_taskgraph(parse_workload(doc, "test"), ONE_NODE)
 
 
+def _ep_tasks(graph) -> list:
+    """The MoE all-to-all tasks, by rank and then in program order."""
+    return sorted((t for t in graph if t.category == "ep"), key=lambda t: (t.rank, int(t.id.split(".")[1])))
+
+
 def _distinct_gpus_closed_form(gpus: int, per_gpu: int, k: int) -> float:
     return gpus * (1 - comb((gpus - 1) * per_gpu, k) / comb(gpus * per_gpu, k))
 
@@ -98,13 +103,13 @@ def test_intranode_deepep_sends_once_per_target_gpu():
     per token, so DeepEP's direct all-to-all carries G/4 = 86 % of NCCL's."""
     g = _distinct_gpus_closed_form(8, 4, 4)
     assert g == pytest.approx(8 * (1 - 20475 / 35960)) and g == pytest.approx(3.44494, abs=1e-5)
-    nccl = {t.id: t for t in _one_node({}, "nccl") if t.category == "ep"}
-    deepep = {t.id: t for t in _one_node({}, "deepep") if t.category == "ep"}
-    assert nccl.keys() == deepep.keys() and len(nccl) >= 8     # 2 layers × 4 on each rank built
-    for tid, t in deepep.items():
-        assert t.name == nccl[tid].name and t.group == tuple(range(8))
-        assert t.size == pytest.approx(nccl[tid].size * g / 4, rel=1e-12)
-        assert t.algo == "auto" == nccl[tid].algo and t.attrs == {}
+    nccl = _ep_tasks(_one_node({}, "nccl"))
+    deepep = _ep_tasks(_one_node({}, "deepep"))
+    assert [t.name for t in nccl] == [t.name for t in deepep] and len(nccl) >= 8
+    for t, flat in zip(deepep, nccl):
+        assert t.group == tuple(range(8))
+        assert t.size == pytest.approx(flat.size * g / 4, rel=1e-12)
+        assert t.algo == "auto" == flat.algo and t.attrs == {}
 
 
 def test_intranode_bytes_per_link_match_enumeration():
@@ -147,11 +152,9 @@ def test_intranode_skewed_routing_names_its_model():
     assert "approximations" not in _one_node({}, "deepep").meta
     assert "approximations" not in _one_node(zipf, "nccl").meta
     share = MoERouting(**zipf).nvlink_share(4, 32, 1, 8)
-    nccl = {t.id: t.size for t in _one_node(zipf, "nccl") if t.category == "ep"}
     assert 0 < share < 1
-    for t in graph:
-        if t.category == "ep":
-            assert t.size == pytest.approx(nccl[t.id] * share, rel=1e-12)
+    for t, flat in zip(_ep_tasks(graph), _ep_tasks(_one_node(zipf, "nccl"))):
+        assert t.name == flat.name and t.size == pytest.approx(flat.size * share, rel=1e-12)
 
 
 def test_no_comm_runs_keep_the_flat_size_attribute():

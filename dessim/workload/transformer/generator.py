@@ -314,9 +314,14 @@ class _Generator:
         offload = plan.memory.offload_activations != "none"
         #: the kernels, points, parameters and offloaded bytes of a layer, by "dense layer?"
         self.layer_kinds: dict[bool, tuple[KernelSet, tuple, tuple[float, float], float]] = {}
+        self.ep_algo = self._ep_algorithm()
+        self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
+        #: DeepEP's intranode kernels: the direct all-to-all de-duplicated per GPU
+        self.ep_intranode = self._ep_on_one_host()
+        received = self._deepep_received_rows()
         for dense in ({False, True} if self.model.dense_layers else {False}):
-            ks = layer_kernels(self.model, lo, dense)
-            self.layer_kinds[dense] = (ks, tuple(layer_points(self.model, lo, ks)),
+            ks = layer_kernels(self.model, lo, dense, received)
+            self.layer_kinds[dense] = (ks, tuple(layer_points(self.model, lo, ks, received is not None)),
                                        layer_params_on_gpu(self.model, lo, dense),
                                        layer_activation_bytes(self.model, lo, dense=dense)
                                        if offload else 0.0)
@@ -324,10 +329,6 @@ class _Generator:
         self.head_ks = head_kernels(self.model, lo)
         self.act_bytes = self.layer_kinds[False][3]
         self.templates: dict[tuple[int, int, str], _Template] = {}
-        self.ep_algo = self._ep_algorithm()
-        self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
-        #: DeepEP's intranode kernels: the direct all-to-all de-duplicated per GPU
-        self.ep_intranode = self._ep_on_one_host()
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -342,7 +343,9 @@ class _Generator:
         approximations = []                            # said in every summary (WorkloadResult)
         if self.comm and self.ep_algo == "rail":
             approximations.append(DEEPEP_APPROXIMATION)
-        if self.comm and (self.ep_algo == "rail" or self.ep_intranode) \
+        # a skewed routing's distinct targets size the de-duplicated all-to-all and DeepEP's
+        # received rows (the latter also without communication)
+        if (self.comm or received is not None) and (self.ep_algo == "rail" or self.ep_intranode) \
                 and self.model.routing.distribution != "uniform":
             approximations.append(SKEWED_ROUTING_APPROXIMATION)
         if approximations:
@@ -682,6 +685,25 @@ class _Generator:
         if not self.ep_intranode:
             return 1.0
         return self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, len(group))
+
+    def _deepep_received_rows(self) -> int | None:
+        """Rows DeepEP delivers per micro-batch to the most loaded GPU of an EP group — one per
+        (token, GPU), :func:`~dessim.workload.transformer.kernels.layer_kernels`'s
+        ``received`` — or None where the run keeps the flat layout: not ``deepep`` (or its
+        groups span hosts unevenly), or TP > 1 (the combine would share its point with TP's
+        ``g`` operator; DeepSeek-V3 trains without TP). Each of the ``ep`` members sends its
+        ``T`` tokens, a token reaching GPU ``g`` with probability ``P(g hit)``
+        (:meth:`MoERouting.spread`): ``R = ⌈T · ep · max_g P(g hit)⌉``, ``T·G`` for uniform
+        routing."""
+        lo = self.lo
+        if not (self.model.is_moe and (self.ep_algo == "rail" or self.ep_intranode)) or lo.tp > 1:
+            return None
+        rows = host_rows(lo.groups("ep")[0], self.topo)
+        spread = self.model.routing.spread(self.model.top_k, self.model.experts, len(rows), len(rows[0]))
+        tokens = lo.micro_batch * self.model.seq_len // lo.cp
+        if self.model.routing.distribution == "uniform":
+            return ceil(tokens * spread.gpus * (1 - 1e-12))
+        return ceil(tokens * lo.ep * max(spread.gpu_hit) * (1 - 1e-12))
 
     def _ep_on_one_host(self) -> bool:
         """Whether ``moe_dispatch: deepep`` runs DeepEP's intranode kernels: every EP group

@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from math import ceil
 from typing import Iterable
 
-from dessim.workload.common.kernels import ATTENTION, MATMUL, NORM, SOFTMAX, Kernel, KernelBuilder, KernelSet
+from dessim.workload.common.kernels import ATTENTION, ELEMENTWISE, MATMUL, NORM, SOFTMAX, Kernel, KernelBuilder, KernelSet
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import Norm, TransformerConfig
 
@@ -174,7 +174,8 @@ def _attention_projections(b: KernelBuilder, model: TransformerConfig, layout: P
     return ks
 
 
-def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool = False) -> KernelSet:
+def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool = False,
+                  received: int | None = None) -> KernelSet:
     """Kernels of one transformer layer for one micro-batch on one rank of ``layout``: an MoE
     layer of an MoE model unless ``dense`` (one of its ``dense_layers``).
 
@@ -183,7 +184,27 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
     DeepSeekMoE; they run while the dispatch all-to-all is in flight, see
     :mod:`dessim.workload.transformer.passes`), the local experts as grouped GEMMs over the
     routed token copies of the most loaded EP rank (``top_k · T · load_factor``) and the
-    un-permutation (weighted sum of the ``top_k`` copies)."""
+    un-permutation (the combine's reduction: weighted sum of copies, memory-bound).
+
+    Where the (un)permutation runs depends on the dispatch:
+
+    * ``received`` None — a flat all-to-all of expert copies (NCCL, Megatron-LM's
+      ``MoEAlltoAllTokenDispatcher``): the token's rank permutes its ``T`` tokens into
+      ``top_k·T`` copies before the dispatch and, after the combine, sums the ``top_k`` copies
+      of each token, weighted by the router (``moe.unpermute`` reads ``top_k·T·L·h``, writes
+      ``T·h``).
+    * ``received`` = R — DeepEP (deepseek-ai/DeepEP ``Buffer.dispatch``/``combine``): the
+      dispatch delivers one row per (token, GPU) and the combine sums one row per (token,
+      GPU) back, *unweighted*, in its receiving warps (``csrc/kernels/intranode.cu``
+      ``combine``; internode the forwarding GPU sums a node's rows first). So the experts'
+      GPU permutes the ``R`` rows it received (the most loaded GPU's, per micro-batch) into its
+      expert copies after the dispatch (``moe.permute``: FP8 rows and scales in an FP8 recipe,
+      which dispatches FP8; its backward sums the copies' 16-bit gradients into rows) and
+      sums each row's copies, weighted, before the combine (``moe.unpermute`` reads the copies
+      and writes the ``R`` rows). The combine's own sum runs inside the all-to-all kernel at
+      its link rate: DeepEP's README measures the combine at the dispatch's bottleneck
+      bandwidth (158 against 153 GB/s over NVLink with EP 8, 43–57 GB/s RDMA both ways), so
+      it costs no time beyond the transfer."""
     b = KernelBuilder(model)
     sh = TokenShard.of(model, layout)
     t, h = layout.tp, model.hidden
@@ -216,11 +237,15 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
         # FP8: tokens are cast once, before the permutation, and dispatched in FP8
         fwd += b.quantize("moe.quant_in", T * h, (2 if model.activation_spec.gated else 1)
                           * (routed + model.shared_experts * T) * ffn_t)
-        fwd.append(b.elementwise("moe.permute", T * h, routed * h, 0.0))
+        if received is None:
+            fwd.append(b.elementwise("moe.permute", T * h, routed * h, 0.0))
         if model.shared_experts:
             fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=False)
+        if received is not None:
+            fwd.append(_received_permute(b, received * h, routed * h))
         fwd += _mlp(b, model, "moe.expert", routed, ffn_t, local, quantize_input=False)
-        fwd.append(b.elementwise("moe.unpermute", routed * h, T * h, 2 * routed * h))
+        rows = T if received is None else received
+        fwd.append(b.elementwise("moe.unpermute", routed * h, rows * h, 2 * routed * h))
     else:
         fwd += _mlp(b, model, "mlp", T, model.ffn_hidden // t)
     fwd.append(b.bias_dropout_add("mlp.residual", Tsp * h, bias, model.dropout))
@@ -237,6 +262,20 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
     else:
         recompute = []
     return _assemble(b, fwd, recompute)
+
+
+def _received_permute(b: KernelBuilder, rows: int, copies: int) -> Kernel:
+    """DeepEP's permutation on the experts' GPU (:func:`layer_kernels`): ``rows`` received
+    elements gathered into ``copies`` expert-copy elements, in the dispatch's precision (FP8
+    with its scales in an FP8 recipe); backward, the copies' 16-bit gradients summed into the
+    rows' (read the copies, write the rows)."""
+    p = b.precision
+
+    def moved(n: int) -> float:
+        return p.quantized_bytes(n) if p.is_fp8 else n * b.act
+
+    return Kernel("moe.permute", ELEMENTWISE, "fwd", 0.0, moved(rows), moved(copies),
+                  backward_bytes=(copies * b.act, rows * b.act))
 
 
 #: GEMMs an FP8 recipe with low-precision storage re-runs (MLA's up-projections).

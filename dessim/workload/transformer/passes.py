@@ -232,8 +232,12 @@ def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[floa
     return float(tp_size), (float(dispatch), float(routed * e))
 
 
-def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
-    """Communication points of a transformer layer (module docstring)."""
+def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet,
+                 deepep: bool = False) -> list[CommPoint]:
+    """Communication points of a transformer layer (module docstring). ``deepep``: the kernels
+    are DeepEP's layout (:func:`~dessim.workload.transformer.kernels.layer_kernels` with
+    ``received``): the dispatch lands before the experts' GPU permutes what it received and
+    the combine follows its weighted sum, right before the residual add."""
     tp_size, ep_size = _token_sizes(model, layout)
     first_attn = next(k.name for k in ks.forward if k.name.startswith("attn.") and k.kind == MATMUL)
     first_mlp = next(k.name for k in ks.forward if k.name.startswith(("mlp.gate", "mlp.up", "moe.router")))
@@ -242,7 +246,10 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     shared = [n for n in names if n.startswith("moe.shared")]
     raw = [(first_attn, "f", "attn.f"), ("attn.residual", "g", "attn.g"),
            (first_mlp, "f", "mlp.f"), ("mlp.residual", "g", "mlp.g")]
-    if first_expert:
+    if first_expert and deepep:
+        raw += [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
+                ("mlp.residual", "a2a", "moe.combine")]
+    elif first_expert:
         raw += [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
                 ("moe.unpermute", "a2a", "moe.combine")]
     return _points(ks.forward, raw, layout, tp_size, ep_size, len(shared))
