@@ -10,7 +10,8 @@ import pytest
 from dessim.topology import load_topology
 from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION
-from dessim.workload.transformer.routing import SKEWED_ROUTING_APPROXIMATION, MoERouting
+from dessim.workload.transformer.routing import (SKEWED_ROUTING_APPROXIMATION, UNMATCHED_ROUTING_APPROXIMATION,
+                                                 MoERouting)
 from dessim.workload.transformer.spec import parse_workload
 from tests.moe_helpers import moe_doc
 
@@ -48,3 +49,16 @@ def test_tasks_carry_the_routings_shares(routing):
     skewed = [SKEWED_ROUTING_APPROXIMATION] if "distribution" in routing else []
     assert graph.meta["approximations"] == [DEEPEP_APPROXIMATION] + skewed
     assert "approximations" not in _graph(routing, dispatch="nccl").meta
+
+
+def test_a_limited_router_that_cannot_have_the_loads_is_named():
+    """One hot expert (100 of 131 counts) with top-4 is taken by every token, so with
+    max_nodes 1 every token stays on its node and the other node's experts, which have
+    counts, can never be picked: no node-limited router has these loads. The run keeps the
+    unlimited weights and says so; a Zipf routing the limited router can have does not."""
+    hot = {"distribution": "counts", "counts": [100] + [1] * 31, "max_nodes": 1}
+    assert not MoERouting(**{**hot, "counts": tuple(hot["counts"])}).spread(4, 32, 2, 8).loads_matched
+    assert _graph(hot).meta["approximations"] == [DEEPEP_APPROXIMATION, SKEWED_ROUTING_APPROXIMATION,
+                                                   UNMATCHED_ROUTING_APPROXIMATION]
+    zipf = {"distribution": "zipf", "exponent": 0.5, "max_nodes": 1}
+    assert _graph(zipf).meta["approximations"] == [DEEPEP_APPROXIMATION, SKEWED_ROUTING_APPROXIMATION]

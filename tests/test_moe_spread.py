@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from dessim.errors import WorkloadError
 from dessim.workload.transformer.routing import MoERouting
-from dessim.workload.transformer.spread import hit_probabilities, inclusion, solve_weights
+from dessim.workload.transformer.spread import (hit_probabilities, inclusion, limited_inclusion,
+                                                solve_limited_weights, solve_weights)
 
 
 def _enumerate(weights, certain, k, hosts, per_host, max_nodes):
@@ -157,6 +158,10 @@ def test_shares_scale_the_hot_ranks_flat_bytes_to_the_hottest_link(routing):
     k, hosts, per_host, experts, tokens = 2, 4, 2, 16, 100.0
     gpus = hosts * per_host
     weights, certain = solve_weights(routing.shares(experts), k)
+    if routing.max_nodes is not None:       # the router's weights are solved under the limit
+        limited = solve_limited_weights(routing.shares(experts), k, hosts, routing.max_nodes)
+        assert limited is not None and routing.spread(k, experts, hosts, per_host).loads_matched
+        weights, certain = limited
     node_hit, gpu_hit, _ = _enumerate(weights, certain, k, hosts, per_host, routing.max_nodes)
     per_pair = tokens * k * max(routing.gpu_shares(experts, gpus))     # flat bytes to each rank
     assert routing.load_factor(experts, gpus) / gpus == pytest.approx(max(routing.gpu_shares(experts, gpus)))
@@ -171,3 +176,71 @@ def test_too_few_popular_experts_is_refused():
         MoERouting("counts", counts=(5, 0, 0, 0)).nodes_per_token(2, 4, 2)
     with pytest.raises(WorkloadError, match="do not split evenly over 2 nodes x 3 GPUs"):
         MoERouting("zipf").gpus_per_token(2, 8, 2, 3)
+
+
+# ------------------------------------------------------------------ weights under the node limit
+@settings(max_examples=60, deadline=None)
+@given(layout=_LAYOUT, per_gpu=st.integers(1, 2), k=st.integers(1, 3), max_nodes=st.integers(1, 3),
+       raw=st.lists(st.integers(0, 20), min_size=16, max_size=16))
+def test_limited_inclusion_equals_enumeration(layout, per_gpu, k, max_nodes, raw):
+    """The node-limited router's per-expert inclusion probabilities by the dynamic programme
+    equal the enumerated model's, for any weights (here: the unlimited ones)."""
+    hosts, per_host = layout
+    experts = hosts * per_host * per_gpu
+    shares = _shares([x + 1e-3 for x in raw[:experts]])
+    if k > experts or min(max_nodes, hosts) * per_host * per_gpu < k:
+        return
+    weights, certain = solve_weights(shares, k)
+    incl = _enumerate(weights, certain, k, hosts, per_host, max_nodes)[2]
+    assert limited_inclusion(weights, certain, k, hosts, max_nodes) == pytest.approx(incl, abs=1e-12)
+    if max_nodes >= hosts:
+        assert limited_inclusion(weights, certain, k, hosts, None) == pytest.approx(
+            inclusion(weights, certain, k), abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(layout=_LAYOUT, per_gpu=st.integers(1, 2), k=st.integers(1, 3), max_nodes=st.integers(1, 3),
+       raw=st.lists(st.integers(0, 20), min_size=16, max_size=16))
+def test_weights_under_the_limit_give_the_loads_or_say_they_cannot(layout, per_gpu, k, max_nodes, raw):
+    """Either the limited router's enumerated loads are the targets (k × share, or 1 for an
+    expert every token takes, the rest rescaled) — and the spread is the enumerated one with
+    those weights — or the spread says the loads are not matched."""
+    hosts, per_host = layout
+    experts = hosts * per_host * per_gpu
+    reach = min(max_nodes, hosts)
+    counts = tuple(x + 1e-3 for x in raw[:experts])
+    if k > experts or reach * per_host * per_gpu < k or reach == hosts:
+        return
+    routing = MoERouting("counts", counts=counts, max_nodes=max_nodes)
+    shares = routing.shares(experts)
+    spread = routing.spread(k, experts, hosts, per_host)
+    limited = solve_limited_weights(shares, k, hosts, max_nodes)
+    assert spread.loads_matched == (limited is not None)
+    if limited is None:
+        return
+    weights, certain = limited
+    node_hit, gpu_hit, incl = _enumerate(weights, certain, k, hosts, per_host, max_nodes)
+    rest = sum(s for s, c in zip(shares, certain) if not c)
+    assert incl == pytest.approx([1.0 if c else (k - sum(certain)) * s / rest
+                                  for s, c in zip(shares, certain)], abs=1e-9)
+    assert spread.node_hit == pytest.approx(node_hit, abs=1e-12)
+    assert spread.gpu_hit == pytest.approx(gpu_hit, abs=1e-12)
+
+
+def test_one_node_per_token_cannot_serve_a_dominant_expert():
+    """M = 1: every pick of a token falls on one node, so an expert takes at most 1/k of its
+    node's load. Shares (0.5, 0.1, 0.1, 0.1, 0.1, 0.1) on 3 nodes of 2 experts, top-2: the
+    hot expert's target 2·0.5 = 1 makes it certain, and its node (0.6 of the load) would have
+    to be chosen by every token while the other nodes need 0.8 of the picks — impossible, so
+    the spread says so. Zipf exponent 0.5 on DeepSeek-V3's shape (256 experts, top-8, 8 nodes)
+    is matched, with M = 4 and even with M = 1."""
+    bad = MoERouting("counts", counts=(5, 1, 1, 1, 1, 1), max_nodes=1)
+    assert not bad.spread(2, 6, 3, 1).loads_matched
+    assert solve_limited_weights(bad.shares(6), 2, 3, 1) is None
+    for m in (4, 1):
+        zipf = MoERouting("zipf", exponent=0.5, max_nodes=m)
+        spread = zipf.spread(8, 256, 8, 8)
+        assert spread.loads_matched
+        weights, certain = solve_limited_weights(zipf.shares(256), 8, 8, m)
+        assert limited_inclusion(weights, certain, 8, 8, m) == pytest.approx(
+            [8 * s for s in zipf.shares(256)], abs=1e-12)

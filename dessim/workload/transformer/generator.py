@@ -96,7 +96,8 @@ from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapOptions
 from dessim.workload.transformer.passes import (GRANULARITIES, WGRAD, Block, PassBuilder, Step, embedding_points,
                                                 head_points, layer_points, merge_steps, split_backward)
-from dessim.workload.transformer.routing import SKEWED_ROUTING_APPROXIMATION
+from dessim.workload.transformer.routing import SKEWED_ROUTING_APPROXIMATION, UNMATCHED_ROUTING_APPROXIMATION
+from dessim.workload.transformer.spread import Spread
 from dessim.workload.transformer.stage_passes import PassTimeline, pass_timeline
 from dessim.workload.transformer.tp_islands import TPIslands
 from dessim.workload.transformer.schedules import PipeOp, next_virtual, prev_virtual, stage_program, virtual_stage
@@ -348,6 +349,8 @@ class _Generator:
         if (self.comm or received is not None) and (self.ep_algo == "rail" or self.ep_intranode) \
                 and self.model.routing.distribution != "uniform":
             approximations.append(SKEWED_ROUTING_APPROXIMATION)
+            if not self._ep_spread().loads_matched:
+                approximations.append(UNMATCHED_ROUTING_APPROXIMATION)
         if approximations:
             self.graph.meta["approximations"] = approximations
         self.free_colls: dict[str, list[tuple[str, list[str]]]] = {}
@@ -698,12 +701,17 @@ class _Generator:
         lo = self.lo
         if not (self.model.is_moe and (self.ep_algo == "rail" or self.ep_intranode)) or lo.tp > 1:
             return None
-        rows = host_rows(lo.groups("ep")[0], self.topo)
-        spread = self.model.routing.spread(self.model.top_k, self.model.experts, len(rows), len(rows[0]))
+        spread = self._ep_spread()
         tokens = lo.micro_batch * self.model.seq_len // lo.cp
         if self.model.routing.distribution == "uniform":
             return ceil(tokens * spread.gpus * (1 - 1e-12))
         return ceil(tokens * lo.ep * max(spread.gpu_hit) * (1 - 1e-12))
+
+    def _ep_spread(self) -> Spread:
+        """The routing's hit probabilities over the nodes and GPUs of an EP group (DeepEP:
+        groups on one host, or equally many members on each of their hosts)."""
+        rows = host_rows(self.lo.groups("ep")[0], self.topo)
+        return self.model.routing.spread(self.model.top_k, self.model.experts, len(rows), len(rows[0]))
 
     def _ep_on_one_host(self) -> bool:
         """Whether ``moe_dispatch: deepep`` runs DeepEP's intranode kernels: every EP group

@@ -63,7 +63,8 @@ Skewed distributions (``zipf``, ``counts``) use the exact hit probabilities of a
 maximum-entropy router whose per-expert loads are the distribution's
 (:mod:`dessim.workload.transformer.spread`: conditional Poisson sampling, Chen, Dempster &
 Liu 1994; node-limited as DeepSeek-V3 §2.1.2: first the ``M`` nodes, then the ``k`` experts among
-them); uniform shares give the closed forms above. Bulk-synchronous costing: every rank's
+them, the router's weights solved under the limit so that the loads stay the distribution's
+where a limited router can have them); uniform shares give the closed forms above. Bulk-synchronous costing: every rank's
 all-to-all is sized for the most loaded EP rank (``load_factor``: copies ``k·max_g s_g`` per
 token from each source, ``s_g`` a GPU's share), and the deduplicated phases are paced by their
 most loaded link — the network phase by the node most often hit (a rail flow into it carries
@@ -78,15 +79,16 @@ routing shares before any capacity limit (dropped copies are not subtracted from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import comb
 from pathlib import Path
 
 from dessim.errors import WorkloadError
-from dessim.workload.transformer.spread import Spread, hit_probabilities, solve_weights
+from dessim.workload.transformer.spread import Spread, hit_probabilities, solve_limited_weights, solve_weights
 
-__all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts", "SKEWED_ROUTING_APPROXIMATION"]
+__all__ = ["MoERouting", "DISTRIBUTIONS", "read_counts", "SKEWED_ROUTING_APPROXIMATION",
+           "UNMATCHED_ROUTING_APPROXIMATION"]
 
 #: Load distributions a workload file can name (``model.routing.distribution``).
 DISTRIBUTIONS: tuple[str, ...] = ("uniform", "zipf", "counts")
@@ -95,9 +97,16 @@ DISTRIBUTIONS: tuple[str, ...] = ("uniform", "zipf", "counts")
 #: summary (``approximations``): the routing model behind its distinct targets per token.
 SKEWED_ROUTING_APPROXIMATION = (
     "MoE routing (zipf/counts distribution, moe_dispatch deepep): distinct target nodes and "
-    "GPUs per token from a maximum-entropy router matched to the per-expert loads (before any "
-    "max_nodes limit; exact for that model, a real router may correlate its choices), sized "
-    "for the hottest link")
+    "GPUs per token from a maximum-entropy router matched to the per-expert loads (under the "
+    "max_nodes limit when one is set; exact for that model, a real router may correlate its "
+    "choices), sized for the hottest link")
+
+#: What such a run says in addition when a node-limited router cannot have the loads
+#: (:func:`~dessim.workload.transformer.spread.solve_limited_weights` found no weights).
+UNMATCHED_ROUTING_APPROXIMATION = (
+    "MoE routing (max_nodes with a zipf/counts distribution): no node-limited router found "
+    "with these per-expert loads; its weights are matched without the limit, so its loads "
+    "differ from the shares the load factor uses")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +253,14 @@ def _spread(routing: MoERouting, top_k: int, experts: int, nodes: int, per_node:
         d = distinct(reach, per_gpu * per_node)
         g = distinct(reach * per_node, per_gpu)
         return Spread((d / nodes,) * nodes, (g / gpus,) * gpus, d, g)
-    weights, certain = solve_weights(routing.shares(experts), top_k)
+    shares = routing.shares(experts)
+    weights, certain = solve_weights(shares, top_k)
+    if reach < nodes:               # the weights under the limit, where a limited router can
+        limited = solve_limited_weights(shares, top_k, nodes, reach, (weights, certain))
+        if limited is None:
+            spread = hit_probabilities(weights, certain, top_k, nodes, per_node, routing.max_nodes)
+            return replace(spread, loads_matched=False)
+        weights, certain = limited
     return hit_probabilities(weights, certain, top_k, nodes, per_node, routing.max_nodes)
 
 

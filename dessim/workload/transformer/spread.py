@@ -27,16 +27,23 @@ Node-limited routing (DeepSeek-V3 report, arXiv 2412.19437, §2.1.2)
     is as likely as the routing weight it offers, and inside it the experts follow the
     maximum-entropy router above. Uniform weights give a uniform node set and a uniform
     ``k``-subset of its experts — the uniform model of
-    :mod:`~dessim.workload.transformer.routing`. The weights are those solved without the
-    node limit (the router's preferences); with it, the per-expert loads are no longer
-    exactly the shares (a node set is weighted by the experts it offers): for DeepSeek-V3's
-    shape (256 experts, top-8, 8 nodes of 8 GPUs, M = 4) the hottest GPU's load over the mean
-    is 21.6 against the shares' 21.8 under Zipf exponent 1, but 8.4 against 5.8 under
-    exponent 0.5. Solving the weights under the limit instead is not always possible (Zipf
-    shares on contiguous blocks often cannot come from a router limited to few nodes: with
-    ``M = 1`` a node is hit with probability equal to its experts' share, and none of its
-    experts can be picked more often), so it is not done;
-    the load factor keeps the shares.
+    :mod:`~dessim.workload.transformer.routing`. The weights are solved *under* the limit
+    (:func:`solve_limited_weights`: the same log-odds iteration on the limited model's
+    inclusion probabilities, :func:`limited_inclusion`, started from the unlimited weights),
+    so that every expert's load is again exactly its target and the load factor, computed
+    from the shares, holds. This is an exponential family over the allowed (node set, expert
+    set) pairs, so the weights exist exactly when the targets lie in the relative interior of
+    the convex hull of the allowed choices (Wainwright & Jordan 2008, "Graphical Models, Exponential Families,
+    and Variational Inference", Thm. 3.3); a limited router cannot always have the loads —
+    with ``M = 1`` all ``k`` picks fall on one node, so no expert can take more than ``1/k``
+    of its node's load (Zipf exponent 1 on DeepSeek-V3's shape breaks it). When the
+    iteration does not get every gap within :data:`TOLERANCE` in :data:`LIMITED_ROUNDS`
+    steps, the unlimited weights are kept, the spread says so (``loads_matched`` False) and
+    runs name it among their approximations. Without matching, the loads would differ from
+    the shares (DeepSeek-V3's shape, 256 experts, top-8, 8 nodes of 8 GPUs, M = 4: hottest
+    GPU 21.6× the mean against the shares' 21.8× under Zipf exponent 1, 8.4× against 5.8×
+    under 0.5); matched, both runs keep the shares' loads. On that shape the match takes
+    0.15–0.4 s (Zipf 0.2–1.2, M = 2 or 4) and 2 s for Zipf 0.5 with M = 1.
 
 Computation (exact, no sampling): with ``W(S) = Π w_e`` and ``d(S)`` the nodes ``S`` touches,
 the normaliser is ``Z = Σ_S W(S) · C(H − d(S), M' − d(S))`` (the node sets containing S's
@@ -52,17 +59,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb, exp, log
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dessim.errors import WorkloadError
 
-__all__ = ["Spread", "solve_weights", "inclusion", "hit_probabilities"]
+__all__ = ["Spread", "solve_weights", "solve_limited_weights", "inclusion", "limited_inclusion",
+           "hit_probabilities"]
 
 #: Fixed-point iteration of :func:`solve_weights`: stop when every inclusion probability is
 #: within this of its target (absolute; probabilities are <= 1) ...
 TOLERANCE = 1e-12
 #: ... or fail after this many rounds (a WorkloadError; never a silently wrong number).
 MAX_ROUNDS = 10_000
+#: Steps of :func:`solve_limited_weights` from the unlimited weights before it gives up (the
+#: limited router may not be able to have the loads; DeepSeek-V3's shape with Zipf exponent
+#: 0.5 and M = 4 converges in a few hundred).
+LIMITED_ROUNDS = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,9 @@ class Spread:
     gpu_hit: tuple[float, ...]
     nodes: float
     gpus: float
+    #: whether every expert's load under the router is its target (False: a node-limited
+    #: router that cannot have the loads, whose weights are matched without the limit)
+    loads_matched: bool = True
 
 
 def _mul(a: Sequence[float], b: Sequence[float], k: int) -> list[float]:
@@ -123,55 +138,105 @@ def inclusion(weights: Sequence[float], certain: Sequence[bool], k: int) -> list
     return [1.0 if c else next(it) for c in certain]
 
 
-def solve_weights(shares: Sequence[float], k: int) -> tuple[list[float], list[bool]]:
-    """Router weights ``w`` and certain experts such that every expert's inclusion
-    probability is ``k · share`` (certain experts: 1; module docstring). A WorkloadError when
-    fewer than ``k`` experts have a positive share or the iteration does not converge."""
+def _targets(shares: Sequence[float], k: int) -> tuple[list[float], list[bool], int]:
+    """Each expert's target inclusion probability, the certain experts and the picks left
+    for the others (an expert wanted by every token is taken by every token; module
+    docstring)."""
     if sum(1 for s in shares if s > 0) < k:
         raise WorkloadError(f"model routing: only {sum(1 for s in shares if s > 0)} experts have "
                             f"a share > 0, fewer than top_k={k}")
     certain = [False] * len(shares)
-    while True:                     # an expert wanted by every token is taken by every token
+    while True:
         rest = sum(s for s, c in zip(shares, certain) if not c)
         left = k - sum(certain)
         target = [1.0 if c else (left * s / rest if rest > 0 else 0.0) for s, c in zip(shares, certain)]
         new = [c or t >= 1.0 - TOLERANCE for c, t in zip(certain, target)]
         if new == certain:
-            break
+            return target, certain, left
         certain = new
-    weights = [0.0] * len(shares)
-    active = [i for i, (c, t) in enumerate(zip(certain, target)) if not c and t > 0]
-    if left == 0:
-        return weights, certain
-    want = [target[i] for i in active]
-    theta = [log(t) for t in want]
-    gap = _gap(theta, want, left)
-    for _ in range(MAX_ROUNDS):
+
+
+def _weights(theta: Sequence[float], active: Sequence[int], size: int) -> list[float]:
+    """Weights ``e^θ`` of the ``active`` experts, scaled to mean 1, 0 for the others."""
+    w = [exp(x - max(theta)) for x in theta]
+    mean = sum(w) / len(w)
+    weights = [0.0] * size
+    for i, x in zip(active, w):
+        weights[i] = x / mean
+    return weights
+
+
+def _iterate(theta: list[float], want: list[float], gap_of: Callable[[list[float]], list[float]],
+             rounds: int) -> tuple[list[float], list[float], bool]:
+    """The log-odds iteration of :func:`solve_weights` from ``θ`` until every gap is within
+    :data:`TOLERANCE`: ``(θ, gap, converged)`` after at most ``rounds`` steps."""
+    gap = gap_of(theta)
+    for _ in range(rounds):
         if max(abs(g) for g in gap) <= TOLERANCE:
-            w = [exp(x - max(theta)) for x in theta]
-            mean = sum(w) / len(w)
-            for i, x in zip(active, w):
-                weights[i] = x / mean
-            return weights, certain
+            return theta, gap, True
         step = [_logit(t) - _logit(t + g) for t, g in zip(want, gap)]
-        moved = _advance(theta, step, gap, want, left)
+        moved = _advance(theta, step, gap, gap_of)
         if moved is None:
             break
         theta, gap = moved
+    return theta, gap, max(abs(g) for g in gap) <= TOLERANCE
+
+
+def solve_weights(shares: Sequence[float], k: int) -> tuple[list[float], list[bool]]:
+    """Router weights ``w`` and certain experts such that every expert's inclusion
+    probability is ``k · share`` (certain experts: 1; module docstring). A WorkloadError when
+    fewer than ``k`` experts have a positive share or the iteration does not converge."""
+    target, certain, left = _targets(shares, k)
+    active = [i for i, (c, t) in enumerate(zip(certain, target)) if not c and t > 0]
+    if left == 0:
+        return [0.0] * len(shares), certain
+    want = [target[i] for i in active]
+    theta, gap, converged = _iterate([log(t) for t in want], want,
+                                     lambda th: _gap(th, want, left), MAX_ROUNDS)
+    if converged:
+        return _weights(theta, active, len(shares)), certain
     raise WorkloadError(f"model routing: the router weights for top_k={k} did not converge "
                         f"(shares {min(shares):.3g}..{max(shares):.3g}); the largest gap to the "
                         f"target loads is {max(abs(g) for g in gap):.3g}")
 
 
-def _advance(theta: list[float], step: list[float], gap: list[float], want: list[float],
-             k: int) -> tuple[list[float], list[float]] | None:
+def solve_limited_weights(shares: Sequence[float], k: int, hosts: int, max_nodes: int,
+                          start: tuple[list[float], list[bool]] | None = None
+                          ) -> tuple[list[float], list[bool]] | None:
+    """Router weights under node-limited routing (module docstring) such that every expert's
+    inclusion probability is its target (``k · share``, certain experts 1), for experts in
+    contiguous blocks over ``hosts`` nodes and at most ``max_nodes`` of them per token; None
+    when the iteration, started from the unlimited weights, does not bring every gap within
+    :data:`TOLERANCE` in :data:`LIMITED_ROUNDS` steps — a limited router often cannot have
+    those loads at all (module docstring) — so that what is returned is always an exact
+    match. ``start``: :func:`solve_weights`'s answer, when the caller has it."""
+    target, certain, left = _targets(shares, k)
+    weights, _ = start if start is not None else solve_weights(shares, k)
+    active = [i for i, (c, t) in enumerate(zip(certain, target)) if not c and t > 0]
+    if left == 0:
+        return weights, certain
+    want = [target[i] for i in active]
+
+    def gap_of(theta: list[float]) -> list[float]:
+        try:
+            pi = limited_inclusion(_weights(theta, active, len(shares)), certain, k, hosts, max_nodes)
+        except WorkloadError:       # weights with no valid choice left: a step to reject
+            return [float("inf")] * len(want)
+        return [pi[i] - t for i, t in zip(active, want)]
+
+    theta, _, converged = _iterate([log(weights[i]) for i in active], want, gap_of, LIMITED_ROUNDS)
+    return (_weights(theta, active, len(shares)), certain) if converged else None
+
+
+def _advance(theta: list[float], step: list[float], gap: list[float],
+             gap_of: Callable[[list[float]], list[float]]) -> tuple[list[float], list[float]] | None:
     """``θ + α·step`` and its gap, for the ``α`` in (0, 1] that shrinks the squared gap: the
     full step if it quarters it, else the minimiser of the gap's linearisation through the full
     step (the log-odds step overshoots when hot experts compete), else halvings; None when no
     ``α ≥ 2^-40`` helps (rounding)."""
     def at(alpha: float) -> tuple[list[float], list[float]]:
         trial = [x + alpha * d for x, d in zip(theta, step)]
-        return trial, _gap(trial, want, k)
+        return trial, gap_of(trial)
 
     def norm(g: Sequence[float]) -> float:
         return sum(x * x for x in g)
@@ -260,6 +325,64 @@ class _Tables:
         return total
 
 
+def _node_tables(node_polys: Sequence[list[float]], k: int,
+                 reach: int) -> tuple[_Tables, list[list[list[float]]], float]:
+    """The tables of the nodes' generating polynomials: for each node the table of all the
+    other nodes (prefix and suffix tables merged), and the normaliser ``Z``."""
+    hosts = len(node_polys)
+    tables = _Tables(k, hosts, reach)
+    prefix = [tables.unit()]                  # prefix[h]: nodes 0..h-1; suffix[h]: h..H-1
+    for q in node_polys:
+        prefix.append(tables.add(prefix[-1], q))
+    suffix = [tables.unit()]
+    for q in reversed(node_polys):
+        suffix.append(tables.add(suffix[-1], q))
+    suffix.reverse()
+    others = [tables.merge(prefix[h], suffix[h + 1]) for h in range(hosts)]
+    return tables, others, tables.close(others[0], node_polys[0])
+
+
+def limited_inclusion(weights: Sequence[float], certain: Sequence[bool], k: int, hosts: int,
+                      max_nodes: int | None) -> list[float]:
+    """Inclusion probability of each expert under node-limited routing (module docstring),
+    experts in contiguous blocks over ``hosts`` nodes: ``π_e = w_e · Z_e / Z``, ``Z_e`` the
+    normaliser over the choices that hold ``e`` — the other nodes' table closed with ``e``'s
+    node polynomial without ``e``, times ``x`` (prefix and suffix products inside the node, no
+    cancellation); 1 for certain experts. Without a limit (``max_nodes`` None or ``>=
+    hosts``) it equals :func:`inclusion`."""
+    per = len(weights) // hosts
+    reach = hosts if max_nodes is None else min(max_nodes, hosts)
+    factors = [[0.0, 1.0] if c else [1.0, w] for w, c in zip(weights, certain)]
+    node_polys = []
+    for h in range(hosts):
+        p = [1.0] + [0.0] * k
+        for f in factors[h * per:(h + 1) * per]:
+            p = _mul(p, f, k)
+        node_polys.append(p)
+    tables, others, z = _node_tables(node_polys, k, reach)
+    if not z > 0.0:
+        raise WorkloadError(f"model routing: no choice of top_k={k} experts on at most {reach} "
+                            "nodes has a positive weight (the certain experts span more nodes)")
+    out = []
+    for h in range(hosts):
+        block = factors[h * per:(h + 1) * per]
+        pre = [[1.0] + [0.0] * k]
+        for f in block:
+            pre.append(_mul(pre[-1], f, k))
+        suf = [[1.0] + [0.0] * k]
+        for f in reversed(block):
+            suf.append(_mul(suf[-1], f, k))
+        suf.reverse()
+        for i in range(per):
+            e = h * per + i
+            if certain[e] or weights[e] == 0.0:
+                out.append(1.0 if certain[e] else 0.0)
+                continue
+            rest = _mul(pre[i], suf[i + 1], k)
+            out.append(tables.close(others[h], [0.0] + [weights[e] * x for x in rest[:k]]) / z)
+    return out
+
+
 def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int, hosts: int,
                       per_host: int, max_nodes: int | None) -> Spread:
     """Exact node and GPU hit probabilities of one token (module docstring) for experts in
@@ -281,16 +404,7 @@ def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int,
         return p
 
     node_polys = [node_poly(h) for h in range(hosts)]
-    tables = _Tables(k, hosts, reach)
-    prefix = [tables.unit()]                  # prefix[h]: nodes 0..h-1; suffix[h]: h..H-1
-    for q in node_polys:
-        prefix.append(tables.add(prefix[-1], q))
-    suffix = [tables.unit()]
-    for q in reversed(node_polys):
-        suffix.append(tables.add(suffix[-1], q))
-    suffix.reverse()
-    others = [tables.merge(prefix[h], suffix[h + 1]) for h in range(hosts)]
-    z = tables.close(others[0], node_polys[0])
+    tables, others, z = _node_tables(node_polys, k, reach)
 
     def missed(h: int, poly: list[float]) -> float:
         return tables.close(others[h], poly) / z
