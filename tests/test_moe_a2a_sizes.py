@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dessim.collectives.algorithms import build_schedule
 from dessim.topology import load_topology
 from dessim.workload.transformer.generator import GeneratorOptions, build_taskgraph
 from dessim.workload.transformer.kernels import layer_kernels, routed_tokens
@@ -110,6 +111,18 @@ def test_intranode_deepep_sends_once_per_target_gpu():
         assert t.group == tuple(range(8))
         assert t.size == pytest.approx(flat.size * g / 4, rel=1e-12)
         assert t.algo == "auto" == flat.algo and t.attrs == {}
+
+
+def test_intranode_bytes_per_nvlink_link():
+    """The forward dispatch of rank 0 (512 tokens × 512 elements of bf16, top-4) as the direct
+    all-to-all runs it: 56 transfers, one per ordered GPU pair, each T·h·2·G/8 bytes — a
+    token's vector once per target GPU, the target GPUs spread evenly."""
+    g = _distinct_gpus_closed_form(8, 4, 4)
+    task = next(t for t in _ep_tasks(_one_node({}, "deepep")) if t.rank == 0)
+    sched = build_schedule("alltoall", "direct", task.group, task.size, topology=ONE_NODE)
+    assert len(sched.transfers) == 56
+    assert {(t.src, t.dst) for t in sched.transfers} == {(a, b) for a in range(8) for b in range(8) if a != b}
+    assert [t.nbytes for t in sched.transfers] == pytest.approx([512 * 512 * 2 * g / 8] * 56, rel=1e-12)
 
 
 def test_intranode_bytes_per_link_match_enumeration():
