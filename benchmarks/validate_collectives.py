@@ -2,7 +2,9 @@
 
 Simulates every dataset of ``validation/nccl_tests_curves.csv`` and every figure of
 ``validation/nccl_tests_points.csv`` with dessim's defaults — ``auto`` (NCCL's choice), or the
-algorithm the measurement forced with ``NCCL_ALGO`` — and prints, per dataset, the plateau
+algorithm the measurement forced with ``NCCL_ALGO`` — timed as nccl-tests times its loop
+(``-g`` GPUs per host thread and ``-n`` iterations from the published command; calls back to
+back, :mod:`dessim.collectives.loop`) — and prints, per dataset, the plateau
 busbw, the small-message latency and the knee (the size at half the plateau), published vs
 simulated, with the error of each. ``--plots DIR`` writes one busbw-vs-size plot per dataset;
 ``--markdown`` prints the tables for docs/collectives.md; ``--curves`` adds dessim-only
@@ -19,6 +21,7 @@ eighth size. Wall time and peak memory are printed at the end.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import resource
@@ -32,7 +35,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dessim.catalog.calibration import load_calibration  # noqa: E402
 from dessim.collectives import run_collective  # noqa: E402
+from dessim.collectives.loop import NCCL_TESTS_ITERS, nccl_tests_iteration_time  # noqa: E402
 from dessim.collectives.ops import get_op  # noqa: E402
 from dessim.topology import load_topology  # noqa: E402
 
@@ -127,9 +132,26 @@ def gpus_per_process(command: str) -> int:
     return int(m.group(1)) if m else 1
 
 
-def simulate(case: Case, size: float, gpus: int = 1):
-    return run_collective(case.op, size, case.topology, algo=case.algo, ranks=case.ranks,
-                          gpus_per_process=gpus)
+def nccl_tests_iters(command: str) -> int:
+    """Timed iterations of the published command (``-n N``; nccl-tests' default 20)."""
+    m = re.search(r"-n\s*(\d+)", command)
+    return int(m.group(1)) if m else NCCL_TESTS_ITERS
+
+
+def as_nccl_tests(op: str, size: float, topology: str, algo: str, ranks: str | None,
+                  gpus: int = 1, iters: int = NCCL_TESTS_ITERS):
+    """dessim's call, timed as nccl-tests' loop times it: ``iters`` calls back to back, each
+    issued by threads driving ``gpus`` GPUs (:func:`nccl_tests_iteration_time`, with the
+    built-in ``nccl.host_overhead``)."""
+    res = run_collective(op, size, topology, algo=algo, ranks=ranks)
+    host = load_calibration(None).nccl.host_overhead or 0.0
+    t = nccl_tests_iteration_time(res.time_s, gpus, host, iters)
+    return dataclasses.replace(res, time_s=t, algbw_GBps=res.algbw_GBps * res.time_s / t,
+                               busbw_GBps=res.busbw_GBps * res.time_s / t)
+
+
+def simulate(case: Case, size: float, gpus: int = 1, iters: int = NCCL_TESTS_ITERS):
+    return as_nccl_tests(case.op, size, case.topology, case.algo, case.ranks, gpus, iters)
 
 
 def validate_dataset(name: str, data: pd.DataFrame, quick: bool) -> dict:
@@ -141,15 +163,16 @@ def validate_dataset(name: str, data: pd.DataFrame, quick: bool) -> dict:
             curve = pd.concat([curve, _curve(data).tail(1)]).reset_index(drop=True)
     n = int(data.gpus.iloc[0]) if case.ranks is None else len(case.ranks.split(","))
     gpus = gpus_per_process(str(data.collective.iloc[0]))
+    iters = nccl_tests_iters(str(data.collective.iloc[0]))
     rows = []
     for row in curve.itertuples(index=False):
-        res = simulate(case, float(row.size_bytes), gpus)
+        res = simulate(case, float(row.size_bytes), gpus, iters)
         rows.append({"size": float(row.size_bytes), "pub_busbw": float(row.busbw_GBps),
                      "sim_busbw": res.busbw_GBps, "pub_us": _time_us(row, case.op, n),
                      "sim_us": res.time_s * 1e6, "choice": f"{res.algorithm}/{res.protocol}"})
     t = pd.DataFrame(rows)
     out = {"dataset": name, "topology": case.topology, "op": case.op, "algo": case.algo,
-           "note": case.note, "points": t, "gpus_per_process": gpus}
+           "note": case.note, "points": t, "gpus_per_process": gpus, "iters": iters}
     if t.pub_busbw.max() >= 1.0:          # the plateau: the peak of each curve
         out["plateau_pub"], out["plateau_sim"] = t.pub_busbw.max(), t.sim_busbw.max()
         out["plateau_err"] = out["plateau_sim"] / out["plateau_pub"] - 1
@@ -171,8 +194,8 @@ def validate_points(points: pd.DataFrame) -> list[dict]:
     for p in points.itertuples(index=False):
         ranks = None if isinstance(p.ranks, float) or not p.ranks else str(p.ranks)
         gpus = 1 if math.isnan(p.gpus_per_process) else int(p.gpus_per_process)
-        res = run_collective(p.op, float(p.size_bytes), p.topology, algo=p.algo, ranks=ranks,
-                             gpus_per_process=gpus)
+        iters = NCCL_TESTS_ITERS if math.isnan(p.iters) else int(p.iters)
+        res = as_nccl_tests(p.op, float(p.size_bytes), p.topology, p.algo, ranks, gpus, iters)
         sim = res.time_s * 1e6 if p.metric == "time_us" else res.busbw_GBps
         lo = p.low if not math.isnan(p.low) else p.value
         hi = p.high if not math.isnan(p.high) else p.value

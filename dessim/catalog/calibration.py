@@ -89,9 +89,11 @@ class NcclCalibration(SpecModel):
     call_overhead: Seconds | None = None
     #: The same for calls whose ranks span hosts (None: ``call_overhead``), seconds.
     net_call_overhead: Seconds | None = None
-    #: Seconds between the kernel launches of one call on successive GPUs when one host thread
-    #: drives several (:attr:`CollectiveSettings.gpus_per_process`, nccl-tests ``-g``): a
-    #: call pays ``(gpus_per_process − 1)`` times this.
+    #: Host seconds one thread spends per GPU issuing one call when it drives several
+    #: (:attr:`CollectiveSettings.gpus_per_process`, nccl-tests ``-g``): an isolated call's
+    #: kernels start this far apart, so it pays ``(gpus_per_process − 1)`` times this;
+    #: nccl-tests' loop issues a call every ``gpus_per_process`` times this
+    #: (:mod:`dessim.collectives.loop`).
     host_overhead: Seconds | None = None
     source: str = ""
 

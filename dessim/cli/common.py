@@ -126,8 +126,8 @@ ENGINE_FLAGS: tuple[_EngineFlag, ...] = (
         help="Speed a GPU reduces at, e.g. 200GB/s (default: reductions are free).")),
     _EngineFlag("collectives.gpus_per_process", click.option(
         "--gpus-per-process", type=click.IntRange(min=1), default=1, show_default=True,
-        help="GPUs one host thread drives, as nccl-tests -g N: each call pays N - 1 more kernel "
-             "launches (nccl.host_overhead). Training: 1 (one process per GPU).")),
+        help="GPUs one host thread drives, as nccl-tests -g N: an isolated call pays N - 1 more "
+             "host issues (nccl.host_overhead). Training: 1 (one process per GPU).")),
     _EngineFlag("shortcuts.stream_rings", click.option(
         "--stream-rings", is_flag=True,
         help="Run each ring channel as one coupled flow instead of step by step: an "

@@ -80,7 +80,8 @@ def call_overhead(calibration: Calibration, group: tuple[int, ...] | list[int],
     when the group spans hosts (``call_overhead`` if unset), else ``nccl.call_overhead``; plus
     ``(settings.gpus_per_process − 1) × nccl.host_overhead``: one host thread launches the
     call's kernels on its GPUs one after the other, and the collective cannot progress before
-    the last has started (docs/collectives.md, "Protocols")."""
+    the last has started (one isolated call; back-to-back calls overlap:
+    :mod:`dessim.collectives.loop`; docs/collectives.md, "Protocols")."""
     nccl = calibration.nccl
     overhead = nccl.call_overhead or 0.0
     if nccl.net_call_overhead is not None and len(host_map(topology).split(tuple(group))) > 1:

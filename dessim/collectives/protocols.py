@@ -31,7 +31,9 @@ A :class:`Protocol` turns that into what the executor charges each transfer:
   (:class:`~dessim.catalog.calibration.NcclCalibration`) ``call_overhead`` on one host or
   ``net_call_overhead`` across hosts, plus ``(gpus_per_process − 1) × host_overhead`` when
   one host thread drives several GPUs (nccl-tests ``-g N``): it launches the call's kernels
-  one after the other, and the collective cannot progress before the last one starts.
+  one after the other, and the collective cannot progress before the last one starts. That
+  is one isolated call; calls issued back to back overlap
+  (:mod:`dessim.collectives.loop`).
 
 On an idle network a ring all-reduce therefore takes NCCL's own latency formula plus the
 call overhead, plus its bytes at the links' rates — the form of ``ncclTopoGetAlgoTime``,

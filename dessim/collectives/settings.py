@@ -49,8 +49,10 @@ class CollectiveSettings:
     * ``gpus_per_process``: GPUs one host thread drives, issuing every collective once per
       GPU, one after the other (nccl-tests ``-g N``; NCCL's single-process multi-GPU mode).
       Training frameworks run one process per GPU: 1, the default. Each call then pays
-      ``(gpus_per_process − 1) × nccl.host_overhead`` (its kernels start one launch apart;
-      docs/collectives.md, "Protocols").
+      ``(gpus_per_process − 1) × nccl.host_overhead`` (an isolated call: its kernels start
+      one host issue apart; nccl-tests' back-to-back loop is
+      :func:`dessim.collectives.loop.nccl_tests_iteration_time`; docs/collectives.md,
+      "Protocols").
     """
 
     algo: str = "auto"
