@@ -213,8 +213,9 @@ def _pct(x: float) -> str:
 
 def print_markdown(results: list[dict], points: list[dict]) -> None:
     print("| dataset | dessim topology | op (algo) | -g | plateau busbw pub / sim (GB/s) | err | "
-          "latency pub / sim (us) | err | knee pub / sim (MiB) | ratio | dessim's choice |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "latency pub / sim (us) | err | knee pub / sim (MiB) | ratio | busbw mean abs err | "
+          "dessim's choice |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         knee_txt = (f"{r['knee_pub'] / 2**20:.2f} / {r['knee_sim'] / 2**20:.2f} | "
                     f"{r['knee_ratio']:.2f}" if "knee_ratio" in r else "- | -")
@@ -224,7 +225,7 @@ def print_markdown(results: list[dict], points: list[dict]) -> None:
                if "lat_err" in r else "- | -")
         print(f"| {r['dataset']} | `{r['topology']}` | {r['op']} ({r['algo']}) | "
               f"{r['gpus_per_process']} | {plateau} | "
-              f"{lat} | {knee_txt} | {r['choices']} |")
+              f"{lat} | {knee_txt} | {100 * r['mape_busbw']:.1f} % | {r['choices']} |")
     print()
     print("| figure | system | metric | published | simulated | error | dessim's choice | source |")
     print("|---|---|---|---|---|---|---|---|")

@@ -159,10 +159,38 @@ def test_nvls_on_an_idle_dgx_h100_is_its_closed_form():
     res = run_collective("allreduce", size, "dgx-h100:nodes=1", algo="nvls")
     assert res.protocol == "Simple"
     link = 450e9 * 370 / 450
-    bytes_per_link = (1 + 1 / 8) * size / 0.85            # nvlsEfficiency on Hopper
+    # pipeline fill: 2 loops of 16 channels x 8 heads x 128 KiB chunks (1 GiB is not below
+    # 64 x 128 x 128 KiB, so NCCL keeps its largest chunk)
+    fill = 2 * 16 * 8 * 128 * 1024
+    bytes_per_link = (1 + 1 / 8) * (size + fill) / 0.85   # nvlsEfficiency on Hopper
     expect = 25 * US + bytes_per_link / link              # NVLS hop, bytes (one host: no call overhead)
     assert res.time_s == pytest.approx(expect, rel=1e-9)
     assert 470 < res.busbw_GBps < 490                     # nccl-tests: ~480 (#212)
+
+
+@pytest.mark.parametrize("size,chunk", [(2**30, 128 * 1024), (2**30 - 1, 65536),
+                                        (2**26, 65536), (2**26 - 1, 32768),
+                                        (2**23, 32768), (2**23 - 1, 16384), (8, 16384)])
+def test_nvls_chunks_shrink_with_the_message_as_nccls(size, chunk):
+    from dessim.collectives.algorithms.nvls import nvls_chunk_bytes
+
+    assert nvls_chunk_bytes(size, 16 * 8) == chunk        # 16 channels x 8 heads (8 x H100)
+
+
+def test_nvls_pipeline_fill_is_two_loops_or_two_messages():
+    from dessim.collectives.algorithms.nvls import nvls_fill_bytes
+
+    assert nvls_fill_bytes(2**33, 8, 16) == 2 * 128 * 128 * 1024
+    assert nvls_fill_bytes(2**24, 8, 16) == 2 * 128 * 32 * 1024
+    assert nvls_fill_bytes(2**20, 8, 16) == 2 * 2**20     # below one loop: 3 stages in a row
+    topo = "dgx-h100:nodes=1"
+    small = run_collective("allreduce", 2**20, topo, algo="nvls")
+    tiny = run_collective("allreduce", 8, topo, algo="nvls")
+    rate = 450e9 * 370 / 450 * 0.85 / (1 + 1 / 8)         # algbw of NVLS's links
+    assert small.time_s - tiny.time_s == pytest.approx(3 * (2**20 - 8) / rate, rel=1e-9)
+    # reduce-scatter and all-gather run other kernels: no fill charged
+    rs = run_collective("reducescatter", 2**30, topo, algo="nvls")
+    assert rs.time_s == pytest.approx(25 * US + 2**30 / (450e9 * 370 / 450 * 0.85), rel=1e-9)
 
 
 def test_nvls_needs_an_nvswitch_of_hopper_or_later():

@@ -36,6 +36,22 @@ only with CollNet (``updateCollCostTable``: NVLS with more than one node needs
 ``collNetSupport``), and all-gather / reduce-scatter only with one NIC per GPU
 (``ncclTopoTuneModel``); ``check`` refuses otherwise.
 
+**Pipeline fill (all-reduce inside one NVLink domain).** NCCL runs the single-node NVLS
+all-reduce as three warp groups in a pipeline (NCCL 2.30.7 ``src/device/all_reduce.h``,
+``RunWorkColl<ncclFuncAllReduce, …, NCCL_ALGO_NVLS, …>``, ``oneNode``): *scatter* copies
+the user buffer into the NVLS unicast buffers, *reduce* reads each head's chunk reduced
+through the switch and stores it to the multicast object, *gather* copies the result out.
+Each channel walks its share in loops of ``nHeads`` chunks; the chunk shrinks with the
+message (``calcCollChunking``: ``NCCL_NVLS_CHUNKSIZE`` 128 KiB, then 64, 32 and 16 KiB below
+``64·ops·128K``, ``8·ops·64K`` and ``2·ops·32K`` bytes, ``ops = nvlsChannels · nHeads``;
+``nvlsChannels`` 16 on Hopper, 32 on Blackwell). A three-stage pipeline takes its steady
+time plus two stage times: the first loop's scatter and the last loop's gather. dessim takes
+the stages as even (each moves a loop, ``ops`` chunks, at the pipeline's rate) and charges
+the fill as ``2 · min(loop, S)`` more bytes on every flow — exact on an idle network, where
+it adds ``2 · loop / rate`` (``2 · S / rate`` for a message smaller than one loop, whose stages
+cannot overlap). On 8 × H100 the fill is 4 MiB of a 4 MiB message, 8 MiB from 8 to 64 MiB,
+16 MiB up to 1 GiB and 32 MiB above (docs/collectives.md, "NVLS pipeline fill").
+
 Latency: the critical path of the pipeline (:class:`~dessim.collectives.schedule.FluidSchedule`):
 NVLS one hop into the switch; NVLSTree that plus ``2·log2(nodes)`` network hops; NVLS across
 nodes that plus one network round trip — NCCL's latency formulas. NCCL's Tree across nodes
@@ -55,10 +71,38 @@ from dessim.errors import CollectiveError
 from dessim.topology.graph import Topology
 from dessim.topology.hosts import host_map
 
-__all__ = ["NVLS", "NVLSTree", "NVLS_EFFICIENCY", "nvswitch_of"]
+__all__ = ["NVLS", "NVLSTree", "NVLS_EFFICIENCY", "NVLS_CHANNELS", "nvls_chunk_bytes",
+           "nvls_fill_bytes", "nvswitch_of"]
 
 #: NCCL 2.30.7 ``nvlsEfficiency`` by GPU generation (tuning.cc).
 NVLS_EFFICIENCY: dict[str, float] = {"hopper": 0.85, "blackwell": 0.74}
+#: Channels an NVLS call runs (NCCL ``NVLS_NCHANNELS_SM90`` / ``_SM100``, src/transport/nvls.cc).
+NVLS_CHANNELS: dict[str, int] = {"hopper": 16, "blackwell": 32}
+#: The largest NVLS chunk, bytes (``NCCL_NVLS_CHUNKSIZE``'s default).
+NVLS_MAX_CHUNK = 128 * 1024
+#: Warp groups of the single-node NVLS all-reduce pipeline: scatter, reduce + multicast, gather.
+NVLS_STAGES = 3
+
+
+def nvls_chunk_bytes(nbytes: float, concurrent_ops: int) -> int:
+    """NCCL's NVLS chunk (bytes) for a call of ``nbytes`` with ``concurrent_ops`` =
+    channels × heads (NCCL 2.30.7 ``calcCollChunking``, ``src/enqueue.cc``)."""
+    chunk = NVLS_MAX_CHUNK
+    if nbytes < 64 * concurrent_ops * chunk and chunk > 65536:
+        chunk = 65536
+    if nbytes < 8 * concurrent_ops * chunk and chunk > 32768:
+        chunk = 32768
+    if nbytes < 2 * concurrent_ops * chunk and chunk > 16384:
+        chunk = 16384
+    return chunk
+
+
+def nvls_fill_bytes(nbytes: float, heads: int, channels: int) -> float:
+    """Bytes of pipeline fill the single-node NVLS all-reduce pays, in units of the message
+    (module docstring): ``(NVLS_STAGES − 1) × min(loop, nbytes)``, one loop being
+    ``channels × heads`` chunks."""
+    ops = channels * heads
+    return (NVLS_STAGES - 1) * min(ops * nvls_chunk_bytes(nbytes, ops), nbytes)
 
 
 def nvswitch_of(group: tuple[int, ...], topology: Topology) -> str | None:
@@ -75,8 +119,12 @@ def nvswitch_of(group: tuple[int, ...], topology: Topology) -> str | None:
     return min(common) if common else None
 
 
+def _generations(group: tuple[int, ...], topology: Topology) -> set[str]:
+    return {get_device(d).generation for d in (topology.device(r) for r in group) if d}
+
+
 def _nvls_efficiency(group: tuple[int, ...], topology: Topology, what: str) -> float:
-    gens = {get_device(d).generation for d in (topology.device(r) for r in group) if d}
+    gens = _generations(group, topology)
     effs = [NVLS_EFFICIENCY.get(g) for g in gens]
     if not effs or any(e is None for e in effs):
         raise CollectiveError(f"{what}: NVLink SHARP needs Hopper or Blackwell GPUs (sm90+); "
@@ -144,9 +192,14 @@ class NVLS(Algorithm):
         eff = _nvls_efficiency(group, topology, "nvls")  # type: ignore[arg-type]
         if switch is None:
             return self._fluid_across(op, group, size, root, topology, eff)  # type: ignore[arg-type]
-        flows = _nvls_flows(group, switch, op.name, size, eff)  # type: ignore[arg-type]
+        fill = 0.0
+        if op.name == "allreduce":
+            channels = min(NVLS_CHANNELS[g] for g in _generations(group, topology))  # type: ignore[arg-type]
+            fill = nvls_fill_bytes(size, len(group), channels)
+        flows = _nvls_flows(group, switch, op.name, size + fill, eff)  # type: ignore[arg-type]
         return FluidSchedule(op, self.name, group, size, root, flows, [(group[0], switch)],
-                             {"channels": 1, "chunks": 1, "nvls_efficiency": eff})
+                             {"channels": 1, "chunks": 1, "nvls_efficiency": eff,
+                              "pipeline_fill_bytes": fill})
 
     def _fluid_across(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
                       topology: Topology, eff: float) -> FluidSchedule:
