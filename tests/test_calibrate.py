@@ -157,7 +157,9 @@ def test_bandwidth_beyond_the_model_stops_at_efficiency_one_and_says_so(tmp_path
     note = next(n for n in result.notes if n.startswith("links.nvlink4.efficiency"))
     assert "even at efficiency 1" in note and "SHARP or NVLS" in note
     large = [r for r in result.residuals if r.fits == "links.nvlink4.efficiency"]
-    assert large and all(r.residual > 0.01 for r in large)   # the gap stays visible
+    # the gap stays visible where NVLS runs at its full rate (128 MiB and up; at 16 MiB its
+    # pipeline fill makes it no faster than a ring, as nccl-tests measures on H100)
+    assert len(large) >= 2 and all(r.residual > 0.01 for r in large[-2:])
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
