@@ -223,9 +223,10 @@ def print_markdown(results: list[dict], points: list[dict]) -> None:
                    if "plateau_err" in r else "- | -")
         lat = (f"{r['lat_pub']:.1f} / {r['lat_sim']:.1f} | {_pct(r['lat_err'])}"
                if "lat_err" in r else "- | -")
+        mape = "-" if math.isnan(r["mape_busbw"]) else f"{100 * r['mape_busbw']:.1f} %"
         print(f"| {r['dataset']} | `{r['topology']}` | {r['op']} ({r['algo']}) | "
               f"{r['gpus_per_process']} | {plateau} | "
-              f"{lat} | {knee_txt} | {100 * r['mape_busbw']:.1f} % | {r['choices']} |")
+              f"{lat} | {knee_txt} | {mape} | {r['choices']} |")
     print()
     print("| figure | system | metric | published | simulated | error | dessim's choice | source |")
     print("|---|---|---|---|---|---|---|---|")
