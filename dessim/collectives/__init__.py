@@ -11,7 +11,9 @@
   :mod:`~dessim.collectives.auto` — NCCL's tuning model, its protocols as charged by the
   executor, and ``auto`` (NCCL's choice of algorithm and protocol);
 * :mod:`~dessim.collectives.api` — :func:`plan_collective`, :func:`run_collective`,
-  :func:`compare_collectives`.
+  :func:`compare_collectives`;
+* :mod:`~dessim.collectives.loop` — how nccl-tests times calls issued back to back (its
+  ``-g`` and ``-n``), for comparing with published tables.
 """
 
 from __future__ import annotations
