@@ -133,7 +133,7 @@ def test_prefetch_lets_the_lookup_run_before_the_far_rows_arrive():
         gen = generate_dlrm(tiny(hbm_budget="100kB", spill="host", prefetch=prefetch), topo)
         (fetch,) = [t for t in _tasks(gen, "memcpy") if t.direction == "to_hbm"]
         (lookup,) = [t for t in _tasks(gen, "compute", "fwd embeddings") if t.rank == 3]
-        assert (fetch.id in gen.graph.graph.predecessors(lookup.id)) is (not prefetch)
+        assert (fetch.id in gen.graph.deps(lookup.id)) is (not prefetch)
 
 
 # ---------------------------------------------------------------- worked example (golden)

@@ -131,9 +131,9 @@ class _Run:
         self.tasks: list[Task] = list(graph)
         index = {t.id: i for i, t in enumerate(self.tasks)}
         self.index = index
-        self.succ: list[list[int]] = [[index[s] for s in graph.graph.successors(t.id)]
+        self.succ: list[list[int]] = [[index[s] for s in graph.dependents(t.id)]
                                       for t in self.tasks]
-        self.pending = [graph.graph.in_degree(t.id) for t in self.tasks]
+        self.pending = [len(graph.deps(t.id)) for t in self.tasks]
         # streams: (rank, stream) -> queue of task indices in program order
         self.queues: dict[tuple[int, str], list[int]] = {}
         self.stream_of: list[tuple[int, str]] = []

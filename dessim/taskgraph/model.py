@@ -103,46 +103,55 @@ class Task:
     attrs: dict[str, Any] = field(default_factory=dict)  #: free-form extras (kept in JSON)
 
     def __post_init__(self) -> None:
-        where = f"task {self.id!r}"
         if not isinstance(self.id, str) or not self.id:
             raise TaskGraphError(f"task ids must be non-empty strings, got {self.id!r}")
         if self.kind not in TASK_KINDS:
-            raise TaskGraphError(f"{where}: unknown kind {self.kind!r}; valid kinds: "
+            raise TaskGraphError(f"{self._where}: unknown kind {self.kind!r}; valid kinds: "
                                  f"{', '.join(TASK_KINDS)}")
         if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0:
-            raise TaskGraphError(f"{where}: rank must be an integer >= 0, got {self.rank!r}")
+            raise TaskGraphError(f"{self._where}: rank must be an integer >= 0, got {self.rank!r}")
         if not self.stream:
             self.stream = DEFAULT_STREAM[self.kind]
         self.group = tuple(self.group)
         self.shape = tuple(self.shape)
-        self._check_fields(where)
+        self._check_fields()
 
-    def _check_fields(self, where: str) -> None:
-        for name in ("stream", "kernel", "op", "algo", "coll_id", "mem_node", "direction"):
-            value = getattr(self, name)
-            if not isinstance(value, str):
-                raise TaskGraphError(f"{where}: {name} must be a string, got {value!r}")
+    @property
+    def _where(self) -> str:
+        return f"task {self.id!r}"
+
+    def _check_fields(self) -> None:
+        # the common case in one expression (generators add ~10^6 tasks); the loops below
+        # find what is wrong
+        if not (type(self.stream) is str and type(self.kernel) is str and type(self.op) is str
+                and type(self.algo) is str and type(self.coll_id) is str
+                and type(self.mem_node) is str and type(self.direction) is str):
+            for name in ("stream", "kernel", "op", "algo", "coll_id", "mem_node", "direction"):
+                value = getattr(self, name)
+                if not isinstance(value, str):
+                    raise TaskGraphError(f"{self._where}: {name} must be a string, got {value!r}")
         for name in _REQUIRED[self.kind]:
             value = getattr(self, name)
             if value is None or value == "" or value == () or (name == "peer" and value == -1):
-                raise TaskGraphError(f"{where}: a {self.kind} task needs {name!r}")
+                raise TaskGraphError(f"{self._where}: a {self.kind} task needs {name!r}")
         if self.duration is not None and not self.duration >= 0:
-            raise TaskGraphError(f"{where}: duration {self.duration!r} must be >= 0 seconds")
-        for name in ("flops", "bytes", "size"):
-            if not getattr(self, name) >= 0:
-                raise TaskGraphError(f"{where}: {name} {getattr(self, name)!r} must be >= 0")
+            raise TaskGraphError(f"{self._where}: duration {self.duration!r} must be >= 0 seconds")
+        if not (self.flops >= 0 and self.bytes >= 0 and self.size >= 0):
+            for name in ("flops", "bytes", "size"):
+                if not getattr(self, name) >= 0:
+                    raise TaskGraphError(f"{self._where}: {name} {getattr(self, name)!r} must be >= 0")
         if self.kind == "compute" and self.duration is None and self.flops == 0 and self.bytes == 0:
-            raise TaskGraphError(f"{where}: a compute task needs a duration, or flops and/or bytes "
+            raise TaskGraphError(f"{self._where}: a compute task needs a duration, or flops and/or bytes "
                                  "for the device model")
         if self.kind in ("send", "recv") and self.peer == self.rank:
-            raise TaskGraphError(f"{where}: {self.kind} to its own rank {self.rank}")
+            raise TaskGraphError(f"{self._where}: {self.kind} to its own rank {self.rank}")
         if self.kind == "collective" and self.rank not in self.group:
-            raise TaskGraphError(f"{where}: rank {self.rank} is not in its collective's group "
+            raise TaskGraphError(f"{self._where}: rank {self.rank} is not in its collective's group "
                                  f"{list(self.group)}")
         if self.kind == "collective" and len(set(self.group)) != len(self.group):
-            raise TaskGraphError(f"{where}: group {list(self.group)} lists a rank twice")
+            raise TaskGraphError(f"{self._where}: group {list(self.group)} lists a rank twice")
         if self.kind == "memcpy" and self.direction not in MEMCPY_DIRECTIONS:
-            raise TaskGraphError(f"{where}: direction {self.direction!r}; valid: "
+            raise TaskGraphError(f"{self._where}: direction {self.direction!r}; valid: "
                                  f"{', '.join(MEMCPY_DIRECTIONS)}")
 
     @property
@@ -199,18 +208,30 @@ class Checked(NamedTuple):
 
 
 class TaskGraph:
-    """A task graph: :class:`Task` objects on an ``nx.DiGraph`` (edges = dependencies).
+    """A task graph: :class:`Task` objects and their dependencies (edges ``before -> after``).
 
     Tasks keep insertion order, which is the program order of each stream. Build with
     :meth:`add` and :meth:`depend`, then call :meth:`validate` (the engine and the file
-    reader do). Node attribute ``task`` holds the Task.
+    reader do).
+
+    Storage is a compact adjacency: one dict of tasks by id, and per task the ids it waits
+    for and the ids waiting for it, each in the order the edges were added (an edge added
+    twice is kept once). Generators add hundreds of thousands of tasks, and a networkx
+    ``DiGraph`` spent about a third of their time and most of the graph's memory on per-node
+    and per-edge attribute dicts that nothing read (issue 17's generation profile,
+    docs/performance.md). :meth:`as_networkx` gives a ``DiGraph`` view for analysis.
     """
 
     def __init__(self, name: str = "taskgraph", meta: dict[str, Any] | None = None,
                  fold: Fold | None = None) -> None:
         self.name = name
         self.meta: dict[str, Any] = dict(meta or {})
-        self.graph = nx.DiGraph()
+        self._tasks: dict[str, Task] = {}
+        #: task id -> the ids it waits for / that wait for it, in edge order (dict as an
+        #: ordered set; absent = none)
+        self._pred: dict[str, dict[str, None]] = {}
+        self._succ: dict[str, dict[str, None]] = {}
+        self._edges = 0
         #: Replica folding (:mod:`dessim.taskgraph.fold`): the tasks are those of
         #: representative ranks, each standing for its images in every lane. None = unfolded.
         self.fold = fold
@@ -224,41 +245,83 @@ class TaskGraph:
     # ------------------------------------------------------------------ building
     def add(self, task: Task, deps: Iterable[str] = ()) -> Task:
         """Add ``task`` (after its ``deps``, which must already be in the graph)."""
-        if task.id in self.graph:
+        tasks = self._tasks
+        if task.id in tasks:
             raise TaskGraphError(f"duplicate task id {task.id!r}")
-        self.graph.add_node(task.id, task=task)
+        tasks[task.id] = task
         for d in deps:
             self.depend(d, task.id)
         return task
 
     def depend(self, before: str, after: str) -> None:
-        """Make ``after`` wait for ``before``."""
-        for t in (before, after):
-            if t not in self.graph:
-                raise TaskGraphError(f"dependency {before!r} -> {after!r}: unknown task {t!r}")
+        """Make ``after`` wait for ``before`` (again: no change)."""
+        tasks = self._tasks
+        if before not in tasks or after not in tasks:
+            unknown = before if before not in tasks else after
+            raise TaskGraphError(f"dependency {before!r} -> {after!r}: unknown task {unknown!r}")
         if before == after:
             raise TaskGraphError(f"task {before!r} depends on itself")
-        self.graph.add_edge(before, after)
+        preds = self._pred.get(after)
+        if preds is None:
+            preds = self._pred[after] = {}
+        elif before in preds:
+            return
+        preds[before] = None
+        succs = self._succ.get(before)
+        if succs is None:
+            self._succ[before] = {after: None}
+        else:
+            succs[after] = None
+        self._edges += 1
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
-        return self.graph.number_of_nodes()
+        return len(self._tasks)
 
     def __iter__(self) -> Iterator[Task]:
-        tasks = self.graph.nodes
-        return (tasks[n]["task"] for n in self.graph.nodes)
+        return iter(self._tasks.values())
 
     def __contains__(self, task_id: object) -> bool:
-        return task_id in self.graph
+        return task_id in self._tasks
 
     def task(self, task_id: str) -> Task:
         try:
-            return self.graph.nodes[task_id]["task"]
+            return self._tasks[task_id]
         except KeyError:
             raise TaskGraphError(f"unknown task {task_id!r}") from None
 
     def deps(self, task_id: str) -> list[str]:
-        return list(self.graph.predecessors(task_id))
+        """The ids ``task_id`` waits for, in the order the dependencies were added."""
+        self.task(task_id)
+        return list(self._pred.get(task_id, ()))
+
+    def dependents(self, task_id: str) -> list[str]:
+        """The ids waiting for ``task_id``, in the order the dependencies were added."""
+        self.task(task_id)
+        return list(self._succ.get(task_id, ()))
+
+    def has_dependency(self, before: str, after: str) -> bool:
+        """Whether ``after`` waits for ``before`` directly."""
+        return before in self._pred.get(after, ())
+
+    def edges(self) -> Iterator[tuple[str, str]]:
+        """Every dependency ``(before, after)``: tasks in insertion order, each one's
+        dependents in the order they were added."""
+        succ = self._succ
+        for before in self._tasks:
+            for after in succ.get(before, ()):
+                yield before, after
+
+    @property
+    def num_dependencies(self) -> int:
+        return self._edges
+
+    def as_networkx(self) -> nx.DiGraph:
+        """The graph as a new ``networkx.DiGraph`` (node attribute ``task``), for analysis."""
+        g = nx.DiGraph()
+        g.add_nodes_from((tid, {"task": t}) for tid, t in self._tasks.items())
+        g.add_edges_from(self.edges())
+        return g
 
     @property
     def ranks(self) -> list[int]:
@@ -293,13 +356,35 @@ class TaskGraph:
         return Checked(self.match_p2p(), self.collectives())
 
     def _check_cycles(self) -> None:
-        if nx.is_directed_acyclic_graph(self.graph):  # fast (topological sort); the search
-            return                                    # below only runs to name a cycle
-        try:
-            cycle = nx.find_cycle(self.graph)
-        except nx.NetworkXNoCycle:
+        """Kahn's topological sort, linear in tasks + dependencies; if tasks remain, every one
+        of them waits for another remaining one, so walking back along waits names a cycle."""
+        pending = {tid: len(p) for tid, p in self._pred.items()}
+        ready = [tid for tid in self._tasks if tid not in pending]
+        succ = self._succ
+        done = 0
+        while ready:
+            tid = ready.pop()
+            done += 1
+            for s in succ.get(tid, ()):
+                left = pending[s] - 1
+                pending[s] = left
+                if not left:
+                    ready.append(s)
+        if done == len(self._tasks):
             return
-        ids = [e[0] for e in cycle]
+        left_over = {tid for tid, n in pending.items() if n}
+        start = next(tid for tid in self._tasks if tid in left_over)
+        path, seen = [start], {start: 0}
+        while True:
+            prev = next(p for p in self._pred[path[-1]] if p in left_over)
+            if prev in seen:
+                ids = path[seen[prev]:][::-1]       # before -> after order, shown from the
+                order = {tid: i for i, tid in enumerate(self._tasks) if tid in set(ids)}
+                first = min(range(len(ids)), key=lambda i: order[ids[i]])
+                ids = ids[first:] + ids[:first]     # member added first
+                break
+            seen[prev] = len(path)
+            path.append(prev)
         shown = " -> ".join(ids[:6]) + (" -> ..." if len(ids) > 6 else "") + f" -> {ids[0]}"
         raise TaskGraphError(f"dependency cycle: {shown}")
 
@@ -391,4 +476,4 @@ class TaskGraph:
 
     def __repr__(self) -> str:
         return (f"TaskGraph({self.name!r}, tasks={len(self)}, "
-                f"deps={self.graph.number_of_edges()})")
+                f"deps={self._edges})")

@@ -279,7 +279,7 @@ def merge_graphs(name: str, parts: Sequence[tuple[str, TaskGraph, Sequence[int]]
                 coll_id=f"{job}/{t.coll_id}" if t.coll_id else "",
                 mem_node=f"{job}/{t.mem_node}" if t.mem_node in owned else t.mem_node,
                 attrs=dict(t.attrs, job=job)))
-        for a, b in graph.graph.edges:
+        for a, b in graph.edges():
             merged.depend(f"{job}/{a}", f"{job}/{b}")
         merged.kernel_mix.update({f"{job}/{tid}": mix for tid, mix in graph.kernel_mix.items()})
     return merged

@@ -65,8 +65,9 @@ class TaskEmitter:
         return n
 
     def add(self, task: Task, deps: Sequence[str] = ()) -> str:
-        """Add ``task`` after ``deps`` (repeats and empty ids dropped); its id."""
-        self.graph.add(task, [d for d in dict.fromkeys(deps) if d])
+        """Add ``task`` after ``deps`` (repeats and empty ids dropped: the graph keeps an
+        edge once); its id."""
+        self.graph.add(task, [d for d in deps if d])
         self._last[(task.rank, task.stream)] = task.id
         return task.id
 

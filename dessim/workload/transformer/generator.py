@@ -1041,7 +1041,7 @@ class _Generator:
             inputs = sorted({d for _, deps in members for d in deps})
             for tid, _ in members:
                 for d in inputs:
-                    if not self.graph.graph.has_edge(d, tid):
+                    if not self.graph.has_dependency(d, tid):
                         self.graph.depend(d, tid)
         for pair in self.free_p2p.values():
             send, recv = pair.get("send"), pair.get("recv")

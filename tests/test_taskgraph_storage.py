@@ -1,0 +1,82 @@
+"""The task graph's compact adjacency answers as a networkx DiGraph built from the same calls
+would: the same dependencies in the same order (the engine releases tasks in that order, so
+results depend on it), the same edge count, and the same verdict on cycles."""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dessim.errors import TaskGraphError
+from dessim.taskgraph import Task, TaskGraph
+
+#: (number of tasks, dependencies as (before, after) index pairs, possibly repeated)
+graphs = st.integers(2, 12).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))
+                         .filter(lambda e: e[0] != e[1]), max_size=40)))
+
+
+def build(n: int, edges: list[tuple[int, int]]) -> tuple[TaskGraph, nx.DiGraph]:
+    g, ref = TaskGraph("t"), nx.DiGraph()
+    for i in range(n):
+        g.add(Task(f"t{i}", 0, "compute", duration=1e-6))
+        ref.add_node(f"t{i}")
+    for a, b in edges:
+        g.depend(f"t{a}", f"t{b}")
+        ref.add_edge(f"t{a}", f"t{b}")
+    return g, ref
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs)
+def test_adjacency_equals_a_networkx_digraph_built_alike(case):
+    n, edges = case
+    g, ref = build(n, edges)
+    assert len(g) == ref.number_of_nodes()
+    assert g.num_dependencies == ref.number_of_edges()
+    assert list(g.edges()) == list(ref.edges())
+    for node in ref.nodes:
+        assert g.deps(node) == list(ref.predecessors(node))
+        assert g.dependents(node) == list(ref.successors(node))
+        for other in ref.nodes:
+            assert g.has_dependency(other, node) == ref.has_edge(other, node)
+    assert list(g.as_networkx().edges()) == list(ref.edges())
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs)
+def test_validate_refuses_exactly_the_cyclic_graphs_and_names_a_real_cycle(case):
+    n, edges = case
+    g, ref = build(n, edges)
+    if nx.is_directed_acyclic_graph(ref):
+        g.validate()
+        return
+    with pytest.raises(TaskGraphError, match="dependency cycle: ") as err:
+        g.validate()
+    shown = str(err.value).removeprefix("dependency cycle: ").split(" -> ")
+    assert "..." not in shown or len(shown) == 8   # long cycles show six tasks, "...", the first
+    ids = [s for s in shown if s != "..."]
+    assert ids[0] == ids[-1]
+    full = "..." not in shown
+    for a, b in zip(ids, ids[1:]):
+        if full or b != ids[0]:
+            assert ref.has_edge(a, b), (a, b, str(err.value))
+    # shown from its member added first
+    members = ids[:-1]
+    assert int(members[0][1:]) == min(int(m[1:]) for m in members) or not full
+
+
+def test_a_repeated_dependency_is_kept_once():
+    g, _ = build(2, [(0, 1), (0, 1)])
+    assert g.deps("t1") == ["t0"] and g.num_dependencies == 1
+
+
+def test_unknown_tasks_are_named():
+    g, _ = build(2, [])
+    with pytest.raises(TaskGraphError, match=re.escape("dependency 't0' -> 'nope': unknown task 'nope'")):
+        g.depend("t0", "nope")
+    with pytest.raises(TaskGraphError, match="unknown task 'nope'"):
+        g.deps("nope")
