@@ -660,6 +660,9 @@ class _Run:
             now = self.env.now
             for m in state["members"]:
                 self.active[m] = now
+            # every member has arrived: the runs hold what they still need (their callbacks),
+            # so the arrival bookkeeping goes (kept, it grew with every collective of the run)
+            del self.coll_state[t.coll_id]
 
     def finish(self, i: int) -> None:
         self.end[i] = self.env.now

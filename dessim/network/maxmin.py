@@ -187,6 +187,9 @@ class MaxMinSystem(Generic[V]):
         self._memo: dict[tuple, tuple[float, ...]] | None = {} if pure else None
         self._states: dict[tuple, tuple] | None = {} if pure else None
         self._state_vars = 0
+        #: bumped whenever the state memo forgets its states (cleared or switched off), so
+        #: whoever keeps facts about states (the flow network's certified states) drops them too
+        self.state_generation = 0
         self._state_lookups = 0
         self._hits_before = 0
         #: the state key of the last :meth:`solve` (None: state memo off) and whether its
@@ -295,6 +298,7 @@ class MaxMinSystem(Generic[V]):
         if self._state_lookups % MEMO_PROBE == 0:
             if self.state_hits - self._hits_before < MEMO_MIN_HIT_FRACTION * MEMO_PROBE:
                 self._states = None      # the states do not recur: stop paying for keys
+                self.state_generation += 1
                 return None
             self._hits_before = self.state_hits
         fids = list(allv)
@@ -312,6 +316,7 @@ class MaxMinSystem(Generic[V]):
         if self._state_vars + n > MAX_MEMO_STATE_VARS:
             self._states.clear()
             self._state_vars = 0
+            self.state_generation += 1
         self._states[key] = value
         self._state_vars += n
 
