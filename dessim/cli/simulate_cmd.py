@@ -99,7 +99,9 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
                     "and collectives")
     if sc.get("collective_memo"):
         m = sc["collective_memo"]
-        took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×")
+        links = m.get("replayed_on_links")
+        took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×"
+                    + (f" ({links}× alone on their own links: per-link memo)" if links else ""))
     how = "chosen automatically" if sc["auto"] else "as asked"
     fold = s.get("fold") or {}
     exact = ("exact" if not fold.get("max_lane_skew_s") else

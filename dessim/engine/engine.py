@@ -41,6 +41,7 @@ from dessim.collectives.executor import family_refusal, merge_instances
 from dessim.collectives.schedule import CompactSchedule, Schedule, is_relabelling, orbit_plan
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
+from dessim.engine.links import LinkProof
 from dessim.engine.options import EngineOptions, Noise
 from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
@@ -160,6 +161,13 @@ class _Run:
         self.memo_static = self.memo_on and self._exclusive_collectives()
         self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
         self.memo_hits = 0
+        #: per-link exclusivity (Shortcuts.link_memo, dessim.engine.links): collectives that
+        #: are not alone on the network but alone on their channels are memoised too. Off
+        #: with jitter (a duration is drawn when its task starts) and with a caller's own
+        #: compute costing (the proofs cost tasks ahead of time)
+        self.links = (LinkProof(self) if self.memo_on and not self.memo_static
+                      and self.shortcuts.link_memo and self.jitter is None and compute_cost is None
+                      else None)
         self.net_running = 0              #: network tasks started and not finished
         self.net_starts = 0               #: network tasks started so far
         #: (end time, task) of started compute and delay tasks (finished ones popped lazily)
@@ -257,11 +265,15 @@ class _Run:
         if kind in _NET_KINDS:
             self.net_running += 1
             self.net_starts += 1
+            if self.links is not None and self.links.watches:
+                self.links.started(i)
         if kind == "compute" or kind == "delay":
             self.active[i] = now
             dur = self._duration(t)
             if self.memo_on:
                 heapq.heappush(self.timed, (now + dur, i))
+                if self.links is not None:
+                    self.links.due[i] = now + dur
             ev = self.env.timeout(dur)
             ev.callbacks.append(lambda _e, i=i: self.finish(i))
         elif kind in ("send", "recv"):
@@ -514,6 +526,8 @@ class _Run:
         self.collective_runs += len(instances)
         self.memo_hits += 1
         self.active[i] = self.env.now
+        if self.links is not None:
+            self.links.due[i] = self.env.now + duration
 
         def done(_e: object) -> None:
             self.net.add_finished_bytes(carried)
@@ -521,15 +535,22 @@ class _Run:
         self.env.timeout(duration).callbacks.append(done)
         return True
 
-    def _memo_recorder(self, i: int, key: tuple) -> Callable[[], None]:
+    def _memo_recorder(self, i: int, key: tuple, watch=None) -> Callable[[], None]:
         """Finish member ``i`` and store its collective's duration and traffic, if it had
-        the network to itself (statically, or no network task started while it ran)."""
+        the network to itself (statically, or no network task started while it ran) — or,
+        with a ``watch`` of :class:`~dessim.engine.links.LinkProof`, its own channels (no
+        task that can use them started while it ran; its traffic is then the bytes those
+        channels carried)."""
         t0, before, starts = self.env.now, self.net.finished_bytes(), self.net_starts
 
         def done() -> None:
-            if self.memo_static or self.net_starts == starts:
-                self.coll_memo[key] = (self.env.now - t0,
-                                       sparse_bytes(self.net.finished_bytes() - before))
+            delta = self.net.finished_bytes() - before
+            if watch is not None:
+                delta = self.links.recorded(watch, delta)
+                if delta is not None:
+                    self.coll_memo[key] = (self.env.now - t0, sparse_bytes(delta))
+            elif self.memo_static or self.net_starts == starts:
+                self.coll_memo[key] = (self.env.now - t0, sparse_bytes(delta))
             self.finish(i)
         return done
 
@@ -562,18 +583,33 @@ class _Run:
         starts; none can start before a running compute or delay task ends (everything else
         waits on those or on this collective). So when it is memoised and every running
         task ends after it would, it is replayed; otherwise it is simulated, and memoised if
-        no network task started while it ran."""
+        no network task started while it ran. One that is not alone on the network is
+        replayed when it is provably alone on its own channels until it would end, and
+        simulated for the memo when nothing that can use them runs as it starts
+        (``Shortcuts.link_memo``, :class:`~dessim.engine.links.LinkProof`)."""
         if not self.deferred:
             return
         todo, self.deferred = self.deferred, []
         alone = len(todo) == 1 and self.net_running == 1
+        links = self.links
         for i in todo:
             key = self._memo_key(self.tasks[i]) if alone else None
             hit = self.coll_memo.get(key) if key is not None else None
             if hit is not None and self._next_end() > self.env.now + hit[0]:
                 self._replay_collective(i, key)
-            else:
+            elif alone or links is None:
                 self._start_collective(i, key if hit is None else None)
+            else:               # not alone on the network: maybe alone on its channels
+                key = self._memo_key(self.tasks[i])
+                hit = self.coll_memo.get(key)
+                if hit is not None:
+                    if links.isolated(i, key, self.env.now + hit[0]):
+                        links.replayed += 1
+                        self._replay_collective(i, key)
+                        continue
+                    links.refused += 1
+                watch = links.free_now(i, key) if hit is None else None
+                self._start_collective(i, key if watch is not None else None, watch)
 
     def _next_end(self) -> float:
         """Earliest end of a running compute or delay task (inf if none)."""
@@ -582,9 +618,10 @@ class _Run:
             heapq.heappop(timed)
         return timed[0][0] if timed else math.inf
 
-    def _start_collective(self, i: int, memo_key: tuple | None) -> None:
+    def _start_collective(self, i: int, memo_key: tuple | None, watch=None) -> None:
         """Start (or join) the run of collective task ``i``; with ``memo_key`` the run is
-        exclusive and its duration and traffic are memoised when it ends."""
+        exclusive (on the network, or with ``watch`` on its channels) and its duration and
+        traffic are memoised when it ends."""
         t = self.tasks[i]
         state = self.coll_state.get(t.coll_id)
         if state is None:
@@ -636,7 +673,7 @@ class _Run:
             self.coll_state[t.coll_id] = state
             for m in members:
                 rank = self.tasks[m].rank
-                on_done = (self._memo_recorder(m, memo_key) if memo_key is not None
+                on_done = (self._memo_recorder(m, memo_key, watch) if memo_key is not None
                            else (lambda m=m: self.finish(m)))
                 if where is None:
                     runs[0].rank_events[rank].callbacks.append(lambda _e, f=on_done: f())
@@ -774,7 +811,9 @@ class _Run:
         shortcut did not apply)."""
         if not self.coll_memo:
             return {}
-        return {"collective_memo": {"simulated": len(self.coll_memo), "replayed": self.memo_hits}}
+        return {"collective_memo": {"simulated": len(self.coll_memo), "replayed": self.memo_hits,
+                                    "replayed_on_links": self.links.replayed if self.links else 0,
+                                    "refused_on_links": self.links.refused if self.links else 0}}
 
     def _stream_meta(self) -> dict:
         """How many collective runs were streamed (empty unless ``stream_rings`` is on): the

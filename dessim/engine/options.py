@@ -96,7 +96,7 @@ class Noise:
 class Shortcuts:
     """Speed shortcuts of the engine (docs/performance.md); booleans.
 
-    The first seven are exact — switching them off changes no result, only the wall time:
+    The first eight are exact — switching them off changes no result, only the wall time:
 
     * ``compact_schedules``: ring/direct collectives stored as uniform steps;
     * ``bundles``: transfers that provably share one rate run as one network bundle;
@@ -120,6 +120,10 @@ class Shortcuts:
       Its symmetries need not be lanes of the fold (a rail all-to-all keeps host and rail
       rotations), so traffic running beside it may break them; a failed certificate in a run
       that used orbits replays it with families but without orbits first.
+    * ``link_memo`` (with ``collective_memo``): a collective that is not alone on the network
+      but provably alone on its own channels while it runs — no task whose flows can use one
+      of them runs, or can start before it ends (:mod:`dessim.engine.links`) — is memoised
+      and replayed the same way (max-min rates are set per connected component of flows).
 
     ``stream_rings`` is an approximation, off by default: ring collectives run as one
     coupled flow per channel instead of step by step (docs/collectives.md).
@@ -132,6 +136,7 @@ class Shortcuts:
     merged_images: bool = True
     lane_families: bool = True
     lane_orbits: bool = True
+    link_memo: bool = True
     stream_rings: bool = False
 
     def __post_init__(self) -> None:
@@ -145,7 +150,7 @@ class Shortcuts:
         """Every shortcut off: the full replay (``--exact``)."""
         return cls(compact_schedules=False, bundles=False, shape_memo=False,
                    collective_memo=False, merged_images=False, lane_families=False,
-                   lane_orbits=False, stream_rings=False)
+                   lane_orbits=False, link_memo=False, stream_rings=False)
 
 
 def _network_model(model: object) -> type:

@@ -1,0 +1,395 @@
+"""Per-link exclusivity of collectives (``Shortcuts.link_memo``).
+
+The engine's collective memo (:mod:`dessim.engine.engine`) replays a collective that has the
+network to itself: its run then depends on nothing but its own (op, size, group, algorithm),
+so it is simulated once and replayed. Its test is network-wide — the collective is the only
+network task running, and nothing can start before it would end. A pipeline of tensor-
+parallel groups never passes it: every stage runs its own TP collectives at the same time,
+on its own NVSwitch ports.
+
+What a collective's run depends on is narrower: max-min rates are set per connected
+component of flows coupled through shared channels (Bertsekas & Gallager §6.5.2), so a
+collective none of whose channels carries another flow while it runs is as alone as on an
+idle network. :class:`LinkProof` proves that for one collective task ``C`` at the instant
+it starts:
+
+* **Footprint.** Every network task of the graph has a set of channels its flows can ever
+  use: the union, over its lane images and every ECMP choice (``Router.possible_hops``), of
+  the routes of its transfers (a send: its pair; a collective: every transfer of its plans
+  on every instance; a memcpy: GPU ↔ memory node). The *scope* of ``C`` is the tasks whose
+  footprint meets ``C``'s.
+* **Nothing in scope runs.** On every stream, the first unfinished task of the scope is not
+  running — a send or receive that waits for its partner has no flow yet.
+* **Nothing in scope starts before ``C`` ends** (replay; ``end = now + memoised duration``):
+  each such first task, or for a send/receive its partner, provably cannot start before
+  ``end``. A task starts once its stream's previous task and its dependencies are done, so a
+  lower bound of its start is the longest path to it from what is running: a running compute
+  task ends when it is due, a running network task no earlier than now, ``C`` at ``end``, a
+  compute task not started lasts its (deterministic) duration. The bound must exceed
+  ``end`` by a relative margin :data:`MARGIN`.
+* **Recording** (the first run of a collective): ``C`` is simulated and memoised when no task
+  of its scope ran at its start and none started while it ran (a watch on task starts); the
+  bytes it carried are its channels' — other traffic elsewhere in the network finishes
+  meanwhile.
+
+A replay equals the simulated run up to the float rounding of its start time, as the
+network-wide memo's does. The search is bounded (:data:`SEARCH_BUDGET` tasks per proof, and
+:data:`ROUTE_BUDGET` routed pairs for the footprints of a run); past a bound the collective is
+simulated, never replayed on an unproven assumption.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from typing import Any
+
+import numpy as np
+
+from dessim.collectives.schedule import CompactSchedule, FluidSchedule
+
+__all__ = ["LinkProof", "MARGIN", "SEARCH_BUDGET", "ROUTE_BUDGET"]
+
+#: A task in scope must not be able to start before ``end · (1 + MARGIN)``: far above the
+#: rounding of a replayed end time, far below any compute task's duration.
+MARGIN: float = 1e-9
+
+#: Tasks one proof may visit in its backward search before it gives up (no replay).
+SEARCH_BUDGET: int = 2_000
+
+#: Routed (source, destination) pairs the footprints of one run may cost before the shortcut
+#: turns itself off for the run (huge folded graphs: lanes × pairs).
+ROUTE_BUDGET: int = 20_000
+
+#: The shortcut turns itself off for the run when fewer than :data:`MIN_REPLAY_FRACTION` of
+#: a window of :data:`PROBE` decisions (collectives it was asked about) were replays: where
+#: collectives rarely have their links to themselves (e.g. every lane's traffic crosses the
+#: same spines) the footprints and proofs cost time and memory for nothing. Speed only.
+PROBE: int = 500
+MIN_REPLAY_FRACTION: float = 0.05
+
+_NET = ("collective", "send", "recv", "memcpy")
+
+
+class _Scope:
+    """The tasks whose footprint meets a collective's channels, by stream."""
+
+    __slots__ = ("members", "streams", "directions")
+
+    def __init__(self, members: set[int], streams: dict[tuple, list[int]], directions: np.ndarray):
+        self.members = members          #: task indices in scope
+        self.streams = streams          #: stream -> sorted queue positions of its tasks in scope
+        self.directions = directions    #: bool per direction id: a channel of the collective
+
+
+class _Watch:
+    """A collective being simulated for the memo: dirty once a task of its scope starts."""
+
+    __slots__ = ("scope", "dirty")
+
+    def __init__(self, scope: _Scope) -> None:
+        self.scope, self.dirty = scope, False
+
+
+class LinkProof:
+    """Per-link exclusivity proofs for the collectives of one engine run (module docstring)."""
+
+    def __init__(self, run: Any) -> None:
+        #: the engine's replay state (``dessim.engine.engine._Run``: tasks, streams, start and
+        #: end times, network); read only, except :attr:`due` which the engine fills
+        self.run = run
+        #: due end (s) of each running compute/delay task and replayed collective (NaN: none)
+        self.due = array("d", [math.nan]) * len(run.tasks)
+        self.watches: list[_Watch] = []
+        self.on = True
+        self._decisions = 0
+        self._replayed_before = 0
+        self.replayed = 0               #: collectives replayed on a per-link proof
+        self.refused = 0                #: memoised collectives whose proof failed (simulated)
+        self._routed = 0
+        self._pos: array | None = None
+        self._by_sig: dict[tuple, list[int]] | None = None
+        self._chans: dict[tuple, frozenset[int] | None] = {}
+        self._scopes: dict[tuple, _Scope | None] = {}
+        self._by_chans: dict[frozenset[int], _Scope] = {}   #: collectives on the same channels
+        self._preds: dict[int, tuple[int, ...]] = {}
+        self._dur: dict[int, float] = {}
+        #: proven lower bounds of start times of unstarted tasks (s; facts of the run)
+        self._known: dict[int, float] = {}
+
+    # ------------------------------------------------------------ footprints
+    def _sig(self, i: int) -> tuple:
+        t = self.run.tasks[i]
+        if t.kind == "collective":
+            return ("c",) + self.run._memo_key(t)
+        if t.kind == "memcpy":
+            return ("m", t.rank, t.mem_node)
+        return ("p",) + ((t.rank, t.peer) if t.kind == "send" else (t.peer, t.rank))
+
+    def _lanes(self, rank: int) -> list[int]:
+        fold = self.run.fold
+        return [rank] if fold is None else fold.images(rank)
+
+    def _pairs(self, i: int) -> list[tuple[str, str]] | None:
+        """Node pairs of every transfer task ``i`` can start (all lanes), None if unknown."""
+        run = self.run
+        t = run.tasks[i]
+        topo = run.topology
+        if t.kind == "memcpy":
+            mem = topo.resolve(t.mem_node)
+            return [(a, b) for r in self._lanes(t.rank) for n in (topo.node_of(r),)
+                    for a, b in ((n, mem), (mem, n))]
+        if t.kind in ("send", "recv"):
+            src, dst = (t.rank, t.peer) if t.kind == "send" else (t.peer, t.rank)
+            return [(topo.node_of(a), topo.node_of(b))
+                    for a, b in zip(self._lanes(src), self._lanes(dst))]
+        instances = [t.group] if run.fold is None else run.fold.instances(t.group)[0]
+        out: set[tuple[str, str]] = set()
+        for inst in instances:
+            sched = run._schedule(t, inst).schedule
+            if isinstance(sched, CompactSchedule):
+                pats = sched.plan.patterns
+                ends = [(a, b) for p in pats for a, b in zip(p.src.tolist(), p.dst.tolist())]
+            elif isinstance(sched, FluidSchedule):
+                ends = [(f.src, f.dst) for f in sched.flows]
+            else:
+                ends = list(zip(sched.src, sched.dst))
+            out.update((topo.resolve(a), topo.resolve(b)) for a, b in ends)
+        return list(out)
+
+    def _channels(self, i: int) -> frozenset[int] | None:
+        """Channel ids task ``i``'s flows can ever use; None when the run's route budget is
+        spent (then the shortcut is off)."""
+        sig = self._sig(i)
+        if sig in self._chans:
+            return self._chans[sig]
+        pairs = self._pairs(i)
+        self._routed += len(pairs)
+        if self._routed > ROUTE_BUDGET:
+            self._off()
+            return None
+        router = self.run.net.router
+        chmap = self.run.net.channels
+        got: set[int] = set()
+        for a, b in set(pairs):
+            if a != b:
+                got.update(chmap.channel(u, v) for u, v in router.possible_hops(a, b))
+        found = frozenset(got)
+        self._chans[sig] = found
+        return found
+
+    def _scope(self, i: int, key: tuple) -> _Scope | None:
+        """The scope of collective task ``i`` (memo ``key``), cached per key."""
+        if key in self._scopes:
+            return self._scopes[key]
+        run = self.run
+        if self._by_sig is None:
+            by_sig: dict[tuple, list[int]] = {}
+            for j, t in enumerate(run.tasks):
+                if t.kind in _NET:
+                    by_sig.setdefault(self._sig(j), []).append(j)
+            self._by_sig = by_sig
+            pos = array("l", bytes(8 * len(run.tasks)))
+            for queue in run.queues.values():
+                for p, j in enumerate(queue):
+                    pos[j] = p
+            self._pos = pos
+        mine = self._channels(i)
+        scope = self._by_chans.get(mine) if mine is not None else None
+        if mine is not None and scope is None:
+            members: set[int] = set()
+            for sig, tasks in self._by_sig.items():
+                chans = self._channels(tasks[0])
+                if chans is None:
+                    break
+                if not chans.isdisjoint(mine):
+                    members.update(tasks)
+            else:
+                streams: dict[tuple, list[int]] = {}
+                for j in members:
+                    streams.setdefault(run.stream_of[j], []).append(self._pos[j])
+                for v in streams.values():
+                    v.sort()
+                chmap = run.net.channels
+                dirs = np.isin(np.asarray(chmap.channel_of_direction), np.fromiter(mine, dtype=np.int64))
+                scope = self._by_chans[mine] = _Scope(members, streams, dirs)
+        self._scopes[key] = scope
+        return scope
+
+    # ------------------------------------------------------------ proofs
+    def _off(self) -> None:
+        """Turn the shortcut off for the rest of the run and drop what it built."""
+        self.on = False
+        self._by_sig = self._pos = None
+        self._scopes, self._chans, self._preds, self._dur, self._known = {}, {}, {}, {}, {}
+        self._by_chans = {}
+
+    def _deciding(self) -> bool:
+        """Count one decision; False once the shortcut is off (module constants)."""
+        if not self.on:
+            return False
+        self._decisions += 1
+        if self._decisions % PROBE == 0:
+            if self.replayed - self._replayed_before < MIN_REPLAY_FRACTION * PROBE:
+                self._off()
+                return False
+            self._replayed_before = self.replayed
+        return True
+
+    def _scope_for(self, i: int, key: tuple) -> _Scope | None:
+        """One decision about collective ``i`` (memo ``key``): its scope, or None when the
+        shortcut is off or the scope is unknown."""
+        return self._scope(i, key) if self._deciding() else None
+
+    def _heads(self, scope: _Scope, i: int):
+        """The first unfinished task in scope of every stream, ``i`` itself skipped."""
+        run = self.run
+        for stream, positions in scope.streams.items():
+            queue = run.queues[stream]
+            k = bisect_left(positions, run.head[stream])
+            if k < len(positions) and queue[positions[k]] == i:
+                k += 1
+            if k < len(positions):
+                yield queue[positions[k]]
+
+    def _started(self, j: int) -> bool:
+        s = self.run.start[j]
+        return s == s
+
+    def free_now(self, i: int, key: tuple) -> _Watch | None:
+        """A watch for simulating collective ``i`` for the memo, when no task of its scope is
+        running now (a send/receive waiting for its partner moves nothing yet); else None."""
+        scope = self._scope_for(i, key)
+        if scope is None:
+            return None
+        run = self.run
+        for j in self._heads(scope, i):
+            if self._started(j) and not (run.tasks[j].kind in ("send", "recv")
+                                         and not self._started(run.partner[j])):
+                return None
+        watch = _Watch(scope)
+        self.watches.append(watch)
+        return watch
+
+    def started(self, j: int) -> None:
+        """Network task ``j`` starts: every watch whose scope holds it is dirty."""
+        for w in self.watches:
+            if j in w.scope.members:
+                w.dirty = True
+
+    def recorded(self, watch: _Watch, delta: np.ndarray) -> np.ndarray | None:
+        """End of a watched run: its bytes per direction (``delta`` restricted to its own
+        channels) if nothing in its scope started meanwhile, else None."""
+        self.watches.remove(watch)
+        if watch.dirty:
+            return None
+        return np.where(watch.scope.directions, delta, 0.0)
+
+    def isolated(self, i: int, key: tuple, end: float) -> bool:
+        """Whether collective task ``i`` (memo ``key``), replayed now to end at ``end``, has its
+        channels to itself until then (module docstring)."""
+        scope = self._scope_for(i, key)
+        if scope is None:
+            return False
+        run = self.run
+        bound = end * (1.0 + MARGIN)
+        tentative: list[tuple[int, float]] = []    # bounds that hold if ``i`` is replayed
+        for j in self._heads(scope, i):
+            p2p = run.tasks[j].kind in ("send", "recv")
+            got = -math.inf if self._started(j) else self._start_after(j, i, end, bound, tentative)
+            if got <= bound:
+                q = run.partner[j] if p2p else -1
+                if not p2p or self._started(q):
+                    return False
+                got = self._start_after(q, i, end, bound, tentative)
+                if got <= bound:
+                    return False
+        for j, b in tentative:
+            if b > self._known.get(j, -math.inf):
+                self._known[j] = b
+        return True
+
+    def _start_after(self, j: int, c: int, end: float, bound: float,
+                     tentative: list[tuple[int, float]]) -> float:
+        """A lower bound above ``bound`` (s) of the start of unstarted task ``j``, with
+        collective ``c`` ending at ``end``; -inf when none is found.
+
+        ``j`` starts once each of its predecessors (stream predecessor, dependencies) is done,
+        so it is enough that ONE unfinished predecessor ends after ``bound``: ``c`` itself; a
+        running compute/delay task or replayed collective due after it; or an unstarted task
+        that provably starts after ``bound`` minus its own duration — the same question one
+        step back (an OR over paths, searched depth-first; it stops at the first proof). An
+        unstarted task starts no earlier than now. Bounded by :data:`SEARCH_BUDGET`; a
+        search that runs out proves nothing.
+
+        The bound found is the end it rests on plus the durations on the way. It is a fact of
+        the run (due times and now do not change), remembered per task (:attr:`_known`) and
+        reused while ``j`` waits; one that rests on ``c``'s end is only true if ``c`` is
+        replayed, so it goes to ``tentative`` for the caller to keep then."""
+        known = self._known.get(j, -math.inf)
+        if known > bound:
+            return known
+        now = self.run.env.now
+        finish, start, due = self.run.end, self.run.start, self.due
+        stack = [(j, bound)]
+        seen: dict[int, float] = {j: bound}   # smallest bound each task was searched with
+        while stack:
+            x, y = stack.pop()
+            found, via_c = (now if now > y else -math.inf), False
+            if found < 0:
+                for p in self._preds_of(x):
+                    if finish[p] == finish[p]:        # finished
+                        continue
+                    if p == c:
+                        if end > y:
+                            found, via_c = end, True
+                            break
+                        continue
+                    if start[p] == start[p]:          # running: due, or no earlier than now
+                        d = due[p]
+                        if d == d and d > y:
+                            found = d
+                            break
+                        continue
+                    yp = y - self._duration(p)
+                    if seen.get(p, math.inf) <= yp:   # searched already with a lower bound
+                        continue
+                    seen[p] = yp
+                    if len(seen) > SEARCH_BUDGET:
+                        return -math.inf
+                    stack.append((p, yp))
+            if found >= 0:
+                lower = found + (bound - y)           # + the durations from x up to j
+                if via_c:
+                    tentative.append((j, lower))
+                elif lower > known:
+                    self._known[j] = lower
+                return lower
+        return -math.inf
+
+    def _preds_of(self, j: int) -> tuple[int, ...]:
+        """Stream predecessor (if unfinished) and dependencies of task ``j``."""
+        got = self._preds.get(j)
+        if got is None:
+            run = self.run
+            index = run.index
+            got = tuple(index[d] for d in run.graph.graph.predecessors(run.tasks[j].id))
+            self._preds[j] = got
+        run = self.run
+        stream = run.stream_of[j]
+        p = self._pos[j]
+        if p > run.head[stream]:
+            return got + (run.queues[stream][p - 1],)
+        return got
+
+    def _duration(self, j: int) -> float:
+        """Seconds task ``j`` will take once started: its compute/delay duration (the
+        engine's, deterministic: no jitter here), 0 for anything else (a lower bound)."""
+        got = self._dur.get(j)
+        if got is None:
+            t = self.run.tasks[j]
+            got = self.run._duration(t) if t.kind in ("compute", "delay") else 0.0
+            self._dur[j] = got
+        return got
+
