@@ -374,7 +374,7 @@ class LinkProof:
         if got is None:
             run = self.run
             index = run.index
-            got = tuple(index[d] for d in run.graph.graph.predecessors(run.tasks[j].id))
+            got = tuple(index[d] for d in run.graph.deps(run.tasks[j].id))
             self._preds[j] = got
         run = self.run
         stream = run.stream_of[j]
