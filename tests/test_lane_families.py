@@ -407,11 +407,13 @@ def test_a_folded_rail_alltoall_runs_one_transfer_per_orbit_and_equals_every_lan
         assert on.link_bytes[link] == pytest.approx(nbytes, rel=RTOL)
 
 
-def test_a_broken_orbit_is_replayed_with_families_but_without_orbits(monkeypatch):
+def test_a_broken_orbit_is_replayed_with_orbits_of_whole_hosts(monkeypatch):
     """Orbit symmetries need not be lanes, so traffic beside an orbit run may break them
-    while the lanes hold: the first failed certificate of a run that used orbits replays it
-    with families and without orbits (and says why); only a second failure turns families
-    off. (The failure is injected: a run that used orbits raises once.)"""
+    while the lanes hold: the first failed certificate of a run whose orbits rotated GPUs
+    inside hosts (this all-to-all's host x rail rotations) replays it with orbits of whole
+    hosts (and says why); only further failures drop orbits, then families
+    (test_a_run_is_replayed_with_host_orbits_then_without_orbits_then_without_families).
+    (The failure is injected: a run that used orbits raises once.)"""
     import dessim.engine.engine as engine_module
 
     real_run = engine_module._Run.run
@@ -427,10 +429,90 @@ def test_a_broken_orbit_is_replayed_with_families_but_without_orbits(monkeypatch
     g, topo = _folded_rail_alltoall()
     res = simulate(g, topo, EngineOptions(record_links=False))
     fold = res.meta["fold"]
-    assert calls == [(True, True), (True, False)]
-    assert fold["lane_orbits_refused"] == "injected: an orbit image has no bottleneck"
-    assert fold["lane_families_refused"] is None
-    assert fold["lane_family_runs"] == 1 and fold["lane_orbit_runs"] == 0
+    assert calls == [(True, True), (True, True)]
+    assert fold["lane_rank_rotations_refused"] == "injected: an orbit image has no bottleneck"
+    assert fold["lane_orbits_refused"] is None and fold["lane_families_refused"] is None
+    assert fold["lane_family_runs"] == 1 and fold["lane_orbit_runs"] == 1
     g, topo = _folded_rail_alltoall()
     exact = simulate(g, topo, EngineOptions(record_links=False, shortcuts=Shortcuts.none()))
     assert res.makespan_s == pytest.approx(exact.makespan_s, rel=RTOL)
+
+
+def _rail_alltoall_beside_a_ring(a2a: float = 6.4e7, ring: float = 2e8,
+                                 chunks: int = 2) -> tuple[TaskGraph, Topology]:
+    """dgx-h100:nodes=4, lanes that rotate the 32 ranks in order (a data-parallel fold of one
+    rank per lane), one member task of a pipelined rail all-to-all and one of a ring
+    all-reduce, both over every rank and at the same time (as deepseek-v3's expert dispatch
+    beside its gradient ring). The ring enters each host at GPU 0 and leaves at GPU 7, so it
+    breaks the all-to-all's host x rail rotations but keeps the rotations of whole hosts."""
+    perm = np.array([[(r + k) % 32 for r in range(32)] for k in range(32)])
+    g = TaskGraph("folded", fold=Fold(perm))
+    g.add(Task("a2a", 0, "collective", op="alltoall", size=a2a, group=tuple(range(32)),
+               coll_id="a2a", algo="rail", stream="ep",
+               attrs={"algo_options": {"pipeline_chunks": chunks, "network_share": 0.5}}))
+    g.add(Task("dp", 0, "collective", op="allreduce", size=ring, group=tuple(range(32)),
+               coll_id="dp", algo="ring", stream="dp"))
+    return g, load_topology("dgx-h100:nodes=4")
+
+
+def _assert_same_run(got, exact) -> None:
+    """Makespan and bytes per link equal to 1e-9."""
+    assert got.makespan_s == pytest.approx(exact.makespan_s, rel=RTOL)
+    assert got.link_bytes.keys() == exact.link_bytes.keys()
+    for link, nbytes in exact.link_bytes.items():
+        assert got.link_bytes[link] == pytest.approx(nbytes, rel=RTOL)
+
+
+def test_orbits_broken_inside_hosts_are_replayed_with_orbits_of_whole_hosts():
+    """The ring beside the all-to-all breaks its host x rail orbits (a real certificate
+    failure, not an injected one): the replay keeps orbits, of whole hosts only, they
+    certify, and the run equals the full replay."""
+    g, topo = _rail_alltoall_beside_a_ring()
+    res = simulate(g, topo, EngineOptions(record_links=False))
+    fold = res.meta["fold"]
+    assert "has no bottleneck" in fold["lane_rank_rotations_refused"]
+    assert fold["lane_orbits_refused"] is None and fold["lane_families_refused"] is None
+    assert fold["lane_orbit_runs"] == 2
+    g, topo = _rail_alltoall_beside_a_ring()
+    _assert_same_run(res, simulate(g, topo, EngineOptions(record_links=False,
+                                                          shortcuts=Shortcuts.none())))
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([1e6, 6.4e7, 3e8]), st.sampled_from([1e5, 2e7, 2e8, 1e9]), st.sampled_from([1, 2, 4]))
+def test_orbits_beside_a_ring_equal_the_full_replay(a2a, ring, chunks):
+    """Whatever the sizes (the ring shorter or longer than the all-to-all, so the failure
+    comes early, late or never), the run with every shortcut equals the full replay."""
+    g, topo = _rail_alltoall_beside_a_ring(a2a, ring, chunks)
+    got = simulate(g, topo, EngineOptions(record_links=False))
+    g, topo = _rail_alltoall_beside_a_ring(a2a, ring, chunks)
+    _assert_same_run(got, simulate(g, topo, EngineOptions(record_links=False,
+                                                          shortcuts=Shortcuts.none())))
+
+
+def test_a_run_is_replayed_with_host_orbits_then_without_orbits_then_without_families(monkeypatch):
+    """The order of the replays after failed certificates (failures injected): orbits that
+    rotate GPUs inside hosts, then orbits of whole hosts, then families without orbits, then
+    every lane; each refusal is reported, and the last run equals the full replay."""
+    import dessim.engine.engine as engine_module
+
+    real_run = engine_module._Run.run
+    calls = []
+
+    def run(self):
+        calls.append((self.families_on, self.orbits_on, self.rank_rotations))
+        real_run(self)
+        if self.families_on:
+            raise QuotientBroken(f"injected {len(calls)}")
+
+    monkeypatch.setattr(engine_module._Run, "run", run)
+    g, topo = _rail_alltoall_beside_a_ring(ring=1e5)    # the ring ends first: no real failure
+    res = simulate(g, topo, EngineOptions(record_links=False))
+    fold = res.meta["fold"]
+    assert calls == [(True, True, True), (True, True, False), (True, False, True), (False, False, True)]
+    assert (fold["lane_rank_rotations_refused"], fold["lane_orbits_refused"],
+            fold["lane_families_refused"]) == ("injected 1", "injected 2", "injected 3")
+    g, topo = _rail_alltoall_beside_a_ring(ring=1e5)
+    monkeypatch.setattr(engine_module._Run, "run", real_run)
+    _assert_same_run(res, simulate(g, topo, EngineOptions(record_links=False,
+                                                          shortcuts=Shortcuts.none())))

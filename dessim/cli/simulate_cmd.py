@@ -60,6 +60,9 @@ def print_summary(s: dict[str, Any]) -> None:
                    + ("" if fold["max_lane_skew_s"] == 0 else
                       f" ({100 * fold['max_lane_skew_rel']:.3f}% of the iteration: lanes fell out of "
                       "step, rerun with --exact for the exact figure)"))
+        if fold.get("lane_rank_rotations_refused"):
+            click.echo("    lane orbits rotating GPUs inside hosts refused (replayed with orbits of "
+                       f"whole hosts): {fold['lane_rank_rotations_refused']}")
         if fold.get("lane_orbits_refused"):
             click.echo(f"    lane orbits refused (replayed with families, without orbits): "
                        f"{fold['lane_orbits_refused']}")
@@ -95,8 +98,9 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
     if sc.get("merged_image_runs"):
         took.append(f"{SHORTCUT_NAMES['merged_image_runs']} ({sc['merged_image_runs']} collectives)")
     if sc.get("lane_family_runs"):
+        orbits = sc.get("lane_orbit_runs")
         took.append(f"{SHORTCUT_NAMES['lane_family_runs']} on {sc['lane_family_runs']} transfers "
-                    "and collectives")
+                    "and collectives" + (f" ({orbits} of them one transfer per orbit)" if orbits else ""))
     if sc.get("collective_memo"):
         m = sc["collective_memo"]
         links = m.get("replayed_on_links")

@@ -112,7 +112,7 @@ class _Run:
     """State of one replay (kept out of the public API)."""
 
     def __init__(self, graph: TaskGraph, topology: Topology, options: EngineOptions,
-                 compute_cost: ComputeCost | None) -> None:
+                 compute_cost: ComputeCost | None, *, rank_rotations: bool = True) -> None:
         topology = calibrated_topology(topology, options.calibration)
         checked = graph.validate(num_ranks=topology.num_gpus)
         self.graph = graph
@@ -191,6 +191,12 @@ class _Run:
                            if self.families_on else None)
         self.family_runs = 0
         self.orbit_runs = 0                   #: of which ran one transfer per orbit (_orbit_run)
+        #: whether orbits may rotate ranks inside hosts (host x rank rotations, _rotations);
+        #: off in the replay after such a run failed its certificate
+        self.rank_rotations = rank_rotations
+        self.rank_rotation_runs = 0           #: orbit runs whose symmetry rotated ranks in hosts
+        #: why the host x rank rotations were refused (the replay kept host rotations alone)
+        self.rank_rotations_refused: str | None = None
         self.p2p_refused: set[tuple[int, int]] = set()   #: sends refused a family (ECMP, latency)
         self.families_refused: str | None = None   #: why a run with families was replayed
         self.orbits_refused: str | None = None     #: why a run with orbits was replayed
@@ -394,7 +400,7 @@ class _Run:
         return family
 
     def _orbit_run(self, plan, family: LaneFamily | None,
-                   alone: bool) -> tuple[CompactSchedule, LaneFamily] | None:
+                   alone: bool) -> tuple[CompactSchedule, LaneFamily, bool] | None:
         """The run of ``plan`` (instance 0 of a folded collective; ``family``: its other
         instances, or None when it has none) with ONE transfer per orbit of a symmetry of the
         schedule that acts on its group freely (:func:`~dessim.collectives.schedule.orbit_plan`):
@@ -403,9 +409,10 @@ class _Run:
         is then a lane image of the first, so all arrive together); else, when the group's
         ranks all arrive together anyway (``alone``: one member task, whose images fill the
         group), the first of :meth:`_rotations` that the schedule and the network keep. Every
-        rank ends with its orbit's representative (``account``). Returns the reduced schedule
-        and the family of everything it stands for — each kept transfer's images under the
-        symmetry, in every instance. None otherwise. Cached."""
+        rank ends with its orbit's representative (``account``). Returns the reduced schedule,
+        the family of everything it stands for — each kept transfer's images under the
+        symmetry, in every instance — and whether that symmetry rotates ranks inside hosts
+        (the host x rank rotations). None otherwise. Cached."""
         key = (id(plan), id(family), alone)
         if key in self.orbits:
             return self.orbits[key]
@@ -413,17 +420,19 @@ class _Run:
         sched = plan.schedule
         group = list(sched.group)
         perm = self.fold.perm
-        candidates: list[list[np.ndarray]] = []
+        candidates: list[tuple[list[np.ndarray], bool]] = []
         if type(sched) in (CompactSchedule, Schedule) and len(group) > 1:
             stab = np.flatnonzero((np.sort(perm[:, group], axis=1) == np.sort(group)).all(axis=1))
             if len(stab) == len(group):
-                candidates.append([perm[k] for k in stab])
+                candidates.append(([perm[k] for k in stab], False))
             if alone:
                 candidates += self._rotations(group)
         images = [(perm[0], 0)] + (list(zip(family.perms, family.key_offsets))
                                   if family is not None else [])
         base = self._key_base(sched.communicator)
-        for sym in candidates:      # the first symmetry of the schedule that the network keeps
+        for sym, in_hosts in candidates:   # the first symmetry of the schedule the network keeps
+            if in_hosts and not self.rank_rotations:
+                continue
             reduced = orbit_plan(sched, sym)
             if reduced is None:
                 continue
@@ -435,19 +444,26 @@ class _Run:
                         offs.append(off)
             whole = LaneFamily(tuple(maps), tuple(offs))
             if family_refusal(self.net, reduced, base, whole) is None:
-                got = (reduced, whole)
+                got = (reduced, whole, in_hosts)
                 break
         self.orbits[key] = got
         return got
 
-    def _rotations(self, group: list[int]) -> list[list[np.ndarray]]:
+    def _rotations(self, group: list[int]) -> list[tuple[list[np.ndarray], bool]]:
         """Candidate symmetries of a schedule on ``group`` (rank maps over all ranks, identity
         first, identity outside the group; each acts on the group freely), tried in order:
         the rotations of the group's order (a ring's own rotations); then, when every host
         holds the same number of the group's ranks, the rotations of hosts combined with the
         rotations of ranks inside a host (what maps an all-to-all over hosts onto itself host
         for host), and the rotations of hosts alone (what maps a ring over hosts, host by
-        host in ring order, onto itself: one kept transfer per rank of the first host)."""
+        host in ring order, onto itself: one kept transfer per rank of the first host).
+
+        Each comes with whether it moves a rank to another position inside its host (GPU
+        index on the host, hence rail). Traffic beside the schedule that treats a host's GPUs
+        differently (a data-parallel ring entering a host at its first GPU and leaving at its
+        last) breaks such a symmetry but not the rotations of whole hosts, which every host
+        doing the same thing keeps: the replay after a failed certificate drops only those
+        (``rank_rotations``)."""
         ident = np.arange(self.fold.perm.shape[1])
         out = []
         rot = []
@@ -455,8 +471,9 @@ class _Run:
             m = ident.copy()
             m[group] = np.roll(group, -k)
             rot.append(m)
-        out.append(rot)
-        rows = host_map(self.topology).split(group)
+        hosts_of = host_map(self.topology)
+        out.append((rot, self._moves_in_hosts(rot, group)))
+        rows = hosts_of.split(group)
         if len(rows) > 1 and len({len(r) for r in rows}) == 1 and len(rows[0]) > 1:
             grid = np.asarray(rows, dtype=np.int64)
             both = []
@@ -465,14 +482,21 @@ class _Run:
                     m = ident.copy()
                     m[grid.ravel()] = np.roll(np.roll(grid, -a, axis=0), -b, axis=1).ravel()
                     both.append(m)
-            out.append(both)
+            out.append((both, self._moves_in_hosts(both, group)))
             hosts = []
             for a in range(grid.shape[0]):
                 m = ident.copy()
                 m[grid.ravel()] = np.roll(grid, -a, axis=0).ravel()
                 hosts.append(m)
-            out.append(hosts)
+            out.append((hosts, self._moves_in_hosts(hosts, group)))
         return out
+
+    def _moves_in_hosts(self, maps: list[np.ndarray], group: list[int]) -> bool:
+        """Whether some map of ``maps`` sends a member of ``group`` to a rank at another
+        position inside its host (the index among its host's GPUs)."""
+        hosts = host_map(self.topology)
+        local = {r: hosts.host_of(r).gpus.index(r) for r in group}
+        return any(local[int(m[g])] != local[g] for m in maps for g in group)
 
     def _merged(self, t: Task, instances: list[tuple[int, ...]], plans: list) -> CompactSchedule | None:
         """The images of collective task ``t`` in a folded graph as one schedule, when that
@@ -638,6 +662,7 @@ class _Run:
                      if self.orbits_on and (family is not None or len(instances) == 1) else None)
             if orbit is not None:       # one transfer per orbit of the group (certified)
                 self.orbit_runs += 1
+                self.rank_rotation_runs += orbit[2]
                 plans = [CollectivePlan(orbit[0], plans[0].protocol)]
                 family = orbit[1]
             if family is not None:      # instance 0 stands for the others (certified)
@@ -838,7 +863,8 @@ class _Run:
                          "lane_family_runs": self.family_runs,
                          "lane_orbit_runs": self.orbit_runs,
                          "lane_families_refused": self.families_refused,
-                         "lane_orbits_refused": self.orbits_refused}}
+                         "lane_orbits_refused": self.orbits_refused,
+                         "lane_rank_rotations_refused": self.rank_rotations_refused}}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:
         chmap = self.net.channels
@@ -867,20 +893,25 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     t0 = time.perf_counter()
     options = options or EngineOptions()
     run = _Run(graph, topology, options, compute_cost)
-    orbits_refused = None
-    try:
-        run.run()
-    except QuotientBroken as exc:   # not symmetric: replay without orbits, then without families
-        if run.orbit_runs:
-            orbits_refused = str(exc)
-            run = _Run(graph, topology, replace(options, shortcuts=replace(
-                options.shortcuts, lane_orbits=False)), compute_cost)
-            try:
-                run.run()
-            except QuotientBroken as again:
-                run = _families_off(graph, topology, options, compute_cost, again)
-        else:
-            run = _families_off(graph, topology, options, compute_cost, exc)
+    rotations_refused = orbits_refused = None
+    while True:
+        try:
+            run.run()
+            break
+        except QuotientBroken as exc:
+            # not symmetric: replay with host rotations alone (when orbits rotated ranks
+            # inside hosts), then without orbits, then without families
+            if run.rank_rotation_runs:
+                rotations_refused = str(exc)
+                run = _Run(graph, topology, options, compute_cost, rank_rotations=False)
+            elif run.orbit_runs:
+                orbits_refused = str(exc)
+                run = _Run(graph, topology, replace(options, shortcuts=replace(
+                    options.shortcuts, lane_orbits=False)), compute_cost)
+            else:
+                run = _families_off(graph, topology, options, compute_cost, exc)
+                break
+    run.rank_rotations_refused = rotations_refused
     run.orbits_refused = orbits_refused
     return run.result(time.perf_counter() - t0)
 

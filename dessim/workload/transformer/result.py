@@ -110,7 +110,8 @@ class WorkloadResult(IterationResult):
         were folded; ``merged_image_runs`` how many folded collectives ran their images as
         one schedule (0 when none did); ``lane_family_runs`` how many folded transfers and
         collectives ran on one lane for all (:mod:`dessim.network.families`; 0 when none
-        did); ``collective_memo`` how many exclusive collectives the engine simulated once and
+        did), ``lane_orbit_runs`` how many of those kept one transfer per orbit of a symmetry
+        (0 when none did); ``collective_memo`` how many exclusive collectives the engine simulated once and
         replayed (None when it did not apply); ``refused`` the reasons a shortcut was
         refused."""
         meta = self.taskgraph.meta
@@ -118,6 +119,9 @@ class WorkloadResult(IterationResult):
         refused = list(meta.get("closed_form_fallback", []))
         if meta.get("fold_fallback"):
             refused.append(f"folding: {meta['fold_fallback']}")
+        if fold.get("lane_rank_rotations_refused"):
+            refused.append(f"lane orbits rotating GPUs inside hosts: "
+                           f"{fold['lane_rank_rotations_refused']}")
         if fold.get("lane_orbits_refused"):
             refused.append(f"lane orbits: {fold['lane_orbits_refused']}")
         if fold.get("lane_families_refused"):
@@ -128,6 +132,7 @@ class WorkloadResult(IterationResult):
                 "folded": self.taskgraph.fold is not None,
                 "merged_image_runs": int(fold.get("merged_image_runs", 0)),
                 "lane_family_runs": int(fold.get("lane_family_runs", 0)),
+                "lane_orbit_runs": int(fold.get("lane_orbit_runs", 0)),
                 "collective_memo": self.simulation.meta.get("collective_memo"),
                 "refused": refused}
 
