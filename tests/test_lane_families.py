@@ -455,6 +455,46 @@ def _rail_alltoall_beside_a_ring(a2a: float = 6.4e7, ring: float = 2e8,
     return g, load_topology("dgx-h100:nodes=4")
 
 
+def _two_alltoalls_the_second_beside_a_ring() -> tuple[TaskGraph, Topology]:
+    """:func:`_rail_alltoall_beside_a_ring` with one more all-to-all that runs first, alone:
+    the ring and the second all-to-all start when it ends."""
+    g, topo = _rail_alltoall_beside_a_ring()
+    first = Task("a2a0", 0, "collective", op="alltoall", size=6.4e7, group=tuple(range(32)),
+                 coll_id="a2a0", algo="rail", stream="ep",
+                 attrs={"algo_options": {"pipeline_chunks": 2, "network_share": 0.5}})
+    out = TaskGraph("folded", fold=g.fold)
+    out.add(first)
+    for t in g:
+        out.add(t, deps=["a2a0"])
+    return out, topo
+
+
+def test_collectives_that_ended_before_the_failure_keep_their_orbits_inside_hosts(monkeypatch):
+    """Every rate up to a failed certificate was certified, so the replay runs the same until
+    then: the all-to-all that had ended keeps its host x rail orbits, the one beside the ring
+    takes orbits of whole hosts, and the run equals the full replay."""
+    import dessim.engine.engine as engine_module
+
+    real_run = engine_module._Run.run
+    runs = []
+
+    def run(self):
+        try:
+            real_run(self)
+        finally:
+            runs.append((self.rank_rotations, self.rank_rotation_runs, self.orbit_runs))
+
+    monkeypatch.setattr(engine_module._Run, "run", run)
+    g, topo = _two_alltoalls_the_second_beside_a_ring()
+    res = simulate(g, topo, EngineOptions(record_links=False))
+    assert runs == [(True, 2, 3), (frozenset({"a2a0"}), 1, 3)]
+    assert "has no bottleneck" in res.meta["fold"]["lane_rank_rotations_refused"]
+    monkeypatch.setattr(engine_module._Run, "run", real_run)
+    g, topo = _two_alltoalls_the_second_beside_a_ring()
+    _assert_same_run(res, simulate(g, topo, EngineOptions(record_links=False,
+                                                          shortcuts=Shortcuts.none())))
+
+
 def _assert_same_run(got, exact) -> None:
     """Makespan and bytes per link equal to 1e-9."""
     assert got.makespan_s == pytest.approx(exact.makespan_s, rel=RTOL)
@@ -509,7 +549,10 @@ def test_a_run_is_replayed_with_host_orbits_then_without_orbits_then_without_fam
     g, topo = _rail_alltoall_beside_a_ring(ring=1e5)    # the ring ends first: no real failure
     res = simulate(g, topo, EngineOptions(record_links=False))
     fold = res.meta["fold"]
-    assert calls == [(True, True, True), (True, True, False), (True, False, True), (False, False, True)]
+    # the ring had ended before the (injected) failure at the end of the run, the all-to-all
+    # had not: the first replay lets only the ring keep orbits inside hosts
+    assert calls == [(True, True, True), (True, True, frozenset({"dp"})), (True, False, True),
+                     (False, False, True)]
     assert (fold["lane_rank_rotations_refused"], fold["lane_orbits_refused"],
             fold["lane_families_refused"]) == ("injected 1", "injected 2", "injected 3")
     g, topo = _rail_alltoall_beside_a_ring(ring=1e5)

@@ -112,7 +112,8 @@ class _Run:
     """State of one replay (kept out of the public API)."""
 
     def __init__(self, graph: TaskGraph, topology: Topology, options: EngineOptions,
-                 compute_cost: ComputeCost | None, *, rank_rotations: bool = True) -> None:
+                 compute_cost: ComputeCost | None, *,
+                 rank_rotations: bool | frozenset[str] = True) -> None:
         topology = calibrated_topology(topology, options.calibration)
         checked = graph.validate(num_ranks=topology.num_gpus)
         self.graph = graph
@@ -191,8 +192,8 @@ class _Run:
                            if self.families_on else None)
         self.family_runs = 0
         self.orbit_runs = 0                   #: of which ran one transfer per orbit (_orbit_run)
-        #: whether orbits may rotate ranks inside hosts (host x rank rotations, _rotations);
-        #: off in the replay after such a run failed its certificate
+        #: whether orbits may rotate ranks inside hosts (host x rank rotations, _rotations):
+        #: True for every collective; else the collectives (coll_id) that may (see simulate)
         self.rank_rotations = rank_rotations
         self.rank_rotation_runs = 0           #: orbit runs whose symmetry rotated ranks in hosts
         #: why the host x rank rotations were refused (the replay kept host rotations alone)
@@ -400,7 +401,7 @@ class _Run:
         return family
 
     def _orbit_run(self, plan, family: LaneFamily | None,
-                   alone: bool) -> tuple[CompactSchedule, LaneFamily, bool] | None:
+                   alone: bool, in_hosts_ok: bool = True) -> tuple[CompactSchedule, LaneFamily, bool] | None:
         """The run of ``plan`` (instance 0 of a folded collective; ``family``: its other
         instances, or None when it has none) with ONE transfer per orbit of a symmetry of the
         schedule that acts on its group freely (:func:`~dessim.collectives.schedule.orbit_plan`):
@@ -413,7 +414,7 @@ class _Run:
         the family of everything it stands for — each kept transfer's images under the
         symmetry, in every instance — and whether that symmetry rotates ranks inside hosts
         (the host x rank rotations). None otherwise. Cached."""
-        key = (id(plan), id(family), alone)
+        key = (id(plan), id(family), alone, in_hosts_ok)
         if key in self.orbits:
             return self.orbits[key]
         got = None
@@ -431,7 +432,7 @@ class _Run:
                                   if family is not None else [])
         base = self._key_base(sched.communicator)
         for sym, in_hosts in candidates:   # the first symmetry of the schedule the network keeps
-            if in_hosts and not self.rank_rotations:
+            if in_hosts and not in_hosts_ok:
                 continue
             reduced = orbit_plan(sched, sym)
             if reduced is None:
@@ -490,6 +491,12 @@ class _Run:
                 hosts.append(m)
             out.append((hosts, self._moves_in_hosts(hosts, group)))
         return out
+
+    def ended_before(self, when: float) -> frozenset[str]:
+        """The collectives (coll_id) whose member tasks all ended before ``when`` (s)."""
+        end = self.end
+        return frozenset(cid for cid, members in self.colls.items()
+                         if all(end[m] < when for m in members))
 
     def _moves_in_hosts(self, maps: list[np.ndarray], group: list[int]) -> bool:
         """Whether some map of ``maps`` sends a member of ``group`` to a rank at another
@@ -658,7 +665,9 @@ class _Run:
             # one member task whose images fill instance 0: every rank of it arrives together
             alone = where is not None and len(self.colls[t.coll_id]) == 1 and \
                 len({x for k, x in where[t.rank] if k == 0}) == len(instances[0])
-            orbit = (self._orbit_run(plans[0], family, alone)
+            rotations = self.rank_rotations
+            orbit = (self._orbit_run(plans[0], family, alone,
+                                     rotations is True or t.coll_id in rotations)
                      if self.orbits_on and (family is not None or len(instances) == 1) else None)
             if orbit is not None:       # one transfer per orbit of the group (certified)
                 self.orbit_runs += 1
@@ -902,8 +911,12 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
             # not symmetric: replay with host rotations alone (when orbits rotated ranks
             # inside hosts), then without orbits, then without families
             if run.rank_rotation_runs:
+                # up to the failure every rate was certified, so the replay runs the same
+                # until then: the collectives that had ended keep their orbits inside hosts
+                # (certified again all the same); the others take orbits of whole hosts
                 rotations_refused = str(exc)
-                run = _Run(graph, topology, options, compute_cost, rank_rotations=False)
+                keep = run.ended_before(run.env.now) if run.rank_rotations is True else frozenset()
+                run = _Run(graph, topology, options, compute_cost, rank_rotations=keep)
             elif run.orbit_runs:
                 orbits_refused = str(exc)
                 run = _Run(graph, topology, replace(options, shortcuts=replace(
