@@ -62,7 +62,8 @@ def print_summary(s: dict[str, Any]) -> None:
                       "step, rerun with --exact for the exact figure)"))
         if fold.get("lane_rank_rotations_refused"):
             click.echo("    lane orbits rotating GPUs inside hosts refused (replayed with orbits of "
-                       f"whole hosts): {fold['lane_rank_rotations_refused']}")
+                       "whole hosts for the collectives that had not ended): "
+                       f"{fold['lane_rank_rotations_refused']}")
         if fold.get("lane_orbits_refused"):
             click.echo(f"    lane orbits refused (replayed with families, without orbits): "
                        f"{fold['lane_orbits_refused']}")

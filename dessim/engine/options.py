@@ -119,7 +119,10 @@ class Shortcuts:
     * ``lane_orbits`` (with ``lane_families``): the one-transfer-per-orbit reduction above.
       Its symmetries need not be lanes of the fold (a rail all-to-all keeps host and rail
       rotations), so traffic running beside it may break them; a failed certificate in a run
-      that used orbits replays it with families but without orbits first.
+      that used orbits replays it with families but without orbits first — unless its orbits
+      rotated GPUs inside hosts (host x rail rotations, which a data-parallel ring
+      beside them breaks): then the replay keeps them for the collectives that had ended
+      before the failure and gives the others orbits of whole hosts.
     * ``link_memo`` (with ``collective_memo``): a collective that is not alone on the network
       but provably alone on its own channels while it runs — no task whose flows can use one
       of them runs, or can start before it ends (:mod:`dessim.engine.links`) — is memoised
