@@ -275,6 +275,14 @@ def test_simulate_says_when_lane_families_were_refused(capsys):
     s["fold"] = {**s["fold"], "lane_families_refused": "at t = 1 s the lane image 0 -> 8 ..."}
     print_summary(s)
     assert "lane families refused (every lane replayed): at t = 1 s" in capsys.readouterr().out
+    s["shortcuts"] = {**s["shortcuts"], "lane_orbit_runs": 3}
+    s["fold"] = {**s["fold"], "lane_families_refused": None,
+                 "lane_rank_rotations_refused": "at t = 2 s the lane image 1 -> 2 ..."}
+    print_summary(s)
+    shown = capsys.readouterr().out
+    assert "and collectives (3 of them one transfer per orbit)" in shown
+    assert ("lane orbits rotating GPUs inside hosts refused (replayed with orbits of whole hosts "
+            "for the collectives that had not ended): at t = 2 s") in shown
 
 
 _mixed = st.lists(st.tuples(st.integers(0, 15), st.integers(0, 15), st.sampled_from([1e5, 4e6, 3e7]),
