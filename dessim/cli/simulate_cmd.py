@@ -138,8 +138,9 @@ LARGE_GRAPH_TASKS = 200_000
                    "in step; the summary reports the largest lane skew.")
 @click.option("--exact", is_flag=True,
               help="Turn every shortcut off (layer granularity, no folding and so no merged "
-                   "images or lane families, simulated TP, no bundles, compact schedules or "
-                   "collective memo): the full replay, for checking a fast result.")
+                   "images, lane families or their orbits, simulated TP, no bundles, compact "
+                   "schedules or collective memo, network-wide or per link): the full "
+                   "replay, for checking a fast result.")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
