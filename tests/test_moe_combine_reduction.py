@@ -60,6 +60,27 @@ def test_flat_dispatch_sums_top_k_copies_per_token_after_the_combine():
     assert (ub.bytes_read, ub.bytes_written) == ((COPIES + T) * H * 2, COPIES * H * 2)
 
 
+@pytest.mark.parametrize("precision, tokens, copies", [
+    ("bf16", T * H * 2.0, COPIES * H * 2.0),
+    ("fp8-block", T * H * (1 + 4 / 128), COPIES * H * (1 + 4 / 128)),   # 1x128 tiles, fp32 scales
+    ("fp8", T * H + 4.0, COPIES * H + 4.0)])                            # one per-tensor scale
+def test_flat_permutation_moves_the_dispatchs_precision(precision, tokens, copies):
+    """NCCL with an FP8 recipe: the 128 tokens are cast once (``moe.quant_in``, before the
+    permutation) and the permutation gathers FP8 rows and scales into the 256 copies: 33,792
+    bytes read and 67,584 written with 1x128 block scales, 32,772 / 65,540 per-tensor. Its
+    backward sums 16-bit gradients whatever the recipe: it reads the tokens and the copies'
+    gradients (the bf16 kernel's 196,608 bytes) and writes the tokens' 65,536."""
+    ks = layer_kernels(_model(precision), LO)
+    names = [k.name for k in ks.forward]
+    assert names.index("moe.permute") > names.index("moe.quant_in") if precision != "bf16" \
+        else "moe.quant_in" not in names
+    by = _by_name(ks)
+    p, pb = by["moe.permute"], by["moe.permute.bwd"]
+    assert (p.bytes_read, p.bytes_written) == pytest.approx((tokens, copies), rel=1e-15)
+    assert (pb.bytes_read, pb.bytes_written) == ((T + COPIES) * H * 2, T * H * 2) == (196608, 65536)
+    assert (p.flops, pb.flops) == (0.0, 0.0)
+
+
 @pytest.mark.parametrize("precision, moved", [("bf16", 2.0), ("fp8-block", 1 + 4 / 128)])
 def test_deepep_permutes_and_sums_on_the_experts_gpu(precision, moved):
     """DeepEP with R = 200 received rows: the permutation reads the rows and writes the 256

@@ -190,7 +190,8 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
 
     * ``received`` None — a flat all-to-all of expert copies (NCCL, Megatron-LM's
       ``MoEAlltoAllTokenDispatcher``): the token's rank permutes its ``T`` tokens into
-      ``top_k·T`` copies before the dispatch and, after the combine, sums the ``top_k`` copies
+      ``top_k·T`` copies before the dispatch (FP8 rows and scales in an FP8 recipe, which
+      casts the tokens before the permutation, :func:`_token_permute`) and, after the combine, sums the ``top_k`` copies
       of each token, weighted by the router (``moe.unpermute`` reads ``top_k·T·L·h``, writes
       ``T·h``).
     * ``received`` = R — DeepEP (deepseek-ai/DeepEP ``Buffer.dispatch``/``combine``): the
@@ -238,7 +239,7 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
         fwd += b.quantize("moe.quant_in", T * h, (2 if model.activation_spec.gated else 1)
                           * (routed + model.shared_experts * T) * ffn_t)
         if received is None:
-            fwd.append(b.elementwise("moe.permute", T * h, routed * h, 0.0))
+            fwd.append(_token_permute(b, T * h, routed * h))
         if model.shared_experts:
             fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=False)
         if received is not None:
@@ -276,6 +277,30 @@ def _received_permute(b: KernelBuilder, rows: int, copies: int) -> Kernel:
 
     return Kernel("moe.permute", ELEMENTWISE, "fwd", 0.0, moved(rows), moved(copies),
                   backward_bytes=(copies * b.act, rows * b.act))
+
+
+def _token_permute(b: KernelBuilder, tokens: int, copies: int) -> Kernel:
+    """The flat layout's permutation on the token's GPU (:func:`layer_kernels`, ``received``
+    None): ``tokens`` elements gathered into ``copies`` expert-copy elements, backward the
+    copies' 16-bit gradients summed into the tokens'.
+
+    An FP8 recipe casts the tokens once, before the permutation (``moe.quant_in``), and
+    dispatches FP8 (DeepSeek-V3 report §3.3.3: the activation before the MoE up-projections is
+    quantized to FP8 before the dispatch; Megatron-core's FP8 dispatch likewise quantizes the
+    payload before the all-to-all — ``moe_dispatch_fwd_dtype='mxfp8'``, NVIDIA/Megatron-LM
+    ``megatron/core/transformer/transformer_config.py`` — whereas its ``alltoall`` dispatcher
+    permutes and sends the 16-bit hidden states, ``MoEAlltoAllTokenDispatcher.
+    dispatch_preprocess`` in ``megatron/core/transformer/moe/token_dispatcher.py``). Casting
+    before the row gather casts ``T`` rows instead of ``top_k·T`` copies, so the gather moves
+    FP8 rows and their scales (``Precision.quantized_bytes``) forward; its backward is the
+    16-bit one of a bf16 run (the dispatch's backward combines 16-bit gradients)."""
+    k = b.elementwise("moe.permute", tokens, copies, 0.0)
+    p = b.precision
+    if not p.is_fp8:
+        return k
+    (bwd,) = b.backward(k)
+    return replace(k, bytes_read=p.quantized_bytes(tokens), bytes_written=p.quantized_bytes(copies),
+                   backward_bytes=(bwd.bytes_read, bwd.bytes_written))
 
 
 #: GEMMs an FP8 recipe with low-precision storage re-runs (MLA's up-projections).
