@@ -108,7 +108,10 @@ __all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "
 COMM_CATEGORIES: tuple[str, ...] = ("tp", "dp", "pp", "ep", "cp", "offload")
 
 #: Group kinds the passes and the DP reduction use (see ParallelLayout.groups).
-_GROUP_KINDS: tuple[str, ...] = ("tp", "cp", "ep", "dp_cp", "edp_cp")
+_GROUP_KINDS: tuple[str, ...] = ("tp", "cp", "ep", "tp_ep", "dp_cp", "edp_cp")
+#: Group kinds of the MoE all-to-all: ``ep``, or ``tp_ep`` for DeepEP with TP (its
+#: communication group spans the TP × EP ranks, :meth:`_Generator._ep_kind`).
+_EP_KINDS: frozenset[str] = frozenset({"ep", "tp_ep"})
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,7 @@ class _Generator:
         offload = plan.memory.offload_activations != "none"
         #: the kernels, points, parameters and offloaded bytes of a layer, by "dense layer?"
         self.layer_kinds: dict[bool, tuple[KernelSet, tuple, tuple[float, float], float]] = {}
+        self.ep_kind = self._ep_kind()
         self.ep_algo = self._ep_algorithm()
         self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
         #: DeepEP's intranode kernels: the direct all-to-all de-duplicated per GPU
@@ -322,7 +326,8 @@ class _Generator:
         received = self._deepep_received_rows()
         for dense in ({False, True} if self.model.dense_layers else {False}):
             ks = layer_kernels(self.model, lo, dense, received)
-            self.layer_kinds[dense] = (ks, tuple(layer_points(self.model, lo, ks, received is not None)),
+            self.layer_kinds[dense] = (ks, tuple(layer_points(self.model, lo, ks, received is not None,
+                                                              self.ep_kind)),
                                        layer_params_on_gpu(self.model, lo, dense),
                                        layer_activation_bytes(self.model, lo, dense=dense)
                                        if offload else 0.0)
@@ -448,7 +453,7 @@ class _Generator:
             self.fallback.append("per-rank compute slowdown: TP members would not stay in step")
             self.graph.meta["closed_form_fallback"] = self.fallback[:8]
             return
-        others = [g for kind in ("dp_cp", "edp_cp", "ep", "cp") for g in lo.groups(kind)]
+        others = [g for kind in ("dp_cp", "edp_cp", self.ep_kind, "cp") for g in lo.groups(kind)]
         if self.bi:      # DualPipe reduces gradients over two stages' DP groups together
             others += sorted({g for kind, table in self.groups.items() if "@" in kind for g in table.values()})
         node = self.topo.node_of
@@ -641,12 +646,40 @@ class _Generator:
         self.templates[key] = t
         return t
 
+    def _ep_kind(self) -> str:
+        """The group kind of the MoE all-to-all: ``tp_ep`` for ``moe_dispatch: deepep`` with
+        TP > 1, else ``ep``. Megatron-core runs DeepEP on one group over the expert-TP × EP
+        ranks (``MoEFlexTokenDispatcher``: ``_DeepepManager(group=self.tp_ep_group,
+        router_topk=tp·top_k, num_experts=tp·experts)``, NVIDIA/Megatron-LM
+        ``megatron/core/transformer/moe/token_dispatcher.py``): each rank dispatches its
+        sequence-parallel shard, and ``_initialize_metadata`` replicates a token's routing over
+        the TP ranks of every target EP rank, so each of them receives the token once and no
+        TP all-gather or reduce-scatter surrounds the routed experts (their row-parallel
+        partial sums are added by the combine). Megatron-core's ``MoELayer`` refuses TP
+        without sequence parallelism in training, and the TP ranks of an EP rank must share a
+        host (the per-host layout below), so both are a WorkloadError here."""
+        lo = self.lo
+        if lo.tp == 1 or lo.ep < 2 or lo.moe_dispatch != "deepep" or not self.model.is_moe:
+            return "ep"
+        where = f"parallel layout {lo.describe()}"
+        if not lo.sequence_parallel:
+            raise WorkloadError(f"{where}: moe_dispatch deepep with tp={lo.tp} needs sequence "
+                                "parallelism (sp: true), as Megatron-core's MoE layer does in training")
+        try:
+            spread = any(len(host_rows(g, self.topo)) > 1 for g in lo.groups("tp"))
+        except CollectiveError:
+            spread = True
+        if spread:
+            raise WorkloadError(f"{where}: moe_dispatch deepep with tp={lo.tp} needs every TP "
+                                "group on one host; use moe_dispatch nccl or a smaller tp")
+        return "tp_ep"
+
     def _ep_algorithm(self) -> str:
         """The MoE all-to-all's algorithm: with ``moe_dispatch: deepep``, ``rail`` (DeepEP's
         same-rail network phase, then NVLink; :mod:`dessim.collectives.algorithms.rail`) when
         the EP groups span hosts with equally many members on each; else ``auto`` (NCCL's
         direct sends)."""
-        groups = self.lo.groups("ep") if self.lo.ep > 1 and self.lo.moe_dispatch == "deepep" else []
+        groups = self.lo.groups(self.ep_kind) if self.lo.ep > 1 and self.lo.moe_dispatch == "deepep" else []
         try:
             if groups and all(len(host_rows(g, self.topo)) > 1 for g in groups):
                 return "rail"
@@ -669,8 +702,9 @@ class _Generator:
         shares = self.ep_shares.get(group)
         if shares is None:
             rows = host_rows(group, self.topo)
-            args = (self.model.top_k, self.model.experts, len(rows), len(rows[0]))
-            shares = {"network_share": self.model.routing.network_share(*args),
+            tp = self.lo.tp if self.ep_kind == "tp_ep" else 1
+            args = (self.model.top_k, self.model.experts, len(rows), len(rows[0]) // tp)
+            shares = {"network_share": self.model.routing.network_share(*args) / tp,
                       "nvlink_share": self.model.routing.nvlink_share(*args)}
             self.ep_shares[group] = shares
         return {ALGO_OPTIONS: {**shares, "nvlink_first": combine,
@@ -687,19 +721,20 @@ class _Generator:
         algorithm (its options carry the shares) and for groups across hosts."""
         if not self.ep_intranode:
             return 1.0
-        return self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, len(group))
+        return self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, self.lo.ep)
 
     def _deepep_received_rows(self) -> int | None:
         """Rows DeepEP delivers per micro-batch to the most loaded GPU of an EP group — one per
         (token, GPU), :func:`~dessim.workload.transformer.kernels.layer_kernels`'s
         ``received`` — or None where the run keeps the flat layout: not ``deepep`` (or its
-        groups span hosts unevenly), or TP > 1 (the combine would share its point with TP's
-        ``g`` operator; DeepSeek-V3 trains without TP). Each of the ``ep`` members sends its
-        ``T`` tokens, a token reaching GPU ``g`` with probability ``P(g hit)``
-        (:meth:`MoERouting.spread`): ``R = ⌈T · ep · max_g P(g hit)⌉``, ``T·G`` for uniform
-        routing."""
+        groups span hosts unevenly). Each of the ``ep`` members sends its ``T`` tokens, a
+        token reaching GPU ``g`` with probability ``P(g hit)`` (:meth:`MoERouting.spread`):
+        ``R = ⌈T · ep · max_g P(g hit)⌉``, ``T·G`` for uniform routing. With TP (group
+        ``tp_ep``, :meth:`_ep_kind`) each of the ``tp·ep`` members sends its ``T/tp``
+        sequence-parallel tokens and a GPU is hit with its EP rank's probability: the same
+        ``R``."""
         lo = self.lo
-        if not (self.model.is_moe and (self.ep_algo == "rail" or self.ep_intranode)) or lo.tp > 1:
+        if not (self.model.is_moe and (self.ep_algo == "rail" or self.ep_intranode)):
             return None
         spread = self._ep_spread()
         tokens = lo.micro_batch * self.model.seq_len // lo.cp
@@ -719,7 +754,7 @@ class _Generator:
         if self.lo.ep < 2 or self.lo.moe_dispatch != "deepep":
             return False
         try:
-            return all(len(host_rows(g, self.topo)) == 1 for g in self.lo.groups("ep"))
+            return all(len(host_rows(g, self.topo)) == 1 for g in self.lo.groups(self.ep_kind))
         except CollectiveError:
             return False
 
@@ -741,12 +776,13 @@ class _Generator:
                              duration=closed, attrs={"op": op, "size": float(size), "closed_form": True}), deps)
             self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
         elif self.comm:
-            if gkind == "ep":
+            ep = gkind in _EP_KINDS
+            if ep:
                 size *= self._ep_intranode_share(group)
             self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
                              op=op, size=float(size), group=group, coll_id=coll_id,
-                             algo=self.ep_algo if gkind == "ep" else "auto",
-                             attrs=self._ep_attrs(group, combine) if gkind == "ep" else {}), deps)
+                             algo=self.ep_algo if ep else "auto",
+                             attrs=self._ep_attrs(group, combine) if ep else {}), deps)
         else:
             self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
                              duration=0.0, attrs={"op": op, "size": float(size)}), deps)

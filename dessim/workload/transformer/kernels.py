@@ -205,7 +205,11 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
       and writes the ``R`` rows). The combine's own sum runs inside the all-to-all kernel at
       its link rate: DeepEP's README measures the combine at the dispatch's bottleneck
       bandwidth (158 against 153 GB/s over NVLink with EP 8, 43–57 GB/s RDMA both ways), so
-      it costs no time beyond the transfer."""
+      it costs no time beyond the transfer. With TP (sequence parallelism; Megatron-core's
+      ``MoEFlexTokenDispatcher`` on the TP × EP group) each TP rank of an EP rank receives the
+      same ``R`` rows and runs its ``1/tp`` slice of the experts on them; the dispatch casts
+      (FP8) only the rank's ``T/tp`` sequence-parallel tokens, and the shared experts cast the
+      ``T`` tokens gathered for them (``moe.shared.quant_in``)."""
     b = KernelBuilder(model)
     sh = TokenShard.of(model, layout)
     t, h = layout.tp, model.hidden
@@ -235,13 +239,17 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
         routed = routed_tokens(model, layout, T)
         ffn_t = model.moe_ffn_hidden // t  # type: ignore[operator]
         fwd.append(b.matmul("moe.router", Tsp, model.experts, h, precise=True))
+        # DeepEP with TP (sequence-parallel): the dispatch sends the rank's T/tp tokens, the
+        # shared experts run on the T tokens TP gathers for them (their own cast)
+        split = received is not None and Tsp < T
+        gated = 2 if model.activation_spec.gated else 1
         # FP8: tokens are cast once, before the permutation, and dispatched in FP8
-        fwd += b.quantize("moe.quant_in", T * h, (2 if model.activation_spec.gated else 1)
-                          * (routed + model.shared_experts * T) * ffn_t)
+        fwd += b.quantize("moe.quant_in", (Tsp if split else T) * h,
+                          gated * (routed + (0 if split else model.shared_experts * T)) * ffn_t)
         if received is None:
             fwd.append(_token_permute(b, T * h, routed * h))
         if model.shared_experts:
-            fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=False)
+            fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=split)
         if received is not None:
             fwd.append(_received_permute(b, received * h, routed * h))
         fwd += _mlp(b, model, "moe.expert", routed, ffn_t, local, quantize_input=False)

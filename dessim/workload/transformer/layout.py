@@ -68,6 +68,7 @@ GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "dp": ("ep", "edp"),
     "pp": ("pp",),
     "ep": ("ep",),
+    "tp_ep": ("tp", "ep"),      # DeepEP's communication group with TP (Megatron-core ``tp_ep``)
     "edp": ("edp",),
     "dp_cp": ("ep", "edp", "cp"),
     "edp_cp": ("edp", "cp"),

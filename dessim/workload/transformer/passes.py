@@ -188,10 +188,10 @@ def _consumers(kernels: Sequence[Kernel], start: str) -> tuple[str, ...]:
 
 def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: ParallelLayout,
             tp_size: float, ep_size: tuple[float, float] = (0.0, 0.0),
-            overlap: int = 0) -> list[CommPoint]:
+            overlap: int = 0, ep_group: str = "ep") -> list[CommPoint]:
     """CommPoints from ``(before, operator, label)`` with operator f | g | a2a (``ep_size``:
     bytes of the dispatch and the combine; ``overlap``: of the dispatch, see
-    :class:`CommPoint`)."""
+    :class:`CommPoint`; ``ep_group``: the all-to-all's group kind)."""
     sp = layout.sequence_parallel
     names = {k.name for k in kernels} | {END}
     raw = [r for r in raw if r[0] in names]
@@ -203,7 +203,7 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
                 # dispatch's backward combines 16-bit gradients, the combine's backward
                 # dispatches gradients in the dispatch's precision (module docstring)
                 dispatch = label == "moe.dispatch"
-                fwd = CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], "ep", label,
+                fwd = CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], ep_group, label,
                                combine=not dispatch)
                 bwd = replace(fwd, size=ep_size[1 if dispatch else 0], combine=dispatch)
                 out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
@@ -233,11 +233,24 @@ def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[floa
 
 
 def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet,
-                 deepep: bool = False) -> list[CommPoint]:
+                 deepep: bool = False, ep_group: str = "ep") -> list[CommPoint]:
     """Communication points of a transformer layer (module docstring). ``deepep``: the kernels
     are DeepEP's layout (:func:`~dessim.workload.transformer.kernels.layer_kernels` with
     ``received``): the dispatch lands before the experts' GPU permutes what it received and
-    the combine follows its weighted sum, right before the residual add."""
+    the combine follows its weighted sum, right before the residual add.
+
+    DeepEP with TP (``ep_group`` ``tp_ep``, sequence parallelism; Megatron-core's
+    ``MoEFlexTokenDispatcher``, NVIDIA/Megatron-LM ``megatron/core/transformer/moe/
+    token_dispatcher.py``): the router and the dispatch take the rank's ``T/tp``
+    sequence-parallel tokens and the combine returns them, summing the experts' row-parallel
+    partials on the way, so an MoE layer has no ``f``/``g`` around its routed experts. The
+    shared experts are an ordinary TP MLP on the gathered tokens (Megatron-core's
+    ``SharedExpertMLP.pre_forward_comm``/``post_forward_comm``: all-gather of the ``T·h``
+    tokens before their first GEMM, reduce-scatter after, issued with the combine): an ``f``
+    before their first GEMM and a ``g`` with the combine before the residual add. The
+    all-to-all sizes are the flat ones of ``top_k·T`` copies — each of the ``tp`` ranks sends
+    ``top_k·T/tp`` copies to every TP rank of their EP ranks — which the rail algorithm's
+    shares scale to the bytes sent (``_Generator._ep_attrs``)."""
     tp_size, ep_size = _token_sizes(model, layout)
     first_attn = next(k.name for k in ks.forward if k.name.startswith("attn.") and k.kind == MATMUL)
     first_mlp = next(k.name for k in ks.forward if k.name.startswith(("mlp.gate", "mlp.up", "moe.router")))
@@ -246,13 +259,19 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     shared = [n for n in names if n.startswith("moe.shared")]
     raw = [(first_attn, "f", "attn.f"), ("attn.residual", "g", "attn.g"),
            (first_mlp, "f", "mlp.f"), ("mlp.residual", "g", "mlp.g")]
-    if first_expert and deepep:
+    if first_expert and deepep and ep_group == "tp_ep":
+        raw = raw[:2] + [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
+                         ("mlp.residual", "a2a", "moe.combine")]
+        if shared:
+            first_gemm = next(k.name for k in ks.forward if k.name.startswith("moe.shared") and k.kind == MATMUL)
+            raw += [(first_gemm, "f", "moe.shared.f"), ("mlp.residual", "g", "moe.shared.g")]
+    elif first_expert and deepep:
         raw += [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
                 ("mlp.residual", "a2a", "moe.combine")]
     elif first_expert:
         raw += [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
                 ("moe.unpermute", "a2a", "moe.combine")]
-    return _points(ks.forward, raw, layout, tp_size, ep_size, len(shared))
+    return _points(ks.forward, raw, layout, tp_size, ep_size, len(shared), ep_group)
 
 
 def embedding_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
@@ -420,7 +439,9 @@ class PassBuilder:
     # -------------------------------------------------------------- passes
     def forward_like(self, block: Block, kernels: Sequence[Kernel], category: str) -> None:
         """Forward (or recomputation) kernels of ``block`` with their forward comms."""
-        points = {p.before: p for p in block.points}
+        points: dict[str, list[CommPoint]] = {}   # several points may share a kernel (DeepEP with TP)
+        for p in block.points:
+            points.setdefault(p.before, []).append(p)
         whole = len(kernels) == len(block.kernels.forward)
         names = [k.name for k in kernels]
         deferred: dict[str, list[int]] = {}       # kernel name -> collectives it waits for
@@ -429,29 +450,33 @@ class PassBuilder:
         for i, k in enumerate(kernels):
             if k.name in done:
                 continue
-            p = points.get(k.name)
-            if p is not None and started and f"point {k.name}" not in done:
-                consumers = [c for c in kernels if c.name in p.consumers]
-                if self._overlap_pre(p.fwd, consumers, block.name, category, self.last_compute):
-                    done.update(p.consumers)
-                    continue
-                ids = [self.comm(spec, block.name, self.last_compute) for spec in p.fwd]
-                if p.overlap and i + p.overlap < len(kernels):
-                    deferred.setdefault(names[i + p.overlap], []).extend(ids)
-                else:
-                    self.waits += ids
+            chunked = False
+            if started and f"point {k.name}" not in done:
+                for p in points.get(k.name, ()):
+                    consumers = [c for c in kernels if c.name in p.consumers]
+                    if self._overlap_pre(p.fwd, consumers, block.name, category, self.last_compute):
+                        done.update(p.consumers)
+                        chunked = True
+                        continue
+                    ids = [self.comm(spec, block.name, self.last_compute) for spec in p.fwd]
+                    if p.overlap and i + p.overlap < len(kernels):
+                        deferred.setdefault(names[i + p.overlap], []).extend(ids)
+                    else:
+                        self.waits += ids
+            if chunked:
+                continue
             self.waits += deferred.pop(k.name, [])
             after = kernels[i + 1].name if i + 1 < len(kernels) else (END if whole else "")
-            q = points.get(after)
-            if q is not None and self._overlap_post(q.fwd, k, block.name, category):
+            q = points.get(after, ())
+            if len(q) == 1 and self._overlap_post(q[0].fwd, k, block.name, category):
                 done.add(f"point {after}")
             else:
                 self._kernel(k, block.name, category)
             started = True
-        p = points.get(END)
-        if p is not None and whole and f"point {END}" not in done:
-            for spec in p.fwd:
-                self.waits.append(self.comm(spec, block.name, self.last_compute))
+        if whole and f"point {END}" not in done:
+            for p in points.get(END, ()):
+                for spec in p.fwd:
+                    self.waits.append(self.comm(spec, block.name, self.last_compute))
 
     def forward(self, blocks: Sequence[Block], zero3: bool) -> list[Step]:
         """The forward pass through ``blocks`` (in order)."""
@@ -513,28 +538,28 @@ class PassBuilder:
         if lo.recompute == "full" and ks.recompute:
             self.forward_like(block, ks.recompute, "recompute")
         fwd_names = [k.name for k in ks.forward]
-        bwd_points: dict[str, CommPoint] = {}
+        # backward kernel issuing comms -> (point, the kernel that waits for an overlapped one)
+        bwd_points: dict[str, list[tuple[CommPoint, str]]] = {}
         early: dict[str, CommPoint] = {}
-        waiter: dict[str, str] = {}        # backward kernel issuing an overlapped comm -> its waiter
         for p in block.points:
             idx = len(fwd_names) if p.before == END else fwd_names.index(p.before)
             if idx == 0:
                 continue
             issue = _first_bwd_name(ks.forward[idx - 1 + p.overlap])
-            bwd_points[issue] = p
-            if p.overlap:
-                waiter[issue] = _first_bwd_name(ks.forward[idx - 1])
+            bwd_points.setdefault(issue, []).append(
+                (p, _first_bwd_name(ks.forward[idx - 1]) if p.overlap else ""))
             if p.regather and p.consumers:
                 early[f"{p.consumers[-1]}.dgrad"] = p
         selective = {k.name: k for k in ks.recompute} if lo.recompute == "selective" else {}
         regather_wait: dict[str, list[int]] = {}
         for k in ks.backward:
-            p = bwd_points.get(k.name)
-            chunked = p is not None and self._overlap_pre(p.bwd, [k], block.name, "bwd", self.last_main)
-            if p is not None and not chunked:
+            here = bwd_points.get(k.name, [])
+            chunked = len(here) == 1 and self._overlap_pre(here[0][0].bwd, [k], block.name, "bwd",
+                                                           self.last_main)
+            for p, waiter in ([] if chunked else here):
                 ids = [self.comm(spec, block.name, self.last_main) for spec in p.bwd]
-                if k.name in waiter:
-                    regather_wait.setdefault(waiter[k.name], []).extend(ids)
+                if waiter:
+                    regather_wait.setdefault(waiter, []).extend(ids)
                 else:
                     self.waits += ids
             q = early.get(k.name)
