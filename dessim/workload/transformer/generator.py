@@ -323,6 +323,8 @@ class _Generator:
         self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
         #: DeepEP's intranode kernels: the direct all-to-all de-duplicated per GPU
         self.ep_intranode = self._ep_on_one_host()
+        if self.ep_kind == "tp_ep" and self.ep_algo != "rail" and not self.ep_intranode:
+            self.ep_kind = "ep"     # groups uneven over hosts: the flat NCCL layout, as with TP 1
         received = self._deepep_received_rows()
         for dense in ({False, True} if self.model.dense_layers else {False}):
             ks = layer_kernels(self.model, lo, dense, received)
