@@ -163,8 +163,8 @@ def test_tp_without_sequence_parallelism_or_across_hosts_is_refused():
 
 def test_groups_uneven_over_hosts_keep_the_flat_layout():
     """TP 2 × EP 6 on 3 nodes: a TP × EP group of 12 GPUs has 8 on one host and 4 on the next,
-    so (as with TP 1) the run keeps NCCL's flat layout on the EP group: TP all-gather before
-    the router and reduce-scatter before the residual add, flat kernels."""
+    so (as with TP 1) the run keeps NCCL's flat layout on the EP group — with SP Megatron's:
+    all-to-all then TP all-gather, TP reduce-scatter then all-to-all, flat kernels."""
     doc = moe_doc({}, "deepep", hidden=H, experts=12, top_k=K, ranks=12)
     doc["parallelism"].update({"tp": 2, "sp": True, "ep": 6})
     topo = load_topology("dgx-h100:nodes=3")
@@ -173,6 +173,6 @@ def test_groups_uneven_over_hosts_keep_the_flat_layout():
     ks, points = gen.layer_kinds[False][0], gen.layer_kinds[False][1]
     assert (gen.ep_kind, gen.ep_algo) == ("ep", "auto")
     assert ks == layer_kernels(gen.model, gen.lo)
-    assert [(p.before, p.fwd[0].label, p.fwd[0].group) for p in points][2:] == [
-        ("moe.router", "mlp.f.ag", "tp"), ("mlp.residual", "mlp.g.rs", "tp"),
-        ("moe.expert.up", "moe.dispatch", "ep"), ("moe.unpermute", "moe.combine", "ep")]
+    assert [(p.before, [(f.label, f.group) for f in p.fwd]) for p in points][2:] == [
+        ("moe.expert.up", [("moe.dispatch", "ep"), ("moe.dispatch.ag", "tp")]),
+        ("moe.unpermute", [("moe.combine.rs", "tp"), ("moe.combine", "ep")])]

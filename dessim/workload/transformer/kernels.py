@@ -193,7 +193,10 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
       ``top_k·T`` copies before the dispatch (FP8 rows and scales in an FP8 recipe, which
       casts the tokens before the permutation, :func:`_token_permute`) and, after the combine, sums the ``top_k`` copies
       of each token, weighted by the router (``moe.unpermute`` reads ``top_k·T·L·h``, writes
-      ``T·h``).
+      ``T·h``). With TP and sequence parallelism the rank permutes, dispatches and sums
+      only its ``T/tp`` tokens (Megatron-core's dispatcher takes the sequence-parallel
+      shard and all-gathers over TP what the all-to-all delivered, so the experts still see
+      ``top_k·T·L`` rows, :func:`~dessim.workload.transformer.passes.layer_points`).
     * ``received`` = R — DeepEP (deepseek-ai/DeepEP ``Buffer.dispatch``/``combine``): the
       dispatch delivers one row per (token, GPU) and the combine sums one row per (token,
       GPU) back, *unweighted*, in its receiving warps (``csrc/kernels/intranode.cu``
@@ -239,22 +242,23 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
         routed = routed_tokens(model, layout, T)
         ffn_t = model.moe_ffn_hidden // t  # type: ignore[operator]
         fwd.append(b.matmul("moe.router", Tsp, model.experts, h, precise=True))
-        # DeepEP with TP (sequence-parallel): the dispatch sends the rank's T/tp tokens, the
-        # shared experts run on the T tokens TP gathers for them (their own cast)
-        split = received is not None and Tsp < T
+        # TP with SP (either dispatch): the dispatch sends the rank's T/tp tokens, the shared
+        # experts run on the T tokens TP gathers for them (their own cast)
+        split = Tsp < T
         gated = 2 if model.activation_spec.gated else 1
         # FP8: tokens are cast once, before the permutation, and dispatched in FP8
-        fwd += b.quantize("moe.quant_in", (Tsp if split else T) * h,
+        fwd += b.quantize("moe.quant_in", Tsp * h,
                           gated * (routed + (0 if split else model.shared_experts * T)) * ffn_t)
+        sent = routed_tokens(model, layout, Tsp)     # copies the token's rank sends (flat layout)
         if received is None:
-            fwd.append(_token_permute(b, T * h, routed * h))
+            fwd.append(_token_permute(b, Tsp * h, sent * h))
         if model.shared_experts:
             fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=split)
         if received is not None:
             fwd.append(_received_permute(b, received * h, routed * h))
         fwd += _mlp(b, model, "moe.expert", routed, ffn_t, local, quantize_input=False)
-        rows = T if received is None else received
-        fwd.append(b.elementwise("moe.unpermute", routed * h, rows * h, 2 * routed * h))
+        copies, rows = (sent, Tsp) if received is None else (routed, received)
+        fwd.append(b.elementwise("moe.unpermute", copies * h, rows * h, 2 * copies * h))
     else:
         fwd += _mlp(b, model, "mlp", T, model.ffn_hidden // t)
     fwd.append(b.bias_dropout_add("mlp.residual", Tsp * h, bias, model.dropout))

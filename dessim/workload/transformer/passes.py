@@ -41,7 +41,13 @@ Expert parallelism
     retain them in BF16"; deepseek-ai/DeepEP README: ``combine_backward`` dispatches an FP8
     ``(tensor, scales)`` tuple or a BF16 tensor, ``dispatch_backward`` combines a BF16 one).
     Shared experts (DeepSeekMoE) need no token exchange: they run while the dispatch is in
-    flight, forward and backward (DeepSeek-V3 report §3.2.2 overlaps them likewise).
+    flight, forward and backward (DeepSeek-V3 report §3.2.2 overlaps them likewise). With TP
+    and sequence parallelism an MoE layer follows Megatron-core's dispatchers
+    (:func:`layer_points`): the router and the dispatch take the rank's ``T/tp`` tokens, no
+    ``f``/``g`` surrounds the routed experts (only the shared experts), and the flat layout's
+    all-to-all is chained with a TP all-gather of the rows it delivered and, before the
+    combine, a TP reduce-scatter of the experts' rows (``MoEAlltoAllTokenDispatcher``);
+    DeepEP's runs on the TP × EP group instead (``MoEFlexTokenDispatcher``).
 Context parallelism (ring attention, Liu et al. 2023; Megatron-core ``cp_comm_type=p2p``)
     The attention core is split into ``cp`` blocks; while block ``j`` computes, the K/V
     block needed by block ``j+1`` is received from the previous CP rank and forwarded to
@@ -149,7 +155,9 @@ class CommPoint:
     ``overlap``: the forward kernels from ``before`` on that do not need the collective and
     run while it is in flight (MoE shared experts during the dispatch all-to-all); the kernel
     after them waits for it. The backward mirrors it: the collective starts where it would
-    without those kernels and their backward kernels run during it."""
+    without those kernels and their backward kernels run during it. ``chain``: the
+    collectives of ``fwd`` (and of ``bwd``) run one after another, each waiting for the
+    previous (Megatron's MoE all-to-all and the TP all-gather of what it delivered)."""
 
     before: str
     fwd: tuple[CommSpec, ...] = ()
@@ -157,6 +165,7 @@ class CommPoint:
     regather: tuple[CommSpec, ...] = ()
     consumers: tuple[str, ...] = ()
     overlap: int = 0
+    chain: bool = False             #: the collectives run one after another (in tuple order)
 
 
 END = "<end>"
@@ -188,10 +197,14 @@ def _consumers(kernels: Sequence[Kernel], start: str) -> tuple[str, ...]:
 
 def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: ParallelLayout,
             tp_size: float, ep_size: tuple[float, float] = (0.0, 0.0),
-            overlap: int = 0, ep_group: str = "ep") -> list[CommPoint]:
+            overlap: int = 0, ep_group: str = "ep",
+            tp_rows: tuple[float, float] | None = None) -> list[CommPoint]:
     """CommPoints from ``(before, operator, label)`` with operator f | g | a2a (``ep_size``:
     bytes of the dispatch and the combine; ``overlap``: of the dispatch, see
-    :class:`CommPoint`; ``ep_group``: the all-to-all's group kind)."""
+    :class:`CommPoint`; ``ep_group``: the all-to-all's group kind; ``tp_rows``: bytes of the
+    TP all-gather of the received rows after the dispatch and of their reduce-scatter before
+    the combine, in the dispatch and the combine direction — Megatron's flat layout with
+    sequence parallelism, :func:`layer_points`)."""
     sp = layout.sequence_parallel
     names = {k.name for k in kernels} | {END}
     raw = [r for r in raw if r[0] in names]
@@ -206,7 +219,15 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
                 fwd = CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], ep_group, label,
                                combine=not dispatch)
                 bwd = replace(fwd, size=ep_size[1 if dispatch else 0], combine=dispatch)
-                out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
+                if tp_rows is None or layout.tp == 1:
+                    out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
+                    continue
+                gather = CommSpec("tp", "allgather", tp_rows[0], "tp", f"{label}.ag")
+                scatter = CommSpec("tp", "reducescatter", tp_rows[1], "tp", f"{label}.rs")
+                if dispatch:    # all-to-all, then all-gather; backward reduce-scatter, all-to-all
+                    out.append(CommPoint(before, (fwd, gather), (scatter, bwd), overlap=overlap, chain=True))
+                else:           # reduce-scatter, then all-to-all; backward the reverse
+                    out.append(CommPoint(before, (scatter, fwd), (bwd, gather), chain=True))
             continue
         if layout.tp == 1:
             continue
@@ -216,14 +237,20 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
     return out
 
 
-def _token_sizes(model: TransformerConfig, layout: ParallelLayout) -> tuple[float, tuple[float, float]]:
+def _token_sizes(model: TransformerConfig, layout: ParallelLayout,
+                 routed_from: int | None = None) -> tuple[float, tuple[float, float]]:
     """Bytes of one TP collective, and of the MoE all-to-alls in the dispatch and the combine
     direction (FP8 recipes dispatch FP8 tokens — forward — and FP8 output gradients —
     backward — with their scales, DeepSeek-V3 report §3.3.3; the combine direction is 16-bit
-    in both passes)."""
+    in both passes), the latter for the routed copies of ``routed_from`` tokens (default: the
+    rank's ``T``)."""
     prec = model.precision_spec
     e = prec.activation_bytes
     tokens = layout.micro_batch * model.seq_len // layout.cp
+    if routed_from is not None and model.is_moe:
+        routed = routed_tokens(model, layout, routed_from) * model.hidden
+        dispatch = prec.quantized_bytes(routed) if prec.is_fp8 else routed * e
+        return float(tokens * model.hidden * e), (float(dispatch), float(routed * e))
     tp_size = tokens * model.hidden * e
     if not model.is_moe:
         return float(tp_size), (0.0, 0.0)
@@ -250,7 +277,15 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     before their first GEMM and a ``g`` with the combine before the residual add. The
     all-to-all sizes are the flat ones of ``top_k·T`` copies — each of the ``tp`` ranks sends
     ``top_k·T/tp`` copies to every TP rank of their EP ranks — which the rail algorithm's
-    shares scale to the bytes sent (``_Generator._ep_attrs``)."""
+    shares scale to the bytes sent (``_Generator._ep_attrs``).
+
+    The flat layout with TP and sequence parallelism (Megatron-core's
+    ``MoEAlltoAllTokenDispatcher``: ``dispatch_postprocess`` / ``combine_preprocess``): the
+    EP all-to-all carries the copies of the rank's ``T/tp`` tokens, chained with a TP
+    all-gather of the ``top_k·T·L`` rows it delivered (dispatch) or after a TP reduce-scatter
+    of the experts' rows (combine); the shared experts' ``f``/``g`` as above. Without SP
+    (which Megatron-core refuses for MoE training) the MLP's ``f``/``g`` surround the layer
+    and every TP rank sends the copies of all ``T`` tokens."""
     tp_size, ep_size = _token_sizes(model, layout)
     first_attn = next(k.name for k in ks.forward if k.name.startswith("attn.") and k.kind == MATMUL)
     first_mlp = next(k.name for k in ks.forward if k.name.startswith(("mlp.gate", "mlp.up", "moe.router")))
@@ -259,19 +294,29 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     shared = [n for n in names if n.startswith("moe.shared")]
     raw = [(first_attn, "f", "attn.f"), ("attn.residual", "g", "attn.g"),
            (first_mlp, "f", "mlp.f"), ("mlp.residual", "g", "mlp.g")]
+    # with SP an MoE layer's TP collectives surround only its shared experts (an ordinary TP
+    # MLP on the gathered tokens: SharedExpertMLP.pre_forward_comm / post_forward_comm)
+    shared_tp = [(next(k.name for k in ks.forward if k.name.startswith("moe.shared") and k.kind == MATMUL),
+                  "f", "moe.shared.f"), ("mlp.residual", "g", "moe.shared.g")] if shared else []
+    tp_rows = None
     if first_expert and deepep and ep_group == "tp_ep":
         raw = raw[:2] + [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
-                         ("mlp.residual", "a2a", "moe.combine")]
-        if shared:
-            first_gemm = next(k.name for k in ks.forward if k.name.startswith("moe.shared") and k.kind == MATMUL)
-            raw += [(first_gemm, "f", "moe.shared.f"), ("mlp.residual", "g", "moe.shared.g")]
+                         ("mlp.residual", "a2a", "moe.combine")] + shared_tp
     elif first_expert and deepep:
         raw += [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
                 ("mlp.residual", "a2a", "moe.combine")]
+    elif first_expert and layout.sequence_parallel:
+        # Megatron's MoEAlltoAllTokenDispatcher with TP: the all-to-all carries the copies of
+        # the rank's T/tp tokens, TP gathers what it delivered and reduce-scatters the
+        # experts' output before the combine
+        raw = raw[:2] + [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
+                         ("moe.unpermute", "a2a", "moe.combine")] + shared_tp
+        tp_rows = ep_size
+        _, ep_size = _token_sizes(model, layout, layout.micro_batch * model.seq_len // layout.cp // layout.tp)
     elif first_expert:
         raw += [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
                 ("moe.unpermute", "a2a", "moe.combine")]
-    return _points(ks.forward, raw, layout, tp_size, ep_size, len(shared), ep_group)
+    return _points(ks.forward, raw, layout, tp_size, ep_size, len(shared), ep_group, tp_rows)
 
 
 def embedding_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet) -> list[CommPoint]:
@@ -340,6 +385,14 @@ class PassBuilder:
         return self._add(Step("collective", spec.label, spec.category, spec.category,
                               [dep] if dep >= 0 else [], block, op=spec.op, size=spec.size,
                               group=spec.group, combine=spec.combine))
+
+    def comms(self, specs: Sequence[CommSpec], block: str, dep: int, chain: bool) -> list[int]:
+        """The collectives of a point after step ``dep``: together, or with ``chain`` one
+        after another (:class:`CommPoint`); returns what later steps wait for."""
+        ids: list[int] = []
+        for spec in specs:
+            ids.append(self.comm(spec, block, ids[-1] if chain and ids else dep))
+        return ids[-1:] if chain else ids
 
     def _dp_collective(self, op: str, size: float, group: str, label: str, block: str,
                        deps: list[int], stream: str) -> int:
@@ -458,7 +511,7 @@ class PassBuilder:
                         done.update(p.consumers)
                         chunked = True
                         continue
-                    ids = [self.comm(spec, block.name, self.last_compute) for spec in p.fwd]
+                    ids = self.comms(p.fwd, block.name, self.last_compute, p.chain)
                     if p.overlap and i + p.overlap < len(kernels):
                         deferred.setdefault(names[i + p.overlap], []).extend(ids)
                     else:
@@ -475,8 +528,7 @@ class PassBuilder:
             started = True
         if whole and f"point {END}" not in done:
             for p in points.get(END, ()):
-                for spec in p.fwd:
-                    self.waits.append(self.comm(spec, block.name, self.last_compute))
+                self.waits += self.comms(p.fwd, block.name, self.last_compute, p.chain)
 
     def forward(self, blocks: Sequence[Block], zero3: bool) -> list[Step]:
         """The forward pass through ``blocks`` (in order)."""
@@ -557,7 +609,7 @@ class PassBuilder:
             chunked = len(here) == 1 and self._overlap_pre(here[0][0].bwd, [k], block.name, "bwd",
                                                            self.last_main)
             for p, waiter in ([] if chunked else here):
-                ids = [self.comm(spec, block.name, self.last_main) for spec in p.bwd]
+                ids = self.comms(p.bwd, block.name, self.last_main, p.chain)
                 if waiter:
                     regather_wait.setdefault(waiter, []).extend(ids)
                 else:
