@@ -19,6 +19,7 @@ from dessim.topology import load_topology
 from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.kernels import layer_kernels
 from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.memory import MemoryOptions, estimate_memory
 from dessim.workload.transformer.passes import layer_points
 from dessim.workload.transformer.spec import parse_workload
 from tests.moe_helpers import moe_doc
@@ -116,3 +117,15 @@ def test_without_sequence_parallelism_the_layer_keeps_tps_operators():
         ("moe.router", ["mlp.f.ar"]), ("mlp.residual", ["mlp.g.ar"]),
         ("moe.expert.up", ["moe.dispatch", "moe.dispatch"]), ("moe.unpermute", ["moe.combine", "moe.combine"])]
     assert points[4].fwd[0].size == ROWS * H * 2
+
+
+@pytest.mark.parametrize("sp, sent", [(True, SENT), (False, ROWS)])
+def test_memory_counts_the_all_to_all_buffers_of_the_copies_a_rank_sends(sp, sent):
+    """The memory model's dispatch and combine buffers hold the copies the rank sends: with
+    SP the 1,024 copies of its 256 tokens (2 × 1,024 × 512 × 2 bytes), without SP those of
+    all 512 tokens — besides the TP term (one gathered activation, T × h × 2) and DP's two
+    gradient buckets."""
+    spec = parse_workload(moe_doc({}, "nccl", hidden=H, experts=32, top_k=K, ranks=8), "t")
+    lo = ParallelLayout(tp=TP, dp=8, ep=8, sp=sp)
+    est = estimate_memory(spec.model, lo)
+    assert est.comm_buffers == 2 * sent * H * 2 + T * H * 2 + 2 * MemoryOptions().bucket_size

@@ -32,8 +32,10 @@ comm_buffers (assumptions)
     of two layers (current + prefetched); with ``pp > 1`` one send and one receive buffer per
     direction (4 activation messages of ``b·s·h/cp`` elements, ``/tp`` with SP); with
     ``tp > 1`` one all-gathered/all-reduced activation (``b·s·h/cp`` elements); with
-    ``ep > 1`` the all-to-all dispatch and combine buffers (2 × routed tokens × h). NCCL's own
-    internal buffers are not counted.
+    ``ep > 1`` the all-to-all dispatch and combine buffers (2 × routed tokens × h; with
+    ``moe_dispatch: nccl`` and SP the routed copies of the rank's own ``T/tp`` tokens, as
+    Megatron-core's ``MoEAlltoAllTokenDispatcher`` sends them). NCCL's own internal buffers
+    are not counted.
 overhead
     ``MemoryOptions.overhead``: what the user reserves for the CUDA context, the framework
     and fragmentation (default 0: not modelled).
@@ -401,7 +403,10 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
     if layout.tp > 1:
         total += T * h * e
     if layout.ep > 1:
-        total += 2 * routed_tokens(model, layout, T) * h * e
+        # NCCL's flat dispatch under SP sends the copies of the rank's own T/tp tokens
+        # (Megatron-core's MoEAlltoAllTokenDispatcher); DeepEP's TP x EP dispatch sends top_k·T
+        sent = T_sp if layout.moe_dispatch == "nccl" else T
+        total += 2 * routed_tokens(model, layout, sent) * h * e
     return total
 
 

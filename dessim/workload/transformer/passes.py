@@ -247,14 +247,10 @@ def _token_sizes(model: TransformerConfig, layout: ParallelLayout,
     prec = model.precision_spec
     e = prec.activation_bytes
     tokens = layout.micro_batch * model.seq_len // layout.cp
-    if routed_from is not None and model.is_moe:
-        routed = routed_tokens(model, layout, routed_from) * model.hidden
-        dispatch = prec.quantized_bytes(routed) if prec.is_fp8 else routed * e
-        return float(tokens * model.hidden * e), (float(dispatch), float(routed * e))
     tp_size = tokens * model.hidden * e
     if not model.is_moe:
         return float(tp_size), (0.0, 0.0)
-    routed = routed_tokens(model, layout, tokens) * model.hidden
+    routed = routed_tokens(model, layout, tokens if routed_from is None else routed_from) * model.hidden
     dispatch = prec.quantized_bytes(routed) if prec.is_fp8 else routed * e
     return float(tp_size), (float(dispatch), float(routed * e))
 
