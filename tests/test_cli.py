@@ -73,7 +73,7 @@ def test_simulate_takes_the_exact_shortcuts_by_itself_and_says_so():
     assert quick["tasks"] < full["tasks"] / 5
     assert full["shortcuts"] == {"auto": [], "stage_merged": False, "tp_closed_form_groups": 0,
                                  "folded": False, "merged_image_runs": 0, "lane_family_runs": 0,
-                                 "lane_orbit_runs": 0,
+                                 "lane_orbit_runs": 0, "channel_quotient": None,
                                  "collective_memo": None,
                                  "refused": []}
 

@@ -110,10 +110,10 @@ class Var:
     """A variable of MaxMinSystem: id, channels, rate (what FlowNetwork's flows carry), and
     the channels it crosses more than once (a lane family's images on a shared uplink)."""
 
-    __slots__ = ("fid", "channels", "rate", "mult")
+    __slots__ = ("fid", "channels", "rate", "mult", "weights")
 
     def __init__(self, fid, channels):
-        self.fid, self.channels, self.rate = fid, tuple(channels), 0.0
+        self.fid, self.channels, self.rate, self.weights = fid, tuple(channels), 0.0, None
         counts = {c: self.channels.count(c) for c in self.channels}
         self.mult = {c: k for c, k in counts.items() if k > 1} or None
 

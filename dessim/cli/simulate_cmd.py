@@ -102,6 +102,10 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         orbits = sc.get("lane_orbit_runs")
         took.append(f"{SHORTCUT_NAMES['lane_family_runs']} on {sc['lane_family_runs']} transfers "
                     "and collectives" + (f" ({orbits} of them one transfer per orbit)" if orbits else ""))
+    quotient = sc.get("channel_quotient")
+    if quotient and sc.get("lane_family_runs"):
+        took.append(f"{SHORTCUT_NAMES['channel_quotient']} ({quotient['channels']} channels "
+                    f"rated as {quotient['blocks']} blocks)")
     if sc.get("collective_memo"):
         m = sc["collective_memo"]
         links = m.get("replayed_on_links")
@@ -138,7 +142,8 @@ LARGE_GRAPH_TASKS = 200_000
                    "in step; the summary reports the largest lane skew.")
 @click.option("--exact", is_flag=True,
               help="Turn every shortcut off (layer granularity, no folding and so no merged "
-                   "images, lane families or their orbits, simulated TP, no bundles, compact "
+                   "images, lane families, their orbits or the channel quotient, simulated "
+                   "TP, no bundles, compact "
                    "schedules or collective memo, network-wide or per link): the full "
                    "replay, for checking a fast result.")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")

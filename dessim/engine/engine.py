@@ -190,6 +190,10 @@ class _Run:
         self.orbits: dict[tuple, tuple | None] = {}
         self.p2p_family = (LaneFamily.of_lanes(graph.fold.perm, range(1, graph.fold.lanes))
                            if self.families_on else None)
+        #: the channel quotient (Shortcuts.channel_quotient): family flows cross hundreds of
+        #: channels that no route tells apart; rate them on blocks of such channels
+        self.quotient_on = (self.families_on and self.shortcuts.channel_quotient
+                            and self.net.use_channel_quotient())
         self.family_runs = 0
         self.orbit_runs = 0                   #: of which ran one transfer per orbit (_orbit_run)
         #: whether orbits may rotate ranks inside hosts (host x rank rotations, _rotations):
@@ -873,7 +877,16 @@ class _Run:
                          "lane_orbit_runs": self.orbit_runs,
                          "lane_families_refused": self.families_refused,
                          "lane_orbits_refused": self.orbits_refused,
-                         "lane_rank_rotations_refused": self.rank_rotations_refused}}
+                         "lane_rank_rotations_refused": self.rank_rotations_refused,
+                         "channel_quotient": self._quotient_meta()}}
+
+    def _quotient_meta(self) -> dict | None:
+        """What the channel quotient did (None: off): the channels routes crossed, the
+        blocks they were rated as, and how often a route split a block."""
+        q = getattr(self.net, "quotient", None) if self.quotient_on else None
+        if q is None:
+            return None
+        return {"channels": q.channels_seen, "blocks": q.blocks, "splits": q.splits}
 
     def _link_capacity(self) -> dict[tuple[str, str], float]:
         chmap = self.net.channels

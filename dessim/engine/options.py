@@ -11,7 +11,8 @@ by its dotted path in this tree::
     │                      gpus_per_process
     ├── noise              Noise: slowdown, straggler_sigma, seed
     ├── shortcuts          Shortcuts: compact_schedules, bundles, shape_memo, collective_memo,
-    │                      merged_images, lane_families, stream_rings
+    │                      merged_images, lane_families, lane_orbits, channel_quotient,
+    │                      link_memo, stream_rings
     ├── calibration        the user's Calibration (a file name is read at construction) or None
     ├── record_links, device, precision
 
@@ -96,7 +97,7 @@ class Noise:
 class Shortcuts:
     """Speed shortcuts of the engine (docs/performance.md); booleans.
 
-    The first eight are exact — switching them off changes no result, only the wall time:
+    The first nine are exact — switching them off changes no result, only the wall time:
 
     * ``compact_schedules``: ring/direct collectives stored as uniform steps;
     * ``bundles``: transfers that provably share one rate run as one network bundle;
@@ -123,6 +124,13 @@ class Shortcuts:
       rotated GPUs inside hosts (host x rail rotations, which a data-parallel ring
       beside them breaks): then the replay keeps them for the collectives that had ended
       before the failure and gives the others orbits of whole hosts.
+    * ``channel_quotient`` (with ``lane_families``): in a run that starts lane-family flows,
+      the max-min system has one constraint per block of channels that no route tells
+      apart — every route crosses all channels of a block equally often — instead of one
+      per channel, and a family flow one coefficient per block (its crossings of each of
+      the block's channels): the images of a symmetric family, hundreds of channels, fall
+      into a few blocks (:mod:`dessim.network.quotient`). The same constraints without
+      copies: the same max-min rates up to the order of float additions.
     * ``link_memo`` (with ``collective_memo``): a collective that is not alone on the network
       but provably alone on its own channels while it runs — no task whose flows can use one
       of them runs, or can start before it ends (:mod:`dessim.engine.links`) — is memoised
@@ -139,6 +147,7 @@ class Shortcuts:
     merged_images: bool = True
     lane_families: bool = True
     lane_orbits: bool = True
+    channel_quotient: bool = True
     link_memo: bool = True
     stream_rings: bool = False
 
@@ -153,7 +162,8 @@ class Shortcuts:
         """Every shortcut off: the full replay (``--exact``)."""
         return cls(compact_schedules=False, bundles=False, shape_memo=False,
                    collective_memo=False, merged_images=False, lane_families=False,
-                   lane_orbits=False, link_memo=False, stream_rings=False)
+                   lane_orbits=False, channel_quotient=False, link_memo=False,
+                   stream_rings=False)
 
 
 def _network_model(model: object) -> type:

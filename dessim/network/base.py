@@ -155,6 +155,12 @@ class Network(abc.ABC):
     #: rate solve; :meth:`family_route` refuses them otherwise.
     certifies_families: ClassVar[bool] = False
 
+    def use_channel_quotient(self) -> bool:
+        """Share bandwidth on blocks of channels that no route tells apart instead of on
+        every channel (:mod:`dessim.network.quotient`; exact), if this model can; returns
+        whether it does. Models without shared channels cannot (the default)."""
+        return False
+
     def family_route(self, src: int, dst: int, key: int, family: LaneFamily) -> FamilyRoute:
         """The route of ``src -> dst`` (GPU ranks, not a local copy) standing for its images
         in ``family``: every image's channels (each image with its own ECMP key; a channel

@@ -64,6 +64,7 @@ import simpy
 from dessim.network.base import BundleTemplate, FamilyRoute, Network, Route, register_network
 from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.network.maxmin import SAT_TOL, MaxMinSystem, Solver, solve_maxmin
+from dessim.network.quotient import ChannelQuotient, QuotientRoute
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
 
@@ -81,8 +82,8 @@ WAKE_PRIORITY: int = 2
 _FINISH, _JOIN = 0, 1
 
 class _Flow:
-    __slots__ = ("fid", "route", "channels", "mult", "cut", "nbytes", "remaining", "rate", "last",
-                 "version", "eta", "join_at", "event", "member")
+    __slots__ = ("fid", "route", "channels", "mult", "weights", "cut", "quoted", "nbytes",
+                 "remaining", "rate", "last", "version", "eta", "join_at", "event", "member")
 
     def __init__(self, fid: int, route: Route, nbytes: float, join_at: float,
                  event: simpy.Event | None, member: tuple | None = None):
@@ -92,6 +93,8 @@ class _Flow:
         family = type(route) is FamilyRoute
         self.mult = route.mult if family else None     # channels crossed twice or more
         self.cut = route.cut if family else None       # where the channels split into images
+        self.weights = None       # per listing of `channels` (a channel quotient's blocks)
+        self.quoted: QuotientRoute | None = None   # the route under the channel quotient
         self.nbytes = nbytes
         self.remaining = nbytes   # bytes left at time `last`
         self.rate = 0.0           # bytes/s since `last`
@@ -144,6 +147,11 @@ class _WakeUp(simpy.Event):
 
 #: Bound on cached bundle templates and groups (memory stays flat on huge runs).
 _MAX_CACHED_GROUPS = 100_000
+
+#: Under the channel quotient, a route of more channels than this has its per-channel
+#: occupancy kept with numpy and its bytes added per route (speed only: the same counts,
+#: the same sums up to the order of float additions).
+_NUMPY_FROM = 32
 
 
 
@@ -198,6 +206,57 @@ class FlowNetwork(Network):
         self._witness: dict[int, list[int]] = {}   # per family flow: each image's bottleneck
         self._certified: set[tuple] = set()         # states certified (see _certify_state)
         self._certified_generation = 0              # the system's state_generation they are of
+        #: the channel quotient (use_channel_quotient): flows are max-min variables on blocks
+        #: of channels; bytes of finished family flows per route, added to _done_bytes lazily
+        self.quotient: ChannelQuotient | None = None
+        self._route_bytes: dict[int, list] = {}
+
+    def use_channel_quotient(self) -> bool:
+        """Rate flows on blocks of channels that no route tells apart
+        (:mod:`dessim.network.quotient`; exact: the same max-min allocation). Only before
+        the first transfer, with the default solver and without utilisation records (those
+        are per channel); returns whether it is on."""
+        system = self._system
+        if (self.quotient is None and self._next_fid == 0 and not self.record_links
+                and system.solver is solve_maxmin):
+            system.capacity = list(self.channels.capacity)    # blocks append theirs
+            self.quotient = ChannelQuotient(system.capacity, system.split)
+        return self.quotient is not None
+
+    def _quote(self, f: _Flow) -> None:
+        """Make ``f`` a variable on the quotient's blocks (refining them by its route first;
+        flows on a block that splits are quoted again: no rate or load changes)."""
+        q = self.quotient
+        got = q.of(f.route)
+        if q.split_blocks:
+            self._requote()
+            got = q.of(f.route)
+        f.quoted = got
+        f.channels, f.weights, f.mult, f.cut = got.blocks, got.weights, got.mult, got.cut
+
+    def _requote(self) -> None:
+        """The flows on the blocks just split take their routes' new blocks (the max-min
+        system already lists them on the parts: MaxMinSystem.split); image witnesses of the
+        certificate name blocks, so they are forgotten."""
+        q, users = self.quotient, self._system.users
+        blocks, q.split_blocks = q.split_blocks, []
+        redo: dict[int, _Flow] = {}
+        for b in blocks:
+            redo.update(users.get(b, {}))
+        for f in redo.values():
+            got = q.requote(f.route)
+            f.quoted = got
+            f.channels, f.weights, f.mult, f.cut = got.blocks, got.weights, got.mult, got.cut
+        self._witness.clear()
+        self._epoch += 1
+
+    def _flush_route_bytes(self) -> None:
+        """Add the bytes of finished family flows, kept per route, to ``_done_bytes``."""
+        done = self._done_bytes
+        for route, nbytes in self._route_bytes.values():
+            for d in route.directions:
+                done[d] += nbytes
+        self._route_bytes.clear()
 
     @property
     def incremental(self) -> bool:
@@ -369,9 +428,13 @@ class FlowNetwork(Network):
         self._arm(join_at)
 
     def finished_bytes(self) -> np.ndarray:
+        if self._route_bytes:
+            self._flush_route_bytes()
         return np.asarray(self._done_bytes, dtype=float) + self._bundle_bytes
 
     def link_bytes(self) -> dict[tuple[str, str], float]:
+        if self._route_bytes:
+            self._flush_route_bytes()
         carried = [a + b for a, b in zip(self._done_bytes, self._bundle_bytes.tolist())]
         now = self.env.now
         for f in self._active.values():
@@ -466,13 +529,29 @@ class FlowNetwork(Network):
                 if f.version != version:
                     continue  # stale ETA
                 del self._active[fid]
-                if type(f.route) is FamilyRoute:
+                route = f.route
+                if type(route) is FamilyRoute:
                     self._witness.pop(fid, None)
                 system.remove(f)
-                for c in f.channels:
-                    occ[c] -= 1
-                for d in f.route.directions:
-                    self._done_bytes[d] += f.nbytes
+                q = f.quoted
+                if q is None:
+                    for c in f.channels:
+                        occ[c] -= 1
+                    for d in route.directions:
+                        self._done_bytes[d] += f.nbytes
+                elif len(q.channels) > _NUMPY_FROM:
+                    # a family's hundreds of channels: numpy, and its bytes kept per route
+                    self._occ_np[q.channels] -= q.counts
+                    got = self._route_bytes.get(id(route))
+                    if got is None:
+                        self._route_bytes[id(route)] = [route, f.nbytes]
+                    else:
+                        got[1] += f.nbytes
+                else:
+                    for c in route.channels:
+                        occ[c] -= 1
+                    for d in route.directions:
+                        self._done_bytes[d] += f.nbytes
                 finished.append(f)
         return finished
 
@@ -481,10 +560,26 @@ class FlowNetwork(Network):
         occ, owner = self._occ, self._owner
         f.last = now
         self._active[f.fid] = f
-        for c in f.channels:
-            if owner[c] >= 0:
-                self._split(self._bundles[owner[c]])
-            occ[c] += 1
+        if self.quotient is None:
+            for c in f.channels:
+                if owner[c] >= 0:
+                    self._split(self._bundles[owner[c]])
+                occ[c] += 1
+        else:
+            chans = f.route.channels
+            if len(chans) > _NUMPY_FROM:
+                q = self.quotient.of(f.route)          # its real channels, as numpy arrays
+                if self._bundles and (self._owner_np[q.channels] >= 0).any():
+                    for c in chans:                     # in route order, as without numpy
+                        if owner[c] >= 0:
+                            self._split(self._bundles[owner[c]])
+                self._occ_np[q.channels] += q.counts
+            else:
+                for c in chans:
+                    if owner[c] >= 0:
+                        self._split(self._bundles[owner[c]])
+                    occ[c] += 1
+            self._quote(f)            # after the splits: they may refine the blocks
         # after the splits: per channel, the members of a split bundle come before f (the
         # order of the system's sums), as when each channel was checked just before joining
         self._system.add(f)
@@ -524,6 +619,8 @@ class FlowNetwork(Network):
             f = self._member(b, k, route)
             fid = f.fid
             self._active[fid] = f
+            if self.quotient is not None:
+                self._quote(f)
             system.insert(f)
             for c in route.channels:
                 occ[c] += 1
@@ -618,16 +715,20 @@ class FlowNetwork(Network):
                             check[fid] = f
         if not check:
             return
-        cap, witness = self.channels.capacity, self._witness
+        cap, witness = self._system.capacity, self._witness
         for fid in sorted(check):
             f = check[fid]
             most = f.rate * (1.0 + SAT_TOL)
+            # each image's channels, or under the quotient each distinct tuple of the
+            # images' blocks (a block's load and fastest flow are each of its channels')
+            images = (f.quoted.checks if f.quoted is not None
+                      else [(image.channels, image) for image in f.route.images])
             seen = witness.get(fid)
             if seen is None:
-                seen = witness[fid] = [-1] * len(f.route.images)
-            for k, image in enumerate(f.route.images):
+                seen = witness[fid] = [-1] * len(images)
+            for k, (channels, image) in enumerate(images):
                 w = seen[k]
-                for c in ((w,) + image.channels if w >= 0 else image.channels):
+                for c in ((w,) + channels if w >= 0 else channels):
                     got = stats.get(c)
                     if got is None:
                         got = stats[c] = self._system.load(c)

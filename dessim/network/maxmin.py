@@ -29,27 +29,37 @@ F = TypeVar("F", bound=Hashable)
 
 
 def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
-                 capacity: Mapping[int, float] | Sequence[float]) -> dict[F, float]:
+                 capacity: Mapping[int, float] | Sequence[float],
+                 weights: Mapping[F, Sequence[float] | None] | None = None) -> dict[F, float]:
     """Max-min fair rates (bytes/s) of flows crossing channels of given capacity (bytes/s).
 
     ``flow_channels[f]`` lists the channel ids that flow ``f`` crosses. A channel listed twice
     for one flow is crossed twice and carries twice the flow's rate (a route never does that on
-    a full-duplex link; it could cross a half-duplex link both ways). A flow that crosses no
-    channel is unconstrained: its rate is ``float('inf')``. The result has the keys of
-    ``flow_channels`` in the same order.
+    a full-duplex link; it could cross a half-duplex link both ways). ``weights[f]`` (optional,
+    aligned with ``flow_channels[f]``; None or a missing flow: every weight 1) gives each
+    listing a coefficient: flow ``f`` loads the channel with ``weight * rate`` — a channel
+    listed once with weight ``m`` is the same constraint as listed ``m`` times (what a
+    quotient of channels, :mod:`dessim.network.quotient`, writes). Every flow still grows at
+    the same pace: progressive filling on the constraints ``sum_f w_fc * r_f <= cap_c``.
+    A flow that crosses no channel is unconstrained: its rate is ``float('inf')``. The result
+    has the keys of ``flow_channels`` in the same order.
     """
     inf = float("inf")
     rates: dict[F, float] = {}
     users: dict[int, list[F]] = {}
+    weight: dict[int, float] = {}      # per channel: summed weights of its listings
     for f, chans in flow_channels.items():
         if not chans:
             rates[f] = inf
-        for c in chans:
+        ws = weights.get(f) if weights is not None else None
+        for i, c in enumerate(chans):
             lst = users.get(c)
             if lst is None:
                 users[c] = [f]
             else:
                 lst.append(f)
+            if ws is not None and ws[i] != 1:
+                weight[c] = weight.get(c, 0) + ws[i] - 1
 
     # One pass builds the residual capacities, the unfixed counts (a flow once per crossing)
     # and the initial heap.
@@ -58,7 +68,7 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
     heap: list[tuple[float, int]] = []
     for c, fs in users.items():
         cap = float(capacity[c])
-        n = len(fs)
+        n = len(fs) + weight.get(c, 0)
         remaining[c] = cap
         unfixed[c] = n
         heap.append((cap / n, c))
@@ -80,10 +90,17 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
                 continue
             rates[f] = share
             left -= 1
-            for d in flow_channels[f]:
-                unfixed[d] -= 1
-                remaining[d] -= share
-                touched.add(d)
+            ws = weights.get(f) if weights is not None else None
+            if ws is None:
+                for d in flow_channels[f]:
+                    unfixed[d] -= 1
+                    remaining[d] -= share
+                    touched.add(d)
+            else:
+                for d, w in zip(flow_channels[f], ws):
+                    unfixed[d] -= w
+                    remaining[d] -= share * w
+                    touched.add(d)
         remaining[c] = 0.0
         for d in touched:
             if d != c and unfixed[d] > 0:
@@ -134,8 +151,13 @@ class Variable(Protocol):
     channels: tuple[int, ...]
     rate: float
     #: channels listed more than once in ``channels`` -> how many times (None: none is); a
-    #: variable crossing a channel ``m`` times loads it with ``m`` times its rate
+    #: variable crossing a channel ``m`` times loads it with ``m`` times its rate. With
+    #: ``weights``: each channel's coefficient (sum of the weights of its listings), where > 1
     mult: Mapping[int, int] | None
+    #: the coefficient of each listing of ``channels`` (aligned; None: all 1). A quotient of
+    #: channels (:mod:`dessim.network.quotient`) lists a block once with the number of the
+    #: variable's crossings of each of its channels
+    weights: tuple[int, ...] | None
 
 
 V = TypeVar("V", bound=Variable)
@@ -230,9 +252,36 @@ class MaxMinSystem(Generic[V]):
         users, freed, rate = self.users, self.freed, var.rate
         chans = var.channels
         self.modified.update(chans)
-        for c in chans:                 # a channel crossed m times frees m times the rate
-            users[c].pop(fid, None)
-            freed[c] = freed.get(c, 0.0) + rate
+        ws = var.weights
+        if ws is None:
+            for c in chans:             # a channel crossed m times frees m times the rate
+                users[c].pop(fid, None)
+                freed[c] = freed.get(c, 0.0) + rate
+        else:
+            for c, w in zip(chans, ws):
+                users[c].pop(fid, None)
+                freed[c] = freed.get(c, 0.0) + rate * w
+
+    def split(self, c: int, parts: Sequence[int], keep: bool) -> None:
+        """Constraint ``c`` becomes the constraints ``parts`` (new ids, each of ``c``'s
+        capacity) besides ``c`` itself (``keep``) or instead of it: every variable on ``c``
+        is on each of them with its coefficient on ``c`` — the same constraint written
+        several times, so no rate or load changes (a quotient of channels refining its
+        blocks, :mod:`dessim.network.quotient`). The caller rewrites the variables' own
+        ``channels``/``weights``/``mult``; this keeps the per-constraint bookkeeping
+        (users in the same order, modified marks, freed rates)."""
+        on = self.users.get(c)
+        for p in parts:
+            if on:
+                self.users[p] = dict(on)
+            if c in self.modified:
+                self.modified.add(p)
+            if c in self.freed:
+                self.freed[p] = self.freed[c]
+        if not keep:
+            self.users.pop(c, None)
+            self.modified.discard(c)
+            self.freed.pop(c, None)
 
     def load(self, c: int) -> tuple[float, float]:
         """Constraint ``c``'s load at the current rates (bytes/s; a variable crossing it ``m``
@@ -307,7 +356,8 @@ class MaxMinSystem(Generic[V]):
         if self.joined:
             pos = {fid: i for i, fid in enumerate(fids)}
             joined = tuple([pos[v.fid] for v in self.joined])
-        return (tuple([v.channels for v in vs]), tuple([v.rate for v in vs]),
+        return (tuple([v.channels for v in vs]), tuple([v.weights for v in vs]),
+                tuple([v.rate for v in vs]),
                 tuple(sorted(range(len(fids)), key=fids.__getitem__)), joined,
                 tuple(sorted(self.freed.items())), frozenset(self.modified))
 
@@ -329,13 +379,19 @@ class MaxMinSystem(Generic[V]):
         (``cap_key``: their values in the order the solver meets the channels; None = the
         system's own capacities), not on the ids. Same floats.
         """
+        ws = tuple([v.weights for v in variables])
+        weighted = any(w is not None for w in ws)
         if self._memo is None:
-            return self.solver({v.fid: v.channels for v in variables}, capacity)
+            flows = {v.fid: v.channels for v in variables}
+            if weighted:      # only then: a custom solver need not take weights
+                return self.solver(flows, capacity, {v.fid: v.weights for v in variables})
+            return self.solver(flows, capacity)
         chans = tuple([v.channels for v in variables])
-        key = (chans, cap_key)
+        key = (chans, ws if weighted else None, cap_key)
         got = self._memo.get(key)
         if got is None:
-            rates = self.solver(dict(enumerate(chans)), capacity)
+            rates = self.solver(dict(enumerate(chans)), capacity,
+                                dict(enumerate(ws)) if weighted else None)
             got = tuple(rates.values())
             if len(self._memo) >= MAX_MEMO_SOLVES:
                 self._memo.clear()

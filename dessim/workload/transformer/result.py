@@ -50,6 +50,7 @@ SHORTCUT_NAMES: dict[str, str] = {"stage_merged": "stage tasks",
                                   "folded": "replica folding",
                                   "merged_image_runs": "merged images",
                                   "lane_family_runs": "lane families",
+                                  "channel_quotient": "channel quotient",
                                   "collective_memo": "collective memo"}
 
 
@@ -111,7 +112,9 @@ class WorkloadResult(IterationResult):
         one schedule (0 when none did); ``lane_family_runs`` how many folded transfers and
         collectives ran on one lane for all (:mod:`dessim.network.families`; 0 when none
         did), ``lane_orbit_runs`` how many of those kept one transfer per orbit of a symmetry
-        (0 when none did); ``collective_memo`` how many exclusive collectives the engine simulated once and
+        (0 when none did); ``channel_quotient`` the channels those flows crossed and the
+        blocks of channels no route tells apart that the rate solves saw instead
+        (:mod:`dessim.network.quotient`; None when off); ``collective_memo`` how many exclusive collectives the engine simulated once and
         replayed (None when it did not apply); ``refused`` the reasons a shortcut was
         refused."""
         meta = self.taskgraph.meta
@@ -133,6 +136,7 @@ class WorkloadResult(IterationResult):
                 "merged_image_runs": int(fold.get("merged_image_runs", 0)),
                 "lane_family_runs": int(fold.get("lane_family_runs", 0)),
                 "lane_orbit_runs": int(fold.get("lane_orbit_runs", 0)),
+                "channel_quotient": fold.get("channel_quotient"),
                 "collective_memo": self.simulation.meta.get("collective_memo"),
                 "refused": refused}
 
