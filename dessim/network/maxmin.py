@@ -127,7 +127,9 @@ SAT_TOL: float = 1e-12
 INCREMENTAL_MAX_FRACTION: float = 0.5
 INCREMENTAL_MIN_LIMIT: int = 32
 
-#: Bounds of the memos of :class:`MaxMinSystem` (entries; summed variables of the state memo):
+#: Bounds of the memos of :class:`MaxMinSystem` (entries; for the state memo, its states'
+#: variables plus the constraints each state names — freed, modified and re-rated ones,
+#: which for lane-family flows over hundreds of channels outnumber the variables):
 #: each memo is cleared when full, so memory stays flat on long runs.
 MAX_MEMO_SOLVES: int = 4096
 MAX_MEMO_STATE_VARS: int = 2_000_000
@@ -362,7 +364,8 @@ class MaxMinSystem(Generic[V]):
                 tuple(sorted(self.freed.items())), frozenset(self.modified))
 
     def _remember(self, key: tuple, value: tuple) -> None:
-        n = len(key[0])
+        # variables, and the constraints a state names: freed, modified and touched ones
+        n = len(key[0]) + len(key[-2]) + len(key[-1]) + len(value[3])
         if self._state_vars + n > MAX_MEMO_STATE_VARS:
             self._states.clear()
             self._state_vars = 0
