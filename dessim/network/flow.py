@@ -152,6 +152,8 @@ _MAX_CACHED_GROUPS = 100_000
 #: occupancy kept with numpy and its bytes added per route (speed only: the same counts,
 #: the same sums up to the order of float additions).
 _NUMPY_FROM = 32
+#: Routes whose finished bytes wait to be added to ``_done_bytes`` (then added at once).
+_MAX_ROUTE_BYTES = 4096
 
 
 
@@ -544,6 +546,8 @@ class FlowNetwork(Network):
                     self._occ_np[q.channels] -= q.counts
                     got = self._route_bytes.get(id(route))
                     if got is None:
+                        if len(self._route_bytes) >= _MAX_ROUTE_BYTES:
+                            self._flush_route_bytes()      # the routes need not stay alive
                         self._route_bytes[id(route)] = [route, f.nbytes]
                     else:
                         got[1] += f.nbytes
