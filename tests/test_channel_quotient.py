@@ -240,3 +240,20 @@ def test_a_block_split_under_a_running_family_keeps_its_rates():
     env.run(until=2e-5)                  # past their latency: they share bandwidth
     assert len(net._active) == 3
     assert net.quotient.splits > before and _consistent(net)
+
+
+def test_simulate_names_the_channel_quotient_and_exact_turns_it_off(capsys):
+    from dessim.cli.simulate_cmd import print_summary
+
+    run = simulate_workload("mixtral-8x7b", "dgx-h100:nodes=2", overrides=MIXTRAL)
+    s = run.summary()
+    q = s["shortcuts"]["channel_quotient"]
+    print_summary(s)
+    shown = capsys.readouterr().out
+    assert f"channel quotient ({q['channels']} channels rated as {q['blocks']} blocks)" in shown
+    exact = simulate_workload("mixtral-8x7b", "dgx-h100:nodes=2", overrides=MIXTRAL,
+                              options=EngineOptions(record_links=False, shortcuts=Shortcuts.none()))
+    s = exact.summary()
+    assert s["shortcuts"]["channel_quotient"] is None
+    print_summary(s)
+    assert "channel quotient" not in capsys.readouterr().out
