@@ -154,6 +154,13 @@ class Task:
             raise TaskGraphError(f"{self._where}: direction {self.direction!r}; valid: "
                                  f"{', '.join(MEMCPY_DIRECTIONS)}")
 
+    def derived(self, id: str, name: str) -> "Task":
+        """A copy of this task with another ``id`` and ``name``, built without the field
+        checks: every other field is this task's, already checked when it was made (a
+        generator's template task, copied for each micro-batch). The copy shares ``attrs``;
+        give it its own dict if it will differ. ``id`` must be a non-empty string."""
+        return _derive(self, id, name)
+
     @property
     def is_comm(self) -> bool:
         """True for tasks that move data between devices (collective, send, recv, memcpy)."""
@@ -179,6 +186,23 @@ class Task:
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Task) if f.name != "attrs"}
+
+
+def _make_derive() -> Any:
+    """``derive(proto, id, name)``: a new :class:`Task` with ``proto``'s fields but ``id``
+    and ``name``, as straight-line slot stores (no ``__init__``/``__post_init__``): about a
+    tenth of a checked construction, which generators pay per task (docs/performance.md,
+    step 19)."""
+    lines = ["def derive(p, id, name):", "    t = new(Task)"]
+    for f in fields(Task):
+        lines.append(f"    t.{f.name} = {f.name}" if f.name in ("id", "name") else f"    t.{f.name} = p.{f.name}")
+    lines.append("    return t")
+    namespace: dict[str, Any] = {"new": object.__new__, "Task": Task}
+    exec("\n".join(lines), namespace)
+    return namespace["derive"]
+
+
+_derive = _make_derive()
 
 
 def kernel_mix(kinds: Iterable[str], seconds: Iterable[float]) -> tuple[tuple[str, float], ...]:
@@ -246,11 +270,29 @@ class TaskGraph:
     def add(self, task: Task, deps: Iterable[str] = ()) -> Task:
         """Add ``task`` (after its ``deps``, which must already be in the graph)."""
         tasks = self._tasks
-        if task.id in tasks:
-            raise TaskGraphError(f"duplicate task id {task.id!r}")
-        tasks[task.id] = task
-        for d in deps:
-            self.depend(d, task.id)
+        tid = task.id
+        if tid in tasks:
+            raise TaskGraphError(f"duplicate task id {tid!r}")
+        preds = dict.fromkeys(deps)     # first occurrences, in order (an edge is kept once)
+        if not preds:
+            tasks[tid] = task
+            return task
+        if not preds.keys() <= tasks.keys():    # an unknown id: name it as depend() does
+            tasks[tid] = task
+            for d in preds:
+                self.depend(d, tid)
+        # the same edges, in the same order, as depend() one by one: the task is new, so no
+        # edge exists yet and none is a self-dependency
+        tasks[tid] = task
+        self._pred[tid] = preds
+        succ = self._succ
+        for d in preds:
+            s = succ.get(d)
+            if s is None:
+                succ[d] = {tid: None}
+            else:
+                s[tid] = None
+        self._edges += len(preds)
         return task
 
     def depend(self, before: str, after: str) -> None:

@@ -71,6 +71,32 @@ class TaskEmitter:
         self._last[(task.rank, task.stream)] = task.id
         return task.id
 
+    def add_like(self, proto: Task, name: str, deps: Sequence[str] = ()) -> Task:
+        """Add a copy of the checked task ``proto`` (:meth:`Task.derived`) with a fresh id of
+        its rank and ``name``, after ``deps`` (empty ids dropped, as :meth:`add`); the copy.
+        It shares ``proto``'s ``attrs``."""
+        rank = proto.rank
+        n = self._next.get(rank, 0)
+        self._next[rank] = n + 1
+        task = proto.derived(f"r{rank}.{n}", name)
+        self.graph.add(task, [d for d in deps if d] if "" in deps else deps)
+        self._last[(rank, task.stream)] = task.id
+        return task
+
+    def compute_template(self, rank: int, kernels: Sequence[Kernel], category: str,
+                         stream: str = "compute", attrs: dict[str, Any] | None = None,
+                         ) -> tuple[Task, tuple[tuple[str, float], ...]]:
+        """A checked compute task of ``rank`` running ``kernels`` (as :meth:`compute`, but not
+        in the graph; id and name are placeholders), and its seconds by kernel kind (``()``
+        for one kind): copies of it, made by :meth:`add_like`, are the same tasks as
+        :meth:`compute` makes for this (never changed) sequence."""
+        duration, flops, nbytes, model_flops, kind, shape, mix = self._costed(rank, kernels, True)
+        if attrs is None:
+            attrs = {"model_flops": model_flops}
+        task = Task("template", rank, "compute", stream=stream, category=category, duration=duration,
+                    flops=flops, bytes=nbytes, kernel=kind, shape=shape, attrs=attrs)
+        return task, mix
+
     def last(self, rank: int, stream: str) -> str:
         """Id of the last task emitted on (rank, stream), or ``""``."""
         return self._last.get((rank, stream), "")

@@ -72,7 +72,7 @@ from itertools import chain
 from math import ceil
 
 import numpy as np
-from typing import Any, Generator, Sequence
+from typing import Any, Generator, NamedTuple, Sequence
 
 from dessim.catalog.devices import get_device
 from dessim.engine.options import EngineOptions
@@ -284,6 +284,19 @@ class _Template:
     block_params: list[tuple[str, float, float]]  #: (block, dense, expert) in pass order
 
 
+class _CollTemplate(NamedTuple):
+    """A collective step on one rank (:meth:`_Generator._collective_template`): the checked
+    task every micro-batch copies (``None``: one-rank group, nothing to emit), the group
+    kind and group naming its ``coll_id``, the counter key numbering them, and whether it is
+    a ``delay`` standing in for the collective (closed form or free communication)."""
+
+    task: Task | None
+    gkind: str
+    group: tuple[int, ...]
+    counter: str
+    free: bool
+
+
 def _kernel_label(kernels: Sequence[Kernel]) -> str:
     if len(kernels) == 1:
         return kernels[0].name
@@ -337,6 +350,8 @@ class _Generator:
         self.head_ks = head_kernels(self.model, lo)
         self.act_bytes = self.layer_kinds[False][3]
         self.templates: dict[tuple[int, int, str], _Template] = {}
+        #: (id of a template, rank) -> (the template, its steps' task templates on the rank)
+        self.rank_templates: dict[tuple[int, int], tuple[_Template, list[Any]]] = {}
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -765,31 +780,52 @@ class _Generator:
                     group: tuple[int, ...], deps: list[str], gkind: str, combine: bool = False) -> list[str]:
         """A collective task (or its free stand-in); returns the ids later steps depend on
         (``combine``: an MoE all-to-all in the combine direction, :class:`~.passes.CommSpec`)."""
+        return self._emit_collective(self._collective_template(rank, category, stream, op, size, group,
+                                                               gkind, combine), name, deps)
+
+    def _collective_template(self, rank: int, category: str, stream: str, op: str, size: float,
+                             group: tuple[int, ...], gkind: str, combine: bool = False) -> _CollTemplate:
+        """What a collective step emits on ``rank`` for every micro-batch: a checked task (its
+        id, name and ``coll_id`` placeholders) — the collective, or the ``delay`` of an
+        isolated TP island's closed-form time, or a free stand-in — or ``None`` for a one-rank
+        group (nothing to do)."""
         if len(group) == 1:
-            return deps
-        n = self.em.count(rank, f"coll.{gkind}")
-        coll_id = f"{gkind}{group[0]}.{n}"
-        tid = self.em.new_id(rank)
+            return _CollTemplate(None, gkind, group, f"coll.{gkind}", False)
         closed = (self.islands.time(op, size, group)
                   if gkind == "tp" and self.islands is not None and self.islands.isolated(group) else None)
         if closed is not None:
             # an isolated TP island: its idle-network time, starting when all members are ready
-            self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
-                             duration=closed, attrs={"op": op, "size": float(size), "closed_form": True}), deps)
-            self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
+            task = Task("template", rank, "delay", stream=stream, category=category, duration=closed,
+                        attrs={"op": op, "size": float(size), "closed_form": True})
         elif self.comm:
             ep = gkind in _EP_KINDS
             if ep:
                 size *= self._ep_intranode_share(group)
-            self.em.add(Task(tid, rank, "collective", stream=stream, name=name, category=category,
-                             op=op, size=float(size), group=group, coll_id=coll_id,
-                             algo=self.ep_algo if ep else "auto",
-                             attrs=self._ep_attrs(group, combine) if ep else {}), deps)
+            task = Task("template", rank, "collective", stream=stream, category=category,
+                        op=op, size=float(size), group=group, coll_id="template",
+                        algo=self.ep_algo if ep else "auto",
+                        attrs=self._ep_attrs(group, combine) if ep else {})
         else:
-            self.em.add(Task(tid, rank, "delay", stream=stream, name=name, category=category,
-                             duration=0.0, attrs={"op": op, "size": float(size)}), deps)
-            self.free_colls.setdefault(coll_id, []).append((tid, list(deps)))
-        return [tid]
+            task = Task("template", rank, "delay", stream=stream, category=category,
+                        duration=0.0, attrs={"op": op, "size": float(size)})
+        return _CollTemplate(task, gkind, group, f"coll.{gkind}", task.kind == "delay")
+
+    def _emit_collective(self, c: _CollTemplate, name: str, deps: list[str]) -> list[str]:
+        """Emit one copy of a collective template (:meth:`_collective_template`) after
+        ``deps``; the ids later steps depend on (``deps`` themselves for a one-rank group)."""
+        proto = c.task
+        if proto is None:
+            return deps
+        rank = proto.rank
+        n = self.em.count(rank, c.counter)
+        coll_id = f"{c.gkind}{c.group[0]}.{n}"
+        task = self.em.add_like(proto, name, deps)
+        task.attrs = dict(proto.attrs)          # each task its own, as when built one by one
+        if c.free:
+            self.free_colls.setdefault(coll_id, []).append((task.id, list(deps)))
+        else:
+            task.coll_id = coll_id
+        return [task.id]
 
     def _p2p(self, rank: int, kind: str, peer: int, tag: int, size: float, name: str, category: str,
              stream: str, deps: list[str]) -> str:
@@ -844,35 +880,66 @@ class _Generator:
                         results[k] = done.value
         return results[0], results[1]  # type: ignore[return-value]
 
+    def _rank_template(self, t: _Template, rank: int) -> list[Any]:
+        """Per step of template ``t`` on ``rank``, what every micro-batch copies: for a compute
+        step its checked task and kernel mix (:meth:`TaskEmitter.compute_template`), for a
+        collective its :class:`_CollTemplate`, else ``None`` (built per micro-batch). Made
+        once per (template, rank): a pass's tasks differ across micro-batches only in ids,
+        names, counters and dependencies."""
+        key = (id(t), rank)
+        got = self.rank_templates.get(key)
+        if got is not None:
+            return got[1]
+        out: list[Any] = []
+        for i, s in enumerate(t.steps):
+            if s.kind == "compute":
+                out.append(self.em.compute_template(rank, s.kernels, s.category, attrs=t.attrs[i]))
+            elif s.kind == "collective":
+                out.append(self._collective_template(rank, s.category, s.stream, s.op, s.size,
+                                                     self.groups[s.group][rank], s.group, s.combine))
+            else:
+                out.append(None)
+        self.rank_templates[key] = (t, out)     # holds t: its id stays its own
+        return out
+
     def _pass_steps(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                     input_deps: list[str]) -> Generator[None, None, tuple[_Template, list[list[str]]]]:
-        """Emit a pass's steps, pausing after each compute step; returns ``(template, ids)``."""
+        """Emit a pass's steps, pausing after each compute step; returns ``(template, ids)``.
+        Compute and collective tasks are copies of the rank's templates (:meth:`_rank_template`)."""
         t = self._template(stage, chunk, phase)
+        made = self._rank_template(t, rank)
         ids: list[list[str]] = []
         cp_group = self.groups["cp"][rank]
+        suffix = f" mb{mb}"
+        labels = t.labels
+        add_like = self.em.add_like
+        kernel_mix = self.graph.kernel_mix
         for i, s in enumerate(t.steps):
             deps = [d for j in s.deps for d in ids[j]]
-            if s.kind == "compute":
+            kind = s.kind
+            if kind == "compute":
                 if i == t.first_compute:
                     deps += input_deps
-                ids.append([self._compute(rank, s, f"{t.labels[i]} mb{mb}", t.attrs[i], deps)])
+                proto, mix = made[i]
+                tid = add_like(proto, labels[i] + suffix, deps).id
+                if mix:
+                    kernel_mix[tid] = mix
+                ids.append([tid])
                 yield
-            elif s.kind == "collective":
-                group = self.groups[s.group][rank]
-                ids.append(self._collective(rank, f"{t.labels[i]} mb{mb}", s.category, s.stream, s.op,
-                                            s.size, group, deps, s.group, s.combine))
-            elif s.kind in ("send", "recv"):
+            elif kind == "collective":
+                ids.append(self._emit_collective(made[i], labels[i] + suffix, deps))
+            elif kind in ("send", "recv"):
                 pos = cp_group.index(rank)
                 step = 1 if s.peer == "next" else -1
                 peer = cp_group[(pos + step) % len(cp_group)]
                 tag = self.em.count(rank, s.stream)
-                ids.append([self._p2p(rank, s.kind, peer, tag, s.size, f"{t.labels[i]} mb{mb}", "cp",
+                ids.append([self._p2p(rank, s.kind, peer, tag, s.size, labels[i] + suffix, "cp",
                                       s.stream, deps)])
-            elif s.kind == "memcpy":
+            elif kind == "memcpy":
                 if s.after_key:
                     deps.append(self.mem_tasks[(rank, mb, s.after_key)])
                 tid = self._memcpy(rank, s.size, s.direction, self.plan.memory.offload_activations,
-                                   f"{t.labels[i]} mb{mb}", s.stream, deps)
+                                   labels[i] + suffix, s.stream, deps)
                 if s.key:
                     self.mem_tasks[(rank, mb, s.key)] = tid
                 ids.append([tid])
