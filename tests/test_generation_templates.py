@@ -142,3 +142,25 @@ def test_bulk_add_names_an_unknown_dependency():
     g.add(Task("a", 0, "compute", duration=1.0))
     with pytest.raises(TaskGraphError, match="unknown task 'nope'"):
         g.add(Task("b", 0, "compute", duration=1.0), ["a", "nope"])
+
+
+def test_collector_contexts_restore_the_collector():
+    import gc
+
+    from dessim.taskgraph.collector import collector_paused, heap_frozen
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()          # was off: stays off
+    finally:
+        gc.enable()
+    before = gc.get_freeze_count()
+    with heap_frozen():
+        assert gc.get_freeze_count() > before
+    assert gc.get_freeze_count() == 0

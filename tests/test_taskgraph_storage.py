@@ -44,6 +44,10 @@ def test_adjacency_equals_a_networkx_digraph_built_alike(case):
         for other in ref.nodes:
             assert g.has_dependency(other, node) == ref.has_edge(other, node)
     assert list(g.as_networkx().edges()) == list(ref.edges())
+    index = {t.id: i for i, t in enumerate(g)}
+    after, waits = g.index_adjacency(index)
+    assert after == [[index[s] for s in ref.successors(t.id)] for t in g]
+    assert waits == [ref.in_degree(t.id) for t in g]
 
 
 @settings(max_examples=200, deadline=None)

@@ -26,6 +26,7 @@ task and the network's own events for communication. Runs are deterministic.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -48,6 +49,7 @@ from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
 from dessim.network.families import LaneFamily, QuotientBroken
+from dessim.taskgraph.collector import heap_frozen
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
@@ -133,9 +135,9 @@ class _Run:
         self.tasks: list[Task] = list(graph)
         index = {t.id: i for i, t in enumerate(self.tasks)}
         self.index = index
-        self.succ: list[list[int]] = [[index[s] for s in graph.dependents(t.id)]
-                                      for t in self.tasks]
-        self.pending = [len(graph.deps(t.id)) for t in self.tasks]
+        #: per task, the tasks waiting for it (edge order: the release order) and how many
+        #: it still waits for
+        self.succ, self.pending = graph.index_adjacency(index)
         # streams: (rank, stream) -> queue of task indices in program order
         self.queues: dict[tuple[int, str], list[int]] = {}
         self.stream_of: list[tuple[int, str]] = []
@@ -914,13 +916,22 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     """
     t0 = time.perf_counter()
     options = options or EngineOptions()
+    with heap_frozen():          # the graph and the run's set-up: out of the collector's passes
+        return _simulate(graph, topology, options, compute_cost, t0)
+
+
+def _simulate(graph: TaskGraph, topology: Topology, options: EngineOptions,
+              compute_cost: ComputeCost | None, t0: float) -> SimulationResult:
+    """:func:`simulate` inside :func:`~dessim.taskgraph.collector.heap_frozen`."""
     run = _Run(graph, topology, options, compute_cost)
     rotations_refused = orbits_refused = None
     while True:
+        gc.freeze()              # the run's own set-up too
         try:
             run.run()
             break
         except QuotientBroken as exc:
+            gc.unfreeze()        # the broken run is garbage (a cycle through simpy's callbacks)
             # not symmetric: replay with host rotations alone (when orbits rotated ranks
             # inside hosts), then without orbits, then without families
             if run.rank_rotation_runs:

@@ -342,6 +342,17 @@ class TaskGraph:
         self.task(task_id)
         return list(self._succ.get(task_id, ()))
 
+    def index_adjacency(self, index: dict[str, int]) -> tuple[list[list[int]], list[int]]:
+        """For every task in insertion order, the ``index`` numbers of its dependents (in the
+        order the dependencies were added, as :meth:`dependents`) and how many tasks it waits
+        for (``len(deps(id))``): the engine's set-up in one pass, without a list of ids per
+        task."""
+        succ, pred = self._succ, self._pred
+        none: dict[str, None] = {}
+        after = [[index[s] for s in succ.get(tid, none)] for tid in self._tasks]
+        waits = [len(pred.get(tid, none)) for tid in self._tasks]
+        return after, waits
+
     def has_dependency(self, before: str, after: str) -> bool:
         """Whether ``after`` waits for ``before`` directly."""
         return before in self._pred.get(after, ())

@@ -77,6 +77,7 @@ from typing import Any, Generator, NamedTuple, Sequence
 from dessim.catalog.devices import get_device
 from dessim.engine.options import EngineOptions
 from dessim.errors import CollectiveError, MemoryFitError, WorkloadError
+from dessim.taskgraph.collector import collector_paused
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph, brief_ranks
 from dessim.topology.graph import Topology
@@ -1205,7 +1206,8 @@ def build_taskgraph(workload: WorkloadPlan | Any, topology: Topology, *,
     """
     if not isinstance(workload, WorkloadPlan):
         workload = plan_for(workload, topology, layout=layout, memory=memory, options=options, device=device)
-    return _Generator(workload, topology, engine).run()
+    with collector_paused():     # the graph grows by 10^5-10^6 objects (dessim.taskgraph.collector)
+        return _Generator(workload, topology, engine).run()
 
 
 def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None = None,
