@@ -29,6 +29,8 @@ __all__ = ["collector_paused", "heap_frozen"]
 def collector_paused() -> Iterator[None]:
     """The cyclic collector off inside the block (restored to its previous state after)."""
     was_on = gc.isenabled()
+    if was_on:
+        gc.collect()  # nothing uncollected (a previous run's cycles) stays alive meanwhile
     gc.disable()
     try:
         yield
@@ -42,6 +44,7 @@ def heap_frozen() -> Iterator[None]:
     """Objects alive at the start (and at each further ``gc.freeze()`` inside) skipped by the
     collector until the block ends; then they are its oldest generation again. Not nested:
     the end of the block thaws every frozen object."""
+    gc.collect()     # garbage still uncollected (a previous run's cycles) is not frozen alive
     gc.freeze()
     try:
         yield
