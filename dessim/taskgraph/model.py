@@ -443,6 +443,8 @@ class TaskGraph:
 
     def _check_ranks(self, num_ranks: int) -> None:
         for t in self:
+            if t.rank < num_ranks and t.peer < num_ranks and (not t.group or max(t.group) < num_ranks):
+                continue                # the common case, without a list per task
             bad = [r for r in (t.rank, t.peer, *t.group) if r >= num_ranks]
             if bad:
                 raise TaskGraphError(f"task {t.id!r} names rank {bad[0]}, but the topology has "
@@ -502,18 +504,10 @@ class TaskGraph:
         images: dict[tuple[int, ...], set[int]] = {}      # folded: ranks covered by representatives
         for cid, members in by_id.items():
             first = members[0]
-            for t in members[1:]:
-                for attr in ("op", "size", "group", "algo"):
-                    if getattr(t, attr) != getattr(first, attr):
-                        raise TaskGraphError(
-                            f"collective {cid!r}: task {t.id!r} has {attr}={getattr(t, attr)!r} "
-                            f"but task {first.id!r} has {attr}={getattr(first, attr)!r}")
-            by_rank: dict[int, Task] = {}
-            for t in members:
-                if t.rank in by_rank:
-                    raise TaskGraphError(f"collective {cid!r}: rank {t.rank} has two tasks "
-                                         f"({by_rank[t.rank].id!r} and {t.id!r})")
-                by_rank[t.rank] = t
+            if len(members) == 1:       # a folded collective's representative: nothing to agree on
+                by_rank: dict[int, Task] = {first.rank: first}
+            else:
+                by_rank = self._members_by_rank(cid, members)
             covered: Any = by_rank
             if self.fold is not None:
                 reps = tuple(sorted(by_rank))
@@ -526,6 +520,25 @@ class TaskGraph:
                                      f"{missing[0]} has no task for it")
             out[cid] = [by_rank[r] for r in first.group if r in by_rank]
         return out
+
+    @staticmethod
+    def _members_by_rank(cid: str, members: list[Task]) -> dict[int, Task]:
+        """Collective ``cid``'s member tasks by rank, after checking they agree on op, size,
+        group and algo and that no rank has two."""
+        first = members[0]
+        for t in members[1:]:
+            for attr in ("op", "size", "group", "algo"):
+                if getattr(t, attr) != getattr(first, attr):
+                    raise TaskGraphError(
+                        f"collective {cid!r}: task {t.id!r} has {attr}={getattr(t, attr)!r} "
+                        f"but task {first.id!r} has {attr}={getattr(first, attr)!r}")
+        by_rank: dict[int, Task] = {}
+        for t in members:
+            if t.rank in by_rank:
+                raise TaskGraphError(f"collective {cid!r}: rank {t.rank} has two tasks "
+                                     f"({by_rank[t.rank].id!r} and {t.id!r})")
+            by_rank[t.rank] = t
+        return by_rank
 
     def __repr__(self) -> str:
         return (f"TaskGraph({self.name!r}, tasks={len(self)}, "
