@@ -596,7 +596,8 @@ class _Run:
         its options (``attrs["algo_options"]``) as sorted (name, value) pairs."""
         if self.forced_algo:
             return self.forced_algo, ()
-        return t.algo, tuple(sorted(t.attrs.get(ALGO_OPTIONS, {}).items()))
+        options = t.attrs.get(ALGO_OPTIONS)
+        return t.algo, (tuple(sorted(options.items())) if options else ())
 
     def _memo_key(self, t: Task) -> tuple:
         return (t.op, t.size, t.group) + self._algo(t)

@@ -12,7 +12,7 @@ __all__ = ["union", "length", "subtract"]
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint union of half-open intervals [start, end); empty ones dropped."""
     out: list[Interval] = []
-    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+    for s, e in sorted([i for i in intervals if i[1] > i[0]]):
         if out and s <= out[-1][1]:
             if e > out[-1][1]:
                 out[-1] = (out[-1][0], e)

@@ -295,12 +295,21 @@ class LinkProof:
         run = self.run
         bound = end * (1.0 + MARGIN)
         tentative: list[tuple[int, float]] = []    # bounds that hold if ``i`` is replayed
+        start, known, tasks = run.start, self._known, run.tasks
         for j in self._heads(scope, i):
-            p2p = run.tasks[j].kind in ("send", "recv")
-            got = -math.inf if self._started(j) else self._start_after(j, i, end, bound, tentative)
+            s = start[j]
+            if s == s:                                  # started (not NaN)
+                got = -math.inf
+            else:
+                got = known.get(j, -math.inf)           # _start_after's first answer, inline
+                if got <= bound:
+                    got = self._start_after(j, i, end, bound, tentative)
             if got <= bound:
-                q = run.partner[j] if p2p else -1
-                if not p2p or self._started(q):
+                if tasks[j].kind not in ("send", "recv"):
+                    return False
+                q = run.partner[j]
+                s = start[q]
+                if s == s:
                     return False
                 got = self._start_after(q, i, end, bound, tentative)
                 if got <= bound:
@@ -332,13 +341,14 @@ class LinkProof:
             return known
         now = self.run.env.now
         finish, start, due = self.run.end, self.run.start, self.due
+        preds_of, durations, duration = self._preds_of, self._dur, self._duration
         stack = [(j, bound)]
         seen: dict[int, float] = {j: bound}   # smallest bound each task was searched with
         while stack:
             x, y = stack.pop()
             found, via_c = (now if now > y else -math.inf), False
             if found < 0:
-                for p in self._preds_of(x):
+                for p in preds_of(x):
                     if finish[p] == finish[p]:        # finished
                         continue
                     if p == c:
@@ -352,7 +362,8 @@ class LinkProof:
                             found = d
                             break
                         continue
-                    yp = y - self._duration(p)
+                    d = durations.get(p)
+                    yp = y - (duration(p) if d is None else d)
                     if seen.get(p, math.inf) <= yp:   # searched already with a lower bound
                         continue
                     seen[p] = yp
@@ -380,7 +391,7 @@ class LinkProof:
         stream = run.stream_of[j]
         p = self._pos[j]
         if p > run.head[stream]:
-            return got + (run.queues[stream][p - 1],)
+            return (*got, run.queues[stream][p - 1])
         return got
 
     def _duration(self, j: int) -> float:
