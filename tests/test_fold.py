@@ -329,3 +329,24 @@ def test_canonical_pair_is_the_same_for_every_image_of_a_pair():
     for k in range(n):
         assert fold.canonical_pair(int(perm[k, 0]), int(perm[k, 1])) == (0, 1)
         assert fold.canonical_pair(int(perm[k, 3]), int(perm[k, 2])) == (0, 7)
+
+
+@pytest.mark.parametrize("granularity", ["stage", "layer"])
+def test_context_parallel_ring_without_communication_folds_exactly(granularity):
+    """With communication off (``--no-comm``) a CP ring's sends and recvs are free
+    dependencies; folded, the recv of the representative from its previous rank is paired
+    with the image it holds — its own send to the next rank — as the engine pairs transfers
+    (:meth:`Fold.canonical_pair`), and the iteration equals the unfolded one."""
+    overrides = {"tp": 2, "pp": 1, "cp": 4, "global_batch": 4, "micro_batch": 1, "model": {"layers": 2}}
+    full, folded = (simulate_workload("llama3-8b", "dgx-h100:nodes=2", overrides=dict(
+        overrides, generator={"granularity": granularity, "fold": fold, "comm": False}),
+        options=EngineOptions(record_links=False)) for fold in (False, True))
+    assert folded.taskgraph.fold is not None and full.taskgraph.fold is None
+    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    g = folded.taskgraph
+    free = {t.id: t for t in g if t.kind == "delay" and t.stream.startswith("cp.")}
+    recvs = [t for t in free.values() if t.stream == "cp.recv"]
+    assert recvs and len(recvs) * 2 == len(free)
+    for t in recvs:      # each waits for the send of the same KV block to the next rank
+        sends = [free[d] for d in g.deps(t.id) if d in free]
+        assert [(s.stream, s.name) for s in sends] == [("cp.send", t.name)]

@@ -835,6 +835,10 @@ class _Generator:
         tid = self.em.add(Task(self.em.new_id(rank), rank, "delay", stream=stream, name=name, category=category,
                                duration=0.0, attrs={"peer": peer, "size": float(size)}), deps)
         src, dst = (rank, peer) if kind == "send" else (peer, rank)
+        if self.graph.fold is not None:
+            # a ring exchange inside one orbit (CP): the other half is held by the orbit's
+            # representative as the image of another pair, as the engine pairs transfers
+            src, dst = self.graph.fold.canonical_pair(src, dst)
         self.free_p2p.setdefault((src, dst, tag, stream.split(".")[0]), {})[kind] = (tid, list(deps))
         return tid
 
