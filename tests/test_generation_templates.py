@@ -161,6 +161,15 @@ def test_collector_contexts_restore_the_collector():
     finally:
         gc.enable()
     before = gc.get_freeze_count()
-    with heap_frozen():
+    with heap_frozen() as freezer:
         assert gc.get_freeze_count() > before
+        freezer.thaw()
+        assert gc.get_freeze_count() == 0
+        junk = [[] for _ in range(10)]
+        freezer.freeze()
+        assert gc.get_freeze_count() >= len(junk)
+    assert gc.get_freeze_count() == 0
+    with heap_frozen(active=False) as freezer:     # small graphs: nothing frozen or collected
+        freezer.freeze()
+        assert gc.get_freeze_count() == 0
     assert gc.get_freeze_count() == 0

@@ -26,7 +26,6 @@ task and the network's own events for communication. Runs are deterministic.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
@@ -49,7 +48,7 @@ from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
 from dessim.network.families import LaneFamily, QuotientBroken
-from dessim.taskgraph.collector import heap_frozen
+from dessim.taskgraph.collector import LARGE_GRAPH_TASKS, Freezer, heap_frozen
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
@@ -920,22 +919,23 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     """
     t0 = time.perf_counter()
     options = options or EngineOptions()
-    with heap_frozen():          # the graph and the run's set-up: out of the collector's passes
-        return _simulate(graph, topology, options, compute_cost, t0)
+    # a large graph and the run's set-up: out of the collector's passes
+    with heap_frozen(len(graph) >= LARGE_GRAPH_TASKS) as freezer:
+        return _simulate(graph, topology, options, compute_cost, t0, freezer)
 
 
 def _simulate(graph: TaskGraph, topology: Topology, options: EngineOptions,
-              compute_cost: ComputeCost | None, t0: float) -> SimulationResult:
+              compute_cost: ComputeCost | None, t0: float, freezer: Freezer) -> SimulationResult:
     """:func:`simulate` inside :func:`~dessim.taskgraph.collector.heap_frozen`."""
     run = _Run(graph, topology, options, compute_cost)
     rotations_refused = orbits_refused = None
     while True:
-        gc.freeze()              # the run's own set-up too
+        freezer.freeze()         # the run's own set-up too
         try:
             run.run()
             break
         except QuotientBroken as exc:
-            gc.unfreeze()        # the broken run is garbage (a cycle through simpy's callbacks)
+            freezer.thaw()       # the broken run is garbage (a cycle through simpy's callbacks)
             # not symmetric: replay with host rotations alone (when orbits rotated ranks
             # inside hosts), then without orbits, then without families
             if run.rank_rotation_runs:
