@@ -84,3 +84,10 @@ def test_unknown_tasks_are_named():
         g.depend("t0", "nope")
     with pytest.raises(TaskGraphError, match="unknown task 'nope'"):
         g.deps("nope")
+
+
+def test_an_unhashable_value_is_no_task_id():
+    """As a networkx DiGraph answers: membership of a list is False, not a TypeError (a
+    hostile task-graph file gets a clear error, tests/test_loader_fuzz.py)."""
+    g, _ = build(2, [])
+    assert [] not in g and {"id": "t0"} not in g and "t0" in g

@@ -117,8 +117,8 @@ def taskgraph_from_dict(data: dict[str, Any], source: str = "<dict>") -> TaskGra
                 raise TaskGraphError(f"{where}: {exc}") from None
             graph.add(task)
             deps = raw.get("deps", [])
-            if not isinstance(deps, list):
-                raise TaskGraphError(f"{where}: deps must be a list of task ids")
+            if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+                raise TaskGraphError(f"{where}: deps must be a list of task ids (strings), got {deps!r}")
             pending.append((task.id, deps))
         for tid, deps in pending:
             for d in deps:

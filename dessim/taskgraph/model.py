@@ -324,7 +324,10 @@ class TaskGraph:
         return iter(self._tasks.values())
 
     def __contains__(self, task_id: object) -> bool:
-        return task_id in self._tasks
+        try:
+            return task_id in self._tasks
+        except TypeError:       # an unhashable value is no task id (as networkx answers)
+            return False
 
     def task(self, task_id: str) -> Task:
         try:
