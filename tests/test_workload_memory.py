@@ -103,6 +103,30 @@ def test_first_stage_holds_p_micro_batches_with_1f1b_and_m_with_gpipe():
     assert estimate_memory(GPT, inter, stage=0).activations > est[0].activations
 
 
+@pytest.mark.parametrize("schedule,v,expected", [
+    # (schedule, virtual stages, {stage: micro-batches of logits held at the peak})
+    ("1f1b", 1, {3: 1}),                 # last stage: F then B of each micro-batch
+    ("interleaved", 2, {3: 1}),          # last stage, last chunk: its F is followed by its B
+    ("gpipe", 1, {3: 8}),                # every forward before any backward
+    ("zb-h1", 1, {3: 4}),                # W deferred: held until W, min(p, m) (Qi et al. 2024)
+    ("dualpipe", 1, {0: 1, 3: 1}),       # stage 0's reverse chunk and stage p-1's forward chunk
+])
+def test_output_layer_activations_count_the_last_piece_only(schedule, v, expected):
+    """The logits (fp32, ``4·T·V/tp`` bytes, Megatron-LM's vocabulary-parallel cross-entropy)
+    are held by the chunk that is the model's last piece, for as many micro-batches as the
+    schedule's pass order keeps that chunk's forwards open — not the stage's whole in-flight
+    count (DualPipe's stage 0 holds p+1 chunk passes, of which one is the last piece's)."""
+    layout = ParallelLayout(tp=2, pp=4, dp=1, sp=True, recompute="selective", global_batch=8,
+                            schedule=schedule, virtual_stages=v)
+    small = dataclasses.replace(GPT, layers=16, vocab=51200)
+    large = dataclasses.replace(small, vocab=51200 + 2 * 1000)
+    T = S                                       # micro-batch 1, no CP
+    for stage in range(4):
+        delta = (estimate_memory(large, layout, stage=stage).activations
+                 - estimate_memory(small, layout, stage=stage).activations)
+        assert delta == pytest.approx(expected.get(stage, 0) * 4 * T * 1000, rel=1e-12, abs=1e-3), stage
+
+
 def test_params_on_gpu_cover_the_model():
     for name in ("gpt3-175b", "llama3-70b", "mixtral-8x7b"):
         m = load_workload(name).model

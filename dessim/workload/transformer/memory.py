@@ -24,7 +24,9 @@ activations
     activations until the pass that completes its weight gradients), each chunk weighed by
     its layers (uneven ``pipeline_layers``). Plus: the embedding dropout mask on the
     first stage, the final norm input and fp32 logits (``4·T·V/tp``, what Megatron-LM's
-    vocabulary-parallel cross-entropy keeps) on the last stage, and under full recompute the
+    vocabulary-parallel cross-entropy keeps) on the stage holding the last piece, times the
+    micro-batches that piece's chunk alone holds on the pass order (1 with 1F1B, interleaved
+    and DualPipe, ``min(p, m)`` with ZB-H1), and under full recompute the
     full activations of the one layer being recomputed.
 comm_buffers (assumptions)
     Two gradient buckets of ``bucket_size`` when gradients are reduced over ``dp·cp > 1``
@@ -375,9 +377,8 @@ def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: 
     T_sp = T // layout.tp if layout.sequence_parallel else T
     if stage == 0 and model.dropout:
         stored += in_flight * T_sp * model.hidden          # embedding dropout mask
-    if layout.pipeline_pieces - 1 in {layout.piece_of(stage, c) for c in range(layout.chunks)}:
-        last_flight = layout.pipeline.in_flight(stage, p, m, v) if layout.pipeline.bidirectional else \
-            layout.pipeline.in_flight(p - 1, p, m, v)
+    last_flight = _last_piece_in_flight(layout, stage)
+    if last_flight:
         logits = T_sp * model.hidden * e + 4 * T * ceil(model.vocab / layout.tp)
         # each MTP module: its two normed inputs and projection input, one layer, its logits
         mtp = model.mtp_modules * (3 * T * model.hidden * e + logits
@@ -386,6 +387,24 @@ def _stage_activations(model: TransformerConfig, layout: ParallelLayout, stage: 
     if layout.recompute == "full":                            # the layer being recomputed
         stored += layer_activation_bytes(model, layout, recompute="none")
     return stored, offloaded, in_flight
+
+
+def _last_piece_in_flight(layout: ParallelLayout, stage: int) -> float:
+    """Micro-batches whose output-layer activations (logits, MTP modules) stage ``stage``
+    holds at its peak: 0 unless one of its chunks is the model's last piece. Counted on the
+    schedule's pass order for that chunk alone (a forward of the last piece adds one, the pass
+    that completes its backward frees it): 1 on 1F1B's and the interleaved schedule's last
+    stage (its last chunk's forward is followed by that chunk's backward), ``min(p, m)`` on
+    ZB-H1's (W deferred), 1 on the DualPipe stage whose reverse chunk is the last piece —
+    not the stage's whole in-flight count, which its other chunk and pieces make up."""
+    last = layout.pipeline_pieces - 1
+    weights = tuple(float(layout.piece_of(stage, c) == last) for c in range(layout.chunks))
+    if not any(weights):
+        return 0.0
+    p, m, v = layout.pp, layout.num_micro_batches, layout.virtual_stages
+    if layout.pipeline.name == "gpipe":
+        return layout.pipeline.in_flight(stage, p, m, v)
+    return peak_held(layout.schedule, stage, p, m, v, weights) * sum(weights)
 
 
 def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: MemoryOptions) -> float:
