@@ -213,17 +213,28 @@ def test_block_scaling_quantizes_with_more_bytes_than_per_tensor():
     assert q["fp8-block"].bytes_written == pytest.approx(n * (1 + 4 / 128))
 
 
-def test_fp8_block_memory_counts_deepseek_v3_states():
-    est = estimate_memory(DS.model, DS.layout(), DS.memory_options(), stage=3)
-    lo = DS.layout()
+@pytest.mark.parametrize("schedule,copies", [("1f1b", 1), ("dualpipe", 2)])
+def test_fp8_block_memory_counts_deepseek_v3_states(schedule, copies):
+    lo = DS.layout(schedule=schedule)
+    est = estimate_memory(DS.model, lo, DS.memory_options(), stage=3)
     dense, expert = layer_params_on_gpu(DS.model, lo)
     # ZeRO-1: bf16 weights 2, fp32 gradients 4 per parameter; fp32 master + bf16 moments = 8
-    # sharded over dp (dense) and edp (experts)
+    # sharded over dp (dense) and edp (experts) — and over DualPipe's two copies of a piece
+    # (stage 3 holds pieces 3 and 12 there)
     layers = sum(len(c) for c in lo.stage_layers(61, 3))
     assert est.weights == pytest.approx(2 * layers * (dense + expert))
     assert est.gradients == pytest.approx(4 * layers * (dense + expert))
-    assert est.optimizer == pytest.approx(8 * layers * (dense / 128 + expert / 2))
+    assert est.optimizer == pytest.approx(8 * layers * (dense / 128 + expert / 2) / copies)
     assert est.total < 80e9
+
+
+def test_deepseek_v3_preset_runs_dualpipe_and_fits_the_h800():
+    """The report's schedule (§3.2.1) with its two parameter copies fits 80 GB (stage 0, the
+    largest: both ends of the model, the embedding and the LM head with MTP)."""
+    lo = DS.layout()
+    assert lo.pipeline.bidirectional
+    est = estimate_memory(DS.model, lo, DS.memory_options())
+    assert est.stage in (0, 15) and est.total < 80e9 * 0.94
 
 
 # ------------------------------------------------------------------ rail all-to-all
