@@ -28,6 +28,10 @@ layout_options = compose(
                  help="Data-parallel size (default: GPUs / (tp·pp·cp))."),
     click.option("--cp", type=_POS, default=None, help="Context-parallel size (ring attention)."),
     click.option("--ep", type=_POS, default=None, help="Expert-parallel size (MoE; divides dp)."),
+    click.option("--etp", type=_POS, default=None,
+                 help="Expert tensor-parallel size (MoE; default: tp). When it differs from tp the "
+                      "expert layers refold each stage's ranks into etp × ep × edp (Megatron-core's "
+                      "MoE parallel folding)."),
     click.option("--sp/--no-sp", "sp", default=None, help="Sequence parallelism (with tp > 1)."),
     click.option("--zero", type=click.Choice(["0", "1", "2", "3", "fsdp"]), default=None,
                  help="ZeRO stage (fsdp = 3)."),
@@ -73,7 +77,7 @@ layout_options = compose(
 )
 
 #: Keyword names that :data:`layout_options` adds to a command.
-LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "global_batch", "seq_len",
+LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "zero", "micro_batch", "global_batch", "seq_len",
                        "schedule", "virtual_stages", "pipeline_layers", "recompute", "attention",
                        "bucket_size", "offload_optimizer", "offload_activations", "tp_comm_overlap",
                        "fuse_optimizer_allreduce", "gradient_sync", "parameter_servers",
@@ -84,7 +88,7 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
     """simulate_workload overrides from the :data:`layout_options` values (pops them)."""
     vals = {name: kw.pop(name, None) for name in LAYOUT_OPTION_NAMES}
     out: dict[str, Any] = {}
-    for name in ("tp", "pp", "dp", "cp", "ep", "sp", "micro_batch", "global_batch", "schedule",
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "micro_batch", "global_batch", "schedule",
                  "recompute", "attention", "tp_comm_overlap", "fuse_optimizer_allreduce"):
         if vals[name] is not None:
             out[name] = vals[name]

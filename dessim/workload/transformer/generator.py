@@ -321,7 +321,7 @@ class _Generator:
         if lo.pipeline.split_backward:
             self.phases = ("F", "B", "Bi", "W") if self.bi else ("F", "Bi", "W")
         self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
-        for kind in _GROUP_KINDS:
+        for kind in _GROUP_KINDS + (("etp",) if lo.folded else ()):
             table: dict[int, tuple[int, ...]] = {}
             for g in lo.groups(kind):
                 for r in g:
@@ -424,6 +424,8 @@ class _Generator:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
+        elif lo.folded:
+            why = "etp != tp: the lane shifts do not map the expert grid's groups onto each other"
         if why is not None:
             self.graph.meta["fold_fallback"] = why
             return None
@@ -471,7 +473,8 @@ class _Generator:
             self.fallback.append("per-rank compute slowdown: TP members would not stay in step")
             self.graph.meta["closed_form_fallback"] = self.fallback[:8]
             return
-        others = [g for kind in ("dp_cp", "edp_cp", self.ep_kind, "cp") for g in lo.groups(kind)]
+        kinds = ("dp_cp", "edp_cp", self.ep_kind, "cp") + (("etp",) if lo.folded else ())
+        others = [g for kind in kinds for g in lo.groups(kind)]
         if self.bi:      # DualPipe reduces gradients over two stages' DP groups together
             others += sorted({g for kind, table in self.groups.items() if "@" in kind for g in table.values()})
         node = self.topo.node_of
@@ -1084,7 +1087,7 @@ class _Generator:
         lo, model = self.lo, self.model
         prec = model.precision_spec
         copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
-        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * lo.cp * copies} if lo.zero_stage >= 1 else {
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.expert_dp * copies} if lo.zero_stage >= 1 else {
             "dp_cp": 1, "edp_cp": 1}
         deps = [last_compute] if last_compute else []
         # every DP reduction of this rank must be done (FIFO streams: the last of each suffices)
@@ -1126,7 +1129,7 @@ class _Generator:
         parameters of a one-rank group (nothing to reduce) in one step after the backward."""
         lo, prec = self.lo, self.model.precision_spec
         copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
-        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * lo.cp * copies}
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.expert_dp * copies}
         base = [last_compute] if last_compute else []
         for n, (gkind, nbytes, done) in enumerate(buckets):
             k = optimizer_kernel(f"optimizer.bucket{n}", nbytes / prec.grad_bytes / len(self.groups[gkind][rank]),

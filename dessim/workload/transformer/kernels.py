@@ -61,7 +61,7 @@ from dessim.workload.common.kernels import ATTENTION, ELEMENTWISE, MATMUL, NORM,
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import Norm, TransformerConfig
 
-__all__ = ["TokenShard", "layer_kernels", "embedding_kernels", "head_kernels", "routed_tokens",
+__all__ = ["TokenShard", "layer_kernels", "embedding_kernels", "head_kernels", "routed_tokens", "expert_tokens",
            "mtp_kernels"]
 
 
@@ -239,24 +239,27 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
     ]
     if model.is_moe and not dense:
         k, local = model.top_k, model.experts // layout.ep
-        routed = routed_tokens(model, layout, T)
+        routed = routed_tokens(model, layout, expert_tokens(model, layout))
         ffn_t = model.moe_ffn_hidden // t  # type: ignore[operator]
+        ffn_e = model.moe_ffn_hidden // layout.expert_tp  # type: ignore[operator]
         fwd.append(b.matmul("moe.router", Tsp, model.experts, h, precise=True))
         # TP with SP (either dispatch): the dispatch sends the rank's T/tp tokens, the shared
         # experts run on the T tokens TP gathers for them (their own cast)
         split = Tsp < T
         gated = 2 if model.activation_spec.gated else 1
         # FP8: tokens are cast once, before the permutation, and dispatched in FP8
-        fwd += b.quantize("moe.quant_in", Tsp * h,
-                          gated * (routed + (0 if split else model.shared_experts * T)) * ffn_t)
+        fp8_wire = prec.is_fp8
+        shared_cast = 0 if split else model.shared_experts * T * ffn_t
+        if fp8_wire or shared_cast:
+            fwd += b.quantize("moe.quant_in", Tsp * h, gated * ((routed * ffn_e if fp8_wire else 0) + shared_cast))
         sent = routed_tokens(model, layout, Tsp)     # copies the token's rank sends (flat layout)
         if received is None:
-            fwd.append(_token_permute(b, Tsp * h, sent * h))
+            fwd.append(_token_permute(b, Tsp * h, sent * h, fp8_wire))
         if model.shared_experts:
             fwd += _mlp(b, model, "moe.shared", T, model.shared_experts * ffn_t, quantize_input=split)
         if received is not None:
-            fwd.append(_received_permute(b, received * h, routed * h))
-        fwd += _mlp(b, model, "moe.expert", routed, ffn_t, local, quantize_input=False)
+            fwd.append(_received_permute(b, received * h, routed * h, fp8_wire))
+        fwd += _mlp(b, model, "moe.expert", routed, ffn_e, local, quantize_input=not fp8_wire)
         copies, rows = (sent, Tsp) if received is None else (routed, received)
         fwd.append(b.elementwise("moe.unpermute", copies * h, rows * h, 2 * copies * h))
     else:
@@ -277,7 +280,7 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
     return _assemble(b, fwd, recompute)
 
 
-def _received_permute(b: KernelBuilder, rows: int, copies: int) -> Kernel:
+def _received_permute(b: KernelBuilder, rows: int, copies: int, fp8_wire: bool) -> Kernel:
     """DeepEP's permutation on the experts' GPU (:func:`layer_kernels`): ``rows`` received
     elements gathered into ``copies`` expert-copy elements, in the dispatch's precision (FP8
     with its scales in an FP8 recipe); backward, the copies' 16-bit gradients summed into the
@@ -285,13 +288,13 @@ def _received_permute(b: KernelBuilder, rows: int, copies: int) -> Kernel:
     p = b.precision
 
     def moved(n: int) -> float:
-        return p.quantized_bytes(n) if p.is_fp8 else n * b.act
+        return p.quantized_bytes(n) if fp8_wire else n * b.act
 
     return Kernel("moe.permute", ELEMENTWISE, "fwd", 0.0, moved(rows), moved(copies),
                   backward_bytes=(copies * b.act, rows * b.act))
 
 
-def _token_permute(b: KernelBuilder, tokens: int, copies: int) -> Kernel:
+def _token_permute(b: KernelBuilder, tokens: int, copies: int, fp8_wire: bool) -> Kernel:
     """The flat layout's permutation on the token's GPU (:func:`layer_kernels`, ``received``
     None): ``tokens`` elements gathered into ``copies`` expert-copy elements, backward the
     copies' 16-bit gradients summed into the tokens'.
@@ -308,7 +311,7 @@ def _token_permute(b: KernelBuilder, tokens: int, copies: int) -> Kernel:
     16-bit one of a bf16 run (the dispatch's backward combines 16-bit gradients)."""
     k = b.elementwise("moe.permute", tokens, copies, 0.0)
     p = b.precision
-    if not p.is_fp8:
+    if not fp8_wire:
         return k
     (bwd,) = b.backward(k)
     return replace(k, bytes_read=p.quantized_bytes(tokens), bytes_written=p.quantized_bytes(copies),
@@ -317,6 +320,19 @@ def _token_permute(b: KernelBuilder, tokens: int, copies: int) -> Kernel:
 
 #: GEMMs an FP8 recipe with low-precision storage re-runs (MLA's up-projections).
 _RECOMPUTED_LOW_PRECISION = frozenset({"attn.q_b", "attn.kv_b"})
+
+
+def expert_tokens(model: TransformerConfig, layout: ParallelLayout) -> int:
+    """Tokens whose copies reach the experts of one expert-TP group per micro-batch: the
+    rank's ``T`` (``b·s/cp``) when ``etp = tp`` (TP all-gathers the sequence-parallel shards,
+    or every TP rank holds all ``T`` without SP); with ``etp != tp`` (sequence parallelism or
+    ``tp = 1``: each rank dispatches its own ``T/tp``) the ``etp`` ranks' ``etp·T/tp``, which
+    the expert-TP all-gather after the dispatch joins (Megatron-core's
+    ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` over the expert-TP group)."""
+    tokens = layout.micro_batch * model.seq_len // layout.cp
+    if not layout.folded:
+        return tokens
+    return tokens // layout.tp * layout.expert_tp
 
 
 def routed_tokens(model: TransformerConfig, layout: ParallelLayout, tokens: int) -> int:

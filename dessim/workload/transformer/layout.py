@@ -20,15 +20,31 @@ Placement
     an EP group is ``ep`` consecutive DP replicas and an expert-data-parallel (``edp``) group
     holds the replicas of the same experts.
 
+Expert tensor parallelism (``etp``, Megatron-core's ``expert_tensor_parallel_size``)
+    By default the experts are split over the attention's TP group (``etp = tp``) and EP is
+    carved out of DP as above. With ``etp != tp`` the expert layers use their own grid
+    ("MoE parallel folding", NVIDIA/Megatron-LM ``megatron/core/parallel_state.py``:
+    ``expert_decoder_rank_generator = RankGenerator(tp=expert_tensor_parallel_size,
+    ep=expert_model_parallel_size, dp=expert_data_parallel_size, pp=..., cp=1, ...)``,
+    ``expert_data_parallel_size = world_size // (etp · ep · pp)``): the ``tp·cp·dp`` ranks of
+    a pipeline stage, numbered by their stage-local index ``l`` (``rank mod tp·cp·dp`` with
+    ``pp`` last in ``order``, which Megatron-core asserts), are refolded into ``etp × ep ×
+    edp`` with ``etp`` fastest: ``etp_index = l mod etp``, ``ep_index = (l div etp) mod ep``,
+    ``edp_index = l div (etp·ep)``. EP may then exceed DP (e.g. TP 8, EP 8, ETP 1 on one
+    node) and the expert gradients are reduced over the ``edp`` group, which already spans
+    CP (:attr:`ParallelLayout.expert_dp`).
+
 Group names accepted by :meth:`ParallelLayout.groups`: ``tp``, ``cp``, ``dp``, ``pp`` (the
-pipeline chains, in stage order), ``ep``, ``edp`` and the composites ``dp_cp`` (gradient
-reduction of dense weights when ``cp > 1``: CP ranks hold the same weights), ``edp_cp``
-(gradient reduction of expert weights) and ``mp`` (model parallel: ``tp × pp``).
+pipeline chains, in stage order), ``ep``, ``edp``, ``etp`` (expert TP: the ``tp`` groups
+unless ``etp != tp``) and the composites ``dp_cp`` (gradient reduction of dense weights
+when ``cp > 1``: CP ranks hold the same weights), ``edp_cp`` (gradient reduction of expert
+weights), ``tp_ep`` (expert TP × EP) and ``mp`` (model parallel: ``tp × pp``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, NamedTuple
@@ -69,6 +85,7 @@ GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "pp": ("pp",),
     "ep": ("ep",),
     "tp_ep": ("tp", "ep"),      # DeepEP's communication group with TP (Megatron-core ``tp_ep``)
+    "etp": ("tp",),             # expert TP = TP unless etp != tp (then :func:`_folded_groups`)
     "edp": ("edp",),
     "dp_cp": ("ep", "edp", "cp"),
     "edp_cp": ("edp", "cp"),
@@ -279,10 +296,13 @@ class ParallelLayout:
     attention: str = "flash2"
     pipeline_layers: tuple[int, ...] | str = "balanced"
     moe_dispatch: str = "nccl"
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
             _positive(getattr(self, name), name)
+        if self.etp is not None:
+            _positive(self.etp, "etp")
         if self.global_batch is None:
             object.__setattr__(self, "global_batch", self.micro_batch * self.dp)
         _positive(self.global_batch, "global_batch")
@@ -330,9 +350,12 @@ class ParallelLayout:
         if sorted(order) != sorted(BASE_DIMS):
             raise WorkloadError(f"parallel layout: order={list(order)!r} must list each of "
                                 f"{', '.join(BASE_DIMS)} exactly once (fastest-varying first)")
-        if self.dp % self.ep:
+        if self.folded:
+            self._check_folded()
+        elif self.dp % self.ep:
             raise WorkloadError(f"parallel layout: ep={self.ep} does not divide dp={self.dp} "
-                                "(expert parallelism is carved out of data parallelism)")
+                                "(expert parallelism is carved out of data parallelism; with etp != tp "
+                                "it is carved out of tp × cp × dp)")
         batch_unit = self.micro_batch * self.dp
         if self.global_batch % batch_unit:
             raise WorkloadError(f"parallel layout: global_batch={self.global_batch} is not divisible by "
@@ -342,6 +365,21 @@ class ParallelLayout:
                                 f"micro-batches ({self.num_micro_batches} = global_batch / (micro_batch × dp)) "
                                 f"to be divisible by pp={self.pp} (as Megatron-LM requires)")
 
+    def _check_folded(self) -> None:
+        """The expert grid of ``etp != tp`` (module docstring), as Megatron-core builds it."""
+        stage = self.tp * self.cp * self.dp
+        if stage % (self.expert_tp * self.ep):
+            raise WorkloadError(f"parallel layout: etp × ep = {self.expert_tp} × {self.ep} does not divide "
+                                f"tp × cp × dp = {self.tp} × {self.cp} × {self.dp} = {stage} (the expert "
+                                "layers refold the ranks of each pipeline stage into etp × ep × edp)")
+        if self.pp > 1 and self.order[-1] != "pp":
+            raise WorkloadError(f"parallel layout: etp={self.etp} != tp={self.tp} needs pp last in "
+                                f"order (got {list(self.order)}), as Megatron-core requires for "
+                                "expert parallel folding")
+        if self.order.index("tp") > self.order.index("dp"):
+            raise WorkloadError(f"parallel layout: etp={self.etp} != tp={self.tp} needs tp before dp in "
+                                f"order (got {list(self.order)}): the expert grid varies etp fastest")
+
     # ------------------------------------------------------------------ sizes
     @property
     def world_size(self) -> int:
@@ -349,9 +387,29 @@ class ParallelLayout:
         return self.tp * self.cp * self.dp * self.pp
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size: ``etp``, or ``tp`` when unset."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """Whether the experts use their own grid (``etp != tp``, module docstring)."""
+        return self.expert_tp != self.tp
+
+    @property
     def edp(self) -> int:
-        """Expert-data-parallel size: replicas of each expert shard (``dp / ep``)."""
+        """Expert-data-parallel size: replicas of each expert shard (``dp / ep``; with
+        ``etp != tp`` ``tp·cp·dp / (etp·ep)``)."""
+        if self.folded:
+            return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
         return self.dp // self.ep
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that reduce (and ZeRO-shard) each expert weight's gradients: ``edp·cp``
+        (``edp`` with ``etp != tp``, whose expert grid already spans CP) — Megatron-core's
+        expert data-parallel size ``world / (etp·ep·pp)``."""
+        return self.edp if self.folded else self.edp * self.cp
 
     @property
     def num_micro_batches(self) -> int:
@@ -441,7 +499,25 @@ class ParallelLayout:
             raise WorkloadError(f"{where}: ep={self.ep} but the model is dense (experts=1)")
         if model.experts % self.ep:
             raise WorkloadError(f"{where}: ep={self.ep} does not divide experts={model.experts}")
+        self._validate_experts(model, where)
         return self
+
+    def _validate_experts(self, model: "TransformerConfig", where: str) -> None:
+        """``etp`` against the model."""
+        if not self.folded:
+            return
+        if not model.is_moe:
+            raise WorkloadError(f"{where}: etp={self.etp} but the model is dense (experts=1)")
+        if model.moe_ffn_hidden % self.expert_tp:  # type: ignore[operator]
+            raise WorkloadError(f"{where}: moe_ffn_hidden={model.moe_ffn_hidden} is not divisible by "
+                                f"etp={self.expert_tp}")
+        if self.tp > 1 and not self.sequence_parallel:
+            raise WorkloadError(f"{where}: etp={self.etp} != tp={self.tp} needs sequence parallelism "
+                                "(sp: true): each rank dispatches its own T/tp tokens, and Megatron-core "
+                                "refuses MoE with TP but without SP in training")
+        if self.moe_dispatch != "nccl":
+            raise WorkloadError(f"{where}: etp={self.etp} != tp={self.tp} is modelled with moe_dispatch "
+                                f"nccl only (got {self.moe_dispatch!r})")
 
     # ------------------------------------------------------------------ placement
     def _strides(self) -> dict[str, int]:
@@ -472,6 +548,10 @@ class ParallelLayout:
         for dim in self.order:
             idx[dim] = rest % getattr(self, dim)
             rest //= getattr(self, dim)
+        if self.folded:     # the expert grid (module docstring); pp is last in order
+            local = rank % (self.tp * self.cp * self.dp)
+            return RankCoords(idx["tp"], idx["cp"], idx["dp"], idx["pp"],
+                              local // self.expert_tp % self.ep, local // (self.expert_tp * self.ep))
         return RankCoords(idx["tp"], idx["cp"], idx["dp"], idx["pp"],
                           idx["dp"] % self.ep, idx["dp"] // self.ep)
 
@@ -489,8 +569,12 @@ class ParallelLayout:
 
     def group_of(self, rank: int, name: str) -> tuple[int, ...]:
         """The group ``name`` (e.g. ``"tp"``) that ``rank`` belongs to, ranks ascending
-        (for ``pp`` that is stage order). Costs O(group size)."""
+        (for ``pp`` that is stage order). Costs O(group size) (O(world) once per kind with
+        ``etp != tp``)."""
         varying = self._group_dims(name)
+        if self.folded:
+            return next(g for g in _folded_groups(self, name) if rank in g)
+
         c = self.coords(rank)._asdict()
         members = []
         for values in product(*(range(self.size(d)) for d in varying)):
@@ -504,6 +588,8 @@ class ParallelLayout:
         ascending ranks, the groups ordered by their first rank. Every rank is in exactly one
         group of each kind."""
         varying = self._group_dims(name)
+        if self.folded:
+            return _folded_groups(self, name)
         fixed = [d for d in ("tp", "cp", "pp", "ep", "edp") if d not in varying]
         out = []
         for fixed_values in product(*(range(self.size(d)) for d in fixed)):
@@ -540,6 +626,7 @@ class ParallelLayout:
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}"]
         parts += [f"cp={self.cp}"] if self.cp > 1 else []
         parts += [f"ep={self.ep}"] if self.ep > 1 else []
+        parts += [f"etp={self.expert_tp}"] if self.folded else []
         parts.append(f"({self.world_size} GPUs)")
         parts += ["sp"] if self.sequence_parallel else []
         sched = self.schedule + (f"(v={self.virtual_stages})" if self.virtual_stages > 1 else "")
@@ -550,3 +637,29 @@ class ParallelLayout:
                   f"attention={self.attention}"]
         return " ".join(parts)
 
+
+
+#: With ``etp != tp``: the coordinates that vary inside a group of each kind — attention
+#: kinds over (tp, cp, dp, pp), expert kinds over the expert grid (etp, ep, edp, pp).
+_FOLDED_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "mp": ("tp", "pp"),
+    "dp_cp": ("dp", "cp"), "etp": ("etp",), "ep": ("ep",), "edp": ("edp",),
+    "edp_cp": ("edp",), "tp_ep": ("etp", "ep"),
+})
+
+
+@lru_cache(maxsize=64)
+def _folded_groups(layout: ParallelLayout, name: str) -> tuple[tuple[int, ...], ...]:
+    """:meth:`ParallelLayout.groups` with ``etp != tp``: the ranks partitioned by the
+    coordinates that do not vary in a group of kind ``name`` (module docstring)."""
+    varying = _FOLDED_DIMS[name]
+    local = layout.tp * layout.cp * layout.dp
+    parts: dict[tuple[int, ...], list[int]] = {}
+    for rank in range(layout.world_size):
+        c = layout.coords(rank)
+        coords = {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp,
+                  "etp": rank % local % layout.expert_tp, "ep": c.ep, "edp": c.edp}
+        expert = name in ("etp", "ep", "edp", "edp_cp", "tp_ep")
+        dims = ("etp", "ep", "edp", "pp") if expert else ("tp", "cp", "dp", "pp")
+        parts.setdefault(tuple(coords[d] for d in dims if d not in varying), []).append(rank)
+    return tuple(sorted(tuple(g) for g in parts.values()))

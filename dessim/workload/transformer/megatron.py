@@ -60,7 +60,7 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "group-query-attention": 0, "num-query-groups": 1, "seq-length": 1,
     "max-position-embeddings": 1, "micro-batch-size": 1, "global-batch-size": 1,
     "tensor-model-parallel-size": 1, "pipeline-model-parallel-size": 1,
-    "context-parallel-size": 1, "expert-model-parallel-size": 1,
+    "context-parallel-size": 1, "expert-model-parallel-size": 1, "expert-tensor-parallel-size": 1,
     "num-layers-per-virtual-pipeline-stage": 1, "virtual-pipeline-model-parallel-size": 1,
     "num-virtual-stages-per-pipeline-rank": 1, "sequence-parallel": 0,
     "recompute-granularity": 1, "recompute-method": 1, "recompute-num-layers": 1,
@@ -113,7 +113,6 @@ UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "moe-shared-expert-intermediate-size": (1, "shared experts"),
     "moe-layer-freq": (1, "MoE on some layers only"),
     "moe-grouped-gemm": (0, "experts run as separate GEMMs"),
-    "expert-tensor-parallel-size": (1, "expert tensor parallelism differs from TP"),
     "decoder-first-pipeline-num-layers": (1, "uneven pipeline stages"),
     "decoder-last-pipeline-num-layers": (1, "uneven pipeline stages"),
     "account-for-embedding-in-pipeline-split": (0, "uneven pipeline stages"),
@@ -330,7 +329,9 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
     launch.document = {"name": name, "source": "Megatron-LM arguments: " + " ".join(argv),
                        "model": model,
                        "parallelism": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep,
-                                       "sp": bool(flags.get("sequence-parallel"))},
+                                       "sp": bool(flags.get("sequence-parallel")),
+                                       **({"etp": _int(flags, "expert-tensor-parallel-size", tp)}
+                                          if "expert-tensor-parallel-size" in flags else {})},
                        "training": training}
     return launch
 

@@ -8,9 +8,9 @@ weights, gradients, optimizer
     optimizer state, i.e. 16 bytes; ZeRO stage 1 shards the optimizer state over the
     data-parallel group, stage 2 also the gradients, stage 3 (FSDP) also the weights.
     The sharding group is ``dp·cp`` for dense weights (CP ranks hold the same weights) and
-    ``edp·cp`` for expert weights. Parameters per GPU are the layer parameters of the stage
-    split over TP (norm weights, row-parallel biases and the MoE router are replicated) and
-    experts over EP; the first stage adds the vocabulary-parallel embedding (learned position
+    ``edp·cp`` for expert weights (``edp`` = world / (etp·ep·pp) with ``etp != tp``). Parameters
+    per GPU are the layer parameters of the stage split over TP (norm weights, row-parallel
+    biases and the MoE router are replicated) and the routed experts over expert TP × EP; the first stage adds the vocabulary-parallel embedding (learned position
     embeddings replicated), the last stage the final norm and the LM head (or, with tied
     embeddings and ``pp > 1``, Megatron-LM's copy of the embedding).
 activations
@@ -60,7 +60,7 @@ from dessim.errors import MemoryFitError, WorkloadError
 from dessim.units import format_size
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.common.precision import Precision
-from dessim.workload.transformer.kernels import routed_tokens
+from dessim.workload.transformer.kernels import expert_tokens, routed_tokens
 from dessim.workload.transformer.layout import RECOMPUTE_POLICIES, ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.schedules import peak_held
@@ -173,7 +173,9 @@ def layer_activation_bytes(model: TransformerConfig, layout: ParallelLayout,
     * dense MLP: ``mats·T·f/tp·e`` (GeLU: activation input and down-projection input;
       gated: gate and up outputs and down input); MoE: the same with ``top_k·T`` routed
       tokens and ``moe_ffn_hidden``, plus the routed expert inputs ``top_k·T·h·e``
-      (tokens are all-gathered over TP before the experts, so not divided by ``tp``); the
+      (tokens are all-gathered over TP before the experts, so not divided by ``tp``; with
+      ``etp != tp`` the copies of the ``etp·T/tp`` tokens of the expert-TP group and the
+      width ``moe_ffn_hidden/etp``, :func:`~dessim.workload.transformer.kernels.expert_tokens`); the
       routed tokens are those of the most loaded EP rank (routing load factor) and shared
       experts add ``mats·T·shared·moe_ffn_hidden/tp·e``; ``dense`` (one of an MoE model's
       ``dense_layers``) counts a dense MLP;
@@ -210,10 +212,11 @@ def _layer_activations(model: TransformerConfig, layout: ParallelLayout, policy:
         scores = b * (model.heads / t) * s_q * model.seq_len * ((2 * e + mask) if model.dropout else e)
     mats = model.activation_spec.matrices
     if model.is_moe and not dense:
-        routed = routed_tokens(model, layout, T)
+        routed = routed_tokens(model, layout, expert_tokens(model, layout))
         shared = model.shared_experts * model.moe_ffn_hidden  # type: ignore[operator]
-        mlp = (mats * (routed * model.moe_ffn_hidden + T * shared) / t * e  # type: ignore[operator]
-               + routed * h * e)
+        # routed experts' width per rank moe_ffn_hidden/etp, written over the common /tp
+        routed_width = model.moe_ffn_hidden // layout.expert_tp * t  # type: ignore[operator]
+        mlp = mats * (routed * routed_width + T * shared) / t * e + routed * h * e
     else:
         mlp = mats * T * model.ffn_hidden / t * e
     return float(replicated + attention + scores + mlp)
@@ -243,10 +246,10 @@ def _low_precision_activations(model: TransformerConfig, layout: ParallelLayout,
     attention += q(T * o_width)
     gate = model.activation_spec.matrices - 1          # SwiGLU input: gate and up outputs
     if model.is_moe and not dense:
-        routed = routed_tokens(model, layout, T)
-        f = model.moe_ffn_hidden / t  # type: ignore[operator]
-        rows = routed + model.shared_experts * T
-        mlp = q(routed * h) + q(T * h) * bool(model.shared_experts) + q(gate * rows * f)
+        routed = routed_tokens(model, layout, expert_tokens(model, layout))
+        f, f_e = model.moe_ffn_hidden // t, model.moe_ffn_hidden // layout.expert_tp  # type: ignore[operator]
+        swiglu_in = gate * (routed * f_e + model.shared_experts * T * f)
+        mlp = q(routed * h) + q(T * h) * bool(model.shared_experts) + q(swiglu_in)
     else:
         mlp = q(T * h) + q(gate * T * model.ffn_hidden / t)
     return float(residual + attention + mlp)
@@ -267,12 +270,13 @@ def _layer_params_on_gpu(model: TransformerConfig, layout: ParallelLayout,
     dense = attn + 2 * model.norm_params()
     mats = model.activation_spec.matrices
 
-    def mlp(f: int) -> float:
+    def mlp(f: int, t: int = t) -> float:
         return mats * h * f / t + (((mats - 1) * f / t + h) if bias else 0)
 
     if model.is_moe and not dense_layer:
         dense += model.router_params() + model.shared_experts * mlp(model.moe_ffn_hidden)  # type: ignore[arg-type]
-        expert = model.experts / layout.ep * mlp(model.moe_ffn_hidden)  # type: ignore[arg-type]
+        # routed experts: split over expert TP (etp, default tp) and EP
+        expert = model.experts / layout.ep * mlp(model.moe_ffn_hidden, layout.expert_tp)  # type: ignore[arg-type]
         return dense, expert
     return dense + mlp(model.ffn_hidden), 0.0
 
@@ -435,7 +439,7 @@ def _estimate_stage(model: TransformerConfig, layout: ParallelLayout, options: M
     dense, expert = params_on_gpu(model, layout, stage)
     copies = 2 if layout.pipeline.bidirectional else 1   # DualPipe: two stages hold each piece
     ds = zero_state_bytes(dense, layout.dp * layout.cp * copies, layout.zero_stage, prec)
-    es = zero_state_bytes(expert, layout.edp * layout.cp * copies, layout.zero_stage, prec)
+    es = zero_state_bytes(expert, layout.expert_dp * copies, layout.zero_stage, prec)
     optimizer = ds.optimizer + es.optimizer
     offloaded: dict[str, float] = {}
     if options.offload_optimizer != "none":

@@ -85,7 +85,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from dessim.workload.common.kernels import ATTENTION, MATMUL, Kernel, KernelSet
-from dessim.workload.transformer.kernels import routed_tokens
+from dessim.workload.transformer.kernels import expert_tokens, routed_tokens
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.overlap import OverlapMethod, OverlapOptions, chunk_kernel, method_for
@@ -219,11 +219,12 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
                 fwd = CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], ep_group, label,
                                combine=not dispatch)
                 bwd = replace(fwd, size=ep_size[1 if dispatch else 0], combine=dispatch)
-                if tp_rows is None or layout.tp == 1:
+                if tp_rows is None or layout.expert_tp == 1:
                     out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
                     continue
-                gather = CommSpec("tp", "allgather", tp_rows[0], "tp", f"{label}.ag")
-                scatter = CommSpec("tp", "reducescatter", tp_rows[1], "tp", f"{label}.rs")
+                etp = "etp" if layout.folded else "tp"      # the experts' TP group
+                gather = CommSpec("tp", "allgather", tp_rows[0], etp, f"{label}.ag")
+                scatter = CommSpec("tp", "reducescatter", tp_rows[1], etp, f"{label}.rs")
                 if dispatch:    # all-to-all, then all-gather; backward reduce-scatter, all-to-all
                     out.append(CommPoint(before, (fwd, gather), (scatter, bwd), overlap=overlap, chain=True))
                 else:           # reduce-scatter, then all-to-all; backward the reverse
@@ -301,13 +302,13 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     elif first_expert and deepep:
         raw += [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
                 ("mlp.residual", "a2a", "moe.combine")]
-    elif first_expert and layout.sequence_parallel:
+    elif first_expert and (layout.sequence_parallel or layout.folded):
         # Megatron's MoEAlltoAllTokenDispatcher with TP: the all-to-all carries the copies of
-        # the rank's T/tp tokens, TP gathers what it delivered and reduce-scatters the
-        # experts' output before the combine
+        # the rank's T/tp tokens, expert TP gathers what it delivered and reduce-scatters
+        # the experts' output before the combine
         raw = raw[:2] + [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
                          ("moe.unpermute", "a2a", "moe.combine")] + shared_tp
-        tp_rows = ep_size
+        _, tp_rows = _token_sizes(model, layout, expert_tokens(model, layout))
         _, ep_size = _token_sizes(model, layout, layout.micro_batch * model.seq_len // layout.cp // layout.tp)
     elif first_expert:
         raw += [(shared[0] if shared else first_expert, "a2a", "moe.dispatch"),
@@ -483,7 +484,7 @@ class PassBuilder:
 
     def _group_size(self, group: str) -> int:
         lo = self.layout
-        return {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp * lo.cp}[group]
+        return {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.expert_dp}[group]
 
     # -------------------------------------------------------------- passes
     def forward_like(self, block: Block, kernels: Sequence[Kernel], category: str) -> None:

@@ -101,7 +101,7 @@ def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
 #: Flat override keys that live in the workload document, by section.
 _DOC_KEYS: dict[str, str] = {
     "tp": "parallelism", "pp": "parallelism", "dp": "parallelism", "cp": "parallelism",
-    "ep": "parallelism", "sp": "parallelism", "order": "parallelism",
+    "ep": "parallelism", "etp": "parallelism", "sp": "parallelism", "order": "parallelism",
     "micro_batch": "training", "global_batch": "training", "schedule": "training",
     "virtual_stages": "training", "pipeline_layers": "training", "recompute": "training",
     "attention": "training", "moe_dispatch": "training",

@@ -99,8 +99,9 @@ class WorkloadResult(IterationResult):
     def groups_summary(self, shown: int = 2) -> dict[str, dict[str, Any]]:
         """Rank groups per kind: how many, their size, and the first ``shown`` groups."""
         out = {}
-        for kind in ("tp", "cp", "dp", "pp", "ep"):
-            gs = self.plan.layout.groups(kind)
+        lo = self.plan.layout
+        for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if lo.folded else ()):
+            gs = lo.groups(kind)
             out[kind] = {"count": len(gs), "size": len(gs[0]), "first": [list(g) for g in gs[:shown]]}
         return out
 
@@ -166,6 +167,7 @@ class WorkloadResult(IterationResult):
             "memory_stage": plan.estimate.stage,
             "layout": {
                 "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "ep": lo.ep,
+                **({"etp": lo.expert_tp} if lo.folded else {}),
                 "sp": lo.sequence_parallel, "zero_stage": lo.zero_stage, "schedule": lo.schedule,
                 "virtual_stages": lo.virtual_stages,
                 "pipeline_layers": list(lo.layer_counts(model.layers)), "micro_batch": lo.micro_batch,

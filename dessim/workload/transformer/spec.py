@@ -48,6 +48,8 @@ the key, the file and the valid keys)::
       dp: 16                         # with tp·pp·cp, fixes the default GPU count
       cp: 1
       ep: 1                          # expert parallel, carved out of dp
+      etp: 1                         # expert tensor parallel (default: tp); != tp refolds the
+                                     # experts' ranks into etp x ep x edp (layout.py)
       sp: true                       # sequence parallelism
       order: [tp, cp, dp, pp]        # placement, fastest-varying first
     training:
@@ -124,6 +126,7 @@ class ParallelismSpec:
     ep: int = 1
     sp: bool = False
     order: tuple[str, ...] = DEFAULT_ORDER
+    etp: int | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -185,7 +188,7 @@ class WorkloadSpec:
             zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
             micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute,
             attention=tr.attention, pipeline_layers=tr.pipeline_layers,
-            moe_dispatch=tr.moe_dispatch)
+            moe_dispatch=tr.moe_dispatch, etp=par.etp)
         kwargs.update(overrides)
         if num_gpus is not None:
             model_par = kwargs["tp"] * kwargs["pp"] * kwargs["cp"]
@@ -320,6 +323,7 @@ class ParallelismSection(SpecModel):
     dp: PositiveCount = 1
     cp: PositiveCount = 1
     ep: PositiveCount = Field(1, description="expert parallel, carved out of dp")
+    etp: PositiveCount | None = Field(None, description="expert tensor parallel; default tp")
     sp: Flag = Field(False, description="sequence parallelism")
     order: converted(_order, _ORDER_SCHEMA, tuple) = DEFAULT_ORDER
 
