@@ -247,8 +247,9 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
         # experts run on the T tokens TP gathers for them (their own cast)
         split = Tsp < T
         gated = 2 if model.activation_spec.gated else 1
-        # FP8: tokens are cast once, before the permutation, and dispatched in FP8
-        fp8_wire = prec.is_fp8
+        # FP8 on the wire: tokens are cast once, before the permutation, and dispatched in
+        # FP8; a 16-bit dispatch leaves the cast to the experts, after the all-to-all
+        fp8_wire = layout.fp8_dispatch(model)
         shared_cast = 0 if split else model.shared_experts * T * ffn_t
         if fp8_wire or shared_cast:
             fwd += b.quantize("moe.quant_in", Tsp * h, gated * ((routed * ffn_e if fp8_wire else 0) + shared_cast))
@@ -283,7 +284,7 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
 def _received_permute(b: KernelBuilder, rows: int, copies: int, fp8_wire: bool) -> Kernel:
     """DeepEP's permutation on the experts' GPU (:func:`layer_kernels`): ``rows`` received
     elements gathered into ``copies`` expert-copy elements, in the dispatch's precision (FP8
-    with its scales in an FP8 recipe); backward, the copies' 16-bit gradients summed into the
+    with its scales when ``fp8_wire``); backward, the copies' 16-bit gradients summed into the
     rows' (read the copies, write the rows)."""
     p = b.precision
 
@@ -308,7 +309,9 @@ def _token_permute(b: KernelBuilder, tokens: int, copies: int, fp8_wire: bool) -
     dispatch_preprocess`` in ``megatron/core/transformer/moe/token_dispatcher.py``). Casting
     before the row gather casts ``T`` rows instead of ``top_k·T`` copies, so the gather moves
     FP8 rows and their scales (``Precision.quantized_bytes``) forward; its backward is the
-    16-bit one of a bf16 run (the dispatch's backward combines 16-bit gradients)."""
+    16-bit one of a bf16 run (the dispatch's backward combines 16-bit gradients). Without
+    ``fp8_wire`` (``moe_dispatch_precision: bf16``) it moves the 16-bit rows, as Megatron-core's
+    ``alltoall`` dispatcher does, and the experts cast the copies they receive."""
     k = b.elementwise("moe.permute", tokens, copies, 0.0)
     p = b.precision
     if not fp8_wire:

@@ -61,6 +61,7 @@ __all__ = [
     "RECOMPUTE_POLICIES",
     "ATTENTION_IMPLS",
     "MOE_DISPATCH",
+    "MOE_DISPATCH_PRECISIONS",
     "SCHEDULES",
     "PipelineSchedule",
     "RankCoords",
@@ -104,6 +105,14 @@ ATTENTION_IMPLS: tuple[str, ...] = ("unfused", "flash2", "flash3")
 #: DeepEP kernels: same-rail network sends, then NVLink forwarding
 #: (:mod:`dessim.collectives.algorithms.rail`) when the EP group spans nodes.
 MOE_DISPATCH: tuple[str, ...] = ("nccl", "deepep")
+#: Wire precision of the MoE dispatch direction (``training.moe_dispatch_precision``: the
+#: forward dispatch and the backward of the combine, the activation gradient before the
+#: down-projections): ``fp8`` — FP8 rows and their scales (DeepSeek-V3 report §3.3.3, the
+#: default of FP8 recipes); ``bf16`` — the 16-bit activations, cast to FP8 by the experts after
+#: the all-to-all (Megatron-core's ``alltoall`` dispatcher, and its flex dispatcher's
+#: ``moe_dispatch_fwd_dtype`` / ``moe_combine_bwd_dtype`` default ``'bf16'``). The combine
+#: direction is 16-bit either way.
+MOE_DISPATCH_PRECISIONS: tuple[str, ...] = ("fp8", "bf16")
 #: ``deepep``: the rail all-to-all's network and NVLink phases pipelined in this many chunks
 #: (:mod:`dessim.collectives.algorithms.rail` option ``pipeline_chunks``). DeepEP pipelines
 #: them per 8 RDMA / 32 NVLink tokens (deepseek-ai/DeepEP ``Buffer.get_dispatch_config``, 64
@@ -297,6 +306,7 @@ class ParallelLayout:
     pipeline_layers: tuple[int, ...] | str = "balanced"
     moe_dispatch: str = "nccl"
     etp: int | None = None
+    moe_dispatch_precision: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -318,6 +328,9 @@ class ParallelLayout:
         if self.moe_dispatch not in MOE_DISPATCH:
             raise WorkloadError(f"parallel layout: moe_dispatch={self.moe_dispatch!r} is unknown; "
                                 f"valid: {', '.join(MOE_DISPATCH)}")
+        if self.moe_dispatch_precision not in (None, *MOE_DISPATCH_PRECISIONS):
+            raise WorkloadError(f"parallel layout: moe_dispatch_precision={self.moe_dispatch_precision!r} is "
+                                f"unknown; valid: {', '.join(MOE_DISPATCH_PRECISIONS)}")
         if self.attention not in ATTENTION_IMPLS:
             raise WorkloadError(f"parallel layout: attention={self.attention!r} is unknown; "
                                 f"valid: {', '.join(ATTENTION_IMPLS)}")
@@ -411,6 +424,11 @@ class ParallelLayout:
         expert data-parallel size ``world / (etp·ep·pp)``."""
         return self.edp if self.folded else self.edp * self.cp
 
+    def fp8_dispatch(self, model: "TransformerConfig") -> bool:
+        """Whether the MoE dispatch direction goes on the wire in FP8 with its scales
+        (:data:`MOE_DISPATCH_PRECISIONS`): FP8 recipes unless ``moe_dispatch_precision: bf16``."""
+        return model.precision_spec.is_fp8 and self.moe_dispatch_precision != "bf16"
+
     @property
     def num_micro_batches(self) -> int:
         """``m = global_batch / (micro_batch · dp)``: micro-batches per pipeline per iteration."""
@@ -503,7 +521,14 @@ class ParallelLayout:
         return self
 
     def _validate_experts(self, model: "TransformerConfig", where: str) -> None:
-        """``etp`` against the model."""
+        """``etp`` and ``moe_dispatch_precision`` against the model."""
+        prec = model.precision_spec
+        if self.moe_dispatch_precision == "fp8" and not prec.is_fp8:
+            raise WorkloadError(f"{where}: moe_dispatch_precision fp8 needs an FP8 recipe "
+                                f"(precision={prec.name!r})")
+        if self.moe_dispatch_precision == "bf16" and not (prec.is_fp8 or prec.name == "bf16"):
+            raise WorkloadError(f"{where}: moe_dispatch_precision bf16 with precision={prec.name!r}: "
+                                "the dispatch goes in the activations' precision; leave it unset")
         if not self.folded:
             return
         if not model.is_moe:
@@ -635,6 +660,7 @@ class ParallelLayout:
         parts += [sched, f"mb={self.micro_batch}", f"gb={self.global_batch}", f"m={self.num_micro_batches}",
                   f"zero={self.zero_stage}", f"recompute={self.recompute}",
                   f"attention={self.attention}"]
+        parts += [f"moe_dispatch_precision={self.moe_dispatch_precision}"] if self.moe_dispatch_precision else []
         return " ".join(parts)
 
 

@@ -34,10 +34,11 @@ comm_buffers (assumptions)
     of two layers (current + prefetched); with ``pp > 1`` one send and one receive buffer per
     direction (4 activation messages of ``b·s·h/cp`` elements, ``/tp`` with SP); with
     ``tp > 1`` one all-gathered/all-reduced activation (``b·s·h/cp`` elements); with
-    ``ep > 1`` the all-to-all dispatch and combine buffers (2 × routed tokens × h; with
+    ``ep > 1`` the all-to-all dispatch and combine buffers (routed tokens × h each; with
     ``moe_dispatch: nccl`` and SP the routed copies of the rank's own ``T/tp`` tokens, as
-    Megatron-core's ``MoEAlltoAllTokenDispatcher`` sends them). NCCL's own internal buffers
-    are not counted.
+    Megatron-core's ``MoEAlltoAllTokenDispatcher`` sends them; the dispatch buffer in the
+    wire precision — FP8 rows and scales unless ``moe_dispatch_precision: bf16`` — the
+    combine buffer 16-bit). NCCL's own internal buffers are not counted.
 overhead
     ``MemoryOptions.overhead``: what the user reserves for the CUDA context, the framework
     and fragmentation (default 0: not modelled).
@@ -427,9 +428,13 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
         total += T * h * e
     if layout.ep > 1:
         # NCCL's flat dispatch under SP sends the copies of the rank's own T/tp tokens
-        # (Megatron-core's MoEAlltoAllTokenDispatcher); DeepEP's TP x EP dispatch sends top_k·T
+        # (Megatron-core's MoEAlltoAllTokenDispatcher); DeepEP's TP x EP dispatch sends top_k·T.
+        # The dispatch buffer holds the wire format (FP8 rows + scales, or 16-bit), the
+        # combine buffer 16-bit rows
         sent = T_sp if layout.moe_dispatch == "nccl" else T
-        total += 2 * routed_tokens(model, layout, sent) * h * e
+        rows = routed_tokens(model, layout, sent) * h
+        prec = model.precision_spec
+        total += (prec.quantized_bytes(rows) if layout.fp8_dispatch(model) else rows * e) + rows * e
     return total
 
 

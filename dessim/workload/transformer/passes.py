@@ -242,9 +242,9 @@ def _token_sizes(model: TransformerConfig, layout: ParallelLayout,
                  routed_from: int | None = None) -> tuple[float, tuple[float, float]]:
     """Bytes of one TP collective, and of the MoE all-to-alls in the dispatch and the combine
     direction (FP8 recipes dispatch FP8 tokens — forward — and FP8 output gradients —
-    backward — with their scales, DeepSeek-V3 report §3.3.3; the combine direction is 16-bit
-    in both passes), the latter for the routed copies of ``routed_from`` tokens (default: the
-    rank's ``T``)."""
+    backward — with their scales, DeepSeek-V3 report §3.3.3, unless ``moe_dispatch_precision``
+    is ``bf16``; the combine direction is 16-bit in both passes), the latter for the routed
+    copies of ``routed_from`` tokens (default: the rank's ``T``)."""
     prec = model.precision_spec
     e = prec.activation_bytes
     tokens = layout.micro_batch * model.seq_len // layout.cp
@@ -252,7 +252,7 @@ def _token_sizes(model: TransformerConfig, layout: ParallelLayout,
     if not model.is_moe:
         return float(tp_size), (0.0, 0.0)
     routed = routed_tokens(model, layout, tokens if routed_from is None else routed_from) * model.hidden
-    dispatch = prec.quantized_bytes(routed) if prec.is_fp8 else routed * e
+    dispatch = prec.quantized_bytes(routed) if layout.fp8_dispatch(model) else routed * e
     return float(tp_size), (float(dispatch), float(routed * e))
 
 

@@ -104,7 +104,7 @@ _DOC_KEYS: dict[str, str] = {
     "ep": "parallelism", "etp": "parallelism", "sp": "parallelism", "order": "parallelism",
     "micro_batch": "training", "global_batch": "training", "schedule": "training",
     "virtual_stages": "training", "pipeline_layers": "training", "recompute": "training",
-    "attention": "training", "moe_dispatch": "training",
+    "attention": "training", "moe_dispatch": "training", "moe_dispatch_precision": "training",
     "zero_stage": "training",
     "bucket_size": "training", "tp_comm_overlap": "training", "fuse_optimizer_allreduce": "training",
 }

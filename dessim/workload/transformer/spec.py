@@ -63,6 +63,8 @@ the key, the file and the valid keys)::
       recompute: selective           # none | selective | full
       attention: flash2              # unfused | flash2 | flash3 (fused, Hopper)
       moe_dispatch: nccl             # nccl | deepep (MoE all-to-all: NCCL's, or DeepEP's rail one)
+      moe_dispatch_precision: fp8    # fp8 | bf16: wire precision of the dispatch with an FP8
+                                     # recipe (default fp8 there; layout.MOE_DISPATCH_PRECISIONS)
       zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
       bucket_size: 25MiB             # gradient bucket (dessim.units sizes)
       tp_comm_overlap: false         # chunk TP collectives against their GEMMs (overlap.py)
@@ -95,7 +97,7 @@ from dessim.workload.common.precision import PRECISIONS
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.transformer.hf_config import (HF_CONFIG_KEY, hf_model_section, hf_workload_name,
                                                    is_hf_config, read_hf_config)
-from dessim.workload.transformer.layout import (ATTENTION_IMPLS, DEFAULT_ORDER, MOE_DISPATCH,
+from dessim.workload.transformer.layout import (ATTENTION_IMPLS, DEFAULT_ORDER, MOE_DISPATCH, MOE_DISPATCH_PRECISIONS,
                                                 PIPELINE_LAYER_RULES, RECOMPUTE_POLICIES, SCHEDULES,
                                                 ParallelLayout, parse_pipeline_layers, parse_zero_stage)
 from dessim.workload.transformer.memory import OFFLOAD_TARGETS, MemoryOptions
@@ -148,6 +150,7 @@ class TrainingSpec:
     recompute: str = "none"
     attention: str = "flash2"
     moe_dispatch: str = "nccl"
+    moe_dispatch_precision: str | None = None
     zero_stage: int = 0
     bucket_size: int = DEFAULT_BUCKET_SIZE
     offload_optimizer: str = "none"
@@ -188,7 +191,7 @@ class WorkloadSpec:
             zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
             micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute,
             attention=tr.attention, pipeline_layers=tr.pipeline_layers,
-            moe_dispatch=tr.moe_dispatch, etp=par.etp)
+            moe_dispatch=tr.moe_dispatch, etp=par.etp, moe_dispatch_precision=tr.moe_dispatch_precision)
         kwargs.update(overrides)
         if num_gpus is not None:
             model_par = kwargs["tp"] * kwargs["pp"] * kwargs["cp"]
@@ -348,6 +351,8 @@ class TrainingSection(SpecModel):
     recompute: choice(RECOMPUTE_POLICIES) = "none"
     attention: choice(ATTENTION_IMPLS) = "flash2"
     moe_dispatch: choice(MOE_DISPATCH) = "nccl"
+    moe_dispatch_precision: choice(MOE_DISPATCH_PRECISIONS) | None = Field(
+        None, description="wire precision of the MoE dispatch with an FP8 recipe; default fp8")
     zero_stage: converted(parse_zero_stage, _ZERO_SCHEMA, int) = 0
     bucket_size: Size = Field(DEFAULT_BUCKET_SIZE, description="gradient bucket, bytes (25MiB)")
     offload: OffloadSection = OffloadSection()
