@@ -277,6 +277,13 @@ def test_folded_run_with_recorded_link_utilisation_matches():
                  id="ep4-zipf-routing"),      # imbalanced routing: every rank at the hottest load
     pytest.param("llama3-8b", {"tp": 2, "pp": 1, "cp": 4, "global_batch": 4, "micro_batch": 1,
                                "model": {"layers": 2}}, id="cp4-ring"),
+    # etp != tp: lanes shift the stage-local index by lcm(tp·cp, etp·ep)
+    pytest.param("mixtral-8x7b", {"tp": 2, "pp": 1, "ep": 8, "etp": 1, "global_batch": 16, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="etp1-ep8"),
+    pytest.param("mixtral-8x7b", {"tp": 4, "pp": 2, "ep": 4, "etp": 1, "global_batch": 4, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="etp1-pp2"),
+    pytest.param("mixtral-8x7b", {"tp": 2, "cp": 2, "pp": 1, "ep": 8, "etp": 1, "global_batch": 8,
+                                  "micro_batch": 1, "model": {"layers": 2}}, id="etp1-cp2"),
 ])
 @pytest.mark.parametrize("granularity", ["stage", "layer"])
 def test_expert_and_context_parallel_replicas_fold_exactly(workload, overrides, granularity):

@@ -12,6 +12,7 @@ with ``etp = 2, ep = 8`` the expert-TP pair all-gathers what the all-to-all deli
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 from itertools import product
 
@@ -21,7 +22,7 @@ from click.testing import CliRunner
 from dessim.cli.main import cli as main
 from dessim.errors import DessimError, WorkloadError
 from dessim.topology import load_topology
-from dessim.workload.transformer.generator import build_taskgraph
+from dessim.workload.transformer.generator import build_taskgraph, lane_permutations
 from dessim.workload.transformer.kernels import layer_kernels
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.megatron import megatron_workload
@@ -231,3 +232,22 @@ def test_megatron_flag_maps_to_etp():
     assert doc["parallelism"]["etp"] == 1
     lo = parse_workload(doc, "m").layout(8)
     assert lo.groups("ep") == (tuple(range(8)),) and lo.groups("etp") == tuple((r,) for r in range(8))
+
+
+@pytest.mark.parametrize("tp, cp, dp, pp, etp, ep", [(4, 1, 4, 2, 1, 8), (2, 2, 4, 1, 1, 8), (1, 1, 16, 1, 2, 4)])
+def test_fold_lanes_map_every_group_kind_onto_its_kind(tp, cp, dp, pp, etp, ep):
+    """Replica folding with ``etp != tp``: each lane (a shift of the stage-local index by a
+    multiple of lcm(tp·cp, etp·ep)) maps every attention and expert group onto a group of the
+    same kind, and the CP ring's next rank onto the next rank; the representatives are the
+    first lcm(tp·cp, etp·ep) ranks of each stage."""
+    lo = ParallelLayout(tp=tp, cp=cp, dp=dp, pp=pp, etp=etp, ep=ep, sp=tp > 1)
+    perm = lane_permutations(lo)
+    period = math.lcm(tp * cp, etp * ep)
+    assert perm.shape == (tp * cp * dp // period, lo.world_size)
+    for kind in ("tp", "cp", "dp", "pp", "dp_cp", "etp", "ep", "edp_cp", "tp_ep"):
+        groups = set(lo.groups(kind))
+        for lane in perm:
+            assert {tuple(sorted(int(lane[r]) for r in g)) for g in groups} == groups, kind
+    for g in lo.groups("cp"):
+        for lane in perm:
+            assert [int(lane[r]) for r in g] == list(lo.group_of(int(lane[g[0]]), "cp"))

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import chain
-from math import ceil
+from math import ceil, lcm
 
 import numpy as np
 from typing import Any, Generator, NamedTuple, Sequence
@@ -424,8 +424,8 @@ class _Generator:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
-        elif lo.folded:
-            why = "etp != tp: the lane shifts do not map the expert grid's groups onto each other"
+        elif lo.folded and _folded_period(lo) == lo.tp * lo.cp * lo.dp:
+            why = "etp != tp: no stage-local shift maps both the attention and the expert groups onto themselves"
         if why is not None:
             self.graph.meta["fold_fallback"] = why
             return None
@@ -459,6 +459,8 @@ class _Generator:
     def _is_representative(self, rank: int) -> bool:
         if self.graph.fold is None:
             return True
+        if self.lo.folded:
+            return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _folded_period(self.lo)
         c = self.lo.coords(rank)
         return c.tp == 0 and c.dp == 0 and c.cp == 0
 
@@ -1171,6 +1173,12 @@ class _Generator:
         return self.graph
 
 
+def _folded_period(lo: ParallelLayout) -> int:
+    """With ``etp != tp``: the smallest stage-local shift under which both the attention grid
+    (``tp·cp`` blocks) and the expert grid (``etp·ep`` blocks) map onto themselves."""
+    return lcm(lo.tp * lo.cp, lo.expert_tp * lo.ep)
+
+
 def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     """The ``(tp·cp·dp, world)`` rank permutations of TP × CP × DP replica folding: lane
     ``(a·CP + c)·DP + b`` maps the rank at (tp, cp, dp, pp) to the rank at ((tp + a) mod TP,
@@ -1179,8 +1187,19 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     (e, r) — position ``e = dp mod EP`` in its expert-parallel group and group ``r = dp div
     EP`` — and the lane shifts each separately, ``dp' = (e + b mod EP) mod EP + EP·((r + b
     div EP) mod DP/EP)``, so every EP group (and every expert-data-parallel group) maps onto
-    one. Lane 0 is the identity."""
+    one. Lane 0 is the identity.
+
+    With ``etp != tp`` (the folded expert grid, :mod:`~dessim.workload.transformer.layout`) the
+    lanes are the shifts of the stage-local index ``l`` (``rank mod tp·cp·dp``, ``pp`` last) by
+    multiples of ``M = lcm(tp·cp, etp·ep)`` (:func:`_folded_period`): a shift by a multiple of
+    ``tp·cp`` maps TP, CP and DP groups onto TP, CP and DP groups (and CP's ring order onto
+    itself), one by a multiple of ``etp·ep`` ETP, EP and expert-DP groups onto their kind."""
     n = lo.world_size
+    if lo.folded:
+        local, period = lo.tp * lo.cp * lo.dp, _folded_period(lo)
+        ranks = np.arange(n, dtype=np.int64)
+        base, idx = ranks - ranks % local, ranks % local
+        return np.stack([base + (idx + k * period) % local for k in range(local // period)])
     strides = lo.strides()
     coords = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64)  # tp, cp, dp, pp
     tp, cp, dp, pp = coords.T
