@@ -219,6 +219,9 @@ def test_cli_flag_and_error_line(tmp_path):
     assert bad.exit_code == 2
     lines = [ln for ln in bad.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "etp × ep" in lines[0]
+    show = runner.invoke(main, ["workload", "show", str(path), "--etp", "2", "--ep", "4", "--dp", "4"])
+    assert show.exit_code == 0, show.output
+    assert "etp [0, 1] [2, 3] ... (8 groups of 2)" in show.output and "edp_cp [0, 8] [1, 9]" in show.output
 
 
 def test_megatron_flag_maps_to_etp():

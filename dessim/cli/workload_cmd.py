@@ -156,13 +156,13 @@ def list_cmd(as_json: bool) -> None:
 
 def _groups_text(layout) -> list[str]:
     lines = []
-    for kind in ("tp", "cp", "dp", "pp", "ep"):
+    for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp", "edp_cp") if layout.folded else ()):
         gs = layout.groups(kind)
         if len(gs[0]) == 1:
             continue
         shown = " ".join(brief_ranks(g) for g in gs[:2])
         more = f" ... ({len(gs)} groups of {len(gs[0])})" if len(gs) > 2 else ""
-        lines.append(f"    {kind:<3} {shown}{more}")
+        lines.append(f"    {kind:<3} {shown}{more}" if len(kind) <= 3 else f"    {kind} {shown}{more}")
     return lines
 
 
