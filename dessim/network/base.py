@@ -74,6 +74,9 @@ class BundleTemplate:
     latency: float                 #: s, the same for every member
     bottleneck: float              #: bytes/s, the first member's bottleneck capacity
     rate: float = 0.0              #: bytes/s each member moves at while the bundle runs alone
+    #: no direction listed twice in ``directions`` (then ``a[directions] += x`` adds what
+    #: ``np.add.at`` would, each direction once)
+    distinct_directions: bool = False
 
     def __len__(self) -> int:
         return len(self.routes)

@@ -34,7 +34,7 @@ on the split block to the parts (:meth:`dessim.network.maxmin.MaxMinSystem.split
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -57,7 +57,8 @@ class QuotientRoute:
     (the certificate checks each once; empty for a plain route); ``cut``: this object's
     serial number (equal cuts, the same ``checks``); ``channels``/``counts``: the route's
     distinct real channels and how often it crosses each (numpy, for per-channel occupancy);
-    ``version``: the quotient's version it was computed at."""
+    ``version``: the quotient's version at which it was last known current (no block of it
+    split since)."""
 
     route: Route
     blocks: tuple[int, ...]
@@ -108,8 +109,13 @@ class ChannelQuotient:
         """``route`` under the quotient (refining the blocks by it first, if it is new)."""
         got = self._cache.get(id(route))
         if got is not None and got.route is route:
-            split_at, v = self.split_at, got.version
+            v = got.version
+            if v == self.version:               # no block split since it was quoted
+                return got
+            split_at = self.split_at
             if all(split_at[b] <= v for b in got.blocks):
+                # none of its blocks split: the same quote, known valid at this version
+                got = self._cache[id(route)] = replace(got, version=self.version)
                 return got
         else:
             self._refine(route)
