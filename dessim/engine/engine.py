@@ -204,6 +204,10 @@ class _Run:
         #: why the host x rank rotations were refused (the replay kept host rotations alone)
         self.rank_rotations_refused: str | None = None
         self.p2p_refused: set[tuple[int, int]] = set()   #: sends refused a family (ECMP, latency)
+        #: per folded send (src, dst): its lanes' images and bundle groups (:meth:`_lanes_of`)
+        self.p2p_lanes: dict[tuple[int, int], tuple] = {}
+        #: per collective group of a folded graph: ``where`` of its instance 0 alone
+        self.where0: dict[tuple[int, ...], dict] = {}
         self.families_refused: str | None = None   #: why a run with families was replayed
         self.orbits_refused: str | None = None     #: why a run with orbits was replayed
         # records
@@ -351,8 +355,7 @@ class _Run:
             ev = self.net.transfer(src, dst, size, key=key)
             ev.callbacks.append(lambda _e, a=i, b=j: (self.finish(a), self.finish(b)))
             return
-        srcs, dsts = fold.images(src), fold.images(dst)
-        groups = self.net.bundle_groups(srcs, dsts, key) if self.shortcuts.bundles else None
+        srcs, dsts, groups = self._lanes_of(src, dst)
         bundled = groups is not None and all(t is not None for t, _ in groups)
         # lanes that travel as exact bundles cost one entity while alone (numpy, no solve);
         # otherwise one family flow for every lane (certified) instead of one flow per lane
@@ -374,6 +377,32 @@ class _Run:
                 continue
             for k in members:
                 self.net.transfer(srcs[k], dsts[k], size, key=key).callbacks.append(join.one)
+
+    def _lanes_of(self, src: int, dst: int) -> tuple:
+        """The lane images of a folded send ``src -> dst`` and their bundle groups (None
+        without bundles), computed once per pair: both are functions of the pair alone (the
+        fold's permutation; :meth:`FlowNetwork.bundle_groups` is deterministic for ECMP key
+        0), so each send of the pair reuses them instead of rebuilding the 2 x lanes lists
+        and their cache key."""
+        got = self.p2p_lanes.get((src, dst))
+        if got is None:
+            fold = self.fold
+            srcs, dsts = fold.images(src), fold.images(dst)
+            groups = self.net.bundle_groups(srcs, dsts, 0) if self.shortcuts.bundles else None
+            got = self.p2p_lanes[src, dst] = (srcs, dsts, groups)
+        return got
+
+    def _where_in_first(self, group: tuple[int, ...], where: dict[int, list[tuple[int, int]]]
+                        ) -> dict[int, list[tuple[int, int]]]:
+        """``where`` (:meth:`Fold.instances` of ``group``) restricted to instance 0, computed
+        once per group: a function of the group alone, read and never modified, and each
+        collective on the group that runs as a lane family would otherwise filter its members'
+        ``lanes`` pairs again."""
+        got = self.where0.get(group)
+        if got is None:
+            got = self.where0[group] = {r: [(k, x) for k, x in pairs if k == 0]
+                                        for r, pairs in where.items()}
+        return got
 
     def _lane_family(self, t: Task, instances: list[tuple[int, ...]], plans: list) -> LaneFamily | None:
         """The lane family that lets instance 0 of collective task ``t`` stand for the other
@@ -683,7 +712,7 @@ class _Run:
             if family is not None:      # instance 0 stands for the others (certified)
                 self.family_runs += 1
                 instances, plans = instances[:1], plans[:1]
-                where = {r: [(k, x) for k, x in pairs if k == 0] for r, pairs in where.items()}
+                where = self._where_in_first(t.group, where)
             merged = self._merged(t, instances, plans) if len(instances) > 1 else None
             if merged is not None:      # one run for every image (exact; see _merged)
                 self.merged_runs += 1
