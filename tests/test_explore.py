@@ -82,3 +82,29 @@ def test_the_report_names_the_shortcuts_the_layouts_took(tiny):
     line = next(l for l in res.output.splitlines() if l.startswith("shortcuts"))
     assert "chosen automatically, as dessim simulate does" in line
     assert "replica folding" in line and "exact" in line
+
+
+def test_costliest_layouts_are_evaluated_first_and_the_table_keeps_its_order(tiny, tmp_path):
+    """Explore's points carry a work estimate (``layout_cost``); the runner evaluates them
+    costliest first (the journal is written in evaluation order with one worker), while the
+    table stays in point order with the same results as with two workers."""
+    from dessim.cli.explore_cmd import explore_spec
+    from dessim.sweep.runner import journal_path, run_sweep, sweep_points
+    from dessim.sweep.spec import parse_sweep
+
+    spec = parse_sweep(explore_spec(tiny, TOPOLOGY, memory={"hbm_capacity": HBM}), "test")
+    points = sweep_points(spec)
+    costs = {p.key: p.cost for p in points}
+    assert all(c is not None and c > 0 for c in costs.values())
+    # more micro-batches per pipeline (less dp) and tensor parallelism: more tasks to replay
+    by_layout = {p.params["layout"]: p.cost for p in points}
+    assert by_layout["tp2-pp1-dp4"] > by_layout["tp1-pp1-dp8"]
+    assert by_layout["tp1-pp2-dp4"] > by_layout["tp1-pp1-dp8"]
+    out = tmp_path / "r.csv"
+    result = run_sweep(spec, out=out, workers=1)
+    order = [json.loads(line)["key"] for line in journal_path(out).read_text().splitlines()]
+    assert sorted(order) == sorted(costs)
+    assert [costs[k] for k in order] == sorted(costs.values(), reverse=True)
+    assert list(result.table["index"]) == sorted(result.table["index"])
+    plain = run_sweep(spec, workers=2).table.drop(columns="eval_wall_s")
+    assert plain.equals(result.table.drop(columns="eval_wall_s"))

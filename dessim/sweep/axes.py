@@ -189,6 +189,9 @@ class Point:
     params: Mapping[str, Any]   #: table values (SI numbers)
     key: str
     inputs: Mapping[str, Any] = field(default_factory=dict)  #: values handed to the evaluator
+    #: A rough relative estimate of the point's evaluation work (None: unknown), used only to
+    #: start the costliest points first (:func:`dessim.sweep.runner.run_sweep`); never a result.
+    cost: float | None = field(default=None, compare=False)
 
     @property
     def config_params(self) -> Mapping[str, Any]:

@@ -174,7 +174,7 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
         if head == "workload" and key.startswith("parallelism.") and key.split(".")[1] in LAYOUT_KEYS:
             raise SpecError(f"{spec.source}: axes.{path}: parallelism: auto chooses "
                             f"{', '.join(LAYOUT_KEYS)}; remove this axis or 'parallelism: auto'")
-    cache: dict[str, list[tuple[Any, Policy]] | DessimError] = {}
+    cache: dict[str, tuple[Any, list[tuple[Any, Policy]]] | DessimError] = {}
     out: list[Point] = []
     for point in points:
         cfg = config(spec.base, point.config_params)
@@ -182,7 +182,8 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
                          sort_keys=True, default=repr)
         if key not in cache:
             try:
-                cache[key] = _choices(_problem(cfg, load_topology, spec.source))
+                problem = _problem(cfg, load_topology, spec.source)
+                cache[key] = (problem.model, _choices(problem))
             except NoGlobalBatch:
                 raise
             except DessimError as exc:   # the point itself is invalid: evaluate it as is, so
@@ -191,6 +192,7 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
         if isinstance(choices, DessimError):
             out.append(Point(len(out), dict(point.params), point.key, dict(point.config_params)))
             continue
+        model, choices = choices
         for layout, policy in choices:
             params = {**point.params, "layout": layout_label(layout),
                       **{f"workload.parallelism.{k}": getattr(layout, k) for k in LAYOUT_KEYS},
@@ -200,5 +202,24 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
                       **{f"workload.training.{k}": getattr(layout, k)
                          for k in ("micro_batch", "schedule", "virtual_stages")},
                       **{f"memory.{f}": getattr(policy.options, f) for f in OFFLOAD_PARTS.values()}}
-            out.append(Point(len(out), params, point_key(spec.kind, spec.base, params), inputs))
+            out.append(Point(len(out), params, point_key(spec.kind, spec.base, params), inputs,
+                             cost=layout_cost(model, layout)))
     return out
+
+
+#: Tasks per layer and micro-batch that a layout's replay handles, roughly: the forward and
+#: backward compute steps, and with tensor parallelism its collectives (with sequence
+#: parallelism an all-gather and a reduce-scatter around attention and MLP in each pass).
+_COMPUTE_STEPS, _TP_STEPS = 2, 4
+
+
+def layout_cost(model: Any, layout: Any) -> float:
+    """A rough estimate of the work of simulating ``layout``: the tasks of one pipeline
+    (micro-batches × layers × steps per layer and micro-batch; a folded graph holds one rank
+    per stage, so dp and the TP lanes do not multiply it). Only the order matters: a sweep
+    starts its costliest points first, so that no worker is left with a long one at the end
+    (results do not depend on it). Measured on ``dessim explore gpt3-13b --topology
+    dgx-a100:nodes=4`` it puts the four layouts that take three quarters of the CPU time
+    among its first five (docs/performance.md, step 20)."""
+    steps = _COMPUTE_STEPS + (_TP_STEPS if layout.tp > 1 else 0)
+    return float(layout.num_micro_batches * model.layers * steps)

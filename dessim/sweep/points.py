@@ -643,7 +643,7 @@ def make_task(kind: str, base: Mapping[str, Any], point: Any) -> dict[str, Any]:
     """Plain, picklable description of one point for any backend."""
     evaluator = EVALUATORS[kind]
     return {"kind": kind, "index": point.index, "key": point.key, "params": dict(point.params),
-            "config": evaluator.config(base, point.config_params)}
+            "config": evaluator.config(base, point.config_params), "cost": point.cost}
 
 
 def evaluate_task(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -191,7 +191,10 @@ def _run_local(tasks: list[dict], workers: int, options: Mapping[str, Any]) -> I
         for task in tasks:
             yield evaluate_task(task)
         return
-    size = max(1, min(MAX_BATCH, len(tasks) // (workers * 4)))
+    # points with a cost estimate come costliest first (run_sweep): one per submission, so
+    # that the longest ones start at once on different workers
+    hinted = any(t.get("cost") is not None for t in tasks)
+    size = 1 if hinted else max(1, min(MAX_BATCH, len(tasks) // (workers * 4)))
     batches = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_die_with_parent, initargs=(os.getpid(),))
@@ -461,6 +464,10 @@ def run_sweep(spec: SweepSpec | str | Path | Mapping[str, Any], *, out: str | Pa
     tasks = [make_task(spec.kind, spec.base, p) for p in todo]
     copies = same_configuration(tasks, EVALUATORS[spec.kind])
     tasks = [t for t in tasks if t["key"] in copies]
+    # costliest first (longest processing time first): with several workers the last point
+    # to finish is then a short one; a stable sort, so points without an estimate keep
+    # their order (after those with one). Results do not depend on the order.
+    tasks.sort(key=lambda t: -(t.get("cost") or 0.0))
     reused = len(points) - len([p for p in points if p.key not in records])
 
     from tqdm import tqdm
