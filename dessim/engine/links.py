@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
 from typing import Any
 
 import numpy as np
@@ -75,12 +74,17 @@ _NET = ("collective", "send", "recv", "memcpy")
 class _Scope:
     """The tasks whose footprint meets a collective's channels, by stream."""
 
-    __slots__ = ("members", "streams", "directions")
+    __slots__ = ("members", "streams", "directions", "rows")
 
-    def __init__(self, members: set[int], streams: dict[tuple, list[int]], directions: np.ndarray):
+    def __init__(self, members: set[int], streams: dict[tuple, list[int]], directions: np.ndarray,
+                 queues: dict[tuple, list[int]]):
         self.members = members          #: task indices in scope
         self.streams = streams          #: stream -> sorted queue positions of its tasks in scope
         self.directions = directions    #: bool per direction id: a channel of the collective
+        #: per stream (in :attr:`streams` order): ``[stream, its queue, positions, cursor]``;
+        #: the cursor is the first of ``positions`` not before the stream's head as last seen
+        #: (heads only move forward, so it only moves forward: ``bisect_left`` amortised)
+        self.rows = [[stream, queues[stream], positions, 0] for stream, positions in streams.items()]
 
 
 class _Watch:
@@ -213,7 +217,7 @@ class LinkProof:
                     v.sort()
                 chmap = run.net.channels
                 dirs = np.isin(np.asarray(chmap.channel_of_direction), np.fromiter(mine, dtype=np.int64))
-                scope = self._by_chans[mine] = _Scope(members, streams, dirs)
+                scope = self._by_chans[mine] = _Scope(members, streams, dirs, run.queues)
         self._scopes[key] = scope
         return scope
 
@@ -242,16 +246,23 @@ class LinkProof:
         shortcut is off or the scope is unknown."""
         return self._scope(i, key) if self._deciding() else None
 
-    def _heads(self, scope: _Scope, i: int):
-        """The first unfinished task in scope of every stream, ``i`` itself skipped."""
-        run = self.run
-        for stream, positions in scope.streams.items():
-            queue = run.queues[stream]
-            k = bisect_left(positions, run.head[stream])
-            if k < len(positions) and queue[positions[k]] == i:
+    def _heads(self, scope: _Scope, i: int) -> list[int]:
+        """The first unfinished task in scope of every stream, ``i`` itself skipped (in the
+        order of :attr:`_Scope.streams`)."""
+        head = self.run.head
+        out = []
+        for row in scope.rows:
+            stream, queue, positions, k = row
+            h = head[stream]
+            n = len(positions)
+            while k < n and positions[k] < h:      # bisect_left(positions, h), amortised
                 k += 1
-            if k < len(positions):
-                yield queue[positions[k]]
+            row[3] = k
+            if k < n and queue[positions[k]] == i:
+                k += 1
+            if k < n:
+                out.append(queue[positions[k]])
+        return out
 
     def _started(self, j: int) -> bool:
         s = self.run.start[j]
@@ -295,28 +306,42 @@ class LinkProof:
         run = self.run
         bound = end * (1.0 + MARGIN)
         tentative: list[tuple[int, float]] = []    # bounds that hold if ``i`` is replayed
-        start, known, tasks = run.start, self._known, run.tasks
-        for j in self._heads(scope, i):
+        start, known, tasks, partner, head = run.start, self._known, run.tasks, run.partner, run.head
+        inf = -math.inf
+        for row in scope.rows:                      # the heads (:meth:`_heads`), inline
+            stream, queue, positions, k = row
+            h = head[stream]
+            n = len(positions)
+            while k < n and positions[k] < h:
+                k += 1
+            row[3] = k
+            if k < n and queue[positions[k]] == i:
+                k += 1
+            if k == n:
+                continue
+            j = queue[positions[k]]
             s = start[j]
             if s == s:                                  # started (not NaN)
-                got = -math.inf
+                got = inf
             else:
-                got = known.get(j, -math.inf)           # _start_after's first answer, inline
+                got = known.get(j, inf)                 # _start_after's first answer, inline
                 if got <= bound:
                     got = self._start_after(j, i, end, bound, tentative)
             if got <= bound:
                 if tasks[j].kind not in ("send", "recv"):
                     return False
-                q = run.partner[j]
+                q = partner[j]
                 s = start[q]
                 if s == s:
                     return False
-                got = self._start_after(q, i, end, bound, tentative)
+                got = known.get(q, inf)
                 if got <= bound:
-                    return False
+                    got = self._start_after(q, i, end, bound, tentative)
+                    if got <= bound:
+                        return False
         for j, b in tentative:
-            if b > self._known.get(j, -math.inf):
-                self._known[j] = b
+            if b > known.get(j, inf):
+                known[j] = b
         return True
 
     def _start_after(self, j: int, c: int, end: float, bound: float,
@@ -339,16 +364,25 @@ class LinkProof:
         known = self._known.get(j, -math.inf)
         if known > bound:
             return known
-        now = self.run.env.now
-        finish, start, due = self.run.end, self.run.start, self.due
-        preds_of, durations, duration = self._preds_of, self._dur, self._duration
+        run = self.run
+        now = run.env.now
+        finish, start, due = run.end, run.start, self.due
+        durations, duration = self._dur, self._duration
+        preds, pos, head, stream_of, queues = self._preds, self._pos, run.head, run.stream_of, run.queues
         stack = [(j, bound)]
         seen: dict[int, float] = {j: bound}   # smallest bound each task was searched with
         while stack:
             x, y = stack.pop()
             found, via_c = (now if now > y else -math.inf), False
             if found < 0:
-                for p in preds_of(x):
+                got = preds.get(x)                    # :meth:`_preds_of`, inline
+                if got is None:
+                    got = self._deps_of(x)
+                stream = stream_of[x]
+                p = pos[x]
+                if p > head[stream]:
+                    got = (*got, queues[stream][p - 1])
+                for p in got:
                     if finish[p] == finish[p]:        # finished
                         continue
                     if p == c:
@@ -379,19 +413,11 @@ class LinkProof:
                 return lower
         return -math.inf
 
-    def _preds_of(self, j: int) -> tuple[int, ...]:
-        """Stream predecessor (if unfinished) and dependencies of task ``j``."""
-        got = self._preds.get(j)
-        if got is None:
-            run = self.run
-            index = run.index
-            got = tuple(index[d] for d in run.graph.deps(run.tasks[j].id))
-            self._preds[j] = got
+    def _deps_of(self, j: int) -> tuple[int, ...]:
+        """The dependencies of task ``j`` (task indices), cached."""
         run = self.run
-        stream = run.stream_of[j]
-        p = self._pos[j]
-        if p > run.head[stream]:
-            return (*got, run.queues[stream][p - 1])
+        index = run.index
+        got = self._preds[j] = tuple(index[d] for d in run.graph.deps(run.tasks[j].id))
         return got
 
     def _duration(self, j: int) -> float:
