@@ -163,6 +163,8 @@ class _Run:
         self.memo_static = self.memo_on and self._exclusive_collectives()
         self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
         self.memo_hits = 0
+        #: memo key -> instances of a collective with that key (planned at its first replay)
+        self.replayed_instances: dict[tuple, int] = {}
         #: per-link exclusivity (Shortcuts.link_memo, dessim.engine.links): collectives that
         #: are not alone on the network but alone on their channels are memoised too. Off
         #: with jitter (a duration is drawn when its task starts) and with a caller's own
@@ -584,11 +586,14 @@ class _Run:
         if hit is None:
             return False
         duration, carried = hit
-        t = self.tasks[i]
-        instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
-        for inst in instances:
-            self._schedule(t, inst)
-        self.collective_runs += len(instances)
+        runs = self.replayed_instances.get(key)
+        if runs is None:        # plan every instance once (as a run would); later replays of
+            t = self.tasks[i]   # the key find their plans made (``_schedule`` is a cache then)
+            instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
+            for inst in instances:
+                self._schedule(t, inst)
+            runs = self.replayed_instances[key] = len(instances)
+        self.collective_runs += runs
         self.memo_hits += 1
         self.active[i] = self.env.now
         if self.links is not None:
@@ -776,17 +781,21 @@ class _Run:
         if self.tasks[i].kind in _NET_KINDS:
             self.net_running -= 1
         self.engine_events += 1
-        key = self.stream_of[i]
+        stream_of, pending = self.stream_of, self.pending
+        key = stream_of[i]
         self.busy[key] = False
         self.head[key] += 1
         touched = [key]
         for s in self.succ[i]:
-            self.pending[s] -= 1
-            if not self.pending[s]:
-                touched.append(self.stream_of[s])
+            left = pending[s] - 1
+            pending[s] = left
+            if not left:
+                touched.append(stream_of[s])
+        try_start = self.try_start
         for k in touched:
-            self.try_start(k)
-        self._decide_deferred()
+            try_start(k)
+        if self.deferred:           # (_decide_deferred has nothing to do otherwise)
+            self._decide_deferred()
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:

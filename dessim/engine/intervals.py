@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Iterable
 
 Interval = tuple[float, float]
 
 __all__ = ["union", "length", "subtract"]
 
+_start = itemgetter(0)
+
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
-    """Sorted, disjoint union of half-open intervals [start, end); empty ones dropped."""
+    """Sorted, disjoint union of half-open intervals [start, end); empty ones dropped.
+
+    Sorted by start alone: intervals with equal starts all join the same run whatever
+    their order (each starts no later than the run's end), and a run's bounds are the least
+    start and the greatest end of its members, so the result is the one sorting by
+    (start, end) gives — float for float — with cheaper comparisons than tuples'."""
+    items = [i for i in intervals if i[1] > i[0]]
+    items.sort(key=_start)
     out: list[Interval] = []
-    for s, e in sorted([i for i in intervals if i[1] > i[0]]):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
+    if not items:
+        return out
+    add = out.append
+    lo, hi = items[0]
+    for s, e in items:
+        if s <= hi:
+            if e > hi:
+                hi = e
         else:
-            out.append((s, e))
+            add((lo, hi))
+            lo, hi = s, e
+    add((lo, hi))
     return out
 
 

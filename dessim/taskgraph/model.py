@@ -256,6 +256,12 @@ class TaskGraph:
         self._pred: dict[str, dict[str, None]] = {}
         self._succ: dict[str, dict[str, None]] = {}
         self._edges = 0
+        #: the task added last, and whether some dependency may point backwards in insertion
+        #: order: :meth:`add` only makes a task wait for tasks already there, so while no
+        #: :meth:`depend` call made an earlier task wait for a later one, insertion order is a
+        #: topological order and the graph has no cycle (:meth:`_check_cycles`)
+        self._last_added: str | None = None
+        self._backward = False
         #: Replica folding (:mod:`dessim.taskgraph.fold`): the tasks are those of
         #: representative ranks, each standing for its images in every lane. None = unfolded.
         self.fold = fold
@@ -274,6 +280,7 @@ class TaskGraph:
         if tid in tasks:
             raise TaskGraphError(f"duplicate task id {tid!r}")
         preds = dict.fromkeys(deps)     # first occurrences, in order (an edge is kept once)
+        self._last_added = tid
         if not preds:
             tasks[tid] = task
             return task
@@ -303,6 +310,8 @@ class TaskGraph:
             raise TaskGraphError(f"dependency {before!r} -> {after!r}: unknown task {unknown!r}")
         if before == after:
             raise TaskGraphError(f"task {before!r} depends on itself")
+        if after != self._last_added:       # ``before`` may come later than ``after``
+            self._backward = True
         preds = self._pred.get(after)
         if preds is None:
             preds = self._pred[after] = {}
@@ -413,7 +422,11 @@ class TaskGraph:
 
     def _check_cycles(self) -> None:
         """Kahn's topological sort, linear in tasks + dependencies; if tasks remain, every one
-        of them waits for another remaining one, so walking back along waits names a cycle."""
+        of them waits for another remaining one, so walking back along waits names a cycle.
+        Nothing to sort when every dependency points forward in insertion order (see
+        ``_backward``): that order is then a topological one."""
+        if not self._backward:
+            return
         pending = {tid: len(p) for tid, p in self._pred.items()}
         ready = [tid for tid in self._tasks if tid not in pending]
         succ = self._succ
@@ -505,8 +518,15 @@ class TaskGraph:
                 by_id.setdefault(t.coll_id, []).append(t)
         out: dict[str, list[Task]] = {}
         images: dict[tuple[int, ...], set[int]] = {}      # folded: ranks covered by representatives
+        #: (rank, group) of single-member collectives already checked below: another one is
+        #: checked alike (its rank's images cover the group) and its member list is itself
+        covering: set[tuple[int, tuple[int, ...]]] = set()
+        folded = self.fold is not None
         for cid, members in by_id.items():
             first = members[0]
+            if len(members) == 1 and folded and (first.rank, first.group) in covering:
+                out[cid] = [first]
+                continue
             if len(members) == 1:       # a folded collective's representative: nothing to agree on
                 by_rank: dict[int, Task] = {first.rank: first}
             else:
@@ -522,6 +542,8 @@ class TaskGraph:
                 raise TaskGraphError(f"collective {cid!r} (task {first.id!r}): group member rank "
                                      f"{missing[0]} has no task for it")
             out[cid] = [by_rank[r] for r in first.group if r in by_rank]
+            if len(members) == 1 and folded and out[cid]:      # out[cid] == [first]
+                covering.add((first.rank, first.group))
         return out
 
     @staticmethod

@@ -70,20 +70,22 @@ def bubble_fraction(sim: SimulationResult) -> float:
     """
     per_rank: dict[int, list[tuple[float, float]]] = {}
     lo, hi = float("inf"), float("-inf")
-    for rec in sim.span_records:
-        rank, _stream, _tid, _name, kind, category, start, active, end = rec[:9]
-        if kind == "compute" and category in PIPELINE_WORK:
-            per_rank.setdefault(rank, []).append((start, end))
+    for rec in sim.span_records:      # (rank, stream, id, name, kind, category, start, active, end, ...)
+        category = rec[5]
+        if rec[4] == "compute" and category in PIPELINE_WORK:
+            start, end = rec[6], rec[8]
+            per_rank.setdefault(rec[0], []).append((start, end))
             lo, hi = min(lo, start), max(hi, end)
-        elif category in STAGE_COMM and end > active:   # incl. closed-form TP delays
-            per_rank.setdefault(rank, []).append((active, end))
+        elif category in STAGE_COMM and rec[8] > rec[7]:   # incl. closed-form TP delays
+            per_rank.setdefault(rec[0], []).append((rec[7], rec[8]))
     window = hi - lo
     if not per_rank or window <= 0:
         return 0.0
     ranks = len(sim.ranks) or len(per_rank)
     busy = 0.0
     for spans in per_rank.values():
-        clipped = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
+        # (max(a, lo), min(b, hi)) as max and min choose, without their calls
+        clipped = [(lo if lo > a else a, hi if hi < b else b) for a, b in spans if b > lo and a < hi]
         busy += length(union(clipped))
     return max(0.0, 1.0 - busy / (ranks * window))
 
