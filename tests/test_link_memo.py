@@ -94,7 +94,7 @@ def test_a_running_transfer_on_the_channels_refuses_the_proof():
     proof = run.links
     assert isinstance(proof, LinkProof)
     coll = next(i for i, t in enumerate(run.tasks) if t.kind == "collective" and t.category == "tp")
-    key = run._memo_key(run.tasks[coll])
+    key = run.memo_key(run.tasks[coll])
     scope = proof._scope(coll, key)
     sends = [j for j in scope.members if run.tasks[j].kind == "send"]
     assert sends, "a pipeline send shares the TP group's NVSwitch ports"

@@ -287,7 +287,7 @@ class _Run:
                 self.links.started(i)
         if kind == "compute" or kind == "delay":
             self.active[i] = now
-            dur = self._duration(t)
+            dur = self.task_duration(t)
             if self.memo_on:
                 heapq.heappush(self.timed, (now + dur, i))
                 if self.links is not None:
@@ -311,7 +311,9 @@ class _Run:
         else:  # pragma: no cover - Task validates kinds
             raise AssertionError(kind)
 
-    def _duration(self, t: Task) -> float:
+    def task_duration(self, t: Task) -> float:
+        """Seconds compute/delay task ``t`` takes on its rank (given, or costed by the device
+        model; times the rank's slowdown factor and jitter for compute)."""
         if t.duration is not None:
             base = t.duration
         else:
@@ -323,7 +325,7 @@ class _Run:
             base *= math.exp(sigma * rng.standard_normal() - sigma * sigma / 2)
         return base * self.factors[t.rank]
 
-    def _schedule(self, t: Task, group: tuple[int, ...]):
+    def plan(self, t: Task, group: tuple[int, ...]):
         """The :class:`~dessim.collectives.CollectivePlan` of collective task ``t`` on
         ``group`` (its own group, or an image of it in a folded graph). Cached: identical
         collectives on the same group share one plan; ``auto`` is decided once per such
@@ -549,7 +551,7 @@ class _Run:
         ``merged_images`` shortcut off. Cached."""
         if self.shortcuts.stream_rings or not self.shortcuts.merged_images:
             return None
-        key = self._memo_key(t)          # the collective: op, size, group, algorithm and options
+        key = self.memo_key(t)          # the collective: op, size, group, algorithm and options
         if key in self.merged:
             return self.merged[key]
         got = None
@@ -588,10 +590,10 @@ class _Run:
         duration, carried = hit
         runs = self.replayed_instances.get(key)
         if runs is None:        # plan every instance once (as a run would); later replays of
-            t = self.tasks[i]   # the key find their plans made (``_schedule`` is a cache then)
+            t = self.tasks[i]   # the key find their plans made (``plan`` is a cache then)
             instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
             for inst in instances:
-                self._schedule(t, inst)
+                self.plan(t, inst)
             runs = self.replayed_instances[key] = len(instances)
         self.collective_runs += runs
         self.memo_hits += 1
@@ -632,14 +634,16 @@ class _Run:
         options = t.attrs.get(ALGO_OPTIONS)
         return t.algo, (tuple(sorted(options.items())) if options else ())
 
-    def _memo_key(self, t: Task) -> tuple:
+    def memo_key(self, t: Task) -> tuple:
+        """The collective memo's key of collective task ``t``: op, size, group, algorithm and
+        options (the run's forced algorithm, if any)."""
         return (t.op, t.size, t.group) + self._algo(t)
 
     def _arrive_collective(self, i: int) -> None:
         t = self.tasks[i]
         if self.memo_on and len(self.colls[t.coll_id]) == 1:
             if self.memo_static:
-                key = self._memo_key(t)
+                key = self.memo_key(t)
                 if not self._replay_collective(i, key):
                     self._start_collective(i, key)
                 return
@@ -664,14 +668,14 @@ class _Run:
         alone = len(todo) == 1 and self.net_running == 1
         links = self.links
         for i in todo:
-            key = self._memo_key(self.tasks[i]) if alone else None
+            key = self.memo_key(self.tasks[i]) if alone else None
             hit = self.coll_memo.get(key) if key is not None else None
             if hit is not None and self._next_end() > self.env.now + hit[0]:
                 self._replay_collective(i, key)
             elif alone or links is None:
                 self._start_collective(i, key if hit is None else None)
             else:               # not alone on the network: maybe alone on its channels
-                key = self._memo_key(self.tasks[i])
+                key = self.memo_key(self.tasks[i])
                 hit = self.coll_memo.get(key)
                 if hit is not None:
                     if links.isolated(i, key, self.env.now + hit[0]):
@@ -700,7 +704,7 @@ class _Run:
                 instances, where = [t.group], None
             else:
                 instances, where = self.fold.instances(t.group)
-            plans = [self._schedule(t, inst) for inst in instances]
+            plans = [self.plan(t, inst) for inst in instances]
             family = self._lane_family(t, instances, plans) if len(instances) > 1 else None
             # one member task whose images fill instance 0: every rank of it arrives together
             alone = where is not None and len(self.colls[t.coll_id]) == 1 and \

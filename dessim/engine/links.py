@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -96,12 +96,36 @@ class _Watch:
         self.scope, self.dirty = scope, False
 
 
+class EngineRun(Protocol):
+    """What a :class:`LinkProof` reads of the engine's replay state (``dessim.engine.engine._Run``):
+    the tasks in graph order with their index, dependencies, streams and times (s), the flow
+    network and topology, and three questions the engine answers the same way for itself."""
+
+    env: Any                        #: the simpy environment (``now``, s)
+    graph: Any                      #: the :class:`~dessim.taskgraph.TaskGraph` being replayed
+    tasks: list                     #: tasks in graph order
+    index: dict[str, int]           #: task id -> position
+    start: Any                      #: start time of each task (s; NaN before it starts)
+    end: Any                        #: end time of each task (s; NaN before it ends)
+    head: Any                       #: stream -> position in its queue of its next task
+    queues: dict                    #: stream -> its tasks' positions in program order
+    stream_of: Any                  #: position -> stream key
+    partner: Any                    #: send/recv position -> its matched partner
+    fold: Any                       #: the graph's :class:`~dessim.taskgraph.Fold` or None
+    net: Any                        #: the flow network (``router``, ``channels``)
+    topology: Any                   #: the :class:`~dessim.topology.Topology`
+
+    def memo_key(self, t: Any) -> tuple: ...
+    def plan(self, t: Any, group: tuple[int, ...]) -> Any: ...
+    def task_duration(self, t: Any) -> float: ...
+
+
 class LinkProof:
     """Per-link exclusivity proofs for the collectives of one engine run (module docstring)."""
 
-    def __init__(self, run: Any) -> None:
-        #: the engine's replay state (``dessim.engine.engine._Run``: tasks, streams, start and
-        #: end times, network); read only, except :attr:`due` which the engine fills
+    def __init__(self, run: EngineRun) -> None:
+        #: the engine's replay state (:class:`EngineRun`); read only, except :attr:`due`
+        #: which the engine fills
         self.run = run
         #: due end (s) of each running compute/delay task and replayed collective (NaN: none)
         self.due = array("d", [math.nan]) * len(run.tasks)
@@ -126,7 +150,7 @@ class LinkProof:
     def _sig(self, i: int) -> tuple:
         t = self.run.tasks[i]
         if t.kind == "collective":
-            return ("c",) + self.run._memo_key(t)
+            return ("c",) + self.run.memo_key(t)
         if t.kind == "memcpy":
             return ("m", t.rank, t.mem_node)
         return ("p",) + ((t.rank, t.peer) if t.kind == "send" else (t.peer, t.rank))
@@ -151,7 +175,7 @@ class LinkProof:
         instances = [t.group] if run.fold is None else run.fold.instances(t.group)[0]
         out: set[tuple[str, str]] = set()
         for inst in instances:
-            sched = run._schedule(t, inst).schedule
+            sched = run.plan(t, inst).schedule
             if isinstance(sched, CompactSchedule):
                 pats = sched.plan.patterns
                 ends = [(a, b) for p in pats for a, b in zip(p.src.tolist(), p.dst.tolist())]
@@ -426,7 +450,7 @@ class LinkProof:
         got = self._dur.get(j)
         if got is None:
             t = self.run.tasks[j]
-            got = self.run._duration(t) if t.kind in ("compute", "delay") else 0.0
+            got = self.run.task_duration(t) if t.kind in ("compute", "delay") else 0.0
             self._dur[j] = got
         return got
 
