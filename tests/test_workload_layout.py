@@ -138,23 +138,32 @@ def test_stage_layers_plain_and_interleaved():
     assert inter.stage_layers(24, 1) == (range(3, 6), range(15, 18))
 
 
+def _layout_or_none(**kw):
+    """The layout, or None for one Megatron-core refuses (its expert grid; module docstring)."""
+    try:
+        return ParallelLayout(**kw)
+    except WorkloadError:
+        return None
+
+
 layouts = st.builds(
-    lambda tp, cp, dp_mult, ep, pp, order: ParallelLayout(tp=tp, cp=cp, dp=dp_mult * ep, ep=ep, pp=pp,
-                                                        order=order),
+    lambda tp, cp, dp_mult, ep, pp, order: _layout_or_none(tp=tp, cp=cp, dp=dp_mult * ep, ep=ep, pp=pp,
+                                                         order=order),
     tp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]), dp_mult=st.integers(1, 3),
     ep=st.sampled_from([1, 2]), pp=st.integers(1, 3),
-    order=st.permutations(["tp", "cp", "dp", "pp"]).map(tuple))
+    order=st.permutations(["tp", "cp", "dp", "pp"]).map(tuple)).filter(lambda lo: lo is not None)
 
 
 @settings(max_examples=60, deadline=None)
 @given(layouts)
 def test_every_rank_in_exactly_one_group_per_dimension(layout):
     ranks = set(range(layout.world_size))
-    for name in ("tp", "cp", "dp", "pp", "ep", "edp", "dp_cp", "mp"):
+    for name in ("tp", "cp", "dp", "pp", "ep", "edp", "dp_cp", "mp", "etp", "tp_ep"):
         groups = layout.groups(name)
         members = [r for g in groups for r in g]
         assert sorted(members) == sorted(ranks)            # a partition of all ranks
-        expected = {"dp_cp": layout.dp * layout.cp, "mp": layout.tp * layout.pp}.get(name)
+        expected = {"dp_cp": layout.dp * layout.cp, "mp": layout.tp * layout.pp,
+                    "tp_ep": layout.tp * layout.ep}.get(name)
         size = expected or layout.size(name)
         assert all(len(g) == size for g in groups)
         for g in groups[:3]:
@@ -164,10 +173,14 @@ def test_every_rank_in_exactly_one_group_per_dimension(layout):
 @settings(max_examples=60, deadline=None)
 @given(layouts)
 def test_rank_and_coords_are_inverse(layout):
+    """Attention coordinates and ranks are inverse; with EP carved out of DP (cp = 1 or cp
+    after dp) the expert indices split the DP index, ``dp = ep + ep_size · edp``."""
+    classic = layout.cp == 1 or layout.order.index("cp") > layout.order.index("dp")
     for rank in range(layout.world_size):
         c = layout.coords(rank)
         assert layout.rank_of(tp=c.tp, cp=c.cp, dp=c.dp, pp=c.pp) == rank
-        assert c.dp == c.ep + layout.ep * c.edp
+        if classic:
+            assert c.dp % layout.ep == c.ep and (c.dp + layout.dp * c.cp) // layout.ep == c.edp
     seen = {layout.rank_of(tp=a, cp=b, dp=c, pp=d) for a, b, c, d in itertools.product(
         range(layout.tp), range(layout.cp), range(layout.dp), range(layout.pp))}
     assert seen == set(range(layout.world_size))

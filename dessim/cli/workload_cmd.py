@@ -27,7 +27,8 @@ layout_options = compose(
     click.option("--dp", type=_POS, default=None,
                  help="Data-parallel size (default: GPUs / (tp·pp·cp))."),
     click.option("--cp", type=_POS, default=None, help="Context-parallel size (ring attention)."),
-    click.option("--ep", type=_POS, default=None, help="Expert-parallel size (MoE; divides dp)."),
+    click.option("--ep", type=_POS, default=None,
+                 help="Expert-parallel size (MoE; divides cp × dp, Megatron-core's expert grid)."),
     click.option("--etp", type=_POS, default=None,
                  help="Expert tensor-parallel size (MoE; default: tp). When it differs from tp the "
                       "expert layers refold each stage's ranks into etp × ep × edp (Megatron-core's "
@@ -156,7 +157,8 @@ def list_cmd(as_json: bool) -> None:
 
 def _groups_text(layout) -> list[str]:
     lines = []
-    for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp", "edp_cp") if layout.folded else ()):
+    for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if layout.folded else ()) + (
+            ("edp_cp",) if layout.expert_grid and (layout.folded or layout.cp > 1) else ()):
         gs = layout.groups(kind)
         if len(gs[0]) == 1:
             continue

@@ -424,8 +424,9 @@ class _Generator:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
-        elif lo.folded and _folded_period(lo) == lo.tp * lo.cp * lo.dp:
-            why = "etp != tp: no stage-local shift maps both the attention and the expert groups onto themselves"
+        elif not _classic_lanes(lo) and _folded_period(lo) in (None, lo.tp * lo.cp * lo.dp):
+            why = ("expert grid (ep over cp × dp, or etp != tp): no stage-local shift maps both the attention "
+                   "and the expert groups onto themselves")
         if why is not None:
             self.graph.meta["fold_fallback"] = why
             return None
@@ -459,8 +460,8 @@ class _Generator:
     def _is_representative(self, rank: int) -> bool:
         if self.graph.fold is None:
             return True
-        if self.lo.folded:
-            return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _folded_period(self.lo)
+        if not _classic_lanes(self.lo):
+            return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _folded_period(self.lo)  # type: ignore[operator]
         c = self.lo.coords(rank)
         return c.tp == 0 and c.dp == 0 and c.cp == 0
 
@@ -1173,9 +1174,31 @@ class _Generator:
         return self.graph
 
 
-def _folded_period(lo: ParallelLayout) -> int:
-    """With ``etp != tp``: the smallest stage-local shift under which both the attention grid
-    (``tp·cp`` blocks) and the expert grid (``etp·ep`` blocks) map onto themselves."""
+def _classic_lanes(lo: ParallelLayout) -> bool:
+    """Whether there is no expert grid, or it is EP carved out of DP (``etp = tp``, ``ep``
+    divides ``dp``, and ``cp = 1`` or ``cp`` after ``dp`` in ``order``: ``dp = ep_index +
+    ep·edp_index``), so the lanes may shift TP, CP and DP indices separately
+    (:func:`lane_permutations`)."""
+    return not lo.expert_grid or (not lo.folded and lo.dp % lo.ep == 0 and (
+        lo.cp == 1 or lo.order.index("cp") > lo.order.index("dp")))
+
+
+def _folded_period(lo: ParallelLayout) -> int | None:
+    """Otherwise: the smallest stage-local shift under which both the attention grid
+    (``tp·cp`` blocks) and the expert grid (``etp·ep`` blocks) map onto themselves, or None
+    when the order makes neither a block grid (``pp`` not last, or ``tp``, ``cp``, ``dp``
+    resp. ``etp``, ``ep``, ``edp`` not fastest-first)."""
+    def blocks(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+        step = 1
+        for size, stride in zip(sizes, strides):
+            if size > 1 and stride != step:
+                return False
+            step *= size
+        return True
+    st, est = lo.strides(), lo._expert_strides()
+    if not (blocks((lo.tp, lo.cp, lo.dp, lo.pp), tuple(st[d] for d in ("tp", "cp", "dp", "pp")))
+            and blocks((lo.expert_tp, lo.ep, lo.edp), tuple(est[d] for d in ("etp", "ep", "edp")))):
+        return None
     return lcm(lo.tp * lo.cp, lo.expert_tp * lo.ep)
 
 
@@ -1189,14 +1212,16 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     div EP) mod DP/EP)``, so every EP group (and every expert-data-parallel group) maps onto
     one. Lane 0 is the identity.
 
-    With ``etp != tp`` (the folded expert grid, :mod:`~dessim.workload.transformer.layout`) the
-    lanes are the shifts of the stage-local index ``l`` (``rank mod tp·cp·dp``, ``pp`` last) by
+    When the expert grid is not EP carved out of DP (``etp != tp``, or EP spanning CP × DP;
+    :func:`_classic_lanes`, :mod:`~dessim.workload.transformer.layout`) the lanes are the shifts of the stage-local index ``l`` (``rank mod tp·cp·dp``, ``pp`` last) by
     multiples of ``M = lcm(tp·cp, etp·ep)`` (:func:`_folded_period`): a shift by a multiple of
     ``tp·cp`` maps TP, CP and DP groups onto TP, CP and DP groups (and CP's ring order onto
     itself), one by a multiple of ``etp·ep`` ETP, EP and expert-DP groups onto their kind."""
     n = lo.world_size
-    if lo.folded:
+    if not _classic_lanes(lo):
         local, period = lo.tp * lo.cp * lo.dp, _folded_period(lo)
+        if period is None:
+            raise WorkloadError(f"replica folding: no lanes for the expert grid of {lo.describe()}")
         ranks = np.arange(n, dtype=np.int64)
         base, idx = ranks - ranks % local, ranks % local
         return np.stack([base + (idx + k * period) % local for k in range(local // period)])

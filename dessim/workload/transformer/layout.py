@@ -1,8 +1,7 @@
 """Parallel layouts: how a model is split over GPUs, validation, and placement on ranks.
 
 A :class:`ParallelLayout` combines tensor (``tp``), pipeline (``pp``), data (``dp``) and
-context (``cp``) parallelism, with expert parallelism (``ep``) carved out of the data-parallel
-dimension, sequence parallelism (``sp``, a flag on top of TP), the ZeRO stage, the pipeline
+context (``cp``) parallelism, with expert parallelism (``ep``) on the expert grid below, sequence parallelism (``sp``, a flag on top of TP), the ZeRO stage, the pipeline
 schedule, the batch sizes and the activation-recomputation policy.
 
 Placement
@@ -16,36 +15,39 @@ Placement
     and ``tp=8``, every TP group is exactly one node.
 
     Rank = Σ index(dim) · stride(dim), stride(first) = 1, stride(next) = stride · size.
-    Within DP, expert parallelism varies fastest: ``dp_index = ep_index + ep · edp_index``, so
-    an EP group is ``ep`` consecutive DP replicas and an expert-data-parallel (``edp``) group
-    holds the replicas of the same experts.
 
-Expert tensor parallelism (``etp``, Megatron-core's ``expert_tensor_parallel_size``)
-    By default the experts are split over the attention's TP group (``etp = tp``) and EP is
-    carved out of DP as above. With ``etp != tp`` the expert layers use their own grid
-    ("MoE parallel folding", NVIDIA/Megatron-LM ``megatron/core/parallel_state.py``:
-    ``expert_decoder_rank_generator = RankGenerator(tp=expert_tensor_parallel_size,
-    ep=expert_model_parallel_size, dp=expert_data_parallel_size, pp=..., cp=1, ...)``,
-    ``expert_data_parallel_size = world_size // (etp · ep · pp)``): the ``tp·cp·dp`` ranks of
-    a pipeline stage, numbered by their stage-local index ``l`` (``rank mod tp·cp·dp`` with
-    ``pp`` last in ``order``, which Megatron-core asserts), are refolded into ``etp × ep ×
-    edp`` with ``etp`` fastest: ``etp_index = l mod etp``, ``ep_index = (l div etp) mod ep``,
-    ``edp_index = l div (etp·ep)``. EP may then exceed DP (e.g. TP 8, EP 8, ETP 1 on one
-    node) and the expert gradients are reduced over the ``edp`` group, which already spans
-    CP (:attr:`ParallelLayout.expert_dp`).
+Expert grid (Megatron-core's "MoE parallel folding", NVIDIA/Megatron-LM
+``megatron/core/parallel_state.py``: ``expert_decoder_rank_generator = RankGenerator(
+tp=expert_tensor_parallel_size, ep=expert_model_parallel_size, dp=expert_data_parallel_size,
+pp=..., cp=1, ...)``, ``expert_data_parallel_size = world_size // (etp · ep · pp)``)
+    The expert layers split the same ranks by their own grid, built for every layout with
+    ``ep > 1`` or ``etp != tp`` (``etp``, Megatron-core's ``expert_tensor_parallel_size``,
+    defaults to ``tp``): the grid of ``order`` with ``tp`` replaced by ``etp``, ``cp``
+    dropped and ``dp`` replaced by ``ep`` then ``edp`` (EP varies faster, as in
+    Megatron-core's default order ``"tp-cp-ep-dp-pp"``), ``edp = tp·cp·dp / (etp·ep)``.
+    With the default order: ``etp_index = l mod etp``, ``ep_index = (l div etp) mod ep``,
+    ``edp_index = l div (etp·ep)`` for the stage-local index ``l = rank mod tp·cp·dp``.
+    So expert parallelism spans CP × DP: EP may exceed DP (TP 2, CP 2, DP 2, EP 4), or
+    TP × CP × DP with ``etp != tp`` (TP 8, EP 8, ETP 1 on one node), and the expert
+    gradients are reduced over the ``edp`` group (:attr:`ParallelLayout.expert_dp`). With
+    ``cp = 1`` (or ``cp`` after ``dp`` in ``order``) and ``etp = tp`` this is EP carved out
+    of DP: ``dp_index = ep_index + ep · edp_index``. Layouts Megatron-core refuses are
+    refused: ``etp·ep`` not dividing ``tp·cp·dp``; ``pp`` not the slowest dimension unless
+    ``edp = dp``; expert pipeline groups differing from the attention's. With ``ep = 1``
+    and ``etp = tp`` the experts are split like the dense weights (expert TP = TP, expert
+    DP = DP × CP) and no expert grid is built.
 
 Group names accepted by :meth:`ParallelLayout.groups`: ``tp``, ``cp``, ``dp``, ``pp`` (the
-pipeline chains, in stage order), ``ep``, ``edp``, ``etp`` (expert TP: the ``tp`` groups
-unless ``etp != tp``) and the composites ``dp_cp`` (gradient reduction of dense weights
-when ``cp > 1``: CP ranks hold the same weights), ``edp_cp`` (gradient reduction of expert
-weights), ``tp_ep`` (expert TP × EP) and ``mp`` (model parallel: ``tp × pp``).
+pipeline chains, in stage order), ``dp_cp`` (gradient reduction of dense weights when ``cp > 1``: CP ranks hold the same
+weights) and ``mp`` (model parallel: ``tp × pp``) on the attention grid; ``ep``, ``edp`` (=
+``edp_cp``, the gradient reduction of expert weights), ``etp`` (expert TP) and ``tp_ep``
+(expert TP × EP) on the expert grid.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import product
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, NamedTuple
 
@@ -78,19 +80,20 @@ BASE_DIMS: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 #: Default placement order, fastest-varying first (Megatron-core's default; see module doc).
 DEFAULT_ORDER: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 
-#: Named rank groups → the sub-dimensions that vary inside one group (``dp`` = ``ep × edp``).
-GROUP_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "tp": ("tp",),
-    "cp": ("cp",),
-    "dp": ("ep", "edp"),
-    "pp": ("pp",),
-    "ep": ("ep",),
-    "tp_ep": ("tp", "ep"),      # DeepEP's communication group with TP (Megatron-core ``tp_ep``)
-    "etp": ("tp",),             # expert TP = TP unless etp != tp (then :func:`_folded_groups`)
-    "edp": ("edp",),
-    "dp_cp": ("ep", "edp", "cp"),
-    "edp_cp": ("edp", "cp"),
-    "mp": ("tp", "pp"),
+#: Named rank groups → the grid (``attention``: tp, cp, dp, pp; ``expert``: etp, ep, edp,
+#: pp) and its coordinates that vary inside one group (module docstring).
+GROUP_DIMS: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType({
+    "tp": ("attention", ("tp",)),
+    "cp": ("attention", ("cp",)),
+    "dp": ("attention", ("dp",)),
+    "pp": ("attention", ("pp",)),
+    "dp_cp": ("attention", ("dp", "cp")),
+    "mp": ("attention", ("tp", "pp")),
+    "ep": ("expert", ("ep",)),
+    "tp_ep": ("expert", ("etp", "ep")),   # DeepEP's communication group with TP (Megatron-core ``tp_ep``)
+    "etp": ("expert", ("etp",)),
+    "edp": ("expert", ("edp",)),
+    "edp_cp": ("expert", ("edp",)),      # Megatron-core's expert DP group already spans CP
 })
 
 #: Activation-recomputation policies (Korthikanti et al. 2022, arXiv:2205.05198, §4):
@@ -125,7 +128,8 @@ DEEPEP_APPROXIMATION = (f"MoE all-to-all (moe_dispatch deepep): the network and 
 
 
 class RankCoords(NamedTuple):
-    """Coordinates of one rank in the parallel grid (``dp = ep + ep_size · edp``)."""
+    """Coordinates of one rank in the attention grid (``tp, cp, dp, pp``) and its ``ep`` and
+    ``edp`` indices in the expert grid (module docstring)."""
 
     tp: int
     cp: int
@@ -363,12 +367,8 @@ class ParallelLayout:
         if sorted(order) != sorted(BASE_DIMS):
             raise WorkloadError(f"parallel layout: order={list(order)!r} must list each of "
                                 f"{', '.join(BASE_DIMS)} exactly once (fastest-varying first)")
-        if self.folded:
-            self._check_folded()
-        elif self.dp % self.ep:
-            raise WorkloadError(f"parallel layout: ep={self.ep} does not divide dp={self.dp} "
-                                "(expert parallelism is carved out of data parallelism; with etp != tp "
-                                "it is carved out of tp × cp × dp)")
+        if self.expert_grid:
+            self._check_expert_grid()
         batch_unit = self.micro_batch * self.dp
         if self.global_batch % batch_unit:
             raise WorkloadError(f"parallel layout: global_batch={self.global_batch} is not divisible by "
@@ -378,20 +378,34 @@ class ParallelLayout:
                                 f"micro-batches ({self.num_micro_batches} = global_batch / (micro_batch × dp)) "
                                 f"to be divisible by pp={self.pp} (as Megatron-LM requires)")
 
-    def _check_folded(self) -> None:
-        """The expert grid of ``etp != tp`` (module docstring), as Megatron-core builds it."""
+    def _check_expert_grid(self) -> None:
+        """The expert grid (module docstring) as Megatron-core builds it, refusing the layouts
+        its ``initialize_model_parallel`` refuses."""
         stage = self.tp * self.cp * self.dp
-        if stage % (self.expert_tp * self.ep):
-            raise WorkloadError(f"parallel layout: etp × ep = {self.expert_tp} × {self.ep} does not divide "
-                                f"tp × cp × dp = {self.tp} × {self.cp} × {self.dp} = {stage} (the expert "
-                                "layers refold the ranks of each pipeline stage into etp × ep × edp)")
-        if self.pp > 1 and self.order[-1] != "pp":
-            raise WorkloadError(f"parallel layout: etp={self.etp} != tp={self.tp} needs pp last in "
-                                f"order (got {list(self.order)}), as Megatron-core requires for "
-                                "expert parallel folding")
-        if self.order.index("tp") > self.order.index("dp"):
-            raise WorkloadError(f"parallel layout: etp={self.etp} != tp={self.tp} needs tp before dp in "
-                                f"order (got {list(self.order)}): the expert grid varies etp fastest")
+        if self.folded and stage % (self.expert_tp * self.ep):
+            raise WorkloadError(f"parallel layout: etp × ep = {self.expert_tp} × {self.ep} does not divide tp × cp × "
+                                f"dp = {self.tp} × {self.cp} × {self.dp} = {stage} (the expert layers refold the "
+                                "ranks of each pipeline stage into etp × ep × edp, Megatron-core's MoE parallel "
+                                "folding)")
+        if not self.folded and (self.cp * self.dp) % self.ep:
+            where = f"dp={self.dp}" if self.cp == 1 else f"cp × dp = {self.cp} × {self.dp} = {self.cp * self.dp}"
+            raise WorkloadError(f"parallel layout: ep={self.ep} does not divide {where} (with etp = tp expert "
+                                "parallelism spans the context- and data-parallel ranks, Megatron-core's expert "
+                                "grid; with etp != tp it may span tp × cp × dp)")
+        strides, estrides = self._strides(), self._expert_strides()
+        if self.pp > 1 and strides["pp"] * self.pp != self.world_size and self.edp != self.dp:
+            raise WorkloadError(f"parallel layout: ep={self.ep}, etp={self.expert_tp} needs pp last in order (got "
+                                f"{list(self.order)}): the expert data-parallel size tp·cp·dp / (etp·ep) = "
+                                f"{self.edp} differs from dp={self.dp}, which Megatron-core refuses unless "
+                                "the pipeline dimension is the slowest")
+        if self.pp > 1 and estrides["pp"] != strides["pp"]:
+            raise WorkloadError(f"parallel layout: with order {list(self.order)} the expert layers' pipeline "
+                                "groups would differ from the attention's (Megatron-core requires them equal); "
+                                "put pp after tp, cp and dp")
+        if not self.folded and self.tp > 1 and estrides["etp"] != strides["tp"]:
+            raise WorkloadError(f"parallel layout: order {list(self.order)} puts cp before tp: Megatron-core's "
+                                "expert grid drops cp, so its expert-TP groups would not be the TP groups "
+                                "(not modelled); put tp before cp")
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -406,23 +420,26 @@ class ParallelLayout:
 
     @property
     def folded(self) -> bool:
-        """Whether the experts use their own grid (``etp != tp``, module docstring)."""
+        """Whether the experts have their own tensor-parallel size (``etp != tp``)."""
         return self.expert_tp != self.tp
 
     @property
+    def expert_grid(self) -> bool:
+        """Whether the expert layers use their own rank grid (``ep > 1`` or ``etp != tp``,
+        module docstring); else they are split like the dense weights."""
+        return self.ep > 1 or self.folded
+
+    @property
     def edp(self) -> int:
-        """Expert-data-parallel size: replicas of each expert shard (``dp / ep``; with
-        ``etp != tp`` ``tp·cp·dp / (etp·ep)``)."""
-        if self.folded:
-            return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
-        return self.dp // self.ep
+        """Expert-data-parallel size: replicas of each expert shard, ``tp·cp·dp / (etp·ep)``
+        (Megatron-core's ``world / (etp·ep·pp)``; it spans CP)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def expert_dp(self) -> int:
-        """Ranks that reduce (and ZeRO-shard) each expert weight's gradients: ``edp·cp``
-        (``edp`` with ``etp != tp``, whose expert grid already spans CP) — Megatron-core's
-        expert data-parallel size ``world / (etp·ep·pp)``."""
-        return self.edp if self.folded else self.edp * self.cp
+        """Ranks that reduce (and ZeRO-shard) each expert weight's gradients: :attr:`edp`, the
+        expert data-parallel size ``world / (etp·ep·pp)`` of Megatron-core."""
+        return self.edp
 
     def fp8_dispatch(self, model: "TransformerConfig") -> bool:
         """Whether the MoE dispatch direction goes on the wire in FP8 with its scales
@@ -472,10 +489,10 @@ class ParallelLayout:
         return self.sp and self.tp > 1
 
     def size(self, dim: str) -> int:
-        """Size of a grid dimension or sub-dimension (``tp, cp, dp, pp, ep, edp``)."""
-        if dim not in ("tp", "cp", "dp", "pp", "ep", "edp"):
-            raise WorkloadError(f"unknown parallel dimension {dim!r}; valid: tp, cp, dp, pp, ep, edp")
-        return getattr(self, dim)
+        """Size of a grid dimension (``tp, cp, dp, pp``; expert grid ``etp, ep, edp``)."""
+        if dim not in ("tp", "cp", "dp", "pp", "ep", "edp", "etp"):
+            raise WorkloadError(f"unknown parallel dimension {dim!r}; valid: tp, cp, dp, pp, ep, edp, etp")
+        return self.expert_tp if dim == "etp" else getattr(self, dim)
 
     # ------------------------------------------------------------------ validation
     def validate(self, model: "TransformerConfig", num_gpus: int | None = None) -> "ParallelLayout":
@@ -556,6 +573,16 @@ class ParallelLayout:
         """Rank stride of each base dimension: rank = Σ coordinate × stride (``order``)."""
         return self._strides()
 
+    def _expert_strides(self) -> dict[str, int]:
+        """Rank stride of each expert-grid dimension (``etp, ep, edp, pp``; module docstring):
+        ``order`` with tp → etp, cp dropped, dp → ep then edp."""
+        strides, step = {}, 1
+        for dim in self.order:
+            for sub in {"tp": ("etp",), "cp": (), "dp": ("ep", "edp"), "pp": ("pp",)}[dim]:
+                strides[sub] = step
+                step *= self.size(sub)
+        return strides
+
     def rank_of(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         """Global rank of grid coordinates (each 0-based)."""
         coords = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
@@ -567,65 +594,27 @@ class ParallelLayout:
 
     def coords(self, rank: int) -> RankCoords:
         """Grid coordinates of a global rank."""
-        if not 0 <= rank < self.world_size:
-            raise WorkloadError(f"rank {rank} is out of range 0..{self.world_size - 1}")
-        idx, rest = {}, rank
-        for dim in self.order:
-            idx[dim] = rest % getattr(self, dim)
-            rest //= getattr(self, dim)
-        if self.folded:     # the expert grid (module docstring); pp is last in order
-            local = rank % (self.tp * self.cp * self.dp)
-            return RankCoords(idx["tp"], idx["cp"], idx["dp"], idx["pp"],
-                              local // self.expert_tp % self.ep, local // (self.expert_tp * self.ep))
-        return RankCoords(idx["tp"], idx["cp"], idx["dp"], idx["pp"],
-                          idx["dp"] % self.ep, idx["dp"] // self.ep)
+        return RankCoords(*_coords(self, rank)[:6])
 
     def stage_of(self, rank: int) -> int:
         """Pipeline stage (0-based) of a rank."""
         return self.coords(rank).pp
 
-    def _group_dims(self, name: str) -> tuple[str, ...]:
-        if name not in GROUP_DIMS:
-            raise WorkloadError(f"unknown rank group {name!r}; valid: {', '.join(GROUP_DIMS)}")
-        return GROUP_DIMS[name]
-
-    def _rank_from_sub(self, sub: Mapping[str, int]) -> int:
-        return self.rank_of(tp=sub["tp"], cp=sub["cp"], dp=sub["ep"] + self.ep * sub["edp"], pp=sub["pp"])
-
     def group_of(self, rank: int, name: str) -> tuple[int, ...]:
         """The group ``name`` (e.g. ``"tp"``) that ``rank`` belongs to, ranks ascending
-        (for ``pp`` that is stage order). Costs O(group size) (O(world) once per kind with
-        ``etp != tp``)."""
-        varying = self._group_dims(name)
-        if self.folded:
-            return next(g for g in _folded_groups(self, name) if rank in g)
-
-        c = self.coords(rank)._asdict()
-        members = []
-        for values in product(*(range(self.size(d)) for d in varying)):
-            sub = dict(c)
-            sub.update(zip(varying, values))
-            members.append(self._rank_from_sub(sub))
-        return tuple(sorted(members))
+        (for ``pp`` that is stage order). O(world) once per kind, then O(1)."""
+        if not 0 <= rank < self.world_size:
+            raise WorkloadError(f"rank {rank} is out of range 0..{self.world_size - 1}")
+        self.groups(name)
+        return _group_index(self, name)[rank]
 
     def groups(self, name: str) -> tuple[tuple[int, ...], ...]:
         """Every group of kind ``name`` (``tp``, ``dp``, ``pp``, ``ep``, ...), each a tuple of
         ascending ranks, the groups ordered by their first rank. Every rank is in exactly one
         group of each kind."""
-        varying = self._group_dims(name)
-        if self.folded:
-            return _folded_groups(self, name)
-        fixed = [d for d in ("tp", "cp", "pp", "ep", "edp") if d not in varying]
-        out = []
-        for fixed_values in product(*(range(self.size(d)) for d in fixed)):
-            base = dict(zip(fixed, fixed_values))
-            members = []
-            for values in product(*(range(self.size(d)) for d in varying)):
-                sub = dict(base)
-                sub.update(zip(varying, values))
-                members.append(self._rank_from_sub(sub))
-            out.append(tuple(sorted(members)))
-        return tuple(sorted(out))
+        if name not in GROUP_DIMS:
+            raise WorkloadError(f"unknown rank group {name!r}; valid: {', '.join(GROUP_DIMS)}")
+        return _groups(self, name)
 
     def stage_layers(self, num_layers: int, stage: int) -> tuple[range, ...]:
         """The layer indices held by pipeline stage ``stage``: one range per model chunk.
@@ -665,27 +654,45 @@ class ParallelLayout:
 
 
 
-#: With ``etp != tp``: the coordinates that vary inside a group of each kind — attention
-#: kinds over (tp, cp, dp, pp), expert kinds over the expert grid (etp, ep, edp, pp).
-_FOLDED_DIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "mp": ("tp", "pp"),
-    "dp_cp": ("dp", "cp"), "etp": ("etp",), "ep": ("ep",), "edp": ("edp",),
-    "edp_cp": ("edp",), "tp_ep": ("etp", "ep"),
-})
+def _coords(layout: ParallelLayout, rank: int) -> tuple[int, ...]:
+    """``(tp, cp, dp, pp, ep, edp, etp)`` indices of ``rank``: attention grid, then expert
+    grid (without one, ``ep = 0``, ``etp = tp`` and ``edp`` the index in ``dp × cp``)."""
+    if not 0 <= rank < layout.world_size:
+        raise WorkloadError(f"rank {rank} is out of range 0..{layout.world_size - 1}")
+    idx, rest = {}, rank
+    for dim in layout.order:
+        idx[dim] = rest % getattr(layout, dim)
+        rest //= getattr(layout, dim)
+    if layout.expert_grid:
+        e = {d: rank // s % layout.size(d) for d, s in layout._expert_strides().items()}
+        expert = (e["ep"], e["edp"], e["etp"])
+    else:
+        expert = (0, idx["dp"] + layout.dp * idx["cp"], idx["tp"])
+    return (idx["tp"], idx["cp"], idx["dp"], idx["pp"]) + expert
 
 
-@lru_cache(maxsize=64)
-def _folded_groups(layout: ParallelLayout, name: str) -> tuple[tuple[int, ...], ...]:
-    """:meth:`ParallelLayout.groups` with ``etp != tp``: the ranks partitioned by the
-    coordinates that do not vary in a group of kind ``name`` (module docstring)."""
-    varying = _FOLDED_DIMS[name]
-    local = layout.tp * layout.cp * layout.dp
+_COORD_INDEX: Mapping[str, int] = MappingProxyType({"tp": 0, "cp": 1, "dp": 2, "pp": 3, "ep": 4, "edp": 5, "etp": 6})
+
+
+@lru_cache(maxsize=128)
+def _groups(layout: ParallelLayout, name: str) -> tuple[tuple[int, ...], ...]:
+    """:meth:`ParallelLayout.groups`: the ranks partitioned by the coordinates of their
+    grid that do not vary in a group of kind ``name`` (:data:`GROUP_DIMS`)."""
+    grid, varying = GROUP_DIMS[name]
+    dims = ("tp", "cp", "dp", "pp") if grid == "attention" else ("etp", "ep", "edp", "pp")
+    key = [_COORD_INDEX[d] for d in dims if d not in varying]
     parts: dict[tuple[int, ...], list[int]] = {}
     for rank in range(layout.world_size):
-        c = layout.coords(rank)
-        coords = {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp,
-                  "etp": rank % local % layout.expert_tp, "ep": c.ep, "edp": c.edp}
-        expert = name in ("etp", "ep", "edp", "edp_cp", "tp_ep")
-        dims = ("etp", "ep", "edp", "pp") if expert else ("tp", "cp", "dp", "pp")
-        parts.setdefault(tuple(coords[d] for d in dims if d not in varying), []).append(rank)
+        c = _coords(layout, rank)
+        parts.setdefault(tuple(c[i] for i in key), []).append(rank)
     return tuple(sorted(tuple(g) for g in parts.values()))
+
+
+@lru_cache(maxsize=128)
+def _group_index(layout: ParallelLayout, name: str) -> tuple[tuple[int, ...], ...]:
+    """Each rank's group of kind ``name`` (index = rank)."""
+    out: list[tuple[int, ...]] = [()] * layout.world_size
+    for g in layout.groups(name):
+        for r in g:
+            out[r] = g
+    return tuple(out)

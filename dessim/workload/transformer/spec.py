@@ -47,7 +47,7 @@ the key, the file and the valid keys)::
       pp: 8
       dp: 16                         # with tp·pp·cp, fixes the default GPU count
       cp: 1
-      ep: 1                          # expert parallel, carved out of dp
+      ep: 1                          # expert parallel, over cp × dp
       etp: 1                         # expert tensor parallel (default: tp); != tp refolds the
                                      # experts' ranks into etp x ep x edp (layout.py)
       sp: true                       # sequence parallelism
@@ -325,7 +325,7 @@ class ParallelismSection(SpecModel):
     pp: PositiveCount = 1
     dp: PositiveCount = 1
     cp: PositiveCount = 1
-    ep: PositiveCount = Field(1, description="expert parallel, carved out of dp")
+    ep: PositiveCount = Field(1, description="expert parallel, over the cp × dp ranks (tp × cp × dp with etp != tp)")
     etp: PositiveCount | None = Field(None, description="expert tensor parallel; default tp")
     sp: Flag = Field(False, description="sequence parallelism")
     order: converted(_order, _ORDER_SCHEMA, tuple) = DEFAULT_ORDER
