@@ -284,13 +284,15 @@ def test_folded_run_with_recorded_link_utilisation_matches():
                                   "model": {"layers": 2}}, id="etp1-pp2"),
     pytest.param("mixtral-8x7b", {"tp": 2, "cp": 2, "pp": 1, "ep": 8, "etp": 1, "global_batch": 8,
                                   "micro_batch": 1, "model": {"layers": 2}}, id="etp1-cp2"),
-    # etp = tp with EP over CP × DP (Megatron-core's expert grid): the same stage-local lanes
+    # etp = tp with EP over CP × DP (Megatron-core's expert grid): TP, CP and DP-rotation lanes
     pytest.param("mixtral-8x7b", {"tp": 2, "cp": 2, "pp": 1, "ep": 4, "global_batch": 8, "micro_batch": 1,
                                   "model": {"layers": 2}}, id="ep4-cp2-dp4"),
     pytest.param("mixtral-8x7b", {"tp": 2, "cp": 2, "pp": 1, "ep": 2, "global_batch": 8, "micro_batch": 1,
                                   "model": {"layers": 2}}, id="ep2-over-the-cp-pair"),
     pytest.param("mixtral-8x7b", {"tp": 1, "cp": 2, "pp": 1, "ep": 4, "global_batch": 8, "micro_batch": 1,
                                   "model": {"layers": 2}}, id="tp1-cp2-ep4"),
+    pytest.param("mixtral-8x7b", {"tp": 1, "cp": 4, "pp": 1, "ep": 2, "global_batch": 8, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="ep2-inside-cp4"),
 ])
 @pytest.mark.parametrize("granularity", ["stage", "layer"])
 def test_expert_and_context_parallel_replicas_fold_exactly(workload, overrides, granularity):

@@ -424,13 +424,16 @@ class _Generator:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
-        elif not _classic_lanes(lo) and _folded_period(lo) in (None, lo.tp * lo.cp * lo.dp):
-            why = ("expert grid (ep over cp × dp, or etp != tp): no stage-local shift maps both the attention "
-                   "and the expert groups onto themselves")
+        elif not _classic_lanes(lo) and _cp_lanes(lo) is None and _folded_period(lo) is None:
+            why = "expert grid: the order leaves no lanes that map both the attention and the expert groups"
+        perms = lane_permutations(lo) if why is None else None
+        if perms is not None and len(perms) == 1:
+            why = ("expert grid (ep over cp × dp, or etp != tp): no lane other than the identity maps both the "
+                   "attention and the expert groups onto themselves")
         if why is not None:
             self.graph.meta["fold_fallback"] = why
             return None
-        fold = Fold(lane_permutations(lo), ("tp", "cp", "dp") if lo.cp > 1 else ("tp", "dp"))
+        fold = Fold(perms, ("tp", "cp", "dp") if lo.cp > 1 else ("tp", "dp"))
         self.graph.meta["fold_lanes"] = fold.lanes
         return fold
 
@@ -460,9 +463,12 @@ class _Generator:
     def _is_representative(self, rank: int) -> bool:
         if self.graph.fold is None:
             return True
-        if not _classic_lanes(self.lo):
+        cp_lanes = _cp_lanes(self.lo)
+        if not _classic_lanes(self.lo) and cp_lanes is None:
             return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _folded_period(self.lo)  # type: ignore[operator]
         c = self.lo.coords(rank)
+        if cp_lanes is not None:
+            return c.tp == 0 and c.cp < cp_lanes[0] and c.dp < cp_lanes[1]
         return c.tp == 0 and c.dp == 0 and c.cp == 0
 
     # ------------------------------------------------------------------ closed-form TP
@@ -1183,6 +1189,23 @@ def _classic_lanes(lo: ParallelLayout) -> bool:
         lo.cp == 1 or lo.order.index("cp") > lo.order.index("dp")))
 
 
+def _cp_lanes(lo: ParallelLayout) -> tuple[int, int] | None:
+    """With ``etp = tp`` and EP over CP × DP (``cp`` before ``dp``; the expert grid splits
+    ``m = cp_index + cp·dp_index`` into ``ep_index = m mod ep``, ``edp_index = m div ep``)
+    and ``cp``, ``ep`` nested: ``(step, span)`` — the lanes shift TP freely, the CP ring by
+    multiples of ``step`` and rotate the DP index by multiples of ``span = lcm(cp, ep)/cp``
+    (a shift of ``m`` by a multiple of ``ep``). Every lane must move each all-to-all's
+    members by a rotation of their positions (the direct all-to-all's send order): so the
+    CP ring shifts only by multiples of ``ep`` when ``ep | cp`` (an EP group inside a CP
+    group), not at all (``step = cp``) when ``ep > cp`` (an EP group holds whole CP groups,
+    whose shift would swap positions inside it). None otherwise."""
+    if lo.folded or _classic_lanes(lo) or _folded_period(lo) is None:
+        return None
+    if lo.ep % lo.cp and lo.cp % lo.ep:
+        return None
+    return (lo.ep if lo.cp % lo.ep == 0 else lo.cp), lcm(lo.cp, lo.ep) // lo.cp
+
+
 def _folded_period(lo: ParallelLayout) -> int | None:
     """Otherwise: the smallest stage-local shift under which both the attention grid
     (``tp·cp`` blocks) and the expert grid (``etp·ep`` blocks) map onto themselves, or None
@@ -1206,18 +1229,23 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     """The ``(tp·cp·dp, world)`` rank permutations of TP × CP × DP replica folding: lane
     ``(a·CP + c)·DP + b`` maps the rank at (tp, cp, dp, pp) to the rank at ((tp + a) mod TP,
     (cp + c) mod CP, dp', pp) — a cyclic shift of the CP ring, under which ring attention's
-    sends to the next rank map onto sends to the next rank. Without expert parallelism ``dp' = (dp + b) mod DP``. With it, a DP index is
-    (e, r) — position ``e = dp mod EP`` in its expert-parallel group and group ``r = dp div
-    EP`` — and the lane shifts each separately, ``dp' = (e + b mod EP) mod EP + EP·((r + b
+    sends to the next rank map onto sends to the next rank. Without expert parallelism
+    ``dp' = (dp + b) mod DP``. With it, a DP index is (e, r) — position ``e = dp mod EP`` in
+    its expert-parallel group and group ``r = dp div EP`` — and the lane shifts each separately, ``dp' = (e + b mod EP) mod EP + EP·((r + b
     div EP) mod DP/EP)``, so every EP group (and every expert-data-parallel group) maps onto
     one. Lane 0 is the identity.
 
     When the expert grid is not EP carved out of DP (``etp != tp``, or EP spanning CP × DP;
-    :func:`_classic_lanes`, :mod:`~dessim.workload.transformer.layout`) the lanes are the shifts of the stage-local index ``l`` (``rank mod tp·cp·dp``, ``pp`` last) by
+    :func:`_classic_lanes`, :mod:`~dessim.workload.transformer.layout`) the lanes are the
+    shifts of the stage-local index ``l`` (``rank mod tp·cp·dp``, ``pp`` last) by
     multiples of ``M = lcm(tp·cp, etp·ep)`` (:func:`_folded_period`): a shift by a multiple of
     ``tp·cp`` maps TP, CP and DP groups onto TP, CP and DP groups (and CP's ring order onto
-    itself), one by a multiple of ``etp·ep`` ETP, EP and expert-DP groups onto their kind."""
+    itself), one by a multiple of ``etp·ep`` ETP, EP and expert-DP groups onto their kind.
+    With ``etp = tp`` and EP over CP × DP, :func:`_cp_lanes` (TP, CP and DP-rotation lanes)."""
     n = lo.world_size
+    cp_lanes = _cp_lanes(lo)
+    if cp_lanes is not None:
+        return _cp_lane_permutations(lo, *cp_lanes)
     if not _classic_lanes(lo):
         local, period = lo.tp * lo.cp * lo.dp, _folded_period(lo)
         if period is None:
@@ -1238,6 +1266,23 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
             for b in range(lo.dp):
                 shifted = (e + b % ep) % ep + ep * ((r + b // ep) % (lo.dp // ep))
                 perm[(a * lo.cp + c) * lo.dp + b] = tpart + shifted * strides["dp"]
+    return perm
+
+
+def _cp_lane_permutations(lo: ParallelLayout, step: int, span: int) -> np.ndarray:
+    """:func:`lane_permutations` of :func:`_cp_lanes`: lane ``(a·CP/step + c)·DP/span + k``
+    maps (tp, cp, dp, pp) to ((tp + a) mod TP, (cp + c·step) mod CP, (dp + k·span) mod DP,
+    pp); lane 0 is the identity."""
+    n, strides = lo.world_size, lo.strides()
+    tp, cp, dp, pp = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64).T
+    shifts, rotations = lo.cp // step, lo.dp // span
+    perm = np.empty((lo.tp * shifts * rotations, n), dtype=np.int64)
+    for a in range(lo.tp):
+        for c in range(shifts):
+            for k in range(rotations):
+                perm[(a * shifts + c) * rotations + k] = (
+                    pp * strides["pp"] + (tp + a) % lo.tp * strides["tp"]
+                    + (cp + c * step) % lo.cp * strides["cp"] + (dp + k * span) % lo.dp * strides["dp"])
     return perm
 
 
@@ -1281,4 +1326,3 @@ def plan_for(workload: Any, topology: Topology, *, layout: ParallelLayout | None
         return make_plan(model, layout or lay, topology, memory=memory, options=options, device=device)
     raise WorkloadError(f"build_taskgraph: expected a WorkloadSpec, a WorkloadPlan or a (model, layout) "
                         f"pair, got {type(workload).__name__}")
-

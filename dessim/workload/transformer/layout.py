@@ -1,7 +1,8 @@
 """Parallel layouts: how a model is split over GPUs, validation, and placement on ranks.
 
 A :class:`ParallelLayout` combines tensor (``tp``), pipeline (``pp``), data (``dp``) and
-context (``cp``) parallelism, with expert parallelism (``ep``) on the expert grid below, sequence parallelism (``sp``, a flag on top of TP), the ZeRO stage, the pipeline
+context (``cp``) parallelism, with expert parallelism (``ep``) on the expert grid below,
+sequence parallelism (``sp``, a flag on top of TP), the ZeRO stage, the pipeline
 schedule, the batch sizes and the activation-recomputation policy.
 
 Placement
@@ -383,10 +384,10 @@ class ParallelLayout:
         its ``initialize_model_parallel`` refuses."""
         stage = self.tp * self.cp * self.dp
         if self.folded and stage % (self.expert_tp * self.ep):
-            raise WorkloadError(f"parallel layout: etp × ep = {self.expert_tp} × {self.ep} does not divide tp × cp × "
-                                f"dp = {self.tp} × {self.cp} × {self.dp} = {stage} (the expert layers refold the "
-                                "ranks of each pipeline stage into etp × ep × edp, Megatron-core's MoE parallel "
-                                "folding)")
+            raise WorkloadError(f"parallel layout: etp × ep = {self.expert_tp} × {self.ep} does not divide "
+                                f"tp × cp × dp = {self.tp} × {self.cp} × {self.dp} = {stage} (the expert layers "
+                                "refold the ranks of each pipeline stage into etp × ep × edp, Megatron-core's MoE "
+                                "parallel folding)")
         if not self.folded and (self.cp * self.dp) % self.ep:
             where = f"dp={self.dp}" if self.cp == 1 else f"cp × dp = {self.cp} × {self.dp} = {self.cp * self.dp}"
             raise WorkloadError(f"parallel layout: ep={self.ep} does not divide {where} (with etp = tp expert "
