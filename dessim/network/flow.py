@@ -56,6 +56,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from operator import attrgetter
 from typing import Callable, Sequence
 
 import numpy as np
@@ -80,6 +81,7 @@ REL_EPS: float = 1e-12
 WAKE_PRIORITY: int = 2
 
 _FINISH, _JOIN = 0, 1
+_cut_of = attrgetter("cut")
 
 class _Flow:
     __slots__ = ("fid", "route", "channels", "mult", "weights", "cut", "quoted", "nbytes",
@@ -683,7 +685,7 @@ class FlowNetwork(Network):
             self._certified_generation = system.state_generation
         key = None
         if system.last_state is not None:
-            key = (system.last_state, tuple([v.cut for v in system.variables.values()]))
+            key = (system.last_state, tuple(map(_cut_of, system.variables.values())))
             if system.last_hit and key in self._certified:
                 # the next computed certificate must not compare channel loads with figures
                 # from before this state: a new epoch makes every remembered figure stale
