@@ -83,7 +83,7 @@ def test_unset_or_equal_etp_is_the_old_layout():
     of DP), and the same task graph."""
     old = ParallelLayout(tp=2, dp=8, ep=4, sp=True)
     same = ParallelLayout(tp=2, dp=8, ep=4, sp=True, etp=2)
-    assert not same.folded and same.expert_tp == 2
+    assert not same.separate_expert_tp and same.expert_tp == 2
     for kind in ("tp", "ep", "edp", "edp_cp", "tp_ep", "dp"):
         assert old.groups(kind) == same.groups(kind)
     assert same.groups("etp") == old.groups("tp")

@@ -321,7 +321,7 @@ class _Generator:
         if lo.pipeline.split_backward:
             self.phases = ("F", "B", "Bi", "W") if self.bi else ("F", "Bi", "W")
         self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
-        for kind in _GROUP_KINDS + (("etp",) if lo.folded else ()):
+        for kind in _GROUP_KINDS + (("etp",) if lo.separate_expert_tp else ()):
             table: dict[int, tuple[int, ...]] = {}
             for g in lo.groups(kind):
                 for r in g:
@@ -424,7 +424,7 @@ class _Generator:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
-        elif not _classic_lanes(lo) and _cp_lanes(lo) is None and _folded_period(lo) is None:
+        elif not _classic_lanes(lo) and _cp_lanes(lo) is None and _stage_shift_period(lo) is None:
             why = "expert grid: the order leaves no lanes that map both the attention and the expert groups"
         perms = lane_permutations(lo) if why is None else None
         if perms is not None and len(perms) == 1:
@@ -465,7 +465,7 @@ class _Generator:
             return True
         cp_lanes = _cp_lanes(self.lo)
         if not _classic_lanes(self.lo) and cp_lanes is None:
-            return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _folded_period(self.lo)  # type: ignore[operator]
+            return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _stage_shift_period(self.lo)  # type: ignore[operator]
         c = self.lo.coords(rank)
         if cp_lanes is not None:
             return c.tp == 0 and c.cp < cp_lanes[0] and c.dp < cp_lanes[1]
@@ -482,7 +482,7 @@ class _Generator:
             self.fallback.append("per-rank compute slowdown: TP members would not stay in step")
             self.graph.meta["closed_form_fallback"] = self.fallback[:8]
             return
-        kinds = ("dp_cp", "edp_cp", self.ep_kind, "cp") + (("etp",) if lo.folded else ())
+        kinds = ("dp_cp", "edp_cp", self.ep_kind, "cp") + (("etp",) if lo.separate_expert_tp else ())
         others = [g for kind in kinds for g in lo.groups(kind)]
         if self.bi:      # DualPipe reduces gradients over two stages' DP groups together
             others += sorted({g for kind, table in self.groups.items() if "@" in kind for g in table.values()})
@@ -1185,7 +1185,7 @@ def _classic_lanes(lo: ParallelLayout) -> bool:
     divides ``dp``, and ``cp = 1`` or ``cp`` after ``dp`` in ``order``: ``dp = ep_index +
     ep·edp_index``), so the lanes may shift TP, CP and DP indices separately
     (:func:`lane_permutations`)."""
-    return not lo.expert_grid or (not lo.folded and lo.dp % lo.ep == 0 and (
+    return not lo.expert_grid or (not lo.separate_expert_tp and lo.dp % lo.ep == 0 and (
         lo.cp == 1 or lo.order.index("cp") > lo.order.index("dp")))
 
 
@@ -1199,14 +1199,14 @@ def _cp_lanes(lo: ParallelLayout) -> tuple[int, int] | None:
     CP ring shifts only by multiples of ``ep`` when ``ep | cp`` (an EP group inside a CP
     group), not at all (``step = cp``) when ``ep > cp`` (an EP group holds whole CP groups,
     whose shift would swap positions inside it). None otherwise."""
-    if lo.folded or _classic_lanes(lo) or _folded_period(lo) is None:
+    if lo.separate_expert_tp or _classic_lanes(lo) or _stage_shift_period(lo) is None:
         return None
     if lo.ep % lo.cp and lo.cp % lo.ep:
         return None
     return (lo.ep if lo.cp % lo.ep == 0 else lo.cp), lcm(lo.cp, lo.ep) // lo.cp
 
 
-def _folded_period(lo: ParallelLayout) -> int | None:
+def _stage_shift_period(lo: ParallelLayout) -> int | None:
     """Otherwise: the smallest stage-local shift under which both the attention grid
     (``tp·cp`` blocks) and the expert grid (``etp·ep`` blocks) map onto themselves, or None
     when the order makes neither a block grid (``pp`` not last, or ``tp``, ``cp``, ``dp``
@@ -1238,7 +1238,7 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     When the expert grid is not EP carved out of DP (``etp != tp``, or EP spanning CP × DP;
     :func:`_classic_lanes`, :mod:`~dessim.workload.transformer.layout`) the lanes are the
     shifts of the stage-local index ``l`` (``rank mod tp·cp·dp``, ``pp`` last) by
-    multiples of ``M = lcm(tp·cp, etp·ep)`` (:func:`_folded_period`): a shift by a multiple of
+    multiples of ``M = lcm(tp·cp, etp·ep)`` (:func:`_stage_shift_period`): a shift by a multiple of
     ``tp·cp`` maps TP, CP and DP groups onto TP, CP and DP groups (and CP's ring order onto
     itself), one by a multiple of ``etp·ep`` ETP, EP and expert-DP groups onto their kind.
     With ``etp = tp`` and EP over CP × DP, :func:`_cp_lanes` (TP, CP and DP-rotation lanes)."""
@@ -1247,7 +1247,7 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     if cp_lanes is not None:
         return _cp_lane_permutations(lo, *cp_lanes)
     if not _classic_lanes(lo):
-        local, period = lo.tp * lo.cp * lo.dp, _folded_period(lo)
+        local, period = lo.tp * lo.cp * lo.dp, _stage_shift_period(lo)
         if period is None:
             raise WorkloadError(f"replica folding: no lanes for the expert grid of {lo.describe()}")
         ranks = np.arange(n, dtype=np.int64)

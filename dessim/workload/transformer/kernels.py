@@ -333,7 +333,7 @@ def expert_tokens(model: TransformerConfig, layout: ParallelLayout) -> int:
     the expert-TP all-gather after the dispatch joins (Megatron-core's
     ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` over the expert-TP group)."""
     tokens = layout.micro_batch * model.seq_len // layout.cp
-    if not layout.folded:
+    if not layout.separate_expert_tp:
         return tokens
     return tokens // layout.tp * layout.expert_tp
 

@@ -383,12 +383,12 @@ class ParallelLayout:
         """The expert grid (module docstring) as Megatron-core builds it, refusing the layouts
         its ``initialize_model_parallel`` refuses."""
         stage = self.tp * self.cp * self.dp
-        if self.folded and stage % (self.expert_tp * self.ep):
+        if self.separate_expert_tp and stage % (self.expert_tp * self.ep):
             raise WorkloadError(f"parallel layout: etp × ep = {self.expert_tp} × {self.ep} does not divide "
                                 f"tp × cp × dp = {self.tp} × {self.cp} × {self.dp} = {stage} (the expert layers "
                                 "refold the ranks of each pipeline stage into etp × ep × edp, Megatron-core's MoE "
                                 "parallel folding)")
-        if not self.folded and (self.cp * self.dp) % self.ep:
+        if not self.separate_expert_tp and (self.cp * self.dp) % self.ep:
             where = f"dp={self.dp}" if self.cp == 1 else f"cp × dp = {self.cp} × {self.dp} = {self.cp * self.dp}"
             raise WorkloadError(f"parallel layout: ep={self.ep} does not divide {where} (with etp = tp expert "
                                 "parallelism spans the context- and data-parallel ranks, Megatron-core's expert "
@@ -403,7 +403,7 @@ class ParallelLayout:
             raise WorkloadError(f"parallel layout: with order {list(self.order)} the expert layers' pipeline "
                                 "groups would differ from the attention's (Megatron-core requires them equal); "
                                 "put pp after tp, cp and dp")
-        if not self.folded and self.tp > 1 and estrides["etp"] != strides["tp"]:
+        if not self.separate_expert_tp and self.tp > 1 and estrides["etp"] != strides["tp"]:
             raise WorkloadError(f"parallel layout: order {list(self.order)} puts cp before tp: Megatron-core's "
                                 "expert grid drops cp, so its expert-TP groups would not be the TP groups "
                                 "(not modelled); put tp before cp")
@@ -420,7 +420,7 @@ class ParallelLayout:
         return self.tp if self.etp is None else self.etp
 
     @property
-    def folded(self) -> bool:
+    def separate_expert_tp(self) -> bool:
         """Whether the experts have their own tensor-parallel size (``etp != tp``)."""
         return self.expert_tp != self.tp
 
@@ -428,7 +428,7 @@ class ParallelLayout:
     def expert_grid(self) -> bool:
         """Whether the expert layers use their own rank grid (``ep > 1`` or ``etp != tp``,
         module docstring); else they are split like the dense weights."""
-        return self.ep > 1 or self.folded
+        return self.ep > 1 or self.separate_expert_tp
 
     @property
     def edp(self) -> int:
@@ -547,7 +547,7 @@ class ParallelLayout:
         if self.moe_dispatch_precision == "bf16" and not (prec.is_fp8 or prec.name == "bf16"):
             raise WorkloadError(f"{where}: moe_dispatch_precision bf16 with precision={prec.name!r}: "
                                 "the dispatch goes in the activations' precision; leave it unset")
-        if not self.folded:
+        if not self.separate_expert_tp:
             return
         if not model.is_moe:
             raise WorkloadError(f"{where}: etp={self.etp} but the model is dense (experts=1)")
@@ -641,7 +641,7 @@ class ParallelLayout:
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}"]
         parts += [f"cp={self.cp}"] if self.cp > 1 else []
         parts += [f"ep={self.ep}"] if self.ep > 1 else []
-        parts += [f"etp={self.expert_tp}"] if self.folded else []
+        parts += [f"etp={self.expert_tp}"] if self.separate_expert_tp else []
         parts.append(f"({self.world_size} GPUs)")
         parts += ["sp"] if self.sequence_parallel else []
         sched = self.schedule + (f"(v={self.virtual_stages})" if self.virtual_stages > 1 else "")

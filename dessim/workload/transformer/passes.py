@@ -222,7 +222,7 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
                 if tp_rows is None or layout.expert_tp == 1:
                     out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
                     continue
-                etp = "etp" if layout.folded else "tp"      # the experts' TP group
+                etp = "etp" if layout.separate_expert_tp else "tp"      # the experts' TP group
                 gather = CommSpec("tp", "allgather", tp_rows[0], etp, f"{label}.ag")
                 scatter = CommSpec("tp", "reducescatter", tp_rows[1], etp, f"{label}.rs")
                 if dispatch:    # all-to-all, then all-gather; backward reduce-scatter, all-to-all
@@ -302,7 +302,7 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     elif first_expert and deepep:
         raw += [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
                 ("mlp.residual", "a2a", "moe.combine")]
-    elif first_expert and (layout.sequence_parallel or layout.folded):
+    elif first_expert and (layout.sequence_parallel or layout.separate_expert_tp):
         # Megatron's MoEAlltoAllTokenDispatcher with TP: the all-to-all carries the copies of
         # the rank's T/tp tokens, expert TP gathers what it delivered and reduce-scatters
         # the experts' output before the combine

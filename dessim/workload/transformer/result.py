@@ -102,7 +102,7 @@ class WorkloadResult(IterationResult):
         """Rank groups per kind: how many, their size, and the first ``shown`` groups."""
         out = {}
         lo = self.plan.layout
-        for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if lo.folded else ()):
+        for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if lo.separate_expert_tp else ()):
             gs = lo.groups(kind)
             out[kind] = {"count": len(gs), "size": len(gs[0]), "first": [list(g) for g in gs[:shown]]}
         return out
@@ -169,7 +169,7 @@ class WorkloadResult(IterationResult):
             "memory_stage": plan.estimate.stage,
             "layout": {
                 "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "ep": lo.ep,
-                **({"etp": lo.expert_tp} if lo.folded else {}),
+                **({"etp": lo.expert_tp} if lo.separate_expert_tp else {}),
                 "sp": lo.sequence_parallel, "zero_stage": lo.zero_stage, "schedule": lo.schedule,
                 "virtual_stages": lo.virtual_stages,
                 "pipeline_layers": list(lo.layer_counts(model.layers)), "micro_batch": lo.micro_batch,
