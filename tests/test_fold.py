@@ -15,6 +15,7 @@ from dessim.taskgraph import Fold, Task, TaskGraph, taskgraph_from_dict, taskgra
 from dessim.topology.graph import Topology
 from dessim.workload import simulate_workload
 from tests.engine_helpers import star
+from tests.fold_helpers import assert_folded_equals_unfolded
 
 # ---------------------------------------------------------------------- the Fold object
 
@@ -301,16 +302,7 @@ def test_expert_and_context_parallel_replicas_fold_exactly(workload, overrides, 
     runs = [simulate_workload(workload, "dgx-h100:nodes=2", overrides=dict(
         overrides, generator={"granularity": granularity, "fold": fold}),
         options=EngineOptions(record_links=False)) for fold in (False, True)]
-    full, folded = runs
-    assert folded.taskgraph.fold is not None and full.taskgraph.fold is None
-    assert len(folded.taskgraph) < len(full.taskgraph)
-    assert folded.simulation.meta["fold"]["max_lane_skew_s"] == 0.0
-    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
-    a, b = full.summary(), folded.summary()
-    for cat, v in a["exposed_comm_s"].items():
-        assert b["exposed_comm_s"][cat] == pytest.approx(v, rel=1e-9, abs=1e-12), cat
-    for link, v in full.simulation.link_bytes.items():
-        assert folded.simulation.link_bytes[link] == pytest.approx(v, rel=1e-12, abs=1e-3), link
+    assert_folded_equals_unfolded(*runs)
 
 
 def test_expert_parallel_lanes_map_ep_groups_onto_ep_groups():

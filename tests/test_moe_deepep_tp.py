@@ -157,7 +157,7 @@ def test_tp_without_sequence_parallelism_or_across_hosts_is_refused():
     has no per-host layout of the expanded routing: both are one clear WorkloadError."""
     with pytest.raises(WorkloadError, match="needs sequence parallelism"):
         _generator(sp=False)
-    with pytest.raises(WorkloadError, match="needs every TP group on one host"):
+    with pytest.raises(WorkloadError, match="tp=16 needs every expert-TP group on one host"):
         _generator(nodes=4, tp=16, heads=16)
 
 

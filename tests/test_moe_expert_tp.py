@@ -179,7 +179,6 @@ def test_memory_splits_expert_weights_and_states_over_etp_ep(etp, ep):
 @pytest.mark.parametrize("par, training, match", [
     ({"etp": 2, "ep": 16}, {}, "etp × ep = 2 × 16 does not divide tp × cp × dp = 4 × 1 × 4 = 16"),
     ({"etp": 1, "ep": 16, "sp": False}, {}, "needs sequence parallelism"),
-    ({"etp": 1, "ep": 16}, {"moe_dispatch": "deepep"}, "moe_dispatch nccl only"),
     ({"etp": 8, "ep": 2}, {}, "moe_ffn_hidden=260 is not divisible by etp=8"),
 ])
 def test_impossible_combinations_are_refused(par, training, match):

@@ -88,8 +88,8 @@ from dessim.workload.common.emitter import TaskEmitter
 from dessim.workload.common.gradsync import fill_buckets
 from dessim.workload.common.kernels import Kernel, KernelSet, optimizer_kernel
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
-from dessim.workload.transformer.kernels import (embedding_kernels, head_kernels, layer_kernels,
-                                                mtp_kernels)
+from dessim.workload.transformer.kernels import (embedding_kernels, expert_tokens, head_kernels,
+                                                layer_kernels, mtp_kernels)
 from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS, ParallelLayout
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                                 layer_activation_bytes, layer_params_on_gpu, mtp_params_on_gpu)
@@ -678,30 +678,38 @@ class _Generator:
 
     def _ep_kind(self) -> str:
         """The group kind of the MoE all-to-all: ``tp_ep`` for ``moe_dispatch: deepep`` with
-        TP > 1, else ``ep``. Megatron-core runs DeepEP on one group over the expert-TP × EP
-        ranks (``MoEFlexTokenDispatcher``: ``_DeepepManager(group=self.tp_ep_group,
-        router_topk=tp·top_k, num_experts=tp·experts)``, NVIDIA/Megatron-LM
-        ``megatron/core/transformer/moe/token_dispatcher.py``): each rank dispatches its
-        sequence-parallel shard, and ``_initialize_metadata`` replicates a token's routing over
-        the TP ranks of every target EP rank, so each of them receives the token once and no
-        TP all-gather or reduce-scatter surrounds the routed experts (their row-parallel
-        partial sums are added by the combine). Megatron-core's ``MoELayer`` refuses TP
-        without sequence parallelism in training, and the TP ranks of an EP rank must share a
-        host (the per-host layout below), so both are a WorkloadError here."""
+        TP or expert TP (``tp > 1`` or ``etp > 1``), else ``ep``. Megatron-core runs DeepEP on
+        one group over the expert-TP × EP ranks (``MoEFlexTokenDispatcher``:
+        ``_DeepepManager(group=self.tp_ep_group, router_topk=etp·top_k,
+        num_experts=etp·experts)``, where its ``tp_size`` is the size of
+        ``pg_collection.expt_tp``, NVIDIA/Megatron-LM
+        ``megatron/core/transformer/moe/token_dispatcher.py``; the group is
+        ``parallel_state.get_expert_tensor_and_model_parallel_group()``, the expert grid's
+        ``'tp-ep'`` ranks, ``megatron/core/transformer/moe/moe_utils.py`` and
+        ``megatron/core/parallel_state.py``; nothing there refuses ``etp != tp``): each rank
+        dispatches its sequence-parallel shard of ``T/tp`` tokens, and
+        ``_initialize_metadata`` replicates a token's routing over the ``etp`` expert-TP ranks
+        of every target EP rank, so each of them receives the token once and no TP all-gather
+        or reduce-scatter surrounds the routed experts (their row-parallel partial sums are
+        added by the combine). Megatron-core's ``MoELayer`` refuses TP without sequence
+        parallelism in training, and the expert-TP ranks of an EP rank must share a host (the
+        per-host layout below), so both are a WorkloadError here."""
         lo = self.lo
-        if lo.tp == 1 or lo.ep < 2 or lo.moe_dispatch != "deepep" or not self.model.is_moe:
+        if (lo.tp == 1 and lo.expert_tp == 1) or lo.ep < 2 or lo.moe_dispatch != "deepep" or not self.model.is_moe:
             return "ep"
         where = f"parallel layout {lo.describe()}"
-        if not lo.sequence_parallel:
+        if lo.tp > 1 and not lo.sequence_parallel:
             raise WorkloadError(f"{where}: moe_dispatch deepep with tp={lo.tp} needs sequence "
                                 "parallelism (sp: true), as Megatron-core's MoE layer does in training")
         try:
-            spread = any(len(host_rows(g, self.topo)) > 1 for g in lo.groups("tp"))
+            spread = any(len(host_rows(g, self.topo)) > 1 for g in lo.groups("etp"))
         except CollectiveError:
             spread = True
         if spread:
-            raise WorkloadError(f"{where}: moe_dispatch deepep with tp={lo.tp} needs every TP "
-                                "group on one host; use moe_dispatch nccl or a smaller tp")
+            what = f"etp={lo.expert_tp}" if lo.separate_expert_tp else f"tp={lo.tp}"
+            raise WorkloadError(f"{where}: moe_dispatch deepep with {what} needs every expert-TP group "
+                                "on one host; use moe_dispatch nccl or a smaller "
+                                f"{'etp' if lo.separate_expert_tp else 'tp'}")
         return "tp_ep"
 
     def _ep_algorithm(self) -> str:
@@ -732,9 +740,9 @@ class _Generator:
         shares = self.ep_shares.get(group)
         if shares is None:
             rows = host_rows(group, self.topo)
-            tp = self.lo.tp if self.ep_kind == "tp_ep" else 1
-            args = (self.model.top_k, self.model.experts, len(rows), len(rows[0]) // tp)
-            shares = {"network_share": self.model.routing.network_share(*args) / tp,
+            etp = self.lo.expert_tp if self.ep_kind == "tp_ep" else 1
+            args = (self.model.top_k, self.model.experts, len(rows), len(rows[0]) // etp)
+            shares = {"network_share": self.model.routing.network_share(*args) / etp,
                       "nvlink_share": self.model.routing.nvlink_share(*args)}
             self.ep_shares[group] = shares
         return {ALGO_OPTIONS: {**shares, "nvlink_first": combine,
@@ -759,15 +767,16 @@ class _Generator:
         ``received`` — or None where the run keeps the flat layout: not ``deepep`` (or its
         groups span hosts unevenly). Each of the ``ep`` members sends its ``T`` tokens, a
         token reaching GPU ``g`` with probability ``P(g hit)`` (:meth:`MoERouting.spread`):
-        ``R = ⌈T · ep · max_g P(g hit)⌉``, ``T·G`` for uniform routing. With TP (group
-        ``tp_ep``, :meth:`_ep_kind`) each of the ``tp·ep`` members sends its ``T/tp``
-        sequence-parallel tokens and a GPU is hit with its EP rank's probability: the same
-        ``R``."""
+        ``R = ⌈T · ep · max_g P(g hit)⌉``, ``T·G`` for uniform routing. With TP or expert TP
+        (group ``tp_ep``, :meth:`_ep_kind`) each of the ``etp·ep`` members sends its ``T/tp``
+        sequence-parallel tokens and a GPU is hit with its EP rank's probability: ``T`` becomes
+        the ``etp·T/tp`` tokens of :func:`~dessim.workload.transformer.kernels.expert_tokens`
+        (the same ``R`` when ``etp = tp``)."""
         lo = self.lo
         if not (self.model.is_moe and (self.ep_algo == "rail" or self.ep_intranode)):
             return None
         spread = self._ep_spread()
-        tokens = lo.micro_batch * self.model.seq_len // lo.cp
+        tokens = expert_tokens(self.model, lo)
         if self.model.routing.distribution == "uniform":
             return ceil(tokens * spread.gpus * (1 - 1e-12))
         return ceil(tokens * lo.ep * max(spread.gpu_hit) * (1 - 1e-12))

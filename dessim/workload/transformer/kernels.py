@@ -208,9 +208,11 @@ def layer_kernels(model: TransformerConfig, layout: ParallelLayout, dense: bool 
       and writes the ``R`` rows). The combine's own sum runs inside the all-to-all kernel at
       its link rate: DeepEP's README measures the combine at the dispatch's bottleneck
       bandwidth (158 against 153 GB/s over NVLink with EP 8, 43–57 GB/s RDMA both ways), so
-      it costs no time beyond the transfer. With TP (sequence parallelism; Megatron-core's
-      ``MoEFlexTokenDispatcher`` on the TP × EP group) each TP rank of an EP rank receives the
-      same ``R`` rows and runs its ``1/tp`` slice of the experts on them; the dispatch casts
+      it costs no time beyond the transfer. With TP or expert TP (sequence parallelism;
+      Megatron-core's ``MoEFlexTokenDispatcher`` on the expert-TP × EP group) each of the
+      ``etp`` expert-TP ranks of an EP rank receives the same ``R`` rows — the tokens of all
+      ``etp·ep`` members routed to its EP rank — and runs its ``1/etp`` slice of the experts on
+      them (``moe_ffn_hidden/etp`` wide, :func:`expert_tokens`); the dispatch casts
       (FP8) only the rank's ``T/tp`` sequence-parallel tokens, and the shared experts cast the
       ``T`` tokens gathered for them (``moe.shared.quant_in``)."""
     b = KernelBuilder(model)

@@ -558,9 +558,6 @@ class ParallelLayout:
             raise WorkloadError(f"{where}: etp={self.etp} != tp={self.tp} needs sequence parallelism "
                                 "(sp: true): each rank dispatches its own T/tp tokens, and Megatron-core "
                                 "refuses MoE with TP but without SP in training")
-        if self.moe_dispatch != "nccl":
-            raise WorkloadError(f"{where}: etp={self.etp} != tp={self.tp} is modelled with moe_dispatch "
-                                f"nccl only (got {self.moe_dispatch!r})")
 
     # ------------------------------------------------------------------ placement
     def _strides(self) -> dict[str, int]:

@@ -428,10 +428,11 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
         total += T * h * e
     if layout.ep > 1:
         # NCCL's flat dispatch under SP sends the copies of the rank's own T/tp tokens
-        # (Megatron-core's MoEAlltoAllTokenDispatcher); DeepEP's TP x EP dispatch sends top_k·T.
+        # (Megatron-core's MoEAlltoAllTokenDispatcher); DeepEP's expert-TP x EP dispatch sends
+        # them to each of the etp ranks of an EP rank, top_k·etp·T/tp (top_k·T when etp = tp).
         # The dispatch buffer holds the wire format (FP8 rows + scales, or 16-bit), the
         # combine buffer 16-bit rows
-        sent = T_sp if layout.moe_dispatch == "nccl" else T
+        sent = T_sp if layout.moe_dispatch == "nccl" else expert_tokens(model, layout)
         rows = routed_tokens(model, layout, sent) * h
         prec = model.precision_spec
         total += (prec.quantized_bytes(rows) if layout.fp8_dispatch(model) else rows * e) + rows * e

@@ -263,18 +263,20 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     ``received``): the dispatch lands before the experts' GPU permutes what it received and
     the combine follows its weighted sum, right before the residual add.
 
-    DeepEP with TP (``ep_group`` ``tp_ep``, sequence parallelism; Megatron-core's
-    ``MoEFlexTokenDispatcher``, NVIDIA/Megatron-LM ``megatron/core/transformer/moe/
-    token_dispatcher.py``): the router and the dispatch take the rank's ``T/tp``
+    DeepEP with TP or expert TP (``ep_group`` ``tp_ep`` over the ``etp × ep`` ranks, sequence
+    parallelism; Megatron-core's ``MoEFlexTokenDispatcher``, NVIDIA/Megatron-LM
+    ``megatron/core/transformer/moe/token_dispatcher.py``): the router and the dispatch take the rank's ``T/tp``
     sequence-parallel tokens and the combine returns them, summing the experts' row-parallel
     partials on the way, so an MoE layer has no ``f``/``g`` around its routed experts. The
     shared experts are an ordinary TP MLP on the gathered tokens (Megatron-core's
     ``SharedExpertMLP.pre_forward_comm``/``post_forward_comm``: all-gather of the ``T·h``
     tokens before their first GEMM, reduce-scatter after, issued with the combine): an ``f``
     before their first GEMM and a ``g`` with the combine before the residual add. The
-    all-to-all sizes are the flat ones of ``top_k·T`` copies — each of the ``tp`` ranks sends
-    ``top_k·T/tp`` copies to every TP rank of their EP ranks — which the rail algorithm's
-    shares scale to the bytes sent (``_Generator._ep_attrs``).
+    all-to-all sizes are the flat ones of ``top_k·etp·T/tp`` copies — each rank sends the
+    ``top_k`` copies of its ``T/tp`` tokens to every expert-TP rank of their EP ranks, ``etp``
+    of them (:func:`~dessim.workload.transformer.kernels.expert_tokens`; ``top_k·T`` when
+    ``etp = tp``) — which the rail algorithm's shares scale to the bytes sent
+    (``_Generator._ep_attrs``).
 
     The flat layout with TP and sequence parallelism (Megatron-core's
     ``MoEAlltoAllTokenDispatcher``: ``dispatch_postprocess`` / ``combine_preprocess``): the
@@ -299,6 +301,7 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     if first_expert and deepep and ep_group == "tp_ep":
         raw = raw[:2] + [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
                          ("mlp.residual", "a2a", "moe.combine")] + shared_tp
+        _, ep_size = _token_sizes(model, layout, expert_tokens(model, layout))
     elif first_expert and deepep:
         raw += [(shared[0] if shared else "moe.permute", "a2a", "moe.dispatch"),
                 ("mlp.residual", "a2a", "moe.combine")]
