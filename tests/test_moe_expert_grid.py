@@ -77,7 +77,7 @@ def test_groups_are_megatron_cores_rank_generators(tp, cp, dp, pp, ep, etp, orde
     for kind, token in (("etp", "tp"), ("ep", "ep"), ("edp", "dp"), ("edp_cp", "dp"), ("tp_ep", "tp-ep")):
         assert list(lo.groups(kind)) == _rank_generator(expert, morder, token), kind
         assert all(lo.group_of(r, kind) == g for g in lo.groups(kind) for r in g)
-    assert lo.expert_dp == lo.edp == edp
+    assert lo.edp == edp
     if etp is None:     # expert TP is TP
         assert lo.groups("etp") == lo.groups("tp")
 
@@ -118,14 +118,14 @@ def test_dense_layouts_build_no_expert_grid():
 OVERRIDES = {"tp": 2, "cp": 2, "pp": 1, "ep": 8, "global_batch": 8, "micro_batch": 1, "model": {"layers": 2}}
 
 
-def test_expert_gradients_and_optimizer_states_over_expert_dp():
+def test_expert_gradients_and_optimizer_states_over_edp():
     """TP 2, CP 2, DP 4, EP 8 on 16 GPUs: expert DP = 16 / (2·8) = 1, so the expert weights
     have no gradient reduction and ZeRO-1 keeps all their optimizer states; the dense weights
     reduce over DP × CP (8 ranks)."""
     res = simulate_workload("mixtral-8x7b", "dgx-h100:nodes=2", overrides=dict(
         OVERRIDES, zero_stage=1, generator={"fold": False}), options=EngineOptions(record_links=False))
     lo = res.plan.layout
-    assert lo.expert_dp == 1 and lo.groups("ep")[0] == (0, 2, 4, 6, 8, 10, 12, 14)
+    assert lo.edp == 1 and lo.groups("ep")[0] == (0, 2, 4, 6, 8, 10, 12, 14)
     groups = {t.group for t in res.taskgraph if t.rank == 0 and t.category == "dp"}
     assert groups == {lo.group_of(0, "dp_cp")} and len(lo.group_of(0, "dp_cp")) == 8
     model = res.plan.model

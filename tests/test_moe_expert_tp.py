@@ -74,8 +74,8 @@ def test_expert_groups_are_megatron_cores(tp, cp, dp, pp, etp, ep):
     plain = ParallelLayout(tp=tp, cp=cp, dp=dp, pp=pp, sp=tp > 1)
     for kind in ("tp", "cp", "dp", "pp", "dp_cp"):
         assert lo.groups(kind) == plain.groups(kind), kind
-    assert lo.expert_dp == lo.world_size // (etp * ep * pp)
-    assert {len(g) for g in lo.groups("edp_cp")} == {lo.expert_dp}
+    assert lo.edp == lo.world_size // (etp * ep * pp)
+    assert {len(g) for g in lo.groups("edp_cp")} == {lo.edp}
 
 
 def test_unset_or_equal_etp_is_the_old_layout():
@@ -172,7 +172,7 @@ def test_memory_splits_expert_weights_and_states_over_etp_ep(etp, ep):
     est = estimate_memory(spec.model, lo)
     dense_total, expert_total = params_on_gpu(spec.model, lo, 0)
     edp = 16 // (etp * ep)
-    assert lo.expert_dp == edp and expert_total == spec.model.layers * expert
+    assert lo.edp == edp and expert_total == spec.model.layers * expert
     assert est.optimizer == pytest.approx(12 * (dense_total / 4 + expert_total / edp), rel=1e-12)
 
 

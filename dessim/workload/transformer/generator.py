@@ -1105,7 +1105,7 @@ class _Generator:
         lo, model = self.lo, self.model
         prec = model.precision_spec
         copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
-        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.expert_dp * copies} if lo.zero_stage >= 1 else {
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * copies} if lo.zero_stage >= 1 else {
             "dp_cp": 1, "edp_cp": 1}
         deps = [last_compute] if last_compute else []
         # every DP reduction of this rank must be done (FIFO streams: the last of each suffices)
@@ -1147,7 +1147,7 @@ class _Generator:
         parameters of a one-rank group (nothing to reduce) in one step after the backward."""
         lo, prec = self.lo, self.model.precision_spec
         copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
-        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.expert_dp * copies}
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * copies}
         base = [last_compute] if last_compute else []
         for n, (gkind, nbytes, done) in enumerate(buckets):
             k = optimizer_kernel(f"optimizer.bucket{n}", nbytes / prec.grad_bytes / len(self.groups[gkind][rank]),

@@ -30,7 +30,7 @@ pp=..., cp=1, ...)``, ``expert_data_parallel_size = world_size // (etp · ep · 
     ``edp_index = l div (etp·ep)`` for the stage-local index ``l = rank mod tp·cp·dp``.
     So expert parallelism spans CP × DP: EP may exceed DP (TP 2, CP 2, DP 2, EP 4), or
     TP × CP × DP with ``etp != tp`` (TP 8, EP 8, ETP 1 on one node), and the expert
-    gradients are reduced over the ``edp`` group (:attr:`ParallelLayout.expert_dp`). With
+    gradients are reduced over the ``edp`` group (:attr:`ParallelLayout.edp`). With
     ``cp = 1`` (or ``cp`` after ``dp`` in ``order``) and ``etp = tp`` this is EP carved out
     of DP: ``dp_index = ep_index + ep · edp_index``. Layouts Megatron-core refuses are
     refused: ``etp·ep`` not dividing ``tp·cp·dp``; ``pp`` not the slowest dimension unless
@@ -432,15 +432,10 @@ class ParallelLayout:
 
     @property
     def edp(self) -> int:
-        """Expert-data-parallel size: replicas of each expert shard, ``tp·cp·dp / (etp·ep)``
-        (Megatron-core's ``world / (etp·ep·pp)``; it spans CP)."""
+        """Expert-data-parallel size: replicas of each expert shard, the ranks that reduce (and
+        ZeRO-shard) each expert weight's gradients, ``tp·cp·dp / (etp·ep)`` (Megatron-core's
+        ``expert_data_parallel_size = world / (etp·ep·pp)``; it spans CP)."""
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
-
-    @property
-    def expert_dp(self) -> int:
-        """Ranks that reduce (and ZeRO-shard) each expert weight's gradients: :attr:`edp`, the
-        expert data-parallel size ``world / (etp·ep·pp)`` of Megatron-core."""
-        return self.edp
 
     def fp8_dispatch(self, model: "TransformerConfig") -> bool:
         """Whether the MoE dispatch direction goes on the wire in FP8 with its scales

@@ -445,7 +445,7 @@ def _estimate_stage(model: TransformerConfig, layout: ParallelLayout, options: M
     dense, expert = params_on_gpu(model, layout, stage)
     copies = 2 if layout.pipeline.bidirectional else 1   # DualPipe: two stages hold each piece
     ds = zero_state_bytes(dense, layout.dp * layout.cp * copies, layout.zero_stage, prec)
-    es = zero_state_bytes(expert, layout.expert_dp * copies, layout.zero_stage, prec)
+    es = zero_state_bytes(expert, layout.edp * copies, layout.zero_stage, prec)
     optimizer = ds.optimizer + es.optimizer
     offloaded: dict[str, float] = {}
     if options.offload_optimizer != "none":

@@ -487,7 +487,7 @@ class PassBuilder:
 
     def _group_size(self, group: str) -> int:
         lo = self.layout
-        return {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.expert_dp}[group]
+        return {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp}[group]
 
     # -------------------------------------------------------------- passes
     def forward_like(self, block: Block, kernels: Sequence[Kernel], category: str) -> None:
