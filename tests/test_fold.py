@@ -292,6 +292,11 @@ def test_folded_run_with_recorded_link_utilisation_matches():
                                   "model": {"layers": 2}}, id="ep2-over-the-cp-pair"),
     pytest.param("mixtral-8x7b", {"tp": 1, "cp": 2, "pp": 1, "ep": 4, "global_batch": 8, "micro_batch": 1,
                                   "model": {"layers": 2}}, id="tp1-cp2-ep4"),
+    # ep > cp with EP groups across the two hosts: the lanes shift the DP digit inside them
+    pytest.param("mixtral-8x7b", {"tp": 2, "cp": 2, "pp": 1, "ep": 8, "global_batch": 4, "micro_batch": 1,
+                                  "model": {"layers": 2}}, id="ep8-over-cp2-dp4-across-hosts"),
+    pytest.param("mixtral-8x7b", {"tp": 2, "cp": 2, "pp": 1, "ep": 8, "global_batch": 4, "micro_batch": 1,
+                                  "moe_dispatch": "deepep", "model": {"layers": 2}}, id="ep8-over-cp2-deepep-rail"),
     pytest.param("mixtral-8x7b", {"tp": 1, "cp": 4, "pp": 1, "ep": 2, "global_batch": 8, "micro_batch": 1,
                                   "model": {"layers": 2}}, id="ep2-inside-cp4"),
 ])

@@ -136,18 +136,19 @@ def test_expert_gradients_and_optimizer_states_over_edp():
 
 
 @pytest.mark.parametrize("tp, cp, dp, pp, ep, order, lanes", [
-    (2, 2, 2, 1, 4, ("tp", "cp", "dp", "pp"), 2),     # ep > cp: no CP shift; DP rotates by 2 = all of it
+    (2, 2, 2, 1, 4, ("tp", "cp", "dp", "pp"), 4),     # ep > cp: no CP shift; DP digits (dp mod 2, dp div 2)
     (2, 2, 4, 2, 2, ("tp", "cp", "dp", "pp"), 8),     # ep = cp: EP = the CP pair, DP rotates freely
     (2, 4, 2, 1, 2, ("tp", "cp", "dp", "pp"), 8),     # ep | cp: CP shifts by 2
     (1, 8, 2, 2, 4, ("tp", "cp", "dp", "pp"), 4),
-    (2, 2, 16, 1, 8, ("tp", "cp", "dp", "pp"), 8),    # mixtral-8x7b --cp 2 on 64 GPUs
+    (2, 2, 16, 1, 8, ("tp", "cp", "dp", "pp"), 32),   # mixtral-8x7b --cp 2 on 64 GPUs
     (2, 2, 4, 1, 4, ("tp", "dp", "cp", "pp"), 16),    # cp after dp: EP within DP (the DP-digit lanes)
     (2, 1, 8, 2, 4, ("tp", "cp", "dp", "pp"), 16),
 ])
 def test_lanes_map_every_group_kind_and_the_cp_ring_onto_themselves(tp, cp, dp, pp, ep, order, lanes):
     """The lanes shift TP, the CP ring (by multiples of ep when ep | cp, not when ep > cp)
-    and rotate the DP index by multiples of lcm(cp, ep)/cp: every attention and expert group
-    maps onto one of its kind, and the CP ring's order onto a CP ring's order."""
+    and the DP index's digits (dp mod q, dp div q), q = lcm(cp, ep)/cp: every attention and
+    expert group maps onto one of its kind, the CP ring's order onto a CP ring's order and an
+    EP group's order onto a rotation of an EP group's (the direct all-to-all's send order)."""
     lo = ParallelLayout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, sp=tp > 1, order=order)
     perm = lane_permutations(lo)
     assert perm.shape == (lanes, lo.world_size)
@@ -156,11 +157,12 @@ def test_lanes_map_every_group_kind_and_the_cp_ring_onto_themselves(tp, cp, dp, 
         for lane in perm:
             assert sorted(lane.tolist()) == list(range(lo.world_size))
             assert {tuple(sorted(int(lane[r]) for r in g)) for g in groups} == groups, kind
-    for g in lo.groups("cp"):        # the image of a ring is a rotation of a CP group
-        for lane in perm:
-            image, target = [int(lane[r]) for r in g], list(lo.group_of(int(lane[g[0]]), "cp"))
-            k = target.index(image[0])
-            assert image == target[k:] + target[:k]
+    for kind in ("cp", "ep"):        # the image of a ring / an all-to-all is a rotation of one
+        for g in lo.groups(kind):
+            for lane in perm:
+                image, target = [int(lane[r]) for r in g], list(lo.group_of(int(lane[g[0]]), kind))
+                k = target.index(image[0])
+                assert image == target[k:] + target[:k], kind
 
 
 def test_cli_accepts_ep_over_cp_and_dp_and_refuses_with_one_line():

@@ -424,7 +424,7 @@ class _Generator:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
-        elif not _classic_lanes(lo) and _cp_lanes(lo) is None and _stage_shift_period(lo) is None:
+        elif _digit_lanes(lo) is None and _stage_shift_period(lo) is None:
             why = "expert grid: the order leaves no lanes that map both the attention and the expert groups"
         perms = lane_permutations(lo) if why is None else None
         if perms is not None and len(perms) == 1:
@@ -463,13 +463,11 @@ class _Generator:
     def _is_representative(self, rank: int) -> bool:
         if self.graph.fold is None:
             return True
-        cp_lanes = _cp_lanes(self.lo)
-        if not _classic_lanes(self.lo) and cp_lanes is None:
+        digits = _digit_lanes(self.lo)
+        if digits is None:
             return rank % (self.lo.tp * self.lo.cp * self.lo.dp) < _stage_shift_period(self.lo)  # type: ignore[operator]
         c = self.lo.coords(rank)
-        if cp_lanes is not None:
-            return c.tp == 0 and c.cp < cp_lanes[0] and c.dp < cp_lanes[1]
-        return c.tp == 0 and c.dp == 0 and c.cp == 0
+        return c.tp == 0 and c.cp < digits[0] and c.dp == 0
 
     # ------------------------------------------------------------------ closed-form TP
     def _setup_closed_form(self, engine: EngineOptions | None) -> None:
@@ -1201,18 +1199,30 @@ def _classic_lanes(lo: ParallelLayout) -> bool:
 def _cp_lanes(lo: ParallelLayout) -> tuple[int, int] | None:
     """With ``etp = tp`` and EP over CP × DP (``cp`` before ``dp``; the expert grid splits
     ``m = cp_index + cp·dp_index`` into ``ep_index = m mod ep``, ``edp_index = m div ep``)
-    and ``cp``, ``ep`` nested: ``(step, span)`` — the lanes shift TP freely, the CP ring by
-    multiples of ``step`` and rotate the DP index by multiples of ``span = lcm(cp, ep)/cp``
-    (a shift of ``m`` by a multiple of ``ep``). Every lane must move each all-to-all's
-    members by a rotation of their positions (the direct all-to-all's send order): so the
-    CP ring shifts only by multiples of ``ep`` when ``ep | cp`` (an EP group inside a CP
-    group), not at all (``step = cp``) when ``ep > cp`` (an EP group holds whole CP groups,
-    whose shift would swap positions inside it). None otherwise."""
+    and ``cp``, ``ep`` nested: ``(step, q)`` — the lanes shift TP freely, the CP ring by
+    multiples of ``step`` and move the DP index as a pair of digits ``(j, g) = (dp mod q,
+    dp div q)``, ``q = lcm(cp, ep)/cp`` (:func:`_digit_lane_permutations`). Every lane must move
+    each all-to-all's members by a rotation of their positions (the direct all-to-all's send
+    order): so the CP ring shifts only by multiples of ``ep`` when ``ep | cp`` (an EP group
+    inside a CP group), not at all (``step = cp``) when ``ep > cp`` (an EP group holds the
+    whole CP groups of ``q`` DP indices, whose shift would swap positions inside it); there
+    a shift of ``j`` inside its EP group rotates the group's positions by multiples of
+    ``cp`` — the classic lanes' digit shift of EP inside DP (:func:`lane_permutations`), with
+    a CP group for each DP index. None otherwise."""
     if lo.separate_expert_tp or _classic_lanes(lo) or _stage_shift_period(lo) is None:
         return None
     if lo.ep % lo.cp and lo.cp % lo.ep:
         return None
     return (lo.ep if lo.cp % lo.ep == 0 else lo.cp), lcm(lo.cp, lo.ep) // lo.cp
+
+
+def _digit_lanes(lo: ParallelLayout) -> tuple[int, int] | None:
+    """``(step, q)`` of the lanes that shift TP, the CP ring by multiples of ``step`` and the
+    DP index's digits ``(dp mod q, dp div q)`` (:func:`_digit_lane_permutations`): ``(1,
+    ep)`` for the classic lanes (:func:`_classic_lanes`; ``q = 1`` without expert
+    parallelism), :func:`_cp_lanes` for EP over CP × DP; None when neither applies (the
+    stage-local shifts of :func:`_stage_shift_period`)."""
+    return (1, lo.ep) if _classic_lanes(lo) else _cp_lanes(lo)
 
 
 def _stage_shift_period(lo: ParallelLayout) -> int | None:
@@ -1250,48 +1260,35 @@ def lane_permutations(lo: ParallelLayout) -> np.ndarray:
     multiples of ``M = lcm(tp·cp, etp·ep)`` (:func:`_stage_shift_period`): a shift by a multiple of
     ``tp·cp`` maps TP, CP and DP groups onto TP, CP and DP groups (and CP's ring order onto
     itself), one by a multiple of ``etp·ep`` ETP, EP and expert-DP groups onto their kind.
-    With ``etp = tp`` and EP over CP × DP, :func:`_cp_lanes` (TP, CP and DP-rotation lanes)."""
-    n = lo.world_size
-    cp_lanes = _cp_lanes(lo)
-    if cp_lanes is not None:
-        return _cp_lane_permutations(lo, *cp_lanes)
-    if not _classic_lanes(lo):
-        local, period = lo.tp * lo.cp * lo.dp, _stage_shift_period(lo)
-        if period is None:
-            raise WorkloadError(f"replica folding: no lanes for the expert grid of {lo.describe()}")
-        ranks = np.arange(n, dtype=np.int64)
-        base, idx = ranks - ranks % local, ranks % local
-        return np.stack([base + (idx + k * period) % local for k in range(local // period)])
-    strides = lo.strides()
-    coords = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64)  # tp, cp, dp, pp
-    tp, cp, dp, pp = coords.T
-    ep = lo.ep
-    e, r = dp % ep, dp // ep
-    perm = np.empty((lo.tp * lo.cp * lo.dp, n), dtype=np.int64)
-    for a in range(lo.tp):
-        for c in range(lo.cp):
-            tpart = (pp * strides["pp"] + ((tp + a) % lo.tp) * strides["tp"]
-                     + ((cp + c) % lo.cp) * strides["cp"])
-            for b in range(lo.dp):
-                shifted = (e + b % ep) % ep + ep * ((r + b // ep) % (lo.dp // ep))
-                perm[(a * lo.cp + c) * lo.dp + b] = tpart + shifted * strides["dp"]
-    return perm
+    With ``etp = tp`` and EP over CP × DP, :func:`_cp_lanes` (TP, CP and DP-digit lanes)."""
+    digits = _digit_lanes(lo)
+    if digits is not None:
+        return _digit_lane_permutations(lo, *digits)
+    local, period = lo.tp * lo.cp * lo.dp, _stage_shift_period(lo)
+    if period is None:
+        raise WorkloadError(f"replica folding: no lanes for the expert grid of {lo.describe()}")
+    ranks = np.arange(lo.world_size, dtype=np.int64)
+    base, idx = ranks - ranks % local, ranks % local
+    return np.stack([base + (idx + k * period) % local for k in range(local // period)])
 
 
-def _cp_lane_permutations(lo: ParallelLayout, step: int, span: int) -> np.ndarray:
-    """:func:`lane_permutations` of :func:`_cp_lanes`: lane ``(a·CP/step + c)·DP/span + k``
-    maps (tp, cp, dp, pp) to ((tp + a) mod TP, (cp + c·step) mod CP, (dp + k·span) mod DP,
-    pp); lane 0 is the identity."""
+def _digit_lane_permutations(lo: ParallelLayout, step: int, q: int) -> np.ndarray:
+    """:func:`lane_permutations` of :func:`_digit_lanes`: lane ``(a·CP/step + c)·DP + b`` maps
+    (tp, cp, dp, pp) to ((tp + a) mod TP, (cp + c·step) mod CP, dp', pp) with the DP index's
+    digits ``j = dp mod q``, ``g = dp div q`` shifted separately: ``dp' = (j + b mod q) mod q
+    + q·((g + b div q) mod DP/q)`` (a plain rotation when ``q = 1``); lane 0 is the identity."""
     n, strides = lo.world_size, lo.strides()
     tp, cp, dp, pp = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64).T
-    shifts, rotations = lo.cp // step, lo.dp // span
-    perm = np.empty((lo.tp * shifts * rotations, n), dtype=np.int64)
+    j, g = dp % q, dp // q
+    shifts = lo.cp // step
+    perm = np.empty((lo.tp * shifts * lo.dp, n), dtype=np.int64)
     for a in range(lo.tp):
         for c in range(shifts):
-            for k in range(rotations):
-                perm[(a * shifts + c) * rotations + k] = (
+            for b in range(lo.dp):
+                moved = (j + b % q) % q + q * ((g + b // q) % (lo.dp // q))
+                perm[(a * shifts + c) * lo.dp + b] = (
                     pp * strides["pp"] + (tp + a) % lo.tp * strides["tp"]
-                    + (cp + c * step) % lo.cp * strides["cp"] + (dp + k * span) % lo.dp * strides["dp"])
+                    + (cp + c * step) % lo.cp * strides["cp"] + moved * strides["dp"])
     return perm
 
 
