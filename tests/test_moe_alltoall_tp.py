@@ -129,3 +129,20 @@ def test_memory_counts_the_all_to_all_buffers_of_the_copies_a_rank_sends(sp, sen
     lo = ParallelLayout(tp=TP, dp=8, ep=8, sp=sp)
     est = estimate_memory(spec.model, lo)
     assert est.comm_buffers == 2 * sent * H * 2 + T * H * 2 + 2 * MemoryOptions().bucket_size
+
+
+def test_ep1_gathers_the_copies_over_tp_without_an_all_to_all():
+    """EP 1, TP 2 with SP (Megatron-core's alltoall dispatcher: the all-to-all over a one-rank
+    EP group moves nothing, ``dispatch_postprocess`` still all-gathers over the TP group): each
+    rank permutes its T/tp tokens, the TP all-gather joins the top_k·T copies (2,048 rows of
+    1,024 bytes) for the experts' TP slices and the reduce-scatter returns their output,
+    the reverse backward. Before, no TP collective surrounded the routed experts."""
+    doc = moe_doc({}, "nccl", hidden=H, experts=32, top_k=K, ranks=4)
+    doc["parallelism"].update({"tp": TP, "sp": True, "ep": 1})
+    graph = build_taskgraph(parse_workload(doc, "t"), load_topology("dgx-h100:nodes=1"))
+    fwd, bwd = _layer0(graph, "fwd"), _layer0(graph, "bwd")
+    moe = lambda tasks: [(t.name.split()[2], t.group, t.size) for t in tasks
+                         if t.kind == "collective" and t.name.split()[2].startswith("moe.")]
+    assert moe(fwd) == [("moe.dispatch.ag", (0, 1), ROWS * H * 2), ("moe.combine.rs", (0, 1), ROWS * H * 2)]
+    assert sorted(moe(bwd)) == [("moe.combine.ag", (0, 1), ROWS * H * 2), ("moe.dispatch.rs", (0, 1), ROWS * H * 2)]
+    assert not [t for t in fwd + bwd if t.category == "ep"]

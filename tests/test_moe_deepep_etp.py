@@ -178,11 +178,13 @@ def _network_bytes(result) -> float:
     return sum(v for (a, b), v in result.simulation.link_bytes.items() if ".nic" in a and ".nic" not in b)
 
 
-@pytest.mark.parametrize("etp, ep, nodes, algo", [(1, 16, 4, "rail"), (4, 4, 4, "rail"), (1, 8, 2, "auto")])
+@pytest.mark.parametrize("etp, ep, nodes, algo", [(1, 16, 4, "rail"), (4, 4, 4, "rail"), (1, 8, 2, "auto"),
+                                                   (4, 1, 1, "auto"), (2, 1, 1, "auto")])
 def test_folded_equals_unfolded(etp, ep, nodes, algo):
     """Replica folding (lanes shift the stage-local index by lcm(tp, etp·ep)) keeps the
     DeepEP run exact — the rail all-to-all across two hosts (4 nodes: two lanes) and the
-    intranode one — the same iteration, exposed communication and bytes on every link."""
+    intranode one, also with EP 1 (DeepEP on the expert-TP group alone) — the same iteration,
+    exposed communication and bytes on every link."""
     full, folded = (_simulate("deepep", etp, ep, fold, nodes) for fold in (False, True))
     assert {t.algo for t in folded.taskgraph if t.category == "ep" and t.kind == "collective"} == {algo}
     assert_folded_equals_unfolded(full, folded)
@@ -200,3 +202,33 @@ def test_iteration_moves_the_expected_way():
     ep_exposed = [r.summary()["exposed_comm_s"]["ep"] for r in runs]
     assert ep_exposed[0] < ep_exposed[1] < ep_exposed[2]
     assert runs[0].iteration_s < runs[1].iteration_s < runs[2].iteration_s
+
+
+@pytest.mark.parametrize("tp, etp", [(2, 2), (2, 4), (1, 2)])
+def test_ep1_runs_deepep_on_the_expert_tp_group(tp, etp):
+    """EP 1 with expert TP: Megatron-core's flex dispatcher still runs DeepEP, on the expert-TP
+    group (its assert is only etp·ep > 1). Every token goes once to each expert-TP rank: the
+    direct all-to-all on the etp ranks of one host carries the flat top_k·etp·T/tp copies
+    times 1/top_k, so each rank sends its T/tp tokens (T = 512) to each other member; every
+    GPU receives the etp·T/tp tokens of its group and runs its moe_ffn_hidden/etp slice of all
+    32 experts on their top_k copies. No TP collective surrounds the routed experts (the
+    shared expert keeps its all-gather and reduce-scatter)."""
+    doc = _etp_doc(etp, 1, nodes=1, tp=tp, sp=tp > 1)
+    topo = load_topology("dgx-h100:nodes=1")
+    spec = parse_workload(doc, "t")
+    gen = _Generator(make_plan(spec.model, spec.layout(8), topo, device="H100"), topo)
+    assert (gen.ep_kind, gen.ep_intranode) == ("tp_ep", True)
+    assert gen.lo.groups("tp_ep") == gen.lo.groups("etp") and len(gen.lo.groups("etp")[0]) == etp
+    rows = etp * T // tp
+    assert gen._deepep_received_rows() == rows
+    by = {k.name: k for k in gen.layer_kinds[False][0].forward}
+    assert (by["moe.expert.up"].shape, by["moe.expert.up"].groups) == ((K * rows, H // 2 // etp, H), E)
+    tasks = _rank0_forward_l0(graph=build_taskgraph(spec, topo))
+    ep_tasks = [t for t in tasks if t.category == "ep"]
+    assert [t.name.split()[2] for t in ep_tasks] == ["moe.dispatch", "moe.combine"]
+    for t in ep_tasks:
+        assert t.group == gen.lo.group_of(0, "etp") and t.algo == "auto"
+        assert t.size / etp == (T // tp) * H * 2          # per pair: the rank's T/tp tokens
+    routed = [t for t in tasks if t.category == "tp" and t.name.split()[2].startswith("moe.")
+              and not t.name.split()[2].startswith("moe.shared")]
+    assert not routed

@@ -693,7 +693,8 @@ class _Generator:
         parallelism in training, and the expert-TP ranks of an EP rank must share a host (the
         per-host layout below), so both are a WorkloadError here."""
         lo = self.lo
-        if (lo.tp == 1 and lo.expert_tp == 1) or lo.ep < 2 or lo.moe_dispatch != "deepep" or not self.model.is_moe:
+        if (lo.tp == 1 and lo.expert_tp == 1) or not lo.moe_all_to_all or lo.moe_dispatch != "deepep" \
+                or not self.model.is_moe:
             return "ep"
         where = f"parallel layout {lo.describe()}"
         if lo.tp > 1 and not lo.sequence_parallel:
@@ -753,10 +754,14 @@ class _Generator:
         ``csrc/kernels/intranode.cu``; the combine sends each GPU's partial sum back once), so
         the direct all-to-all carries ``G/top_k`` of the flat fan-out, ``G`` the distinct
         GPUs per token (:meth:`MoERouting.nvlink_share` with one node: the same per-GPU
-        de-duplication as the rail algorithm's NVLink phase). 1.0 for ``nccl``, for the rail
-        algorithm (its options carry the shares) and for groups across hosts."""
+        de-duplication as the rail algorithm's NVLink phase). With ``ep = 1`` (DeepEP on the
+        expert-TP group alone) every token reaches each expert-TP rank once: ``1/top_k``.
+        1.0 for ``nccl``, for the rail algorithm (its options carry the shares) and for groups
+        across hosts."""
         if not self.ep_intranode:
             return 1.0
+        if self.lo.ep == 1:
+            return 1.0 / self.model.top_k
         return self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, self.lo.ep)
 
     def _deepep_received_rows(self) -> int | None:
@@ -788,7 +793,7 @@ class _Generator:
     def _ep_on_one_host(self) -> bool:
         """Whether ``moe_dispatch: deepep`` runs DeepEP's intranode kernels: every EP group
         of two or more ranks lies on one host."""
-        if self.lo.ep < 2 or self.lo.moe_dispatch != "deepep":
+        if not self.lo.moe_all_to_all or self.lo.moe_dispatch != "deepep":
             return False
         try:
             return all(len(host_rows(g, self.topo)) == 1 for g in self.lo.groups(self.ep_kind))

@@ -437,6 +437,15 @@ class ParallelLayout:
         ``expert_data_parallel_size = world / (etp·ep·pp)``; it spans CP)."""
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
+    @property
+    def moe_all_to_all(self) -> bool:
+        """Whether an MoE layer exchanges its tokens by an all-to-all: ``ep > 1``, or
+        ``moe_dispatch: deepep`` with expert TP (``etp > 1``) — Megatron-core's flex dispatcher
+        runs DeepEP on the expert-TP × EP group whenever ``etp·ep > 1``
+        (``MoEFlexTokenDispatcher``, NVIDIA/Megatron-LM
+        ``megatron/core/transformer/moe/token_dispatcher.py``), with ``ep = 1`` too."""
+        return self.ep > 1 or (self.moe_dispatch == "deepep" and self.expert_tp > 1)
+
     def fp8_dispatch(self, model: "TransformerConfig") -> bool:
         """Whether the MoE dispatch direction goes on the wire in FP8 with its scales
         (:data:`MOE_DISPATCH_PRECISIONS`): FP8 recipes unless ``moe_dispatch_precision: bf16``."""

@@ -426,7 +426,7 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
         total += 4 * T_sp * h * e
     if layout.tp > 1:
         total += T * h * e
-    if layout.ep > 1:
+    if model.is_moe and layout.moe_all_to_all:
         # NCCL's flat dispatch under SP sends the copies of the rank's own T/tp tokens
         # (Megatron-core's MoEAlltoAllTokenDispatcher); DeepEP's expert-TP x EP dispatch sends
         # them to each of the etp ranks of an EP rank, top_k·etp·T/tp (top_k·T when etp = tp).

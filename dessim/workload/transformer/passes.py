@@ -211,24 +211,27 @@ def _points(kernels: Sequence[Kernel], raw: list[tuple[str, str, str]], layout: 
     out = []
     for before, oper, label in raw:
         if oper == "a2a":
-            if layout.ep > 1:
+            dispatch = label == "moe.dispatch"
+            a2a: tuple[tuple[CommSpec, ...], tuple[CommSpec, ...]] = ((), ())
+            if layout.moe_all_to_all:
                 # the backward runs the other direction, at that direction's size: the
                 # dispatch's backward combines 16-bit gradients, the combine's backward
                 # dispatches gradients in the dispatch's precision (module docstring)
-                dispatch = label == "moe.dispatch"
                 fwd = CommSpec("ep", "alltoall", ep_size[0 if dispatch else 1], ep_group, label,
                                combine=not dispatch)
-                bwd = replace(fwd, size=ep_size[1 if dispatch else 0], combine=dispatch)
-                if tp_rows is None or layout.expert_tp == 1:
-                    out.append(CommPoint(before, (fwd,), (bwd,), overlap=overlap if dispatch else 0))
-                    continue
+                a2a = ((fwd,), (replace(fwd, size=ep_size[1 if dispatch else 0], combine=dispatch),))
+            tp: tuple[tuple[CommSpec, ...], tuple[CommSpec, ...]] = ((), ())
+            if tp_rows is not None and layout.expert_tp > 1:    # also with ep = 1: the gather alone
                 etp = "etp" if layout.separate_expert_tp else "tp"      # the experts' TP group
                 gather = CommSpec("tp", "allgather", tp_rows[0], etp, f"{label}.ag")
                 scatter = CommSpec("tp", "reducescatter", tp_rows[1], etp, f"{label}.rs")
-                if dispatch:    # all-to-all, then all-gather; backward reduce-scatter, all-to-all
-                    out.append(CommPoint(before, (fwd, gather), (scatter, bwd), overlap=overlap, chain=True))
-                else:           # reduce-scatter, then all-to-all; backward the reverse
-                    out.append(CommPoint(before, (scatter, fwd), (bwd, gather), chain=True))
+                tp = ((gather,), (scatter,)) if dispatch else ((scatter,), (gather,))
+            # dispatch: all-to-all, then all-gather; backward reduce-scatter, all-to-all.
+            # combine: reduce-scatter, then all-to-all; backward the reverse
+            fwd_specs, bwd_specs = (a2a[0] + tp[0], tp[1] + a2a[1]) if dispatch else (tp[0] + a2a[0], a2a[1] + tp[1])
+            if fwd_specs:
+                out.append(CommPoint(before, fwd_specs, bwd_specs, overlap=overlap if dispatch else 0,
+                                     chain=len(fwd_specs) > 1))
             continue
         if layout.tp == 1:
             continue
@@ -282,7 +285,10 @@ def layer_points(model: TransformerConfig, layout: ParallelLayout, ks: KernelSet
     ``MoEAlltoAllTokenDispatcher``: ``dispatch_postprocess`` / ``combine_preprocess``): the
     EP all-to-all carries the copies of the rank's ``T/tp`` tokens, chained with a TP
     all-gather of the ``top_k·T·L`` rows it delivered (dispatch) or after a TP reduce-scatter
-    of the experts' rows (combine); the shared experts' ``f``/``g`` as above. Without SP
+    of the experts' rows (combine) — with ``ep = 1`` the all-gather and reduce-scatter alone
+    (the all-to-all over a one-rank EP group moves nothing; ``dispatch_postprocess`` still
+    gathers); the shared experts' ``f``/``g`` as above. DeepEP with ``ep = 1`` and ``etp > 1``
+    runs on the expert-TP group (``ep_group`` ``tp_ep``, :attr:`ParallelLayout.moe_all_to_all`). Without SP
     (which Megatron-core refuses for MoE training) the MLP's ``f``/``g`` surround the layer
     and every TP rank sends the copies of all ``T`` tokens."""
     tp_size, ep_size = _token_sizes(model, layout)
