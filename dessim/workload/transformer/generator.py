@@ -90,7 +90,7 @@ from dessim.workload.common.kernels import Kernel, KernelSet, optimizer_kernel
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
 from dessim.workload.transformer.kernels import (embedding_kernels, expert_tokens, head_kernels,
                                                 layer_kernels, mtp_kernels)
-from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS, ParallelLayout
+from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, ParallelLayout, deepep_rail_options
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                                 layer_activation_bytes, layer_params_on_gpu, mtp_params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
@@ -334,7 +334,7 @@ class _Generator:
         self.layer_kinds: dict[bool, tuple[KernelSet, tuple, tuple[float, float], float]] = {}
         self.ep_kind = self._ep_kind()
         self.ep_algo = self._ep_algorithm()
-        self.ep_shares: dict[tuple[int, ...], dict[str, float]] = {}
+        self.ep_shares: dict[tuple[tuple[int, ...], bool], dict] = {}  #: rail options per (group, combine)
         #: DeepEP's intranode kernels: the direct all-to-all de-duplicated per GPU
         self.ep_intranode = self._ep_on_one_host()
         if self.ep_kind == "tp_ep" and self.ep_algo != "rail" and not self.ep_intranode:
@@ -726,26 +726,18 @@ class _Generator:
 
     def _ep_attrs(self, group: tuple[int, ...], combine: bool) -> dict:
         """Attributes of an MoE all-to-all task on ``group``: with ``rail`` (DeepEP), the
-        algorithm's ``network_share`` — a token crosses the network once per target node, at
-        most ``routing.max_nodes`` of them (:meth:`MoERouting.network_share`) — and
-        ``nvlink_share`` — it crosses NVLink once per target GPU other than the forwarding one
-        (:meth:`MoERouting.nvlink_share`) — ``pipeline_chunks``
-        (:data:`~dessim.workload.transformer.layout.DEEPEP_PIPELINE_CHUNKS`), and for a
-        ``combine``-direction all-to-all (the forward combine, the dispatch's backward)
-        ``nvlink_first``: DeepEP's combine reduces over NVLink on the forwarding GPU before
-        the network phase."""
+        algorithm's options from :func:`~dessim.workload.transformer.layout.deepep_rail_options`
+        (``combine``: the forward combine or the dispatch's backward)."""
         if self.ep_algo != "rail":
             return {}
-        shares = self.ep_shares.get(group)
-        if shares is None:
+        options = self.ep_shares.get((group, combine))
+        if options is None:
             rows = host_rows(group, self.topo)
             etp = self.lo.expert_tp if self.ep_kind == "tp_ep" else 1
-            args = (self.model.top_k, self.model.experts, len(rows), len(rows[0]) // etp)
-            shares = {"network_share": self.model.routing.network_share(*args) / etp,
-                      "nvlink_share": self.model.routing.nvlink_share(*args)}
-            self.ep_shares[group] = shares
-        return {ALGO_OPTIONS: {**shares, "nvlink_first": combine,
-                               "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}}
+            options = deepep_rail_options(self.model.routing, self.model.top_k, self.model.experts,
+                                          len(rows), len(rows[0]), combine=combine, etp=etp)
+            self.ep_shares[(group, combine)] = options
+        return {ALGO_OPTIONS: dict(options)}
 
     def _ep_intranode_share(self, group: tuple[int, ...]) -> float:
         """The share of an MoE all-to-all's flat bytes that DeepEP's intranode kernels send

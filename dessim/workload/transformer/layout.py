@@ -56,6 +56,7 @@ from dessim.errors import WorkloadError
 
 if TYPE_CHECKING:  # only for type hints: model.py does not depend on layout.py
     from dessim.workload.transformer.model import TransformerConfig
+    from dessim.workload.transformer.routing import MoERouting
 
 __all__ = [
     "BASE_DIMS",
@@ -126,6 +127,21 @@ DEEPEP_PIPELINE_CHUNKS = 8
 DEEPEP_APPROXIMATION = (f"MoE all-to-all (moe_dispatch deepep): the network and NVLink phases "
                         f"pipelined in {DEEPEP_PIPELINE_CHUNKS} chunks, coarser than DeepEP's "
                         "8-32-token chunks (an upper bound on its time)")
+
+
+def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: int, per_node: int,
+                        *, combine: bool, etp: int = 1) -> dict:
+    """The :mod:`~dessim.collectives.algorithms.rail` options of a DeepEP all-to-all over
+    ``nodes`` hosts of ``per_node`` EP-group members (``etp`` of them one expert-TP group):
+    ``network_share`` — a token crosses the network once per target node
+    (:meth:`MoERouting.network_share`; each of the ``etp`` ranks sends ``1/etp`` of it) —,
+    ``nvlink_share`` — once per target GPU over NVLink (:meth:`MoERouting.nvlink_share`) —,
+    ``nvlink_first`` for the ``combine`` direction (DeepEP's combine reduces over NVLink on
+    the forwarding GPU before the network phase) and :data:`DEEPEP_PIPELINE_CHUNKS`."""
+    args = (top_k, experts, nodes, per_node // etp)
+    return {"network_share": routing.network_share(*args) / etp,
+            "nvlink_share": routing.nvlink_share(*args),
+            "nvlink_first": combine, "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}
 
 
 class RankCoords(NamedTuple):
