@@ -90,7 +90,7 @@ def simulate_row(r) -> dict:
         rows = routing.gpus_per_token(r.top_k, r.experts, 1, PER_NODE)
     else:
         options = deepep_rail_options(routing, r.top_k, r.experts, r.nodes, PER_NODE,
-                                      combine=r.direction == "combine")
+                                      combine=r.direction == "combine", tokens=r.tokens)
         res = run_collective("alltoall", flat, topology, algo="rail", **options)
         rows = routing.nodes_per_token(r.top_k, r.experts, r.nodes)
     t = res.time_s

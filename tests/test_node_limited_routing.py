@@ -126,8 +126,10 @@ def test_node_limit_shrinks_the_simulated_dispatch():
     free, limited = _moe_simulation({}), _moe_simulation({"max_nodes": 1})
     options = {tuple(sorted(t.attrs["algo_options"].items())) for t in limited.taskgraph if t.category == "ep"}
     assert {o[1] for o in options} == {("nvlink_first", False), ("nvlink_first", True)}
-    assert {(o[0], o[3]) for o in options} == {(("network_share", 1 / 8),
-                                                ("pipeline_chunks", DEEPEP_PIPELINE_CHUNKS))}
+    # DeepEP's pipeline: 1,024 tokens over 10 channels, 1/4 of them to a node, RDMA chunks of
+    # 8 tokens (32 ranks): 4 chunks, fewer than the cap
+    assert {(o[0], o[3]) for o in options} == {(("network_share", 1 / 8), ("pipeline_chunks", 4))}
+    assert 4 < DEEPEP_PIPELINE_CHUNKS
     assert [o[2][1] for o in options] == pytest.approx([92 / 15 / 8] * 2, rel=1e-12)
     # the pipelined phases are an approximation, and every summary says so
     assert limited.summary()["approximations"] == [DEEPEP_APPROXIMATION]
@@ -168,3 +170,17 @@ def test_too_few_experts_on_m_nodes_is_refused():
         MoERouting(max_nodes=1).network_share(4, 8, 4)
     with pytest.raises(WorkloadError, match="do not split evenly"):
         MoERouting().nodes_per_token(2, 10, 4)
+
+
+def test_deepep_pipeline_follows_deepeps_chunks():
+    """The rail pipeline has DeepEP's RDMA chunks per channel and node (10 channels; 8-token
+    chunks at 32-64 ranks, 20/12 at 16 for dispatch/combine; the 160-rank config above),
+    at most DEEPEP_PIPELINE_CHUNKS."""
+    from dessim.workload.transformer.layout import deepep_pipeline_chunks
+
+    assert deepep_pipeline_chunks(4096, 64, 0.454, False) == DEEPEP_PIPELINE_CHUNKS   # DeepSeek-V3
+    assert deepep_pipeline_chunks(17, 32, 0.9, False) == 1         # a tiny dispatch: one chunk
+    assert deepep_pipeline_chunks(400, 16, 1.0, False) == 2        # 40 tokens / 20
+    assert deepep_pipeline_chunks(400, 16, 1.0, True) == 4         # 40 tokens / 12
+    assert deepep_pipeline_chunks(480, 256, 1.0, False) == 4       # 48 tokens / 12
+    assert deepep_pipeline_chunks(160, 8, 1.0, False) == 3         # 16 tokens / 6

@@ -734,8 +734,9 @@ class _Generator:
         if options is None:
             rows = host_rows(group, self.topo)
             etp = self.lo.expert_tp if self.ep_kind == "tp_ep" else 1
+            tokens = expert_tokens(self.model, self.lo) / etp    # each member's (_deepep_received_rows)
             options = deepep_rail_options(self.model.routing, self.model.top_k, self.model.experts,
-                                          len(rows), len(rows[0]), combine=combine, etp=etp)
+                                          len(rows), len(rows[0]), combine=combine, tokens=tokens, etp=etp)
             self.ep_shares[(group, combine)] = options
         return {ALGO_OPTIONS: dict(options)}
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from math import ceil
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, NamedTuple
 
@@ -118,30 +119,55 @@ MOE_DISPATCH: tuple[str, ...] = ("nccl", "deepep")
 #: ``moe_dispatch_fwd_dtype`` / ``moe_combine_bwd_dtype`` default ``'bf16'``). The combine
 #: direction is 16-bit either way.
 MOE_DISPATCH_PRECISIONS: tuple[str, ...] = ("fp8", "bf16")
-#: ``deepep``: the rail all-to-all's network and NVLink phases pipelined in this many chunks
-#: (:mod:`dessim.collectives.algorithms.rail` option ``pipeline_chunks``). DeepEP pipelines
-#: them per 8 RDMA / 32 NVLink tokens (deepseek-ai/DeepEP ``Buffer.get_dispatch_config``, 64
-#: ranks): 8 chunks leave 1/8 of the faster phase exposed — an approximation from above, which
-#: every summary names (:data:`DEEPEP_APPROXIMATION`).
+#: ``deepep``: the most chunks the rail all-to-all's network and NVLink phases are pipelined in
+#: (:mod:`dessim.collectives.algorithms.rail` option ``pipeline_chunks``; fewer when DeepEP
+#: itself has fewer, :func:`deepep_pipeline_chunks`). DeepEP pipelines them per 8-20 RDMA
+#: tokens (:data:`DEEPEP_RDMA_CHUNK_TOKENS`): 8 chunks leave 1/8 of the faster phase exposed
+#: — an approximation from above, which every summary names (:data:`DEEPEP_APPROXIMATION`).
 DEEPEP_PIPELINE_CHUNKS = 8
 DEEPEP_APPROXIMATION = (f"MoE all-to-all (moe_dispatch deepep): the network and NVLink phases "
-                        f"pipelined in {DEEPEP_PIPELINE_CHUNKS} chunks, coarser than DeepEP's "
-                        "8-32-token chunks (an upper bound on its time)")
+                        f"pipelined in at most {DEEPEP_PIPELINE_CHUNKS} chunks, coarser than DeepEP's "
+                        "8-20-token chunks (an upper bound on its time)")
+#: DeepEP's channels: ``Buffer.num_sms`` = 20 SMs by default, two per channel in the internode
+#: kernels (``num_channels = num_sms / 2``; deepseek-ai/DeepEP @567632dd ``deep_ep/buffer.py``,
+#: ``csrc/kernels/internode.cu``). Each channel sends its own contiguous range of the tokens.
+DEEPEP_CHANNELS = 10
+#: ``num_max_rdma_chunked_send_tokens`` of DeepEP's recommended configs by EP size, (dispatch,
+#: combine) (``Buffer.get_dispatch_config`` / ``get_combine_config``, deepseek-ai/DeepEP
+#: @567632dd ``deep_ep/buffer.py``): the tokens of one RDMA chunk a channel sends to a node.
+DEEPEP_RDMA_CHUNK_TOKENS: Mapping[int, tuple[int, int]] = MappingProxyType({
+    2: (6, 6), 4: (6, 6), 8: (6, 6), 16: (20, 12), 24: (8, 8), 32: (8, 8), 48: (8, 8), 64: (8, 8),
+    96: (12, 8), 128: (12, 8), 144: (12, 8), 160: (12, 8)})
+
+
+def deepep_pipeline_chunks(tokens: float, ranks: int, node_hit: float, combine: bool) -> int:
+    """Chunks of the rail all-to-all's pipeline for DeepEP moving ``tokens`` per rank over an EP
+    group of ``ranks`` (``node_hit``: the probability that a token goes to a given node): the
+    RDMA chunks one channel sends to one node — its ``tokens / DEEPEP_CHANNELS`` tokens times
+    ``node_hit``, in chunks of :data:`DEEPEP_RDMA_CHUNK_TOKENS` (the config of the largest
+    listed EP size up to ``ranks``) — between 1 and :data:`DEEPEP_PIPELINE_CHUNKS`. A small
+    dispatch has fewer chunks than the cap, and DeepEP cannot overlap the phases of one chunk."""
+    size = max([k for k in DEEPEP_RDMA_CHUNK_TOKENS if k <= ranks] or [min(DEEPEP_RDMA_CHUNK_TOKENS)])
+    chunk = DEEPEP_RDMA_CHUNK_TOKENS[size][1 if combine else 0]
+    return max(1, min(DEEPEP_PIPELINE_CHUNKS, ceil(tokens / DEEPEP_CHANNELS * node_hit / chunk - 1e-9)))
 
 
 def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: int, per_node: int,
-                        *, combine: bool, etp: int = 1) -> dict:
-    """The :mod:`~dessim.collectives.algorithms.rail` options of a DeepEP all-to-all over
-    ``nodes`` hosts of ``per_node`` EP-group members (``etp`` of them one expert-TP group):
-    ``network_share`` — a token crosses the network once per target node
+                        *, combine: bool, tokens: float, etp: int = 1) -> dict:
+    """The :mod:`~dessim.collectives.algorithms.rail` options of a DeepEP all-to-all of
+    ``tokens`` per rank over ``nodes`` hosts of ``per_node`` EP-group members (``etp`` of them
+    one expert-TP group): ``network_share`` — a token crosses the network once per target node
     (:meth:`MoERouting.network_share`; each of the ``etp`` ranks sends ``1/etp`` of it) —,
     ``nvlink_share`` — once per target GPU over NVLink (:meth:`MoERouting.nvlink_share`) —,
     ``nvlink_first`` for the ``combine`` direction (DeepEP's combine reduces over NVLink on
-    the forwarding GPU before the network phase) and :data:`DEEPEP_PIPELINE_CHUNKS`."""
+    the forwarding GPU before the network phase) and ``pipeline_chunks``
+    (:func:`deepep_pipeline_chunks`, a node hit by ``nodes_per_token / nodes`` of the tokens)."""
     args = (top_k, experts, nodes, per_node // etp)
+    node_hit = routing.nodes_per_token(top_k, experts, nodes) / nodes
+    chunks = deepep_pipeline_chunks(tokens, nodes * per_node, node_hit, combine)
     return {"network_share": routing.network_share(*args) / etp,
             "nvlink_share": routing.nvlink_share(*args),
-            "nvlink_first": combine, "pipeline_chunks": DEEPEP_PIPELINE_CHUNKS}
+            "nvlink_first": combine, "pipeline_chunks": chunks}
 
 
 class RankCoords(NamedTuple):
