@@ -8,7 +8,8 @@ import click
 
 from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
-from dessim.sweep.analysis import calibration_lines
+from dessim.sweep.analysis import (EXTRAPOLATED, MARK, calibration_lines, extrapolated_rows,
+                                   extrapolation_note)
 from dessim.sweep.runner import BACKENDS, check_results_path, default_workers, run_sweep
 from dessim.sweep.spec import parse_sweep
 
@@ -47,12 +48,20 @@ def ranked_text(result, top: int) -> str:
                  f"on {_gpus(result)} GPUs); fastest first:")
     if len(ok):
         cols = [c for c in dict.fromkeys(("layout", "offload", metric, *RANKED_COLUMNS)) if c in ok]
-        ranked = ok.sort_values([metric, "index"], kind="mergesort")[cols].head(top)
+        ranked = ok.sort_values([metric, "index"], kind="mergesort").head(top)
+        marked = extrapolated_rows(ranked)
+        ranked = ranked[cols]
+        if "layout" in ranked and marked.any():
+            ranked = ranked.assign(layout=[f"{label}{MARK}" if m else str(label)
+                                           for label, m in zip(ranked["layout"], marked)])
         if "memory_per_gpu_bytes.total" in ranked:
             ranked = ranked.assign(**{"memory_per_gpu_bytes.total":
                                       ranked["memory_per_gpu_bytes.total"] / 1e9}).rename(
                 columns={"memory_per_gpu_bytes.total": "hbm_GB"})
         lines.append(ranked.to_string(index=False))
+        note = extrapolation_note(ok)
+        if note:
+            lines.append(note)
         sp = spread(result.table, metric)
         if len(sp):
             row = sp.iloc[0]
@@ -87,13 +96,18 @@ def shortcut_line(table) -> str | None:
         return None
     counts = []
     for key, name in SHORTCUT_NAMES.items():
-        cols = [c for c in ok.columns if c == f"shortcuts.{key}" or c.startswith(f"shortcuts.{key}.")]
+        where = EXTRAPOLATED if key == "extrapolation" else f"shortcuts.{key}"
+        cols = [c for c in ok.columns if c == where or c.startswith(f"{where}.")]
         took = sum(any(_taken(v) for v in row) for row in ok[cols].itertuples(index=False))
         counts.append(f"{name} {took}/{len(ok)}")
     skew = ok["fold.max_lane_skew_s"] if "fold.max_lane_skew_s" in ok else None
     skewed = int((skew.fillna(0) > 0).sum()) if skew is not None else 0
     exact = ("exact" if not skewed else
              f"NOT exact on {skewed} layouts whose folded lanes fell out of step")
+    extrapolated = int(extrapolated_rows(ok).sum())
+    if extrapolated:
+        exact += (f" but for the {SHORTCUT_NAMES['extrapolation']} of the {extrapolated} layouts "
+                  f"marked {MARK}")
     return (f"shortcuts (chosen automatically, as dessim simulate does): {', '.join(counts)} "
             f"layouts; {exact} — dessim simulate --exact replays one layout in full")
 
@@ -124,6 +138,9 @@ def _gpus(result) -> str:
 @click.option("--global-batch", type=click.IntRange(min=1), default=None,
               help="Global batch (sequences) instead of the workload's.")
 @engine_flag("network")
+@click.option("--extrapolate/--no-extrapolate", default=None,
+              help="Steady-state micro-batch extrapolation of layouts with many micro-batches "
+                   "(default: on where it applies; marked rows; see dessim simulate --help).")
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=None,
               help="Layouts simulated in parallel (processes) [default: the CPUs this process "
                    "may use, at most one per layout]. Results and their order do not depend "
@@ -139,7 +156,8 @@ def _gpus(result) -> str:
 @calibration_option
 @json_option
 def command(workload: str, topology: str, hbm: str | None, expansion: str | None,
-            expansion_bw: str | None, global_batch: int | None, network: str, workers: int | None,
+            expansion_bw: str | None, global_batch: int | None, network: str,
+            extrapolate: bool | None, workers: int | None,
             backend: str, address: str | None, out: str | None, top: int, progress: bool,
             calibration: str | None, as_json: bool) -> None:
     """Rank every parallel layout of WORKLOAD (file or preset) on a cluster.
@@ -158,8 +176,10 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
     """
     memory = {k: v for k, v in (("hbm_capacity", hbm), ("expansion_capacity", expansion),
                                 ("expansion_bw", expansion_bw)) if v is not None}
-    overrides = {"training": {"global_batch": global_batch}} if global_batch else None
-    spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides,
+    overrides: dict = {"training": {"global_batch": global_batch}} if global_batch else {}
+    if extrapolate is not None:
+        overrides["extrapolate"] = extrapolate
+    spec = parse_sweep(explore_spec(workload, topology, network, memory, overrides or None,
                                     calibration_engine(calibration)), "dessim explore")
     if workers is None:
         workers = default_workers() if backend == "local" else 1

@@ -59,9 +59,13 @@ def command(args: tuple[str, ...], allow_unsupported: bool, print_workload: bool
         return
     spec = parse_workload(launch.document, origin="megatron arguments", default_name=name)
     overrides: dict[str, Any] = {"device": engine.device} if engine.device else {}
+    per_task = bool(timeline or gantt or spans)
+    if per_task:       # per-task records: every micro-batch replayed (no extrapolation)
+        overrides["extrapolate"] = False
     result = simulate_workload(spec, topo, overrides=overrides,
                                options=replace(engine, record_links=bool(timeline or gantt)))
-    written = write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
+    written = (write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
+               if per_task else [])
     summary = result.summary()
     megatron = {"notes": launch.notes, "no_effect": launch.no_effect,
                 "unsupported": launch.unsupported, "unknown": launch.unknown}

@@ -16,6 +16,7 @@ from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.units import format_size, format_time
 from dessim.workload.api import DEFAULT_TOPOLOGY
 from dessim.workload.transformer.result import SHORTCUT_NAMES
+from dessim.workload.transformer.steady import describe as describe_extrapolation
 
 
 def print_summary(s: dict[str, Any]) -> None:
@@ -78,8 +79,11 @@ def print_summary(s: dict[str, Any]) -> None:
     if streamed:
         click.echo(f"  streamed rings      {streamed['streamed']} of {streamed['collective_runs']} "
                    "collective runs as coupled flows (an approximation: docs/collectives.md)")
+    ext = s.get("extrapolation")
+    events = (f"{s['events']} events at {', '.join(map(str, ext['simulated_micro_batches']))} "
+              "micro-batches" if ext else f"{s['events']} events")
     click.echo(f"  {s['tasks']} tasks ({s['granularity']} granularity"
-               f"{', communication free' if not s['comm'] else ''}), {s['events']} events, "
+               f"{', communication free' if not s['comm'] else ''}), {events}, "
                f"{s['wall_s']:.2f} s simulation wall time")
 
 
@@ -111,12 +115,19 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         links = m.get("replayed_on_links")
         took.append(f"{m['simulated']} exclusive collectives simulated once, replayed {m['replayed']}×"
                     + (f" ({links}× alone on their own links: per-link memo)" if links else ""))
-    how = "chosen automatically" if sc["auto"] else "as asked"
+    ext = s.get("extrapolation")
+    if ext:
+        took.append(SHORTCUT_NAMES["extrapolation"])
+    how = "chosen automatically" if sc["auto"] or (ext and ext["auto"]) else "as asked"
     fold = s.get("fold") or {}
     exact = ("exact" if not fold.get("max_lane_skew_s") else
              "NOT exact: folded lanes fell out of step")
-    line = (f"{', '.join(took)} ({how}; {exact} — --exact replays every task)" if took
-            else "none (the full replay)")
+    if ext:
+        exact = (f"{exact} but for the {SHORTCUT_NAMES['extrapolation']}: {describe_extrapolation(ext)}"
+                 " — --exact replays every task and micro-batch")
+    else:
+        exact += " — --exact replays every task"
+    line = f"{', '.join(took)} ({how}; {exact})" if took else "none (the full replay)"
     click.echo(f"  shortcuts           {line}")
     if sc["auto"] and sc["refused"] and s["granularity"] == "stage" and not sc["stage_merged"]:
         click.echo(f"    stage merging refused: {sc['refused'][0]}")
@@ -140,12 +151,19 @@ LARGE_GRAPH_TASKS = 200_000
                    "replica 0 of each stage and carry every transfer and collective on all "
                    "TP × DP lanes (all traffic stays on the network). Exact while the lanes stay "
                    "in step; the summary reports the largest lane skew.")
+@click.option("--extrapolate/--no-extrapolate", default=None,
+              help="Steady-state micro-batch extrapolation (default: on where it applies: many "
+                   "micro-batches and no per-task output): simulate the layout at three small "
+                   "micro-batch counts, check that every figure is affine in them and extrapolate "
+                   "it to the full count (approximate to the checked tolerance, 1e-9 relative; "
+                   "refused, with the reason, where the check fails). See docs/performance.md.")
 @click.option("--exact", is_flag=True,
               help="Turn every shortcut off (layer granularity, no folding and so no merged "
                    "images, lane families, their orbits or the channel quotient, simulated "
                    "TP, no bundles, compact "
-                   "schedules or collective memo, network-wide or per link): the full "
-                   "replay, for checking a fast result.")
+                   "schedules or collective memo, network-wide or per link, no micro-batch "
+                   "extrapolation): the full replay of every micro-batch, for checking a fast "
+                   "result.")
 @click.option("--no-comm", is_flag=True, help="Make communication free (same dependencies, no transfer time).")
 @click.option("--uniform-stages", is_flag=True,
               help="Leave out the embedding and LM head so that pipeline stages are identical.")
@@ -161,7 +179,8 @@ LARGE_GRAPH_TASKS = 200_000
                    "(one per GPU of the topology).")
 @engine_options(topology_default=DEFAULT_TOPOLOGY)
 @output_options
-def command(workload: str | None, granularity: str, fold: bool | None, exact: bool, no_comm: bool,
+def command(workload: str | None, granularity: str, fold: bool | None, extrapolate: bool | None,
+            exact: bool, no_comm: bool,
             uniform_stages: bool,
             no_memory_check: bool, hbm: str | None, save_graph: str | None, export_chakra: str | None,
             topology: str, engine: EngineOptions, timeline: str | None, gantt: GanttRequest | None,
@@ -185,10 +204,19 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     from dessim.workload.replay import ReplayResult
 
     overrides = collect_overrides(kw)
+    per_task = [flag for flag, given in (("--timeline", timeline), ("--gantt", gantt), ("--spans", spans),
+                                         ("--save-graph", save_graph),
+                                         ("--export-chakra", export_chakra)) if given]
+    if per_task:
+        if extrapolate:
+            raise click.UsageError(f"{per_task[0]} writes per-task records, which an extrapolated "
+                                   "run does not have: drop --extrapolate or the output")
+        extrapolate = False
     if exact:
-        if granularity not in ("auto", "layer") or fold:
+        if granularity not in ("auto", "layer") or fold or extrapolate:
             raise click.UsageError("--exact turns every shortcut off: drop --granularity "
-                                   f"{granularity} / --fold, or drop --exact")
+                                   f"{granularity} / --fold / --extrapolate, or drop --exact")
+        extrapolate = False
         if engine.shortcuts.stream_rings:
             raise click.UsageError("--exact turns every shortcut off: drop --stream-rings (an "
                                    "approximation), or drop --exact")
@@ -199,6 +227,8 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     overrides["granularity"] = granularity
     if fold is not None:   # only transformer workloads fold; other kinds accept only false
         overrides["fold"] = fold
+    if extrapolate is not None:   # likewise: only transformers extrapolate
+        overrides["extrapolate"] = extrapolate
     overrides["comm"] = not no_comm
     overrides["embedding_head"] = not uniform_stages
     overrides["check_memory"] = not no_memory_check
@@ -209,7 +239,8 @@ def command(workload: str | None, granularity: str, fold: bool | None, exact: bo
     options = replace(engine, record_links=bool(timeline or gantt))
     result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
                                options=options)
-    written = write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
+    written = (write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
+               if timeline or gantt or spans else [])
     if save_graph:
         written.append(f"graph: {save_taskgraph(result.taskgraph, save_graph)}")
     replayed = isinstance(result, ReplayResult)

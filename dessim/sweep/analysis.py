@@ -34,7 +34,8 @@ from dessim.units import format_bandwidth, format_size, format_time
 __all__ = ["check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
            "read_results", "write_example_table",
            "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe",
-           "shorten", "configuration_spread"]
+           "shorten", "configuration_spread", "EXTRAPOLATED", "MARK", "extrapolated_rows",
+           "extrapolation_note"]
 
 
 def format_size_label(nbytes: float) -> str:
@@ -366,6 +367,35 @@ def calibration_lines(table) -> list[str]:
     return [f"calibrations: {', '.join(labels)}"]
 
 
+#: The table column present on layouts whose figures were extrapolated, and their mark.
+EXTRAPOLATED = "extrapolation.micro_batches"
+MARK = "*"
+
+
+def extrapolated_rows(table):
+    """Per row: whether its figures were extrapolated (a boolean Series)."""
+    import pandas as pd
+
+    if EXTRAPOLATED not in table:
+        return pd.Series(False, index=table.index)
+    return table[EXTRAPOLATED].notna()
+
+
+def extrapolation_note(table) -> str | None:
+    """The footnote of the rows marked :data:`MARK` (None when no row is extrapolated): what
+    was simulated, that the figures are extrapolated (:mod:`dessim.workload.transformer.steady`)
+    and how to replay them in full."""
+    rows = table[extrapolated_rows(table)]
+    if not len(rows):
+        return None
+    sims = sorted({s for s in rows["extrapolation.simulated_micro_batches"]})
+    tol = rows["extrapolation.tolerance"].max()
+    return (f"{MARK} micro-batch extrapolation: each marked row was simulated at three small "
+            f"micro-batch counts ({'; '.join(s.strip('[]') for s in sims)}) and its figures "
+            f"extrapolated to the full count from a steady state checked to {tol:g} relative "
+            "(approximate to that tolerance); dessim simulate --exact replays every micro-batch")
+
+
 def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> str:
     """Plain-text report: counts, failures by reason, best per group, spread."""
     table, metric, minimize = result.table, result.metric, result.spec.analysis.minimize
@@ -392,7 +422,13 @@ def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> st
             if axis.family in FORMATTERS and axis.path in best:
                 best[axis.path] = [_label(v, axis.family) for v in best[axis.path]]
         lines.append(f"best {metric} " + (f"per {', '.join(group)}:" if group else "overall:"))
+        marked = extrapolated_rows(table.set_index("index").loc[best["index"]]).to_numpy()
+        if marked.any():
+            best["index"] = [f"{i}{MARK}" if m else str(i) for i, m in zip(best["index"], marked)]
         lines.append(best.to_string(index=False))
+        note = extrapolation_note(table[table["status"] == "ok"])
+        if note:
+            lines.append(note)
         sp = spread(table, metric, (), minimize)
         if len(sp):
             row = sp.iloc[0]

@@ -531,7 +531,7 @@ WORKLOAD = Evaluator(
     evaluate=_evaluate_workload,
     precheck=_precheck_workload,
     metrics=("approximations", "bubble_fraction", "bucket_size", "calibration", "comm", "compute_s", "details",
-             "device", "events", "exposed_comm_s", "exposed_comm_total_s", "fold",
+             "device", "events", "exposed_comm_s", "extrapolation", "exposed_comm_total_s", "fold",
              "fold_fallback", "gpu_busy_fraction", "gpus", "granularity", "hardware_flops",
              "hardware_tflops_per_gpu", "hfu", "iteration_s", "kind", "layout",
              "memory_capacity_bytes", "memory_per_gpu_bytes", "memory_stage", "mfu",

@@ -35,6 +35,8 @@ from dessim.workload.replay import CHAKRA_KIND, ChakraFile, ChakraSpec, generate
 from dessim.workload.transformer.generator import build_taskgraph
 from dessim.workload.transformer.plan import plan_workload
 from dessim.workload.transformer.result import WorkloadResult
+from dessim.workload.transformer.steady import ExtrapolatedResult, simulate_steady
+from dessim.workload.transformer.steady import applies as steady_applies
 from dessim.workload.transformer.spec import (TRANSFORMER_KIND, TransformerFile, WorkloadSpec, file_kind,
                                               load_workload, shipped_workloads)
 
@@ -157,10 +159,36 @@ def generate_workload(workload: Any, topology: Topology | str, *, overrides: Map
     return _kind_of_spec(spec).generate(spec, topo, overrides, options)
 
 
+def _simulate_transformer(spec: WorkloadSpec, topology: Topology, overrides: Mapping[str, Any] | None,
+                          options: EngineOptions | None) -> WorkloadResult | ExtrapolatedResult:
+    """Plan, then either extrapolate from short runs where that applies
+    (:mod:`dessim.workload.transformer.steady`) or generate and replay the whole iteration
+    (recording in the graph's meta why an extrapolation that was tried was refused)."""
+    plan, topo = plan_workload(spec, topology, overrides=overrides, engine=options)
+    engine = options or EngineOptions(record_links=False)
+    refused = None
+    if steady_applies(plan, options):
+        out = simulate_steady(plan, topo, engine)
+        if not isinstance(out, str):
+            return out
+        refused = out
+    graph = build_taskgraph(plan, topo, engine=options)
+    if refused:
+        graph.meta["extrapolation_fallback"] = refused
+    return WorkloadResult(plan, graph, simulate(graph, topo, engine))
+
+
 def simulate_any(workload: Any, topology: Topology | str, *, overrides: Mapping[str, Any] | None = None,
                  options: EngineOptions | None = None) -> Any:
-    """Generate and simulate one iteration; the kind's result object (``.summary()``)."""
-    gen = generate_workload(workload, topology, overrides=overrides, options=options)
+    """Generate and simulate one iteration; the kind's result object (``.summary()``). A
+    transformer with many micro-batches whose caller needs summary figures only is
+    extrapolated from short runs by default (:mod:`dessim.workload.transformer.steady`;
+    ``extrapolate=False`` replays it in full)."""
+    spec = workload if not isinstance(workload, (str, Path)) else load_any_workload(workload)
+    if isinstance(spec, WorkloadSpec):
+        topo = calibrated_topology(load_topology(topology), options.calibration if options else None)
+        return _simulate_transformer(spec, topo, overrides, options)
+    gen = generate_workload(spec, topology, overrides=overrides, options=options)
     sim = simulate(gen.graph, gen.topology, gen.options or options or EngineOptions(record_links=False))
     return gen.finish(sim)
 

@@ -42,7 +42,7 @@ CHAKRA_KIND = "chakra"
 #: ``dessim simulate`` passes by default): a trace has no granularity, folding or model parts.
 _NEUTRAL_OVERRIDES: Mapping[str, tuple[Any, ...]] = {
     "granularity": ("auto",), "fold": (None, False), "comm": (True,), "embedding_head": (True,),
-    "check_memory": (True,)}
+    "check_memory": (True,), "extrapolate": (None, False)}
 
 
 class ChakraFile(SpecModel):

@@ -101,7 +101,7 @@ _PS_KEYS = ("parameter_servers", "ps_placement", "ps_mode", "ps_staleness", "ps_
             "ps_attach")
 #: Transformer-generator flags and the only value they may take here.
 _FIXED = {"granularity": ("layer", "auto"), "comm": (True,), "embedding_head": (True,),
-          "fold": (None, False)}
+          "fold": (None, False), "extrapolate": (None, False)}
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,10 @@ class GeneratorOptions:
     check_memory: bool = True
     tp_closed_form: bool = False
     fold: bool | None = None
+    #: steady-state micro-batch extrapolation (:mod:`dessim.workload.transformer.steady`):
+    #: None on where it applies (summary figures only, many micro-batches), False never,
+    #: True asked for (still only where it applies); the generator itself ignores it
+    extrapolate: bool | None = None
     #: the options :meth:`resolved` chose automatically (names of fields), for reports
     auto: tuple[str, ...] = ()
 
@@ -160,6 +164,9 @@ class GeneratorOptions:
                                 f"{', '.join(GRANULARITIES)}")
         if self.fold not in (None, True, False):
             raise WorkloadError(f"fold={self.fold!r} must be true, false or null (automatic)")
+        if self.extrapolate not in (None, True, False):
+            raise WorkloadError(f"extrapolate={self.extrapolate!r} must be true, false or null "
+                                "(automatic)")
         b = self.bucket_size
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or b < 0):
             raise WorkloadError(f"bucket_size={b!r} must be a number of bytes >= 0 (0: no bucketing)")

@@ -37,25 +37,60 @@ from dessim.workload.common.figures import IterationResult, exposed_comm, rate_f
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
-__all__ = ["WorkloadResult", "bubble_fraction", "PIPELINE_WORK", "STAGE_COMM", "SHORTCUT_NAMES"]
+__all__ = ["WorkloadResult", "bubble_fraction", "bubble_figures", "BubbleFigures", "PIPELINE_WORK", "STAGE_COMM", "SHORTCUT_NAMES", "layout_summary"]
 
 #: Compute categories that are pipeline-stage work.
 PIPELINE_WORK: tuple[str, ...] = ("fwd", "bwd", "wgrad", "recompute")
 #: Communication inside a stage's passes (counted as work, not bubble, while active).
 STAGE_COMM: tuple[str, ...] = ("tp", "ep", "cp")
-#: The exact shortcuts of :meth:`WorkloadResult.shortcuts` for reports: key of the mapping
-#: (true, non-zero or present when the run took it) → name.
+#: The shortcuts for reports: key of :meth:`WorkloadResult.shortcuts` (true, non-zero or
+#: present when the run took it; exact) or, for ``extrapolation``, of the summary (present
+#: when the figures were extrapolated: :mod:`dessim.workload.transformer.steady`) → name.
 SHORTCUT_NAMES: dict[str, str] = {"stage_merged": "stage tasks",
                                   "tp_closed_form_groups": "closed-form TP",
                                   "folded": "replica folding",
                                   "merged_image_runs": "merged images",
                                   "lane_family_runs": "lane families",
                                   "channel_quotient": "channel quotient",
-                                  "collective_memo": "collective memo"}
+                                  "collective_memo": "collective memo",
+                                  "extrapolation": "micro-batch extrapolation"}
+
+
+@dataclass(frozen=True)
+class BubbleFigures:
+    """What :func:`bubble_fraction` is made of: ``busy_s``, the working time inside the
+    pipeline window summed over ranks; ``window_s``, the window's length (seconds); ``ranks``
+    the ranks averaged over (0: no pipeline work, fraction 0)."""
+
+    busy_s: float
+    window_s: float
+    ranks: int
+
+    @property
+    def fraction(self) -> float:
+        """``1 − busy / (ranks · window)``, at least 0 (0 when there is no window)."""
+        if not self.ranks or self.window_s <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.busy_s / (self.ranks * self.window_s))
+
+
+def layout_summary(plan: WorkloadPlan) -> dict[str, Any]:
+    """The ``layout`` entry of a summary: the plan's parallel layout and batch (JSON-ready)."""
+    lo, model = plan.layout, plan.model
+    return {
+        "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "ep": lo.ep,
+        **({"etp": lo.expert_tp} if lo.separate_expert_tp else {}),
+        "sp": lo.sequence_parallel, "zero_stage": lo.zero_stage, "schedule": lo.schedule,
+        "virtual_stages": lo.virtual_stages,
+        "pipeline_layers": list(lo.layer_counts(model.layers)), "micro_batch": lo.micro_batch,
+        "global_batch": lo.global_batch, "num_micro_batches": lo.num_micro_batches,
+        "recompute": lo.recompute, "attention": lo.attention, "order": "-".join(lo.order),
+        "describe": lo.describe(),
+    }
 
 
 def bubble_fraction(sim: SimulationResult) -> float:
-    """Pipeline bubble measured on the simulated timeline.
+    """Pipeline bubble measured on the simulated timeline (:func:`bubble_figures`).
 
     Let ``W`` be the pipeline window: from the earliest start to the latest end of any
     forward/backward/recomputation compute task over all ranks (the optimizer step and the
@@ -68,6 +103,12 @@ def bubble_fraction(sim: SimulationResult) -> float:
     (GPipe (Huang et al. 2019), Narayanan et al. 2021 §2.2 in docs/references.md); 0 without
     pipelining when nothing else idles the GPU.
     """
+    return bubble_figures(sim).fraction
+
+
+def bubble_figures(sim: SimulationResult) -> BubbleFigures:
+    """The working time and the window of :func:`bubble_fraction`, each affine in the
+    micro-batch count in a pipeline's steady state (:mod:`dessim.workload.transformer.steady`)."""
     per_rank: dict[int, list[tuple[float, float]]] = {}
     lo, hi = float("inf"), float("-inf")
     for rec in sim.span_records:      # (rank, stream, id, name, kind, category, start, active, end, ...)
@@ -80,14 +121,14 @@ def bubble_fraction(sim: SimulationResult) -> float:
             per_rank.setdefault(rec[0], []).append((rec[7], rec[8]))
     window = hi - lo
     if not per_rank or window <= 0:
-        return 0.0
+        return BubbleFigures(0.0, 0.0, 0)
     ranks = len(sim.ranks) or len(per_rank)
     busy = 0.0
     for spans in per_rank.values():
         # (max(a, lo), min(b, hi)) as max and min choose, without their calls
         clipped = [(lo if lo > a else a, hi if hi < b else b) for a, b in spans if b > lo and a < hi]
         busy += length(union(clipped))
-    return max(0.0, 1.0 - busy / (ranks * window))
+    return BubbleFigures(busy, window, ranks)
 
 
 @dataclass
@@ -125,6 +166,8 @@ class WorkloadResult(IterationResult):
         refused = list(meta.get("closed_form_fallback", []))
         if meta.get("fold_fallback"):
             refused.append(f"folding: {meta['fold_fallback']}")
+        if meta.get("extrapolation_fallback"):
+            refused.append(f"micro-batch extrapolation: {meta['extrapolation_fallback']}")
         if fold.get("lane_rank_rotations_refused"):
             refused.append(f"lane orbits rotating GPUs inside hosts: "
                            f"{fold['lane_rank_rotations_refused']}")
@@ -167,16 +210,7 @@ class WorkloadResult(IterationResult):
             "memory_per_gpu_bytes": dict(plan.estimate.breakdown()),
             "memory_capacity_bytes": plan.capacity_bytes,
             "memory_stage": plan.estimate.stage,
-            "layout": {
-                "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "ep": lo.ep,
-                **({"etp": lo.expert_tp} if lo.separate_expert_tp else {}),
-                "sp": lo.sequence_parallel, "zero_stage": lo.zero_stage, "schedule": lo.schedule,
-                "virtual_stages": lo.virtual_stages,
-                "pipeline_layers": list(lo.layer_counts(model.layers)), "micro_batch": lo.micro_batch,
-                "global_batch": gb, "num_micro_batches": lo.num_micro_batches,
-                "recompute": lo.recompute, "attention": lo.attention, "order": "-".join(lo.order),
-                "describe": lo.describe(),
-            },
+            "layout": layout_summary(plan),
             "overlap": {"tp_comm_overlap": plan.overlap.tp_comm_overlap,
                         "fuse_optimizer_allreduce": plan.overlap.fuse_optimizer_allreduce},
             "groups": self.groups_summary(),
