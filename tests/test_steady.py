@@ -217,3 +217,21 @@ def test_explore_marks_the_extrapolated_rows(tmp_path):
         for col in ("iteration_s", "tokens_per_s", "mfu", "bubble_fraction", "exposed_comm_total_s",
                     "memory_per_gpu_bytes.total"):
             assert math.isclose(e[col], f[col], rel_tol=TOLERANCE, abs_tol=FRACTION_ABS), col
+
+
+def test_sweep_report_marks_the_extrapolated_points(tmp_path):
+    from dessim.cli.explore_cmd import explore_spec
+    from dessim.sweep.analysis import describe
+    from dessim.sweep.runner import run_sweep
+    from dessim.sweep.spec import parse_sweep
+    from tests.test_sweep_workload import TINY
+
+    wl = tmp_path / "tiny.yaml"
+    wl.write_text(TINY)
+    spec = parse_sweep(explore_spec(str(wl), TOPOLOGY, memory={"hbm_capacity": "20MB"},
+                                    overrides={"training": {"global_batch": 256}}), "test")
+    text = describe(run_sweep(spec, workers=1))
+    assert "* micro-batch extrapolation: each marked row was simulated" in text
+    best = text.splitlines()[text.splitlines().index(next(l for l in text.splitlines()
+                                                          if l.startswith("best"))) + 2]
+    assert best.split()[0].endswith("*")
