@@ -225,6 +225,8 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
               else planned_checkpoint_bytes(workload, overrides, topo.num_gpus))
     # the transfers first: their network state is freed before the iteration's simulation
     ckpt = checkpoint_times(topo, nbytes, storage_bw) if nbytes is not None else None
+    # the energy model reads every task's activity: replay every micro-batch (no extrapolation)
+    overrides = {**(overrides or {}), "extrapolate": False}
     iterations = [simulate_workload(workload, topo, overrides=overrides, options=engine)]
     if not hasattr(iterations[0], "summary") or not hasattr(iterations[0], "iteration_s"):
         raise DessimError("train: this workload kind has no iteration result to scale")

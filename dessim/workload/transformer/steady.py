@@ -85,6 +85,8 @@ COUNTERS = ("events", "shortcuts.merged_image_runs", "shortcuts.lane_family_runs
 DERIVED = ("tokens_per_s", "samples_per_s", "model_flops", "hardware_flops", "model_tflops_per_gpu",
            "hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction", "exposed_comm_total_s",
            "layout", "wall_s")
+#: Nested entries recomputed likewise (dotted paths).
+DERIVED_NESTED = ("fold.max_lane_skew_rel",)
 #: The summary entry of the raw bubble figures while combining (removed afterwards).
 _BUBBLE = "_bubble"
 
@@ -152,6 +154,8 @@ def _combine(path: str, values: Sequence[Any], periods: int) -> Any:
     ``periods = (m − m3)/s``. :data:`COUNTERS` are summed instead."""
     if path in COUNTERS:
         return _total(path, values)
+    if path in DERIVED_NESTED:
+        return None                               # recomputed by the caller
     first = values[0]
     if all(isinstance(v, dict) for v in values):
         keys = list(first)
