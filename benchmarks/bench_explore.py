@@ -18,6 +18,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,17 +56,22 @@ def run(args: list[str], timeout: float, interval: float) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "dessim.cli.main", *args]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env, cwd=ROOT)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
-        if time.perf_counter() - t0 > timeout:
-            proc.kill()
-            break
-        time.sleep(interval)
-    out = proc.communicate()[0]
-    wall = time.perf_counter() - t0
+    # the output goes to a file, not a pipe: a pipe read only at the end fills up (64 KiB) and
+    # blocks a command that prints more, e.g. explore --json
+    with tempfile.TemporaryFile("w+") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.DEVNULL, text=True,
+                                env=env, cwd=ROOT)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss(proc.pid))
+            if time.perf_counter() - t0 > timeout:
+                proc.kill()
+                break
+            time.sleep(interval)
+        proc.wait()
+        wall = time.perf_counter() - t0
+        sink.seek(0)
+        out = sink.read()
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     largest = largest if sys.platform == "darwin" else largest * 1024
     return {"command": "dessim " + " ".join(args), "wall_s": wall, "peak_tree_rss_bytes": peak,
