@@ -235,3 +235,18 @@ def test_sweep_report_marks_the_extrapolated_points(tmp_path):
     best = text.splitlines()[text.splitlines().index(next(l for l in text.splitlines()
                                                           if l.startswith("best"))) + 2]
     assert best.split()[0].endswith("*")
+
+
+def test_never_with_kernel_jitter_and_a_bad_value_is_an_error():
+    from dessim.engine import EngineOptions
+    from dessim.errors import WorkloadError
+    from dessim.workload.transformer.plan import plan_workload
+
+    overrides = {**SMALL, "tp": 2, "pp": 2, "dp": 2, "global_batch": 160}
+    plan, _ = plan_workload("gpt3-1.3b", TOPOLOGY, overrides=overrides)
+    assert steady.applies(plan, EngineOptions())
+    assert not steady.applies(plan, EngineOptions(noise={"kernel_jitter_sigma": 0.1, "seed": 1}))
+    assert not steady.applies(plan_workload("gpt3-1.3b", TOPOLOGY,
+                                            overrides={**overrides, "extrapolate": False})[0], None)
+    with pytest.raises(WorkloadError, match="extrapolate='yes' must be true, false or null"):
+        plan_workload("gpt3-1.3b", TOPOLOGY, overrides={**overrides, "extrapolate": "yes"})

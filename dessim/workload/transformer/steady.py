@@ -25,7 +25,8 @@ What is run
       ``f(m) = f3 + (m − m3)/s · (f3 − f1)/2``;
 
     anything else (a figure that differs but is not a number, keys that differ, a memory
-    estimate unlike the full plan's) refuses. A failed check retries with ``m1`` doubled
+    estimate unlike the full plan's) refuses. Counters of the simulation's own work
+    (:data:`COUNTERS`: engine events, memo and lane-family runs) are summed over the runs. A failed check retries with ``m1`` doubled
     (kept ``≡ m (mod s)``); the derived figures (tokens/s, model and hardware FLOP/s, MFU,
     HFU, the bubble fraction, the total exposed communication, the lane skew relative to
     the iteration) are recomputed from the extrapolated ones and the full plan exactly as
@@ -43,10 +44,12 @@ Tolerance
 When it applies (:func:`applies`)
     Only where the caller needs summary figures, not per-task records (the result has no
     task graph or engine result to write timelines from): sweeps and ``dessim explore``,
-    ``dessim simulate`` without a per-task output. Only with pipeline micro-batches to
-    spare: ``m ≥ PAYOFF · (m1 + m2 + m3)/3``, so that the three runs, whose cost grows
-    about linearly with their micro-batches, cost at most ``3/PAYOFF`` of the full replay
-    (at ``PAYOFF = 4``: three quarters, in practice far less for large ``m``); a retry is made
+    ``dessim simulate`` without a per-task output. Only with micro-batches to spare: all
+    attempts together simulate at most :data:`BUDGET` (a quarter) of the full run's
+    micro-batches (the first needs ``3·(m1 + s) ≤ m/4``). The runs' cost grows about
+    linearly with their micro-batches, so an accepted extrapolation costs about a quarter of
+    the full replay or less (plus three runs' fixed costs: set-up, gradient reduction,
+    optimizer), and a refused one at most 25 % more than the full replay alone; a retry is made
     only while this still holds. Never with per-task random draws (``noise.kernel_jitter_sigma``:
     every task's draw depends on the order all tasks started in).
 """
