@@ -56,7 +56,8 @@ def main() -> None:
     for gpus in args.sizes:
         workload, topology, layout = CASES[gpus]
         t0 = time.perf_counter()
-        result = simulate_workload(workload, topology, overrides=layout)
+        # a chart needs every task: no micro-batch extrapolation
+        result = simulate_workload(workload, topology, overrides={**layout, "extrapolate": False})
         sim_s = time.perf_counter() - t0
         labels = workload_labels(result, topology)
         t0 = time.perf_counter()
