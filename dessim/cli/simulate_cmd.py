@@ -155,7 +155,8 @@ LARGE_GRAPH_TASKS = 200_000
               help="Steady-state micro-batch extrapolation (default: on where it applies: many "
                    "micro-batches and no per-task output): simulate the layout at three small "
                    "micro-batch counts, check that every figure is affine in them and extrapolate "
-                   "it to the full count (approximate to the checked tolerance, 1e-9 relative; "
+                   "it to the full count (approximate: each figure within 0.1 % of itself, times within "
+                   "1e-4 of the iteration; "
                    "refused, with the reason, where the check fails). See docs/performance.md.")
 @click.option("--exact", is_flag=True,
               help="Turn every shortcut off (layer granularity, no folding and so no merged "

@@ -389,11 +389,12 @@ def extrapolation_note(table) -> str | None:
     if not len(rows):
         return None
     sims = sorted({s for s in rows["extrapolation.simulated_micro_batches"]})
-    tol = rows["extrapolation.tolerance"].max()
+    bound, times = rows["extrapolation.error_bound"].max(), rows["extrapolation.time_bound"].max()
     return (f"{MARK} micro-batch extrapolation: each marked row was simulated at three small "
             f"micro-batch counts ({'; '.join(s.strip('[]') for s in sims)}) and its figures "
-            f"extrapolated to the full count from a steady state checked to {tol:g} relative "
-            "(approximate to that tolerance); dessim simulate --exact replays every micro-batch")
+            f"extrapolated to the full count from a checked steady state (approximate: each within "
+            f"{bound:.1%} of itself, times within {times:g} of the iteration); dessim simulate "
+            "--exact replays every micro-batch")
 
 
 def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> str:
