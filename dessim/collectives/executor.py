@@ -33,6 +33,7 @@ member as its own transfer: same results (tests/test_scale_equivalence.py).
 from __future__ import annotations
 
 import math
+import weakref
 from array import array
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
@@ -317,10 +318,23 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     return run
 
 
+#: per network: (protocol name, algorithm, network overhead s, lane family or None) ->
+#: {(source, destination): software step latency (s)} — see :class:`_Charges`
+_STEP_EXTRAS: "weakref.WeakKeyDictionary[object, dict[tuple, dict]]" = weakref.WeakKeyDictionary()
+
+
 class _Charges:
     """What a protocol adds to each transfer of a schedule: the wire factor of its bytes and
     its software step latency ``max(0, NCCL hop latency - route latency)`` (s), per
-    (source, destination), memoised (:mod:`dessim.collectives.protocols`)."""
+    (source, destination), memoised (:mod:`dessim.collectives.protocols`).
+
+    The step latency is a function of the protocol's name, the algorithm, the ring's network
+    overhead and the pair's route (key 0) on the network alone, so its memo is shared by
+    every schedule run on one network with the same (protocol, algorithm, overhead): an
+    all-to-all replayed thousands of times pays its link classes once per pair, not once per
+    pair and run. With a lane family, a pair's value is kept in the family's own table only
+    once every image of the pair was found to pay the same latency (a refusal is raised again
+    on the next call, never memoised)."""
 
     def __init__(self, network, protocol: Protocol, schedule: Schedule,
                  family: LaneFamily | None = None) -> None:
@@ -329,7 +343,6 @@ class _Charges:
         self.protocol = protocol
         self.algorithm = algorithm = schedule.algorithm
         self.factor = protocol.wire_factor
-        self._extra: dict[tuple, float] = {}
         self.overhead = 0.0
         if not protocol.is_raw and algorithm in ("ring", "dbtree"):
             topo = network.topology
@@ -341,21 +354,39 @@ class _Charges:
             elif nodes > 1:
                 self.overhead = net_overhead(protocol, algorithm,
                                              topo.meta.get("cpu_vendor") == "amd")
+        tables = _STEP_EXTRAS.get(network)
+        if tables is None:
+            tables = _STEP_EXTRAS[network] = {}
+        base = (protocol.name, algorithm, self.overhead)
+        #: (src, dst) -> software latency, checked against ``family``'s images when it has one
+        self._extra: dict[tuple, float] = tables.setdefault(base + (family,), {})
+        #: (src, dst) -> software latency of the pair alone (shared with runs without family)
+        self._plain: dict[tuple, float] = (self._extra if family is None
+                                           else tables.setdefault(base + (None,), {}))
 
     def extra(self, src: int | str, dst: int | str) -> float:
         if self.protocol.is_raw or (isinstance(src, str) and isinstance(dst, str)):
             return 0.0          # raw model, or a step inside the network (switch to switch)
         got = self._extra.get((src, dst))
         if got is None:
-            got = self._extra[(src, dst)] = self._step_extra(src, dst)
+            got = self._pair_extra(src, dst)
             if self.family is not None:
                 for a, b, _ in self.family.images(src, dst, 0):
-                    if self._step_extra(a, b) != got:
+                    if self._pair_extra(a, b) != got:
                         raise QuotientBroken(f"{self.algorithm} transfer {src} -> {dst}: its lane "
                                              f"image {a} -> {b} pays another software latency")
+                self._extra[(src, dst)] = got
+        return got
+
+    def _pair_extra(self, src: int | str, dst: int | str) -> float:
+        """:meth:`_step_extra` of one pair, memoised in the shared table of pairs alone."""
+        got = self._plain.get((src, dst))
+        if got is None:
+            got = self._plain[(src, dst)] = self._step_extra(src, dst)
         return got
 
     def _step_extra(self, src: int | str, dst: int | str) -> float:
+        """The software latency of ``src -> dst``, computed (not memoised)."""
         resolve = self.net.topology.resolve
         a, b = resolve(src), resolve(dst)
         if a == b:
