@@ -125,3 +125,32 @@ def test_simulate_names_the_per_link_memo_and_exact_turns_it_off():
     exact = CliRunner().invoke(cli, args + ["--exact"])
     assert exact.exit_code == 0, exact.output
     assert "per-link memo" not in exact.output
+
+
+
+def test_the_route_budget_only_switches_the_shortcut(monkeypatch):
+    """Past :data:`~dessim.engine.links.ROUTE_BUDGET` routed pairs the shortcut turns itself
+    off for the run (every collective simulated) and nothing else changes; at a budget of
+    exactly what the run's footprints route it stays on. (The budget is a speed guard:
+    raising it for the 2,048-GPU deepseek-v3, whose footprints route 83,712 pairs, must not
+    change a result.)"""
+    import dessim.engine.links as links
+    from dessim.engine.engine import _Run
+    from dessim.workload.kinds import generate_workload
+
+    gen = generate_workload("gpt3-1.3b", "dgx-a100:nodes=1", overrides=TP_PP)
+    run = _Run(gen.graph, gen.topology, EngineOptions(record_links=False), None)
+    run.run()
+    needed = run.links._routed
+    assert run.links.on and run.links.replayed > 0 and needed > 1
+    on = _run(TP_PP, True)
+    monkeypatch.setattr(links, "ROUTE_BUDGET", needed)
+    at_budget = _run(TP_PP, True)
+    assert (at_budget.simulation.meta["collective_memo"]
+            == on.simulation.meta["collective_memo"])
+    assert at_budget.iteration_s == on.iteration_s
+    monkeypatch.setattr(links, "ROUTE_BUDGET", needed - 1)
+    off = _run(TP_PP, True)
+    assert off.simulation.meta["collective_memo"]["replayed_on_links"] == 0
+    assert on.simulation.meta["collective_memo"]["replayed_on_links"] > 0
+    _assert_same(on, off)
