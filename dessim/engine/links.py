@@ -62,7 +62,7 @@ SEARCH_BUDGET: int = 2_000
 #: once per run, at its first proof, for every network task signature of the graph: the
 #: 2,048-GPU deepseek-v3 needs 83,712 pairs (its 64-rank expert all-to-alls × 128 lanes'
 #: pipeline sends), llama3-405b 20,480 and llama3-405b-cp16 102,400 (their cost:
-#: docs/performance.md, step 24). Speed only: past it the collectives are simulated.
+#: docs/performance.md, step 25). Speed only: past it the collectives are simulated.
 ROUTE_BUDGET: int = 250_000
 
 #: The shortcut turns itself off for the run when fewer than :data:`MIN_REPLAY_FRACTION` of
