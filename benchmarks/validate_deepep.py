@@ -46,14 +46,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dessim.collectives import run_collective  # noqa: E402
+from dessim.workload.common.precision import PRECISIONS  # noqa: E402
 from dessim.workload.transformer.layout import deepep_rail_options  # noqa: E402
 from dessim.workload.transformer.routing import MoERouting  # noqa: E402
 
 CSV = ROOT / "validation" / "deepep_kernels.csv"
 #: GPUs per H800 node (DGX/HGX H800).
 PER_NODE = 8
-#: FP8 elements per fp32 scale (DeepEP's ``per_token_cast_to_fp8``: 128-element groups).
-FP8_GROUP = 128
+#: DeepEP's FP8 rows (``per_token_cast_to_fp8``: one fp32 scale per 128 elements) are the
+#: ``fp8-block`` recipe's quantised bytes.
+FP8_ROWS = PRECISIONS["fp8-block"]
 #: Extra bytes per FP8 message the low-latency test counts (``num_fp8_bytes``: a 16-byte header).
 LL_FP8_HEADER = 16
 #: Stated agreement, by the row's ``bottleneck`` (the link DeepEP names, or its maintainers
@@ -69,7 +71,7 @@ def row_bytes(wire: str, hidden: int, kernel: str) -> float:
     """Bytes of one token row as the DeepEP test counts them."""
     if wire == "bf16":
         return 2.0 * hidden
-    return hidden + hidden / FP8_GROUP * 4 + (LL_FP8_HEADER if kernel == "low_latency" else 0)
+    return FP8_ROWS.quantized_bytes(hidden) + (LL_FP8_HEADER if kernel == "low_latency" else 0)
 
 
 def simulate_row(r) -> dict:
