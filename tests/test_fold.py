@@ -315,7 +315,7 @@ def test_expert_parallel_lanes_map_ep_groups_onto_ep_groups():
     from dessim.workload.transformer.layout import ParallelLayout
 
     lo = ParallelLayout(tp=2, pp=1, dp=8, ep=4, global_batch=8)
-    groups = {frozenset(g) for kind in ("ep", "edp_cp", "tp") for g in lo.groups(kind)}
+    groups = {frozenset(g) for kind in ("ep", "edp", "tp") for g in lo.groups(kind)}
     for perm in lane_permutations(lo):
         assert sorted(perm.tolist()) == list(range(lo.world_size))
         assert all(frozenset(perm[list(g)].tolist()) in groups for g in groups)

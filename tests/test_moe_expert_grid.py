@@ -74,7 +74,7 @@ def test_groups_are_megatron_cores_rank_generators(tp, cp, dp, pp, ep, etp, orde
     for kind, token in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("pp", "pp"), ("dp_cp", "dp-cp"),
                         ("mp", "tp-pp")):
         assert list(lo.groups(kind)) == _rank_generator(dense, morder, token), kind
-    for kind, token in (("etp", "tp"), ("ep", "ep"), ("edp", "dp"), ("edp_cp", "dp"), ("tp_ep", "tp-ep")):
+    for kind, token in (("etp", "tp"), ("ep", "ep"), ("edp", "dp"), ("tp_ep", "tp-ep")):
         assert list(lo.groups(kind)) == _rank_generator(expert, morder, token), kind
         assert all(lo.group_of(r, kind) == g for g in lo.groups(kind) for r in g)
     assert lo.edp == edp
@@ -87,7 +87,7 @@ def test_cp_and_dp_carry_expert_parallelism_beyond_dp():
     index 0, one expert shard each, and every expert has one copy (expert DP 1)."""
     lo = ParallelLayout(tp=2, cp=2, dp=2, ep=4, sp=True)
     assert lo.groups("ep") == ((0, 2, 4, 6), (1, 3, 5, 7))
-    assert lo.groups("edp_cp") == tuple((r,) for r in range(8))
+    assert lo.groups("edp") == tuple((r,) for r in range(8))
     assert [lo.coords(r).ep for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
@@ -111,7 +111,7 @@ def test_dense_layouts_build_no_expert_grid():
     Megatron-core expert-grid check for a grid that is not built)."""
     lo = ParallelLayout(tp=2, cp=2, dp=2, pp=2, order=("tp", "dp", "pp", "cp"))
     assert not lo.expert_grid
-    assert lo.groups("edp_cp") == lo.groups("dp_cp") and lo.groups("etp") == lo.groups("tp")
+    assert lo.groups("edp") == lo.groups("dp_cp") and lo.groups("etp") == lo.groups("tp")
     assert lo.groups("ep") == tuple((r,) for r in range(16))
 
 
@@ -152,7 +152,7 @@ def test_lanes_map_every_group_kind_and_the_cp_ring_onto_themselves(tp, cp, dp, 
     lo = ParallelLayout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, sp=tp > 1, order=order)
     perm = lane_permutations(lo)
     assert perm.shape == (lanes, lo.world_size)
-    for kind in ("tp", "cp", "dp", "pp", "dp_cp", "etp", "ep", "edp_cp", "tp_ep"):
+    for kind in ("tp", "cp", "dp", "pp", "dp_cp", "etp", "ep", "edp", "tp_ep"):
         groups = set(lo.groups(kind))
         for lane in perm:
             assert sorted(lane.tolist()) == list(range(lo.world_size))
@@ -171,7 +171,7 @@ def test_cli_accepts_ep_over_cp_and_dp_and_refuses_with_one_line():
     ok = runner.invoke(main, base + ["--dp", "4", "--ep", "4"])
     assert ok.exit_code == 0, ok.output
     assert "ep  [0, 2, 4, 6] [1, 3, 5, 7] ... (4 groups of 4)" in ok.output
-    assert "edp_cp [0, 8] [1, 9] ... (8 groups of 2)" in ok.output
+    assert "edp [0, 8] [1, 9] ... (8 groups of 2)" in ok.output
     bad = runner.invoke(main, base + ["--dp", "2", "--ep", "8"])
     lines = [ln for ln in bad.output.splitlines() if ln.strip()]
     assert bad.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:")

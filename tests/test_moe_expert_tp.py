@@ -51,7 +51,7 @@ def _megatron_expert_groups(tp: int, cp: int, dp: int, pp: int, etp: int, ep: in
     world = tp * cp * dp * pp
     edp = world // (etp * ep * pp)
     sizes = {"etp": etp, "ep": ep, "edp": edp, "pp": pp}
-    varying = {"etp": ("etp",), "ep": ("ep",), "edp_cp": ("edp",), "tp_ep": ("etp", "ep")}[kind]
+    varying = {"etp": ("etp",), "ep": ("ep",), "edp": ("edp",), "tp_ep": ("etp", "ep")}[kind]
     groups: dict[tuple, list[int]] = {}
     for c in product(*(range(sizes[d]) for d in ("etp", "ep", "edp", "pp"))):
         coord = dict(zip(("etp", "ep", "edp", "pp"), c))
@@ -68,14 +68,14 @@ def test_expert_groups_are_megatron_cores(tp, cp, dp, pp, etp, ep):
     the attention groups stay those of tp × cp × dp × pp, and every rank's expert-DP group
     has world / (etp·ep·pp) members."""
     lo = ParallelLayout(tp=tp, cp=cp, dp=dp, pp=pp, etp=etp, ep=ep, sp=tp > 1)
-    for kind in ("etp", "ep", "edp_cp", "tp_ep"):
+    for kind in ("etp", "ep", "edp", "tp_ep"):
         assert list(lo.groups(kind)) == _megatron_expert_groups(tp, cp, dp, pp, etp, ep, kind), kind
         assert all(lo.group_of(g[0], kind) == g for g in lo.groups(kind))
     plain = ParallelLayout(tp=tp, cp=cp, dp=dp, pp=pp, sp=tp > 1)
     for kind in ("tp", "cp", "dp", "pp", "dp_cp"):
         assert lo.groups(kind) == plain.groups(kind), kind
     assert lo.edp == lo.world_size // (etp * ep * pp)
-    assert {len(g) for g in lo.groups("edp_cp")} == {lo.edp}
+    assert {len(g) for g in lo.groups("edp")} == {lo.edp}
 
 
 def test_unset_or_equal_etp_is_the_old_layout():
@@ -84,7 +84,7 @@ def test_unset_or_equal_etp_is_the_old_layout():
     old = ParallelLayout(tp=2, dp=8, ep=4, sp=True)
     same = ParallelLayout(tp=2, dp=8, ep=4, sp=True, etp=2)
     assert not same.separate_expert_tp and same.expert_tp == 2
-    for kind in ("tp", "ep", "edp", "edp_cp", "tp_ep", "dp"):
+    for kind in ("tp", "ep", "edp", "tp_ep", "dp"):
         assert old.groups(kind) == same.groups(kind)
     assert same.groups("etp") == old.groups("tp")
     spec = _spec()
@@ -218,7 +218,7 @@ def test_cli_flag_and_error_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error:") and "etp × ep" in lines[0]
     show = runner.invoke(main, ["workload", "show", str(path), "--etp", "2", "--ep", "4", "--dp", "4"])
     assert show.exit_code == 0, show.output
-    assert "etp [0, 1] [2, 3] ... (8 groups of 2)" in show.output and "edp_cp [0, 8] [1, 9]" in show.output
+    assert "etp [0, 1] [2, 3] ... (8 groups of 2)" in show.output and "edp [0, 8] [1, 9]" in show.output
 
 
 def test_megatron_flag_maps_to_etp():
@@ -244,7 +244,7 @@ def test_fold_lanes_map_every_group_kind_onto_its_kind(tp, cp, dp, pp, etp, ep):
     perm = lane_permutations(lo)
     period = math.lcm(tp * cp, etp * ep)
     assert perm.shape == (tp * cp * dp // period, lo.world_size)
-    for kind in ("tp", "cp", "dp", "pp", "dp_cp", "etp", "ep", "edp_cp", "tp_ep"):
+    for kind in ("tp", "cp", "dp", "pp", "dp_cp", "etp", "ep", "edp", "tp_ep"):
         groups = set(lo.groups(kind))
         for lane in perm:
             assert {tuple(sorted(int(lane[r]) for r in g)) for g in groups} == groups, kind

@@ -158,7 +158,7 @@ def list_cmd(as_json: bool) -> None:
 def _groups_text(layout) -> list[str]:
     lines = []
     for kind in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if layout.separate_expert_tp else ()) + (
-            ("edp_cp",) if layout.expert_grid and (layout.separate_expert_tp or layout.cp > 1) else ()):
+            ("edp",) if layout.expert_grid and (layout.separate_expert_tp or layout.cp > 1) else ()):
         gs = layout.groups(kind)
         if len(gs[0]) == 1:
             continue

@@ -4,7 +4,7 @@ are packed into buckets.
 
 Gradient buckets (PyTorch DDP / Megatron-LM ``overlap_grad_reduce``)
     Gradients become ready block by block in backward order. Each reduction group kind (e.g.
-    ``dp_cp`` for dense weights and ``edp_cp`` for expert weights, or just ``dp``) has its
+    ``dp_cp`` for dense weights and ``edp`` for expert weights, or just ``dp``) has its
     own bucket; a block's gradient bytes are added to it, and as soon as it holds at least
     ``limit`` bytes it is reduced — right after the block that filled it, so the reduction
     overlaps the rest of the backward. What is left is reduced after the last block, group

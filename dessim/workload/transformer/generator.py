@@ -109,7 +109,7 @@ __all__ = ["GeneratorOptions", "WorkloadPlan", "make_plan", "build_taskgraph", "
 COMM_CATEGORIES: tuple[str, ...] = ("tp", "dp", "pp", "ep", "cp", "offload")
 
 #: Group kinds the passes and the DP reduction use (see ParallelLayout.groups).
-_GROUP_KINDS: tuple[str, ...] = ("tp", "cp", "ep", "tp_ep", "dp_cp", "edp_cp")
+_GROUP_KINDS: tuple[str, ...] = ("tp", "cp", "ep", "tp_ep", "dp_cp", "edp")
 #: Group kinds of the MoE all-to-all: ``ep``, or ``tp_ep`` for DeepEP with TP (its
 #: communication group spans the TP × EP ranks, :meth:`_Generator._ep_kind`).
 _EP_KINDS: frozenset[str] = frozenset({"ep", "tp_ep"})
@@ -401,9 +401,9 @@ class _Generator:
         """DualPipe: stage ``s`` and stage ``pp-1-s`` hold the same two pieces (``s`` and
         ``pp-1-s``), so each piece's gradients are reduced over the data-parallel groups of
         both stages (DualPipe's 2× parameters; DeepSeek-AI 2024 §3.2.1): group kinds
-        ``dp_cp@j`` / ``edp_cp@j`` for piece ``j``, each with its own collective sequence."""
+        ``dp_cp@j`` / ``edp@j`` for piece ``j``, each with its own collective sequence."""
         lo = self.lo
-        for kind in ("dp_cp", "edp_cp"):
+        for kind in ("dp_cp", "edp"):
             base = self.groups[kind]
             for rank in range(lo.world_size):
                 stage = lo.stage_of(rank)
@@ -412,7 +412,7 @@ class _Generator:
                     self.groups.setdefault(f"{kind}@{lo.piece_of(stage, chunk)}", {})[rank] = merged
 
     def _grad_kind(self, kind: str, stage: int, chunk: int) -> str:
-        """The rank-group kind that reduces a chunk's gradients (``dp_cp`` or ``edp_cp``; per
+        """The rank-group kind that reduces a chunk's gradients (``dp_cp`` or ``edp``; per
         piece with DualPipe, :meth:`_replica_groups`)."""
         return f"{kind}@{self.lo.piece_of(stage, chunk)}" if self.bi else kind
 
@@ -487,7 +487,7 @@ class _Generator:
             self.fallback.append("per-rank compute slowdown: TP members would not stay in step")
             self.graph.meta["closed_form_fallback"] = self.fallback[:8]
             return
-        kinds = ("dp_cp", "edp_cp", self.ep_kind, "cp") + (("etp",) if lo.separate_expert_tp else ())
+        kinds = ("dp_cp", "edp", self.ep_kind, "cp") + (("etp",) if lo.separate_expert_tp else ())
         others = [g for kind in kinds for g in lo.groups(kind)]
         if self.bi:      # DualPipe reduces gradients over two stages' DP groups together
             others += sorted({g for kind, table in self.groups.items() if "@" in kind for g in table.values()})
@@ -535,9 +535,9 @@ class _Generator:
             cuts: set[int] = set()
             if phase in ("B", "W") and self.lo.zero_stage < 3:
                 grad = self.model.precision_spec.grad_bytes
-                ready = ((b, {"dp_cp": d * grad, "edp_cp": e * grad}) for b, d, e in t.block_params)
+                ready = ((b, {"dp_cp": d * grad, "edp": e * grad}) for b, d, e in t.block_params)
                 cuts = {t.completes[b.after] for b in fill_buckets(ready, self.plan.bucket_size,
-                                                                     ("dp_cp", "edp_cp"))}
+                                                                     ("dp_cp", "edp"))}
             self.timelines[key] = pass_timeline(t.steps, cuts, lambda k: self.em.kernel_time(rank, k),
                                                 lambda s: self._tp_time(s, group))
         return self.timelines[key]
@@ -1080,11 +1080,11 @@ class _Generator:
         op = "allreduce" if lo.zero_stage == 0 and not fused else "reducescatter"
         grad = self.model.precision_spec.grad_bytes
         limit = self.plan.bucket_size
-        ready = ((block, {"dp_cp": dense * grad, "edp_cp": expert * grad})
+        ready = ((block, {"dp_cp": dense * grad, "edp": expert * grad})
                  for block, dense, expert in t.block_params)
         made = [self._bucket(rank, self._grad_kind(b.group, stage, chunk), op, b.nbytes,
                              ids[t.completes[b.after]], mb)
-                for b in fill_buckets(ready, limit, ("dp_cp", "edp_cp"))]
+                for b in fill_buckets(ready, limit, ("dp_cp", "edp"))]
         return [b for b in made if b[1] > 0]
 
     def _bucket(self, rank: int, gkind: str, op: str, nbytes: float, deps: list[str],
@@ -1108,8 +1108,8 @@ class _Generator:
         lo, model = self.lo, self.model
         prec = model.precision_spec
         copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
-        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * copies} if lo.zero_stage >= 1 else {
-            "dp_cp": 1, "edp_cp": 1}
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp": lo.edp * copies} if lo.zero_stage >= 1 else {
+            "dp_cp": 1, "edp": 1}
         deps = [last_compute] if last_compute else []
         # every DP reduction of this rank must be done (FIFO streams: the last of each suffices)
         for stream in ("dp", "dp.ag"):
@@ -1117,7 +1117,7 @@ class _Generator:
             if last:
                 deps.append(last)
         blocks = [b for c in range(self.v) for b in self._blocks(stage, c)]
-        updates = [(b.name, b.params[0] / shard["dp_cp"] + b.params[1] / shard["edp_cp"]) for b in blocks]
+        updates = [(b.name, b.params[0] / shard["dp_cp"] + b.params[1] / shard["edp"]) for b in blocks]
         target = self.plan.memory.offload_optimizer
         if target == "none":
             total = sum(u for _, u in updates)
@@ -1150,7 +1150,7 @@ class _Generator:
         parameters of a one-rank group (nothing to reduce) in one step after the backward."""
         lo, prec = self.lo, self.model.precision_spec
         copies = 2 if self.bi else 1     # DualPipe: two stages hold each piece (_replica_groups)
-        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp_cp": lo.edp * copies}
+        shard = {"dp_cp": lo.dp * lo.cp * copies, "edp": lo.edp * copies}
         base = [last_compute] if last_compute else []
         for n, (gkind, nbytes, done) in enumerate(buckets):
             k = optimizer_kernel(f"optimizer.bucket{n}", nbytes / prec.grad_bytes / len(self.groups[gkind][rank]),
@@ -1161,7 +1161,7 @@ class _Generator:
             self._collective(rank, f"dp allgather params bucket{n} ({gkind})", "dp", "dp", "allgather",
                              nbytes * prec.param_bytes / prec.grad_bytes, self.groups[gkind][rank], [opt], gkind)
         blocks = [b for c in range(self.v) for b in self._blocks(stage, c)]
-        rest = sum(b.params[i] for b in blocks for i, g in enumerate(("dp_cp", "edp_cp")) if shard[g] == 1)
+        rest = sum(b.params[i] for b in blocks for i, g in enumerate(("dp_cp", "edp")) if shard[g] == 1)
         if rest:
             k = optimizer_kernel("optimizer.step", rest, prec)
             step = Step("compute", k.name, "optimizer", "compute", block="optimizer", kernels=[k])

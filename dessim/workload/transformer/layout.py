@@ -40,8 +40,9 @@ pp=..., cp=1, ...)``, ``expert_data_parallel_size = world_size // (etp · ep · 
 
 Group names accepted by :meth:`ParallelLayout.groups`: ``tp``, ``cp``, ``dp``, ``pp`` (the
 pipeline chains, in stage order), ``dp_cp`` (gradient reduction of dense weights when ``cp > 1``: CP ranks hold the same
-weights) and ``mp`` (model parallel: ``tp × pp``) on the attention grid; ``ep``, ``edp`` (=
-``edp_cp``, the gradient reduction of expert weights), ``etp`` (expert TP) and ``tp_ep``
+weights) and ``mp`` (model parallel: ``tp × pp``) on the attention grid; ``ep``, ``edp`` (expert
+data parallel, also the gradient reduction of expert weights: Megatron-core's expert DP
+group already spans CP, so there is no separate ``_cp`` kind), ``etp`` (expert TP) and ``tp_ep``
 (expert TP × EP) on the expert grid.
 """
 
@@ -95,8 +96,7 @@ GROUP_DIMS: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType({
     "ep": ("expert", ("ep",)),
     "tp_ep": ("expert", ("etp", "ep")),   # DeepEP's communication group with TP (Megatron-core ``tp_ep``)
     "etp": ("expert", ("etp",)),
-    "edp": ("expert", ("edp",)),
-    "edp_cp": ("expert", ("edp",)),      # Megatron-core's expert DP group already spans CP
+    "edp": ("expert", ("edp",)),      # also the expert weights' gradient reduction: it spans CP
 })
 
 #: Activation-recomputation policies (Korthikanti et al. 2022, arXiv:2205.05198, §4):

@@ -4,7 +4,7 @@ through one model chunk, as a rank-independent list of :class:`Step` templates.
 The task-graph generator (:mod:`dessim.workload.transformer.generator`) stamps these templates out for
 every rank and micro-batch. A step is a compute segment (one or more kernels of
 :mod:`dessim.workload.transformer.kernels`), a collective on a named rank group (``tp``, ``ep``,
-``dp_cp``, ``edp_cp``), a ring send/recv in the context-parallel group, or a memcpy to/from
+``dp_cp``, ``edp``), a ring send/recv in the context-parallel group, or a memcpy to/from
 far memory. ``deps`` are indices of earlier steps of the same pass; each step also waits for
 the previous step of its stream (program order).
 
@@ -484,7 +484,7 @@ class PassBuilder:
         """ZeRO-3 all-gathers of ``block``'s parameters; returns their step indices."""
         out = []
         dense, expert = block.params
-        for params, group in ((dense, "dp_cp"), (expert, "edp_cp")):
+        for params, group in ((dense, "dp_cp"), (expert, "edp")):
             if params and self._group_size(group) > 1:
                 out.append(self._dp_collective("allgather", params * self.zero3_param_bytes, group,
                                                f"{block.name}.zero3.ag", block.name,
@@ -493,7 +493,7 @@ class PassBuilder:
 
     def _group_size(self, group: str) -> int:
         lo = self.layout
-        return {"dp_cp": lo.dp * lo.cp, "edp_cp": lo.edp}[group]
+        return {"dp_cp": lo.dp * lo.cp, "edp": lo.edp}[group]
 
     # -------------------------------------------------------------- passes
     def forward_like(self, block: Block, kernels: Sequence[Kernel], category: str) -> None:
@@ -585,7 +585,7 @@ class PassBuilder:
     def _reduce_scatter(self, block: Block) -> None:
         dense, expert = block.params
         grad = self.model.precision_spec.grad_bytes
-        for params, group in ((dense, "dp_cp"), (expert, "edp_cp")):
+        for params, group in ((dense, "dp_cp"), (expert, "edp")):
             if params and self._group_size(group) > 1:
                 self._dp_collective("reducescatter", params * grad, group, f"{block.name}.zero3.rs",
                                     block.name, [self.last_compute], "dp")
