@@ -127,8 +127,9 @@ def test_node_limit_shrinks_the_simulated_dispatch():
     options = {tuple(sorted(t.attrs["algo_options"].items())) for t in limited.taskgraph if t.category == "ep"}
     assert {o[1] for o in options} == {("nvlink_first", False), ("nvlink_first", True)}
     # DeepEP's pipeline: 1,024 tokens over 10 channels, 1/4 of them to a node, RDMA chunks of
-    # 8 tokens (32 ranks): 4 chunks, fewer than the cap
-    assert {(o[0], o[3]) for o in options} == {(("network_share", 1 / 8), ("pipeline_chunks", 4))}
+    # 8 tokens (32 ranks): 4 chunks, fewer than the cap, up to 128 / 8 = 16 of them in flight
+    assert {(o[0], o[3], o[4]) for o in options} == \
+        {(("network_share", 1 / 8), ("pipeline_chunks", 4), ("window", 16))}
     assert 4 < DEEPEP_PIPELINE_CHUNKS
     assert [o[2][1] for o in options] == pytest.approx([92 / 15 / 8] * 2, rel=1e-12)
     # the pipelined phases are an approximation, and every summary says so
@@ -175,7 +176,7 @@ def test_too_few_experts_on_m_nodes_is_refused():
 def test_deepep_pipeline_follows_deepeps_chunks():
     """The rail pipeline has DeepEP's RDMA chunks per channel and node (10 channels; 8-token
     chunks at 32-64 ranks, 20/12 at 16 for dispatch/combine; the 160-rank config above),
-    at most DEEPEP_PIPELINE_CHUNKS."""
+    at most DEEPEP_PIPELINE_CHUNKS (a replay-cost cap: their latencies overlap)."""
     from dessim.workload.transformer.layout import deepep_pipeline_chunks
 
     assert deepep_pipeline_chunks(4096, 64, 0.454, False) == DEEPEP_PIPELINE_CHUNKS   # DeepSeek-V3

@@ -20,6 +20,21 @@ network's transfer events (no simpy process per transfer):
 A rank's part ends with the last transfer it sends or receives (for a receive, including its
 reduction). The run's ``done`` event succeeds when every transfer is complete.
 
+**Windowed connections** (a plain schedule with ``params["window"]`` W > 1, e.g. the rail
+all-to-all's ``window`` option): a connection keeps up to W messages in flight, as DeepEP's
+RDMA channels do (deepseek-ai/DeepEP @567632dd ``csrc/kernels/internode.cu``: the
+``kRDMASenderCoordinator`` warp posts each chunk with a non-blocking ``put_nbi`` and stalls
+only when ``num_max_rdma_chunked_recv_tokens`` tokens are unacknowledged). A transfer's FIFO
+predecessor on its connection still serialises the bytes, but not the latency: the transfer
+is *issued* when its other dependencies are complete, its endpoints have arrived and the
+transfer W places back on its connection is complete (a free slot), and its bytes move from
+``max(issue + L, predecessor's finish)``, ``L`` its software plus route latency — so it pays
+only ``max(0, issue + L − now)`` when its predecessor finishes (:meth:`Network.transfer`'s
+``latency``). On an idle connection K messages of ``τ`` seconds each then take
+``L + K·τ`` instead of ``K·(L + τ)`` when ``L <= (W − 1)·τ``; in general message ``c``
+arrives at ``f_c = max(f_{c−1}, f_{c−W} + L) + τ`` (``f_{−1} = −∞``, ``f_{c−W} = 0`` for
+``c < W``; tests/test_rail_window.py). W = 1 is the plain FIFO (every message pays L).
+
 A :class:`~dessim.collectives.schedule.CompactSchedule` is replayed step by step with the same
 semantics (:func:`_run_plan`): when a whole step completes at one instant, the next step's
 members all become ready at that instant, so the step is started as ONE network bundle
@@ -244,6 +259,7 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
                     touching[r].append(i)
 
     state = {"released": 0, "ranks_left": len(left)}
+    window = _Window.of(network, schedule, key_base, run.start_time)
 
     def rank_finished(r: int) -> None:
         run.rank_finish[r] = env.now
@@ -259,6 +275,8 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     def release(i: int) -> None:
         """Transfer i and its reduction are complete: wake dependents, account dst."""
         state["released"] += 1
+        if window is not None:
+            window.done_at[i] = env.now
         for k in range(out_count[i], out_count[i + 1]):
             j = out_index[k]
             waiting[j] -= 1
@@ -284,14 +302,19 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
 
     factor = charges.factor
 
-    def send(i: int) -> None:
+    def send(i: int, head: float | None = None) -> None:
         ev = network.transfer(src[i], dst[i], nbytes[i] * factor, key=key_base + schedule.channel[i],
-                              family=family)
+                              family=family, latency=head)
         ev.callbacks.append(lambda _e, i=i: finished(i))
 
     def start(i: int) -> None:
         run.transfer_start[i] = env.now
         extra = charges.extra(src[i], dst[i])
+        if window is not None and window.pred[i] >= 0:
+            extra, head = window.left(i, extra, env.now)
+            if head is not None:
+                send(i, head)
+                return
         if extra > 0:
             env.timeout(extra).callbacks.append(lambda _e, i=i: send(i))
         else:
@@ -299,6 +322,8 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
 
     def arrived(r: int) -> None:
         absent.discard(r)
+        if window is not None:
+            window.arrived_at[r] = env.now
         if left[r] == 0:
             rank_finished(r)
         for i in touching.pop(r):
@@ -316,6 +341,73 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
             start(i)
     check_done()
     return run
+
+
+class _Window:
+    """The bookkeeping of a windowed plain schedule (module docstring, "Windowed
+    connections"): per transfer its FIFO predecessor on its connection (``pred``, -1: none or
+    not among its dependencies) and the transfer ``W`` places back on it (``back``, -1: none);
+    completion times of transfers (with reductions) and arrival times of ranks, filled by the
+    replay."""
+
+    def __init__(self, network, schedule: Schedule, key_base: int, start: float,
+                 width: int) -> None:
+        n = len(schedule)
+        src, dst, chan = schedule.src, schedule.dst, schedule.channel
+        dep_start, dep_index = schedule.dep_start, schedule.dep_index
+        self.net, self.schedule, self.key_base = network, schedule, key_base
+        self.pred = array("l", [-1]) * n
+        self.back = array("l", [-1]) * n
+        self.done_at = array("d", [0.0]) * n
+        self.arrived_at = dict.fromkeys(schedule.group, start)
+        self._route_latency: dict[tuple[int, int, int], float] = {}
+        on: dict[tuple[int, int, int], list[int]] = {}
+        for i in range(n):
+            seen = on.setdefault((src[i], dst[i], chan[i]), [])
+            if seen and seen[-1] in dep_index[dep_start[i]:dep_start[i + 1]]:
+                self.pred[i] = seen[-1]
+            if len(seen) >= width:
+                self.back[i] = seen[-width]
+            seen.append(i)
+
+    @classmethod
+    def of(cls, network, schedule: Schedule, key_base: int, start: float) -> "_Window | None":
+        """The bookkeeping of ``schedule`` if it is windowed (``params["window"]`` > 1)."""
+        width = schedule.params.get("window", 1)
+        return cls(network, schedule, key_base, start, width) if width > 1 else None
+
+    def _latency(self, i: int) -> float:
+        """Route latency of transfer ``i`` on its ECMP key (s), memoised per connection."""
+        sch = self.schedule
+        conn = (sch.src[i], sch.dst[i], sch.channel[i])
+        got = self._route_latency.get(conn)
+        if got is None:
+            resolve = self.net.topology.resolve
+            a, b = resolve(conn[0]), resolve(conn[1])
+            got = self._route_latency[conn] = \
+                0.0 if a == b else self.net.route(a, b, self.key_base + conn[2]).latency
+        return got
+
+    def left(self, i: int, extra: float, now: float) -> tuple[float, float | None]:
+        """What transfer ``i`` (with a predecessor, which finished ``now``) still pays: its
+        issue time is the latest completion of its other dependencies and of ``back[i]``
+        and its endpoints' arrivals; of its latency ``extra + route`` the part after
+        ``now`` is left. Returns ``(delay, None)`` — wait ``delay`` s, then the full route
+        latency — when at least the route latency is left, else ``(0, head)`` — start now
+        paying ``head`` s of the route latency."""
+        sch = self.schedule
+        issue = max(self.arrived_at[sch.src[i]], self.arrived_at[sch.dst[i]])
+        p, done = self.pred[i], self.done_at
+        for d in sch.dep_index[sch.dep_start[i]:sch.dep_start[i + 1]]:
+            if d != p and done[d] > issue:
+                issue = done[d]
+        if self.back[i] >= 0 and done[self.back[i]] > issue:
+            issue = done[self.back[i]]
+        route = self._latency(i)
+        remaining = issue + extra + route - now
+        if remaining >= route:
+            return remaining - route, None
+        return 0.0, max(0.0, remaining)
 
 
 #: per network: (protocol name, algorithm, network overhead s, lane family or None) ->

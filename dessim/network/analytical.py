@@ -37,9 +37,9 @@ class AnalyticalNetwork(Network):
         super().__init__(env, topology, router=router, record_links=record_links, bundles=bundles)
         self._in_use = [0.0] * len(self.channels)   # bytes/s per channel (record_links=True only)
 
-    def _start(self, route: Route, nbytes: float) -> simpy.Event:
+    def _start(self, route: Route, nbytes: float, latency: float) -> simpy.Event:
         now = self.env.now
-        delay = route.latency + nbytes / route.bottleneck
+        delay = latency + nbytes / route.bottleneck
         done = self.env.timeout(delay, value=now + delay)
 
         def finished(_: simpy.Event) -> None:
@@ -50,7 +50,7 @@ class AnalyticalNetwork(Network):
         done.callbacks.append(finished)
         if self.record_links and nbytes > 0:
             rate = route.bottleneck
-            begin = self.env.timeout(route.latency)
+            begin = self.env.timeout(latency)
             begin.callbacks.append(lambda _: self._load(route, rate))
             done.callbacks.append(lambda _: self._load(route, -rate))
         return done

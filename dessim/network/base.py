@@ -131,7 +131,7 @@ class Network(abc.ABC):
 
     # ------------------------------------------------------------------ public
     def transfer(self, src: str | int, dst: str | int, nbytes: float, *, key: int = 0,
-                 family: LaneFamily | None = None) -> simpy.Event:
+                 family: LaneFamily | None = None, latency: float | None = None) -> simpy.Event:
         """Start a transfer now (``env.now``); endpoints are node names or GPU ranks.
 
         The event succeeds when the last byte arrives; its value is the finish time (s).
@@ -140,6 +140,11 @@ class Network(abc.ABC):
         (see :class:`~dessim.topology.routing.Router`). With ``family`` (ranks only) the
         transfer also stands for its images in the family's other lanes
         (:meth:`family_route`); models that cannot certify families refuse them.
+        ``latency`` (s; None: the route's): the part of the route's latency still to pay
+        before the bytes move, at most the route's (larger values are the route's, negative
+        ones 0) — a message on a connection that keeps several in flight, whose latency
+        overlapped its predecessor's bytes (:func:`~dessim.collectives.executor.run_schedule`,
+        windowed connections).
         """
         s = self._endpoint(src, "source")
         d = self._endpoint(dst, "destination")
@@ -152,7 +157,8 @@ class Network(abc.ABC):
             return done
         route = self.route(s, d, key) if family is None else self.family_route(src, dst, key, family)
         self.flows_started += 1
-        return self._start(route, float(n))
+        head = route.latency if latency is None else min(max(float(latency), 0.0), route.latency)
+        return self._start(route, float(n), head)
 
     #: Whether this model certifies lane families (:mod:`dessim.network.families`) at every
     #: rate solve; :meth:`family_route` refuses them otherwise.
@@ -331,7 +337,7 @@ class Network(abc.ABC):
         :meth:`transfer` semantics on a given route."""
         n = self._size(nbytes, "route", f"{len(route.channels)} channels")
         self.flows_started += 1
-        return self._start(route, float(n))
+        return self._start(route, float(n), route.latency)
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
                      on_done: Callable[[Sequence[int]], None]) -> None:
@@ -361,8 +367,9 @@ class Network(abc.ABC):
 
     # ------------------------------------------------------------------ for subclasses
     @abc.abstractmethod
-    def _start(self, route: Route, nbytes: float) -> simpy.Event:
-        """Start a validated transfer of ``nbytes >= 0`` bytes along ``route`` now."""
+    def _start(self, route: Route, nbytes: float, latency: float) -> simpy.Event:
+        """Start a validated transfer of ``nbytes >= 0`` bytes along ``route`` now, paying
+        ``latency`` seconds (``route.latency`` or less, :meth:`transfer`) before the bytes move."""
 
     def _bytes_by_direction(self, per_direction: list[float]) -> dict[tuple[str, str], float]:
         return dict(zip(self.channels.directions, per_direction))

@@ -283,11 +283,11 @@ class FlowNetwork(Network):
         return len(self._active) + sum(len(b.template) for b in self._bundles.values())
 
     # ------------------------------------------------------------------ Network API
-    def _start(self, route: Route, nbytes: float) -> simpy.Event:
+    def _start(self, route: Route, nbytes: float, latency: float) -> simpy.Event:
         now = self.env.now
         fid = self._next_fid
         self._next_fid += 1
-        join_at = now + route.latency
+        join_at = now + latency
         flow = _Flow(fid, route, nbytes, join_at, self.env.event())
         if type(route) is FamilyRoute:
             self.families_started = True

@@ -40,6 +40,18 @@ send one vector per node over RDMA to the token's home GPU; DeepSeek-V3 report �
 receive from it, ``H·S/p`` bytes (times ``nvlink_share``) — and phase 2 the network exchange of
 ``n·S/p`` bytes (times ``network_share``) from ``(h', i)`` to ``(h, i)``. With ``K`` pipeline
 chunks chunk ``c``'s network phase runs while chunk ``c + 1`` crosses NVLink.
+
+Option ``window`` W (default 1) is how many chunks a connection keeps in flight. With W = 1
+the chunks on a connection form a FIFO chain and each pays the step latency after the
+previous one has arrived. DeepEP posts its RDMA chunks without waiting for the previous one
+(deepseek-ai/DeepEP @567632dd ``csrc/kernels/internode.cu``, ``dispatch``: the
+``kRDMASenderCoordinator`` warp issues ``nvshmemi_ibgda_put_nbi_warp`` per chunk of
+``num_max_rdma_chunked_send_tokens`` tokens, and the ``kRDMASender`` warps stall only while
+``num_max_rdma_chunked_recv_tokens`` tokens of the (channel, node) ring buffer are
+unacknowledged; ``combine`` likewise), so up to ``recv / send`` chunks are in flight and
+their latencies overlap: with ``window`` W > 1 the schedule is windowed
+(:mod:`dessim.collectives.executor`, "Windowed connections"): a chunk's bytes still follow
+the previous chunk's on the connection, but its latency runs from when it was issued.
 """
 
 from __future__ import annotations
@@ -108,6 +120,15 @@ def pipeline_chunks(options: dict) -> int:
     return chunks
 
 
+def window(options: dict) -> int:
+    """The ``window`` option (module docstring); a CollectiveError unless a whole number >= 1."""
+    got = options.get("window", 1)
+    if isinstance(got, bool) or not isinstance(got, int) or got < 1:
+        raise CollectiveError(f"rail all-to-all: window={got!r} must be a whole number >= 1 "
+                              "(the chunks each connection keeps in flight)")
+    return got
+
+
 @register
 class Rail(Algorithm):
     name = "rail"
@@ -121,6 +142,7 @@ class Rail(Algorithm):
         nvlink_share(options)
         nvlink_first(options)
         pipeline_chunks(options)
+        window(options)
 
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:

@@ -121,13 +121,18 @@ MOE_DISPATCH: tuple[str, ...] = ("nccl", "deepep")
 MOE_DISPATCH_PRECISIONS: tuple[str, ...] = ("fp8", "bf16")
 #: ``deepep``: the most chunks the rail all-to-all's network and NVLink phases are pipelined in
 #: (:mod:`dessim.collectives.algorithms.rail` option ``pipeline_chunks``; fewer when DeepEP
-#: itself has fewer, :func:`deepep_pipeline_chunks`). DeepEP pipelines them per 8-20 RDMA
-#: tokens (:data:`DEEPEP_RDMA_CHUNK_TOKENS`): 8 chunks leave 1/8 of the faster phase exposed
-#: — an approximation from above, which every summary names (:data:`DEEPEP_APPROXIMATION`).
-DEEPEP_PIPELINE_CHUNKS = 8
+#: itself has fewer, :func:`deepep_pipeline_chunks`), or None for no cap. The chunks'
+#: latencies overlap (``window``), so more chunks no longer cost simulated time, only replay
+#: time: a cap ``K`` leaves at most ``1/K`` of the faster phase exposed (an approximation from
+#: above, named by :data:`DEEPEP_APPROXIMATION`). 8 keeps the replay cost of DeepSeek-V3's
+#: 4,096-token dispatches; no cap (DeepEP's 24 chunks there) makes the 256-GPU README run
+#: 1.1 % faster for 30 % more CPU, DeepEP's EP 32-64 kernels 4.6-6.7 % faster
+#: (docs/collectives.md, "Validation against DeepEP's kernels").
+DEEPEP_PIPELINE_CHUNKS: int | None = 8
 DEEPEP_APPROXIMATION = (f"MoE all-to-all (moe_dispatch deepep): the network and NVLink phases "
-                        f"pipelined in at most {DEEPEP_PIPELINE_CHUNKS} chunks, coarser than DeepEP's "
-                        "8-20-token chunks (an upper bound on its time)")
+                        f"pipelined in DeepEP's RDMA chunks per channel and node, at most "
+                        f"{DEEPEP_PIPELINE_CHUNKS}, up to 128 RDMA tokens in flight per connection, a "
+                        "slot freed when its chunk arrives (DeepEP frees it once forwarded)")
 #: DeepEP's channels: ``Buffer.num_sms`` = 20 SMs by default, two per channel in the internode
 #: kernels (``num_channels = num_sms / 2``; deepseek-ai/DeepEP @567632dd ``deep_ep/buffer.py``,
 #: ``csrc/kernels/internode.cu``). Each channel sends its own contiguous range of the tokens.
@@ -138,6 +143,28 @@ DEEPEP_CHANNELS = 10
 DEEPEP_RDMA_CHUNK_TOKENS: Mapping[int, tuple[int, int]] = MappingProxyType({
     2: (6, 6), 4: (6, 6), 8: (6, 6), 16: (20, 12), 24: (8, 8), 32: (8, 8), 48: (8, 8), 64: (8, 8),
     96: (12, 8), 128: (12, 8), 144: (12, 8), 160: (12, 8)})
+#: ``num_max_rdma_chunked_recv_tokens`` of every one of those configs: the tokens of the RDMA
+#: ring buffer per (channel, source node) (same source). The ``Config`` constructor rounds it
+#: up to a multiple of the chunk (``align_up``, ``csrc/config.hpp``), and the sender stalls
+#: only while that many tokens are unacknowledged (``csrc/kernels/internode.cu``, ``dispatch``
+#: ``kRDMASender``; ``combine`` likewise): ``recv / send`` chunks are in flight.
+DEEPEP_RDMA_RECV_TOKENS = 128
+
+
+def _deepep_send_tokens(ranks: int, combine: bool) -> int:
+    """:data:`DEEPEP_RDMA_CHUNK_TOKENS` of the largest listed EP size up to ``ranks`` (the
+    smallest listed one below it)."""
+    size = max([k for k in DEEPEP_RDMA_CHUNK_TOKENS if k <= ranks] or [min(DEEPEP_RDMA_CHUNK_TOKENS)])
+    return DEEPEP_RDMA_CHUNK_TOKENS[size][1 if combine else 0]
+
+
+def deepep_window(ranks: int, combine: bool) -> int:
+    """RDMA chunks DeepEP keeps in flight per (channel, node) on an EP group of ``ranks``:
+    its receive buffer rounded up to whole chunks, in chunks
+    (``align_up(recv, send) / send``, :data:`DEEPEP_RDMA_RECV_TOKENS`) — 16 at EP 24-64,
+    7 (dispatch) / 11 (combine) at EP 16, 11 / 16 at EP 96-160."""
+    send = _deepep_send_tokens(ranks, combine)
+    return ceil(DEEPEP_RDMA_RECV_TOKENS / send)
 
 
 def deepep_pipeline_chunks(tokens: float, ranks: int, node_hit: float, combine: bool) -> int:
@@ -145,11 +172,12 @@ def deepep_pipeline_chunks(tokens: float, ranks: int, node_hit: float, combine: 
     group of ``ranks`` (``node_hit``: the probability that a token goes to a given node): the
     RDMA chunks one channel sends to one node — its ``tokens / DEEPEP_CHANNELS`` tokens times
     ``node_hit``, in chunks of :data:`DEEPEP_RDMA_CHUNK_TOKENS` (the config of the largest
-    listed EP size up to ``ranks``) — between 1 and :data:`DEEPEP_PIPELINE_CHUNKS`. A small
-    dispatch has fewer chunks than the cap, and DeepEP cannot overlap the phases of one chunk."""
-    size = max([k for k in DEEPEP_RDMA_CHUNK_TOKENS if k <= ranks] or [min(DEEPEP_RDMA_CHUNK_TOKENS)])
-    chunk = DEEPEP_RDMA_CHUNK_TOKENS[size][1 if combine else 0]
-    return max(1, min(DEEPEP_PIPELINE_CHUNKS, ceil(tokens / DEEPEP_CHANNELS * node_hit / chunk - 1e-9)))
+    listed EP size up to ``ranks``) — at least 1 (and at most :data:`DEEPEP_PIPELINE_CHUNKS`
+    if set). A small dispatch has few chunks, and DeepEP cannot overlap the phases of one
+    chunk."""
+    chunk = _deepep_send_tokens(ranks, combine)
+    got = max(1, ceil(tokens / DEEPEP_CHANNELS * node_hit / chunk - 1e-9))
+    return got if DEEPEP_PIPELINE_CHUNKS is None else min(DEEPEP_PIPELINE_CHUNKS, got)
 
 
 def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: int, per_node: int,
@@ -160,14 +188,16 @@ def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: 
     (:meth:`MoERouting.network_share`; each of the ``etp`` ranks sends ``1/etp`` of it) —,
     ``nvlink_share`` — once per target GPU over NVLink (:meth:`MoERouting.nvlink_share`) —,
     ``nvlink_first`` for the ``combine`` direction (DeepEP's combine reduces over NVLink on
-    the forwarding GPU before the network phase) and ``pipeline_chunks``
-    (:func:`deepep_pipeline_chunks`, a node hit by ``nodes_per_token / nodes`` of the tokens)."""
+    the forwarding GPU before the network phase), ``pipeline_chunks``
+    (:func:`deepep_pipeline_chunks`, a node hit by ``nodes_per_token / nodes`` of the tokens)
+    and ``window`` (:func:`deepep_window`: the chunks in flight per connection)."""
     args = (top_k, experts, nodes, per_node // etp)
     node_hit = routing.nodes_per_token(top_k, experts, nodes) / nodes
     chunks = deepep_pipeline_chunks(tokens, nodes * per_node, node_hit, combine)
     return {"network_share": routing.network_share(*args) / etp,
             "nvlink_share": routing.nvlink_share(*args),
-            "nvlink_first": combine, "pipeline_chunks": chunks}
+            "nvlink_first": combine, "pipeline_chunks": chunks,
+            "window": deepep_window(nodes * per_node, combine)}
 
 
 class RankCoords(NamedTuple):
