@@ -28,6 +28,13 @@ as those scripts do:
 Usage:
     python benchmarks/validate_deepep.py [--markdown] [--quick]
 
+DeepEP's normal kernels move NVLink data at ``DEEPEP_NVLINK_EFFICIENCY`` of the link rate
+(:mod:`dessim.catalog.links`; the rail's ``nvlink_efficiency``, the intranode all-to-all's
+bytes over it), a constant taken from the two intranode EP 8 rows: those are the
+:data:`CALIBRATION` rows, listed apart and excluded from the errors the targets bound. The
+low-latency kernels are other kernels (all SMs, "pure RDMA" in that README table) and keep
+the link rate.
+
 ``--quick`` (the test suite) skips the 128- and 256-rank low-latency rows. Wall time and peak
 memory are printed at the end.
 """
@@ -47,7 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 from dessim.collectives import run_collective  # noqa: E402
 from dessim.workload.common.precision import PRECISIONS  # noqa: E402
-from dessim.workload.transformer.layout import deepep_rail_options  # noqa: E402
+from dessim.topology import load_topology  # noqa: E402
+from dessim.workload.transformer.layout import deepep_nvlink_efficiency, deepep_rail_options  # noqa: E402
 from dessim.workload.transformer.routing import MoERouting  # noqa: E402
 
 CSV = ROOT / "validation" / "deepep_kernels.csv"
@@ -59,12 +67,17 @@ FP8_ROWS = PRECISIONS["fp8-block"]
 #: Extra bytes per FP8 message the low-latency test counts (``num_fp8_bytes``: a 16-byte header).
 LL_FP8_HEADER = 16
 #: Stated agreement, by the row's ``bottleneck`` (the link DeepEP names, or its maintainers
-#: do): (lowest, highest) :func:`speed_error`. RDMA-bound rows within 15 %. NVLink-bound rows: dessim's
-#: NVLink all-to-all runs at the H800's measured ~160 GB/s per direction (DeepSeek's figure,
-#: deepseek-ai/DeepEP#16, deepseek-ai/DeepSeek-V3#28), DeepEP's kernels move 134-138 GB/s of
-#: NVLink bytes at EP 8 (153-158 GB/s logical, of which the own GPU's 1/8 stays local): dessim
-#: is faster, never slower — a known gap (docs/collectives.md), not a fitted factor.
+#: do): (lowest, highest) :func:`speed_error`, for every row but the :data:`CALIBRATION` ones.
+#: RDMA-bound rows within 15 %. NVLink-bound rows: no slower, at most 50 % faster — with
+#: DeepEP's NVLink efficiency the normal kernels' EP 16 rows are within 15 % too
+#: (tests/test_validate_deepep.py, :data:`NORMAL_TARGET`); the low-latency EP 8 rows, which
+#: do not use it, stay 21-48 % fast (an unexplained gap, docs/collectives.md).
 TARGET = {"rdma": (-0.15, 0.15), "nvlink": (0.0, 0.50)}
+#: Stated agreement of every normal-kernel row that is not a calibration row, whatever bounds it.
+NORMAL_TARGET = (-0.15, 0.15)
+#: The rows ``DEEPEP_NVLINK_EFFICIENCY`` is taken from (DeepEP's intranode kernels, a
+#: microbenchmark of its NVLink copies alone): reported, never counted as validation.
+CALIBRATION = frozenset({"normal_ep8_dispatch", "normal_ep8_combine"})
 
 
 def row_bytes(wire: str, hidden: int, kernel: str) -> float:
@@ -74,8 +87,9 @@ def row_bytes(wire: str, hidden: int, kernel: str) -> float:
     return FP8_ROWS.quantized_bytes(hidden) + (LL_FP8_HEADER if kernel == "low_latency" else 0)
 
 
-def simulate_row(r) -> dict:
-    """dessim's figure for one CSV row (module docstring), with the time and what ran."""
+def simulate_row(r, nvlink_efficiency: float | None = None) -> dict:
+    """dessim's figure for one CSV row (module docstring), with the time and what ran;
+    ``nvlink_efficiency`` replaces DeepEP's catalogued one (None: the catalog's)."""
     topology = f"dgx-h100:nodes={r.nodes},gpu=H800"
     row = row_bytes(r.wire, r.hidden, r.kernel)
     flat = r.tokens * r.top_k * row          # bytes per rank, all-to-all semantics
@@ -86,13 +100,16 @@ def simulate_row(r) -> dict:
         return {"simulated": sim, "time_us": t * 1e6, "ran": "direct"}
     groups = None if pd.isna(r.topk_groups) else int(r.topk_groups)
     routing = MoERouting(max_nodes=groups)
+    eff = deepep_nvlink_efficiency(load_topology(topology), 0) if nvlink_efficiency is None \
+        else nvlink_efficiency
     if r.nodes == 1:
         share = routing.nvlink_share(r.top_k, r.experts, 1, PER_NODE)
-        res = run_collective("alltoall", flat * share, topology)
+        res = run_collective("alltoall", flat * share / eff, topology)
         rows = routing.gpus_per_token(r.top_k, r.experts, 1, PER_NODE)
     else:
         options = deepep_rail_options(routing, r.top_k, r.experts, r.nodes, PER_NODE,
-                                      combine=r.direction == "combine", tokens=r.tokens)
+                                      combine=r.direction == "combine", tokens=r.tokens,
+                                      nvlink_efficiency=eff)
         res = run_collective("alltoall", flat, topology, algo="rail", **options)
         rows = routing.nodes_per_token(r.top_k, r.experts, r.nodes)
     t = res.time_s
@@ -118,6 +135,7 @@ def validate(quick: bool = False) -> list[dict]:
                     "published": float(r.value),
                     **sim, "error": sim["simulated"] / r.value - 1,
                     "speed_error": speed_error(r.metric, float(r.value), sim["simulated"]),
+                    "role": "calibration" if r.id in CALIBRATION else "validation",
                     "source": r.source})
     return out
 
@@ -126,7 +144,8 @@ def print_markdown(rows: list[dict]) -> None:
     print("| figure | bound by | metric | DeepEP (H800) | dessim | error | dessim ran |")
     print("|---|---|---|---|---|---|---|")
     for p in rows:
-        print(f"| {p['id']} | {p['bottleneck']} | {p['metric']} | {p['published']:g} | "
+        name = p['id'] + (" (calibration)" if p["role"] == "calibration" else "")
+        print(f"| {name} | {p['bottleneck']} | {p['metric']} | {p['published']:g} | "
               f"{p['simulated']:.1f} | {100 * p['error']:+.1f} % | {p['ran']} |")
 
 
@@ -142,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for p in rows:
             print(f"{p['id']:<28} {p['metric']:<10} {p['published']:7g} vs {p['simulated']:7.1f} "
-                  f"({100 * p['error']:+.1f} %)  t={p['time_us']:.0f} us [{p['ran']}]")
+                  f"({100 * p['error']:+.1f} %)  t={p['time_us']:.0f} us [{p['ran']}]"
+                  + ("  calibration" if p["role"] == "calibration" else ""))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"wall {time.perf_counter() - start:.1f} s, peak memory {peak:.0f} MiB")
     return 0

@@ -62,3 +62,23 @@ def test_a_limited_router_that_cannot_have_the_loads_is_named():
                                                    UNMATCHED_ROUTING_APPROXIMATION]
     zipf = {"distribution": "zipf", "exponent": 0.5, "max_nodes": 1}
     assert _graph(zipf).meta["approximations"] == [DEEPEP_APPROXIMATION, SKEWED_ROUTING_APPROXIMATION]
+
+
+def test_h800_deepep_tasks_carry_deepeps_nvlink_efficiency():
+    """On H800 nodes the rail tasks carry DEEPEP_NVLINK_EFFICIENCY (the catalog's, for
+    nvlink4_h800) and one-node DeepEP all-to-alls send their NVLink bytes over it; on H100
+    nodes (no measurement) neither changes."""
+    from dessim.catalog.links import DEEPEP_NVLINK_EFFICIENCY
+    from dessim.workload.transformer.layout import deepep_nvlink_efficiency
+
+    eff = DEEPEP_NVLINK_EFFICIENCY["nvlink4_h800"]
+    h800 = load_topology("dgx-h100:nodes=2,gpu=H800")
+    assert deepep_nvlink_efficiency(h800, 3) == eff < 1 == deepep_nvlink_efficiency(TOPO2, 3)
+    doc = moe_doc({}, "deepep", hidden=512, experts=32, top_k=4, ranks=16)
+    for topo, want in ((h800, {eff}), (TOPO2, {None})):
+        graph = build_taskgraph(parse_workload(doc, "test"), topo)
+        assert {t.attrs["algo_options"].get("nvlink_efficiency") for t in graph if t.category == "ep"} == want
+    one = moe_doc({}, "deepep", hidden=512, experts=32, top_k=4, ranks=8)
+    sizes = [{t.size for t in build_taskgraph(parse_workload(one, "test"), load_topology(spec))
+              if t.category == "ep"} for spec in ("dgx-h100:nodes=1,gpu=H800", "dgx-h100:nodes=1")]
+    assert len(sizes[1]) >= 1 and sorted(sizes[0]) == pytest.approx(sorted(s / eff for s in sizes[1]), rel=1e-12)

@@ -113,3 +113,18 @@ def test_nvlink_share_scales_only_the_nvlink_phase():
 def test_bad_rail_options_are_refused_naming_them(options, message):
     with pytest.raises(DessimError, match=message):
         build_schedule("alltoall", "rail", GROUP, 1e6, topology=TOPO2, **options)
+
+
+def test_nvlink_efficiency_scales_the_nvlink_bytes_only():
+    """``nvlink_efficiency`` e: the NVLink phase sends its bytes / e (a wire factor, DeepEP's
+    copies at e of the link rate); the network phase is unchanged; e outside (0, 1] is one
+    clear error."""
+    plain = build_schedule("alltoall", "rail", GROUP, SIZE, topology=TOPO2, nvlink_share=0.75)
+    slow = build_schedule("alltoall", "rail", GROUP, SIZE, topology=TOPO2, nvlink_share=0.75,
+                          nvlink_efficiency=0.8)
+    net, nvl = _phases(plain)
+    assert [slow.transfers[i].nbytes for i in net] == [plain.transfers[i].nbytes for i in net]
+    assert [slow.transfers[i].nbytes for i in nvl] == pytest.approx([1.5e6 / 0.8] * 112, rel=1e-12)
+    for bad in (0, 1.2, True):
+        with pytest.raises(DessimError, match="nvlink_efficiency="):
+            build_schedule("alltoall", "rail", GROUP, SIZE, topology=TOPO2, nvlink_efficiency=bad)

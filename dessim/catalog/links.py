@@ -27,7 +27,8 @@ from typing import Mapping
 
 from dessim.errors import SpecError
 
-__all__ = ["LINK_TYPES", "LinkTech", "LINK_TECHS", "get_link_tech", "check_link_type"]
+__all__ = ["LINK_TYPES", "LinkTech", "LINK_TECHS", "get_link_tech", "check_link_type",
+           "DEEPEP_NVLINK_EFFICIENCY"]
 
 #: Valid values of a link's ``type`` attribute.
 LINK_TYPES: tuple[str, ...] = ("nvlink", "pcie", "cxl", "ib", "ethernet", "infinity_fabric",
@@ -194,6 +195,24 @@ _LIST = [
 
 #: Every link technology by name (read-only).
 LINK_TECHS: Mapping[str, LinkTech] = MappingProxyType({t.name: t for t in _LIST})
+
+#: DeepEP's normal kernels' NVLink copies, as a fraction of a link technology's usable rate
+#: (:attr:`LinkTech.capacity`), by technology; technologies not listed: 1.0 (no measurement).
+#: A kernel-level calibration, like the NCCL efficiencies above: DeepEP's intranode kernels
+#: at EP 8 on one H800 node (deepseek-ai/DeepEP README.md @567632dd, "Normal kernels": 153 GB/s
+#: dispatch, 158 GB/s combine, measured by ``tests/test_intranode.py``) are a microbenchmark of
+#: nothing but these copies, while dessim's NVLink all-to-all of the same bytes reaches
+#: 185.4 / 186.6 GB/s there at the full rate: 153/185.4 = 0.825 and 158/186.6 = 0.847, mean
+#: 0.836. Those two figures are the CALIBRATION rows (benchmarks/validate_deepep.py excludes
+#: them from its errors); the other NVLink-bound figures validate it. Physically: DeepEP moves
+#: NVLink data with SM load/store and TMA copies on the ``Buffer.num_sms`` = 20 SMs it is given
+#: (``csrc/kernels/intranode.cu``, ``internode.cu``), with head/tail signalling per chunk,
+#: not with NCCL's channels; its maintainers' answer to a lower-than-link NVLink figure is
+#: more SMs (deepseek-ai/DeepEP#16: "it may be essential to increase the number of SMs ...
+#: Buffer.set_num_sms(32)"), and 24-SM runs stay below the link elsewhere (deepseek-ai/DeepEP#394,
+#: GB200: 169 / 135 GB/s). Applied only to DeepEP's NVLink phases
+#: (:func:`dessim.workload.transformer.layout.deepep_nvlink_efficiency`), at DeepEP's default SMs.
+DEEPEP_NVLINK_EFFICIENCY: Mapping[str, float] = MappingProxyType({"nvlink4_h800": 0.836})
 
 #: Extra accepted names.
 _ALIASES = {"ddr": "ddr5", "hdr": "ib_hdr", "ndr": "ib_ndr", "xdr": "ib_xdr",

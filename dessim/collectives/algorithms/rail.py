@@ -41,6 +41,12 @@ receive from it, ``H·S/p`` bytes (times ``nvlink_share``) — and phase 2 the n
 ``n·S/p`` bytes (times ``network_share``) from ``(h', i)`` to ``(h, i)``. With ``K`` pipeline
 chunks chunk ``c``'s network phase runs while chunk ``c + 1`` crosses NVLink.
 
+Option ``nvlink_efficiency`` ``e`` (default 1, in (0, 1]): the NVLink phase's copies reach
+``e`` of the NVLink links' rate (DeepEP's SM-driven copies,
+:data:`dessim.catalog.links.DEEPEP_NVLINK_EFFICIENCY`); modelled as a wire factor, the phase
+sends its bytes ``/ e`` (so the links' byte counters include that factor, as with an NCCL
+protocol's).
+
 Option ``window`` W (default 1) is how many chunks a connection keeps in flight. With W = 1
 the chunks on a connection form a FIFO chain and each pays the step latency after the
 previous one has arrived. DeepEP posts its RDMA chunks without waiting for the previous one
@@ -82,23 +88,30 @@ def host_rows(group: tuple[int, ...], topology: Topology | None) -> list[list[in
     return out
 
 
-def _share(options: dict, key: str, what: str) -> float:
-    """A share option ``key`` (default 1); a CollectiveError unless a number in (0, 1]."""
+def _share(options: dict, key: str, meaning: str) -> float:
+    """A fraction option ``key`` (default 1); a CollectiveError (saying its ``meaning``) unless
+    a number in (0, 1]."""
     share = options.get(key, 1.0)
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         raise CollectiveError(f"rail all-to-all: {key}={share!r} must be a number in (0, 1] "
-                              f"(the share of the flat all-to-all's bytes that {what})")
+                              f"({meaning})")
     return float(share)
 
 
 def network_share(options: dict) -> float:
     """The ``network_share`` option (module docstring)."""
-    return _share(options, "network_share", "crosses nodes")
+    return _share(options, "network_share", "the share of the flat all-to-all's bytes that crosses nodes")
 
 
 def nvlink_share(options: dict) -> float:
     """The ``nvlink_share`` option (module docstring)."""
-    return _share(options, "nvlink_share", "is forwarded over NVLink")
+    return _share(options, "nvlink_share",
+                  "the share of the flat all-to-all's bytes that is forwarded over NVLink")
+
+
+def nvlink_efficiency(options: dict) -> float:
+    """The ``nvlink_efficiency`` option (module docstring)."""
+    return _share(options, "nvlink_efficiency", "the fraction of the NVLink rate its copies reach")
 
 
 def nvlink_first(options: dict) -> bool:
@@ -140,6 +153,7 @@ class Rail(Algorithm):
         host_rows(group, topology)
         network_share(options)
         nvlink_share(options)
+        nvlink_efficiency(options)
         nvlink_first(options)
         pipeline_chunks(options)
         window(options)
@@ -150,7 +164,8 @@ class Rail(Algorithm):
         hosts, n, p = len(rows), len(rows[0]), len(group)
         chunks = pipeline_chunks(options)
         part = size / chunks
-        net, nvl = network_share(options) * n * part / p, nvlink_share(options) * hosts * part / p
+        net = network_share(options) * n * part / p
+        nvl = nvlink_share(options) * hosts * part / p / nvlink_efficiency(options)
         network = [(rows[h][i], rows[g][i], net, 0.0)
                    for h in range(hosts) for i in range(n) for g in range(hosts) if g != h] if hosts > 1 else []
         nvlink = [(row[i], row[j], nvl, 0.0)

@@ -90,7 +90,8 @@ from dessim.workload.common.kernels import Kernel, KernelSet, optimizer_kernel
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
 from dessim.workload.transformer.kernels import (embedding_kernels, expert_tokens, head_kernels,
                                                 layer_kernels, mtp_kernels)
-from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, ParallelLayout, deepep_rail_options
+from dessim.workload.transformer.layout import (DEEPEP_APPROXIMATION, ParallelLayout, deepep_nvlink_efficiency,
+                                                deepep_rail_options)
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                                 layer_activation_bytes, layer_params_on_gpu, mtp_params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
@@ -743,7 +744,8 @@ class _Generator:
             etp = self.lo.expert_tp if self.ep_kind == "tp_ep" else 1
             tokens = expert_tokens(self.model, self.lo) / etp    # each member's (_deepep_received_rows)
             options = deepep_rail_options(self.model.routing, self.model.top_k, self.model.experts,
-                                          len(rows), len(rows[0]), combine=combine, tokens=tokens, etp=etp)
+                                          len(rows), len(rows[0]), combine=combine, tokens=tokens, etp=etp,
+                                          nvlink_efficiency=deepep_nvlink_efficiency(self.topo, group[0]))
             self.ep_shares[(group, combine)] = options
         return {ALGO_OPTIONS: dict(options)}
 
@@ -756,13 +758,17 @@ class _Generator:
         GPUs per token (:meth:`MoERouting.nvlink_share` with one node: the same per-GPU
         de-duplication as the rail algorithm's NVLink phase). With ``ep = 1`` (DeepEP on the
         expert-TP group alone) every token reaches each expert-TP rank once: ``1/top_k``.
-        1.0 for ``nccl``, for the rail algorithm (its options carry the shares) and for groups
-        across hosts."""
+        Divided by DeepEP's NVLink efficiency (:func:`~dessim.workload.transformer.layout.
+        deepep_nvlink_efficiency`, a wire factor as the rail's ``nvlink_efficiency``: its copies
+        reach that fraction of the NVLink rate). 1.0 for ``nccl``, for the rail algorithm (its
+        options carry the shares) and for groups across hosts."""
         if not self.ep_intranode:
             return 1.0
         if self.lo.ep == 1:
-            return 1.0 / self.model.top_k
-        return self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, self.lo.ep)
+            share = 1.0 / self.model.top_k
+        else:
+            share = self.model.routing.nvlink_share(self.model.top_k, self.model.experts, 1, self.lo.ep)
+        return share / deepep_nvlink_efficiency(self.topo, group[0])
 
     def _deepep_received_rows(self) -> int | None:
         """Rows DeepEP delivers per micro-batch to the most loaded GPU of an EP group — one per

@@ -54,9 +54,11 @@ from math import ceil
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, NamedTuple
 
+from dessim.catalog.links import DEEPEP_NVLINK_EFFICIENCY
 from dessim.errors import WorkloadError
 
 if TYPE_CHECKING:  # only for type hints: model.py does not depend on layout.py
+    from dessim.topology.graph import Topology
     from dessim.workload.transformer.model import TransformerConfig
     from dessim.workload.transformer.routing import MoERouting
 
@@ -180,8 +182,21 @@ def deepep_pipeline_chunks(tokens: float, ranks: int, node_hit: float, combine: 
     return got if DEEPEP_PIPELINE_CHUNKS is None else min(DEEPEP_PIPELINE_CHUNKS, got)
 
 
+def deepep_nvlink_efficiency(topology: "Topology", rank: int) -> float:
+    """The fraction of the NVLink rate DeepEP's copies reach on GPU ``rank``
+    (:data:`dessim.catalog.links.DEEPEP_NVLINK_EFFICIENCY` of the technology of its NVLink;
+    1.0 for technologies without a measurement and GPUs without NVLink)."""
+    graph = topology.graph
+    node = topology.resolve(rank)
+    for _, _, data in graph.edges(node, data=True):
+        if data.get("type") == "nvlink":
+            return DEEPEP_NVLINK_EFFICIENCY.get(data.get("tech"), 1.0)
+    return 1.0
+
+
 def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: int, per_node: int,
-                        *, combine: bool, tokens: float, etp: int = 1) -> dict:
+                        *, combine: bool, tokens: float, etp: int = 1,
+                        nvlink_efficiency: float = 1.0) -> dict:
     """The :mod:`~dessim.collectives.algorithms.rail` options of a DeepEP all-to-all of
     ``tokens`` per rank over ``nodes`` hosts of ``per_node`` EP-group members (``etp`` of them
     one expert-TP group): ``network_share`` — a token crosses the network once per target node
@@ -190,14 +205,18 @@ def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: 
     ``nvlink_first`` for the ``combine`` direction (DeepEP's combine reduces over NVLink on
     the forwarding GPU before the network phase), ``pipeline_chunks``
     (:func:`deepep_pipeline_chunks`, a node hit by ``nodes_per_token / nodes`` of the tokens)
-    and ``window`` (:func:`deepep_window`: the chunks in flight per connection)."""
+    and ``window`` (:func:`deepep_window`: the chunks in flight per connection); and
+    ``nvlink_efficiency`` when it is below 1 (:func:`deepep_nvlink_efficiency`)."""
     args = (top_k, experts, nodes, per_node // etp)
     node_hit = routing.nodes_per_token(top_k, experts, nodes) / nodes
     chunks = deepep_pipeline_chunks(tokens, nodes * per_node, node_hit, combine)
-    return {"network_share": routing.network_share(*args) / etp,
-            "nvlink_share": routing.nvlink_share(*args),
-            "nvlink_first": combine, "pipeline_chunks": chunks,
-            "window": deepep_window(nodes * per_node, combine)}
+    options = {"network_share": routing.network_share(*args) / etp,
+               "nvlink_share": routing.nvlink_share(*args),
+               "nvlink_first": combine, "pipeline_chunks": chunks,
+               "window": deepep_window(nodes * per_node, combine)}
+    if nvlink_efficiency != 1.0:
+        options["nvlink_efficiency"] = nvlink_efficiency
+    return options
 
 
 class RankCoords(NamedTuple):
