@@ -30,8 +30,10 @@ def snapshot(g: TaskGraph) -> tuple:
 
 def build(model, layout: ParallelLayout, options: GeneratorOptions, per_task: bool, monkeypatch) -> TaskGraph:
     """The graph with templates made once per (template, rank), or — ``per_task`` — made
-    again for every pass, i.e. every task built by the checked constructor as before."""
+    again for every pass, i.e. every task built by the checked constructor as before (and
+    added one by one, not as runs of rows: tests/test_generation_rows.py)."""
     if per_task:
+        monkeypatch.setattr(gen._Generator, "use_rows", False)
         original = gen._Generator._rank_template
 
         def fresh(self, t, rank):
@@ -57,9 +59,10 @@ layouts = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=40, deadline=None)
-@given(layouts)
-def test_templated_graph_equals_the_graph_built_task_by_task(case):
+def case_layout(case: dict, **options) -> tuple[TransformerConfig, ParallelLayout, GeneratorOptions]:
+    """The model, layout and generator options of a drawn ``case`` (``layouts``), the schedule
+    adjusted to what the pipeline allows; a case the layout or options refuse is skipped
+    (nothing to compare). ``options``: further :class:`GeneratorOptions` fields."""
     model = MOE if case["moe"] else GPT
     pp, schedule = case["pp"], case["schedule"]
     v = 2 if schedule == "interleaved" else 1
@@ -74,10 +77,17 @@ def test_templated_graph_equals_the_graph_built_task_by_task(case):
                                 sp=case["sp"] and case["tp"] > 1, zero_stage=case["zero_stage"],
                                 schedule=schedule, virtual_stages=v, global_batch=m * case["dp"],
                                 recompute=case["recompute"])
-        options = GeneratorOptions(granularity=case["granularity"], comm=case["comm"],
-                                   fold=None if case["granularity"] == "auto" else False)
+        generator = GeneratorOptions(granularity=case["granularity"], comm=case["comm"],
+                                     fold=None if case["granularity"] == "auto" else False, **options)
     except Exception:                 # a layout the options refuse: nothing to compare
         assume(False)
+    return model, layout, generator
+
+
+@settings(max_examples=40, deadline=None)
+@given(layouts)
+def test_templated_graph_equals_the_graph_built_task_by_task(case):
+    model, layout, options = case_layout(case)
     with pytest.MonkeyPatch.context() as mp:
         try:
             fast = build(model, layout, options, False, mp)

@@ -47,7 +47,9 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 import networkx as nx
 
 from dessim.errors import TaskGraphError
+from dessim.taskgraph.collector import collector_paused
 from dessim.taskgraph.fold import Fold
+from dessim.taskgraph.rows import Rows
 
 __all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix", "brief_ranks"]
 
@@ -265,16 +267,118 @@ class TaskGraph:
         #: Replica folding (:mod:`dessim.taskgraph.fold`): the tasks are those of
         #: representative ranks, each standing for its images in every lane. None = unfolded.
         self.fold = fold
-        #: Seconds by device-model kernel kind (``matmul``, ``attention.flash2.fwd``, ``norm``,
-        #: ...) of a compute task that runs several kernels (``kernel="layer"``), as its
-        #: generator costed them: the engine splits the task's time by these shares
-        #: (:attr:`dessim.engine.result.RankTimes.compute_by_kernel`). Kept in memory only
-        #: (not in task-graph files); a task without an entry counts under its ``kernel``.
-        self.kernel_mix: dict[str, tuple[tuple[str, float], ...]] = {}
+        self._kernel_mix: dict[str, tuple[tuple[str, float], ...]] = {}
+        #: deferred building (:meth:`defer`): what was added and not yet made, in order —
+        #: ``(0, task, deps)``, ``(1, rows, None)``, ``(2, task id, kernel mix)``; None: not
+        #: deferring. ``_deferred`` counts the tasks in it.
+        self._pending: list[tuple[int, Any, Any]] | None = None
+        self._deferred = 0
+
+    @property
+    def kernel_mix(self) -> dict[str, tuple[tuple[str, float], ...]]:
+        """Seconds by device-model kernel kind (``matmul``, ``attention.flash2.fwd``, ``norm``,
+        ...) of a compute task that runs several kernels (``kernel="layer"``), as its
+        generator costed them: the engine splits the task's time by these shares
+        (:attr:`dessim.engine.result.RankTimes.compute_by_kernel`). Kept in memory only
+        (not in task-graph files); a task without an entry counts under its ``kernel``.
+        Builders set entries with :meth:`set_kernel_mix` (deferred with the tasks)."""
+        if self._pending:
+            self._flush()
+        return self._kernel_mix
+
+    def set_kernel_mix(self, task_id: str, mix: tuple[tuple[str, float], ...]) -> None:
+        """Set ``task_id``'s :attr:`kernel_mix` entry (after the task, when deferring)."""
+        if self._pending is not None:
+            self._pending.append((2, task_id, mix))
+        else:
+            self._kernel_mix[task_id] = mix
+
+    # ------------------------------------------------------------------ deferred building
+    def defer(self) -> None:
+        """Build lazily from now on: :meth:`add`, :meth:`add_rows` and :meth:`set_kernel_mix`
+        only record what they are given, in order; the first read of the graph (any query,
+        :meth:`depend`, :attr:`kernel_mix`) makes it, as the same calls made one by one would
+        have — the same tasks, edges in the same order, the same errors (raised then, not by
+        the call that caused them). For generators, whose graphs are read once they are
+        complete (a :class:`~dessim.taskgraph.rows.Rows` run then costs one record, not a
+        ``Task``, an id, a name and two dict entries per task: docs/performance.md,
+        "Generation: pass runs")."""
+        if self._pending is None:
+            self._pending = []
+
+    def add_rows(self, rows: Rows) -> None:
+        """Add a run of copies of a :class:`~dessim.taskgraph.rows.RowTemplate` (its module
+        docstring says which tasks): as many :meth:`add` calls, one per task in run order."""
+        if self._pending is not None:
+            self._pending.append((1, rows, None))
+            self._deferred += rows.template.size
+        else:
+            self._make_rows(rows)
+
+    def _flush(self) -> None:
+        """Make what was deferred (:meth:`defer`), in order; stays deferring after."""
+        pending = self._pending
+        assert pending is not None
+        self._pending = None          # the calls below add at once
+        try:
+            with collector_paused():  # 10^5-10^6 new objects (dessim.taskgraph.collector)
+                mix = self._kernel_mix
+                for code, a, b in pending:
+                    if code == 0:
+                        self.add(a, b)
+                    elif code == 1:
+                        self._make_rows(a)
+                    else:
+                        mix[a] = b
+        finally:
+            self._pending = []
+            self._deferred = 0
+
+    def _make_rows(self, rows: Rows) -> None:
+        """The tasks of run ``rows``, with the same fields and edges (in the same order) as
+        :meth:`add` called for each in turn — the entry task through :meth:`add` itself (its
+        inputs are checked and may repeat). The others wait only for earlier tasks of the
+        run, which are distinct, known and not themselves, so their edges are set directly:
+        a task's dependents inside the run are known from the template, and tasks added
+        later append theirs after them (dict key order, as :meth:`add` would leave it)."""
+        tpl = rows.template
+        tasks, pred, succ, mix = self._tasks, self._pred, self._succ, self._kernel_mix
+        prefix, suffix, bases, entry = rows.prefix, rows.suffix, rows.bases, tpl.entry
+        ids = [f"{prefix}{n}" for n in range(rows.first, rows.first + tpl.size)]
+        if not tasks.keys().isdisjoint(ids):
+            raise TaskGraphError(f"duplicate task id {next(t for t in ids if t in tasks)!r}")
+        derive = _derive
+        edges = 0
+        k = 0
+        for proto, label, c, refs, after, m in tpl.rows:
+            tid = ids[k]
+            task = derive(proto, tid, label + suffix)
+            if c is not None:
+                task.attrs = dict(proto.attrs)      # each member its own, as one by one
+                task.coll_id = c[2] + str(bases[c[0]] + c[1])
+            if after:
+                succ[tid] = {ids[x]: None for x in after}
+            if k == entry:
+                self.add(task, [ids[r] for r in refs] + list(rows.inputs))
+            else:
+                tasks[tid] = task
+                if refs:
+                    pred[tid] = {ids[r]: None for r in refs}
+                    edges += len(refs)
+            if m:
+                mix[tid] = m
+            k += 1
+        self._edges += edges
+        if ids:
+            self._last_added = ids[-1]
 
     # ------------------------------------------------------------------ building
     def add(self, task: Task, deps: Iterable[str] = ()) -> Task:
         """Add ``task`` (after its ``deps``, which must already be in the graph)."""
+        if self._pending is not None:
+            self._pending.append((0, task, list(deps)))
+            self._deferred += 1
+            return task
         tasks = self._tasks
         tid = task.id
         if tid in tasks:
@@ -304,6 +408,8 @@ class TaskGraph:
 
     def depend(self, before: str, after: str) -> None:
         """Make ``after`` wait for ``before`` (again: no change)."""
+        if self._pending:
+            self._flush()
         tasks = self._tasks
         if before not in tasks or after not in tasks:
             unknown = before if before not in tasks else after
@@ -327,18 +433,24 @@ class TaskGraph:
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + self._deferred
 
     def __iter__(self) -> Iterator[Task]:
+        if self._pending:
+            self._flush()
         return iter(self._tasks.values())
 
     def __contains__(self, task_id: object) -> bool:
+        if self._pending:
+            self._flush()
         try:
             return task_id in self._tasks
         except TypeError:       # an unhashable value is no task id (as networkx answers)
             return False
 
     def task(self, task_id: str) -> Task:
+        if self._pending:
+            self._flush()
         try:
             return self._tasks[task_id]
         except KeyError:
@@ -359,6 +471,8 @@ class TaskGraph:
         order the dependencies were added, as :meth:`dependents`) and how many tasks it waits
         for (``len(deps(id))``): the engine's set-up in one pass, without a list of ids per
         task."""
+        if self._pending:
+            self._flush()
         succ, pred = self._succ, self._pred
         none: dict[str, None] = {}
         after = [[index[s] for s in succ.get(tid, none)] for tid in self._tasks]
@@ -367,11 +481,15 @@ class TaskGraph:
 
     def has_dependency(self, before: str, after: str) -> bool:
         """Whether ``after`` waits for ``before`` directly."""
+        if self._pending:
+            self._flush()
         return before in self._pred.get(after, ())
 
     def edges(self) -> Iterator[tuple[str, str]]:
         """Every dependency ``(before, after)``: tasks in insertion order, each one's
         dependents in the order they were added."""
+        if self._pending:
+            self._flush()
         succ = self._succ
         for before in self._tasks:
             for after in succ.get(before, ()):
@@ -379,10 +497,14 @@ class TaskGraph:
 
     @property
     def num_dependencies(self) -> int:
+        if self._pending:
+            self._flush()
         return self._edges
 
     def as_networkx(self) -> nx.DiGraph:
         """The graph as a new ``networkx.DiGraph`` (node attribute ``task``), for analysis."""
+        if self._pending:
+            self._flush()
         g = nx.DiGraph()
         g.add_nodes_from((tid, {"task": t}) for tid, t in self._tasks.items())
         g.add_edges_from(self.edges())
@@ -425,6 +547,8 @@ class TaskGraph:
         of them waits for another remaining one, so walking back along waits names a cycle.
         Nothing to sort when every dependency points forward in insertion order (see
         ``_backward``): that order is then a topological one."""
+        if self._pending:
+            self._flush()
         if not self._backward:
             return
         pending = {tid: len(p) for tid, p in self._pred.items()}
@@ -566,5 +690,7 @@ class TaskGraph:
         return by_rank
 
     def __repr__(self) -> str:
+        if self._pending:
+            self._flush()
         return (f"TaskGraph({self.name!r}, tasks={len(self)}, "
                 f"deps={self._edges})")

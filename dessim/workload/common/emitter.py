@@ -132,7 +132,7 @@ class TaskEmitter:
                             category=category, duration=duration, flops=flops,
                             bytes=nbytes, kernel=kind, shape=shape, attrs=attrs), deps)
         if mix:
-            self.graph.kernel_mix[tid] = mix
+            self.graph.set_kernel_mix(tid, mix)
         return tid
 
     def _costed(self, rank: int, kernels: Sequence[Kernel], reused: bool) -> tuple:

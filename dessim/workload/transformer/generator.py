@@ -80,6 +80,7 @@ from dessim.errors import CollectiveError, MemoryFitError, WorkloadError
 from dessim.taskgraph.collector import collector_paused
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph, brief_ranks
+from dessim.taskgraph.rows import Rows, RowTemplate
 from dessim.topology.graph import Topology
 from dessim.topology.routing import router_for
 from dessim.units import format_size
@@ -306,6 +307,33 @@ class _CollTemplate(NamedTuple):
     free: bool
 
 
+class _RankRows(NamedTuple):
+    """A pass template on one rank as a run of rows (:meth:`_Generator._rank_rows`): the
+    row template, the emitter counter of each collective slot, the last row of each stream,
+    and per step of the pass the rows its ids are."""
+
+    template: RowTemplate
+    counters: tuple[str, ...]
+    last: tuple[tuple[str, int], ...]
+    refs: list[list[int]]
+
+
+class _RunIds:
+    """The ``ids`` of a pass emitted as rows (:meth:`_Generator._emit_rows`): ``ids[j]`` is
+    the list of ids step ``j`` stands for, as :meth:`_Generator._pass_steps` returns them,
+    made when asked (the generator reads a few of them per pass)."""
+
+    __slots__ = ("rows", "refs")
+
+    def __init__(self, rows: Rows, refs: list[list[int]]) -> None:
+        self.rows = rows
+        self.refs = refs
+
+    def __getitem__(self, j: int) -> list[str]:
+        prefix, first = self.rows.prefix, self.rows.first
+        return [f"{prefix}{first + r}" for r in self.refs[j]]
+
+
 def _kernel_label(kernels: Sequence[Kernel]) -> str:
     if len(kernels) == 1:
         return kernels[0].name
@@ -313,6 +341,11 @@ def _kernel_label(kernels: Sequence[Kernel]) -> str:
 
 
 class _Generator:
+    #: emit a pass whose copies are made of the rank's templates alone as one run of rows,
+    #: and defer the graph's building to its first read (False: task by task, as before;
+    #: tests/test_generation_rows.py compares the two)
+    use_rows = True
+
     def __init__(self, plan: WorkloadPlan, topology: Topology, engine: EngineOptions | None = None) -> None:
         self.plan = plan
         self.topo = topology
@@ -361,6 +394,8 @@ class _Generator:
         self.templates: dict[tuple[int, int, str], _Template] = {}
         #: (id of a template, rank) -> (the template, its steps' task templates on the rank)
         self.rank_templates: dict[tuple[int, int], tuple[_Template, list[Any]]] = {}
+        #: (id of a template, rank) -> (the template, its run of rows or None: _rank_rows)
+        self.rank_rows: dict[tuple[int, int], tuple[_Template, _RankRows | None]] = {}
         calibration = engine.model_calibration if engine is not None else None
         #: ids, counters, last task per stream, kernel times, nearest memory nodes
         self.em = TaskEmitter(f"{plan.name} {lo.describe()}", topology, plan.devices, self.model.precision,
@@ -372,6 +407,8 @@ class _Generator:
             self.em.timer.model(name).check_precision()
             self.em.timer.model(name).check_attention(lo.attention)
         self.graph = self.em.graph
+        if self.use_rows:
+            self.graph.defer()      # made when first read: docs/performance.md, "Generation: pass runs"
         approximations = []                            # said in every summary (WorkloadResult)
         if self.comm and self.ep_algo == "rail":
             approximations.append(DEEPEP_APPROXIMATION)
@@ -591,7 +628,7 @@ class _Generator:
                                     "tp_exposed_s": seg.tp_exposed_s, "merged": True}),
                         prev + (input_deps if n == 0 else []))
             if seg.kernel_s:
-                self.em.graph.kernel_mix[tid] = seg.kernel_s
+                self.em.graph.set_kernel_mix(tid, seg.kernel_s)
             if n == 0 and input_deps:
                 # members start together (their first TP collective would sync them)
                 self.pass_inputs.setdefault((group, stage, chunk, phase, mb), []).append((tid, list(input_deps)))
@@ -885,9 +922,14 @@ class _Generator:
                                reused=True)          # a template's step: the same list each time
 
     def _emit_pass(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
-                   input_deps: list[str]) -> tuple[_Template, list[list[str]]]:
+                   input_deps: list[str]) -> tuple[_Template, Any]:
         if self.stage_mode:
             return self._emit_merged(rank, stage, chunk, phase, mb, input_deps)
+        if self.use_rows:
+            t = self._template(stage, chunk, phase)
+            run = self._rank_rows(t, rank)
+            if run is not None:
+                return t, self._emit_rows(run, rank, mb, input_deps)
         steps = self._pass_steps(rank, stage, chunk, phase, mb, input_deps)
         while True:
             try:
@@ -937,6 +979,81 @@ class _Generator:
         self.rank_templates[key] = (t, out)     # holds t: its id stays its own
         return out
 
+    def _rank_rows(self, t: _Template, rank: int) -> _RankRows | None:
+        """Template ``t`` on ``rank`` as a :class:`~dessim.taskgraph.rows.RowTemplate`
+        (made once per (template, rank)), or None when a micro-batch's copy is not made of
+        the rank's templates alone: a step that is a send, receive or memcpy (built per
+        micro-batch) or a collective's free stand-in (its members are linked afterwards)."""
+        key = (id(t), rank)
+        got = self.rank_rows.get(key)
+        if got is not None:
+            return got[1]
+        made = self._rank_template(t, rank)
+        protos: list[Task] = []
+        labels: list[str] = []
+        deps: list[list[int]] = []
+        colls: list[tuple[int, str] | None] = []
+        mixes: list[tuple] = []
+        counters: list[str] = []
+        refs: list[list[int]] = []     # per step, the runs' tasks its ids are (_pass_steps)
+        entry = -1
+        run: _RankRows | None = None
+        for i, s in enumerate(t.steps):
+            d = list(dict.fromkeys(r for j in s.deps for r in refs[j]))    # as add() keeps them
+            if s.kind == "compute":
+                if i == t.first_compute:
+                    entry = len(protos)
+                proto, mix = made[i]
+                colls.append(None)
+                mixes.append(mix)
+            elif s.kind == "collective":
+                c = made[i]
+                if c.task is None:          # one-rank group: its ids are its dependencies
+                    refs.append(d)
+                    continue
+                if c.free:
+                    break
+                if c.counter not in counters:
+                    counters.append(c.counter)
+                proto = c.task
+                colls.append((counters.index(c.counter), f"{c.gkind}{c.group[0]}."))
+                mixes.append(())
+            else:
+                break
+            refs.append([len(protos)])
+            protos.append(proto)
+            labels.append(t.labels[i])
+            deps.append(d)
+        else:
+            last = {p.stream: k for k, p in enumerate(protos)}
+            run = _RankRows(RowTemplate(protos, labels, deps, entry, colls, mixes), tuple(counters),
+                            tuple(last.items()), refs)
+        self.rank_rows[key] = (t, run)      # holds t: its id stays its own
+        return run
+
+    def _emit_rows(self, run: _RankRows, rank: int, mb: int, input_deps: list[str]) -> "_RunIds":
+        """One micro-batch's copy of a pass as one :class:`~dessim.taskgraph.rows.Rows`
+        record: the ids, counters and last task per stream the emitter would have after
+        emitting it task by task (:meth:`_pass_steps`), and the steps' ids."""
+        em = self.em
+        tpl = run.template
+        first = em._next.get(rank, 0)
+        em._next[rank] = first + tpl.size
+        counts = em._counts
+        bases = []
+        for counter, n in zip(run.counters, tpl.per_slot):
+            key = (rank, counter)
+            base = counts.get(key, 0)
+            counts[key] = base + n
+            bases.append(base)
+        prefix = f"r{rank}."
+        rows = Rows(tpl, prefix, first, f" mb{mb}", tuple(d for d in input_deps if d), tuple(bases))
+        self.graph.add_rows(rows)
+        last = em._last
+        for stream, k in run.last:
+            last[(rank, stream)] = f"{prefix}{first + k}"
+        return _RunIds(rows, run.refs)
+
     def _pass_steps(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
                     input_deps: list[str]) -> Generator[None, None, tuple[_Template, list[list[str]]]]:
         """Emit a pass's steps, pausing after each compute step; returns ``(template, ids)``.
@@ -948,7 +1065,7 @@ class _Generator:
         suffix = f" mb{mb}"
         labels = t.labels
         add_like = self.em.add_like
-        kernel_mix = self.graph.kernel_mix
+        kernel_mix = self.graph.set_kernel_mix
         for i, s in enumerate(t.steps):
             deps = [d for j in s.deps for d in ids[j]]
             kind = s.kind
@@ -958,7 +1075,7 @@ class _Generator:
                 proto, mix = made[i]
                 tid = add_like(proto, labels[i] + suffix, deps).id
                 if mix:
-                    kernel_mix[tid] = mix
+                    kernel_mix(tid, mix)
                 ids.append([tid])
                 yield
             elif kind == "collective":
