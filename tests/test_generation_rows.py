@@ -29,6 +29,11 @@ def snapshot(g: TaskGraph) -> tuple:
             repr(sorted(g.meta.items(), key=str)), len(g))
 
 
+def adjacency(g: TaskGraph) -> tuple:
+    """The engine's set-up read of ``g`` (:meth:`TaskGraph.index_adjacency` by position)."""
+    return g.index_adjacency({t.id: i for i, t in enumerate(g)})
+
+
 def build(model, layout: ParallelLayout, options: GeneratorOptions, rows: bool) -> TaskGraph:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gen._Generator, "use_rows", rows)
@@ -61,6 +66,7 @@ def test_rows_and_deferred_building_give_the_graph_built_task_by_task(case):
         return
     slow = build(model, layout, options, False)
     event("compared")
+    assert adjacency(fast) == adjacency(slow)       # read before the dependents' dicts exist
     assert snapshot(fast) == snapshot(slow)
 
 
@@ -147,7 +153,35 @@ def test_add_rows_keeps_what_add_one_by_one_keeps(program, steps, deferred):
             slow.add(replace(t), dep)
             made.append(t.id)
         assert len(fast) == len(slow)
+    if steps[-1][1] % 2:    # the engine's read first (dependents from _pred), or an other index
+        assert adjacency(fast) == adjacency(slow)
+    else:
+        backwards = {t.id: -i for i, t in enumerate(slow)}
+        assert fast.index_adjacency(backwards) == slow.index_adjacency(backwards)
+    if steps[0][1] % 2:     # a dependency added afterwards goes after all the others
+        last = list(slow)[-1].id
+        for g in (fast, slow):
+            g.depend(made[0], last) if made[0] != last else None
     assert snapshot(fast) == snapshot(slow)
+
+
+def test_a_dependency_added_to_a_made_graph_goes_after_those_made():
+    tpl = template(3, [[], [0], [0, 1]], 0, [False, True, False])
+    fast, slow = TaskGraph("a"), TaskGraph("b")
+    fast.defer()
+    for g in (fast, slow):
+        g.add(Task("x", 1, "compute", duration=1.0))
+    for j in range(2):
+        rows = Rows(tpl, "r0.", 3 * j, f" mb{j}", ("x",), (j, j))
+        fast.add_rows(rows)
+        expand(slow, rows)
+    assert fast.has_dependency("r0.0", "r0.2") and not fast.has_dependency("r0.2", "r0.0")
+    for g in (fast, slow):
+        g.depend("r0.4", "r0.2")      # backwards, onto a run's task: a cycle-free graph still
+        g.depend("x", "r0.5")
+        g.add(Task("y", 1, "compute", duration=1.0), ["r0.2", "x"])
+    assert snapshot(fast) == snapshot(slow)
+    fast._check_cycles()          # the backward edge made a Kahn sort run: no cycle
 
 
 def test_deferred_errors_are_raised_when_the_graph_is_read():

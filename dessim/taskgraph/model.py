@@ -42,6 +42,7 @@ Units: seconds, bytes, FLOP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from itertools import islice
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import networkx as nx
@@ -254,9 +255,17 @@ class TaskGraph:
         self.meta: dict[str, Any] = dict(meta or {})
         self._tasks: dict[str, Task] = {}
         #: task id -> the ids it waits for / that wait for it, in edge order (dict as an
-        #: ordered set; absent = none)
-        self._pred: dict[str, dict[str, None]] = {}
+        #: ordered set, or a tuple of distinct ids for a task of a run of rows until a
+        #: :meth:`depend` adds to it; absent = none)
+        self._pred: dict[str, dict[str, None] | tuple[str, ...]] = {}
         self._succ: dict[str, dict[str, None]] = {}
+        #: None: ``_succ`` holds every edge. Else the insertion position from which tasks
+        #: were made by a deferred graph's :meth:`_flush` without adding themselves to their
+        #: dependencies' ``_succ`` — every one of their edges added after all edges before
+        #: and in insertion order, so walking their ``_pred`` in order appends them as
+        #: :meth:`add` would have (:meth:`_sync_succ`; :meth:`index_adjacency` reads them so
+        #: without making the dicts: the engine never needs them)
+        self._succ_from: int | None = None
         self._edges = 0
         #: the task added last, and whether some dependency may point backwards in insertion
         #: order: :meth:`add` only makes a task wait for tasks already there, so while no
@@ -320,6 +329,8 @@ class TaskGraph:
         pending = self._pending
         assert pending is not None
         self._pending = None          # the calls below add at once
+        if self._succ_from is None:
+            self._succ_from = len(self._tasks)      # edges from here on: in _pred only
         try:
             with collector_paused():  # 10^5-10^6 new objects (dessim.taskgraph.collector)
                 mix = self._kernel_mix
@@ -338,9 +349,10 @@ class TaskGraph:
         """The tasks of run ``rows``, with the same fields and edges (in the same order) as
         :meth:`add` called for each in turn — the entry task through :meth:`add` itself (its
         inputs are checked and may repeat). The others wait only for earlier tasks of the
-        run, which are distinct, known and not themselves, so their edges are set directly:
-        a task's dependents inside the run are known from the template, and tasks added
-        later append theirs after them (dict key order, as :meth:`add` would leave it)."""
+        run, which are distinct, known and not themselves, so their edges are set directly
+        (``_pred`` a tuple); while ``_succ`` is lazy (``_succ_from``, always so in a flush)
+        nothing else, else a task's dependents inside the run, known from the template, and
+        tasks added later append theirs after them (key order, as :meth:`add` leaves it)."""
         tpl = rows.template
         tasks, pred, succ, mix = self._tasks, self._pred, self._succ, self._kernel_mix
         prefix, suffix, bases, entry = rows.prefix, rows.suffix, rows.bases, tpl.entry
@@ -348,6 +360,7 @@ class TaskGraph:
         if not tasks.keys().isdisjoint(ids):
             raise TaskGraphError(f"duplicate task id {next(t for t in ids if t in tasks)!r}")
         derive = _derive
+        lazy = self._succ_from
         edges = 0
         k = 0
         for proto, label, c, refs, after, m in tpl.rows:
@@ -356,14 +369,14 @@ class TaskGraph:
             if c is not None:
                 task.attrs = dict(proto.attrs)      # each member its own, as one by one
                 task.coll_id = c[2] + str(bases[c[0]] + c[1])
-            if after:
+            if after and lazy is None:
                 succ[tid] = {ids[x]: None for x in after}
             if k == entry:
                 self.add(task, [ids[r] for r in refs] + list(rows.inputs))
             else:
                 tasks[tid] = task
                 if refs:
-                    pred[tid] = {ids[r]: None for r in refs}
+                    pred[tid] = (ids[refs[0]],) if len(refs) == 1 else tuple([ids[r] for r in refs])
                     edges += len(refs)
             if m:
                 mix[tid] = m
@@ -396,6 +409,9 @@ class TaskGraph:
         # edge exists yet and none is a self-dependency
         tasks[tid] = task
         self._pred[tid] = preds
+        self._edges += len(preds)
+        if self._succ_from is not None:     # added to the dependencies' _succ when needed
+            return task
         succ = self._succ
         for d in preds:
             s = succ.get(d)
@@ -403,8 +419,23 @@ class TaskGraph:
                 succ[d] = {tid: None}
             else:
                 s[tid] = None
-        self._edges += len(preds)
         return task
+
+    def _sync_succ(self) -> None:
+        """Add the edges of the tasks made since ``_succ_from`` to ``_succ``, in insertion
+        order and each task's dependencies in order: the order :meth:`add` adds them in."""
+        start = self._succ_from
+        if start is None:
+            return
+        succ, pred = self._succ, self._pred
+        for tid in islice(self._tasks, start, None):
+            for d in pred.get(tid, ()):
+                s = succ.get(d)
+                if s is None:
+                    succ[d] = {tid: None}
+                else:
+                    s[tid] = None
+        self._succ_from = None
 
     def depend(self, before: str, after: str) -> None:
         """Make ``after`` wait for ``before`` (again: no change)."""
@@ -418,11 +449,14 @@ class TaskGraph:
             raise TaskGraphError(f"task {before!r} depends on itself")
         if after != self._last_added:       # ``before`` may come later than ``after``
             self._backward = True
+        self._sync_succ()                   # this edge comes after every one there is
         preds = self._pred.get(after)
         if preds is None:
             preds = self._pred[after] = {}
         elif before in preds:
             return
+        elif type(preds) is tuple:          # a run's task: now an ordered set to add to
+            preds = self._pred[after] = dict.fromkeys(preds)
         preds[before] = None
         succs = self._succ.get(before)
         if succs is None:
@@ -464,19 +498,36 @@ class TaskGraph:
     def dependents(self, task_id: str) -> list[str]:
         """The ids waiting for ``task_id``, in the order the dependencies were added."""
         self.task(task_id)
+        self._sync_succ()
         return list(self._succ.get(task_id, ()))
 
     def index_adjacency(self, index: dict[str, int]) -> tuple[list[list[int]], list[int]]:
         """For every task in insertion order, the ``index`` numbers of its dependents (in the
         order the dependencies were added, as :meth:`dependents`) and how many tasks it waits
         for (``len(deps(id))``): the engine's set-up in one pass, without a list of ids per
-        task."""
+        task. When ``index`` numbers the tasks by insertion position (as ``enumerate(graph)``;
+        checked), the dependents of tasks made by a deferred graph are read from their
+        dependencies, without making the dependents' dicts (``_succ_from``)."""
         if self._pending:
             self._flush()
-        succ, pred = self._succ, self._pred
+        succ, pred, tasks = self._succ, self._pred, self._tasks
         none: dict[str, None] = {}
-        after = [[index[s] for s in succ.get(tid, none)] for tid in self._tasks]
-        waits = [len(pred.get(tid, none)) for tid in self._tasks]
+        start = self._succ_from
+        if start is not None and not (len(index) == len(tasks) and all(
+                index.get(tid) == i for i, tid in enumerate(tasks))):
+            self._sync_succ()
+            start = None
+        if start is None:
+            after = [[index[s] for s in succ.get(tid, none)] for tid in tasks]
+        else:       # edges before ``start`` from _succ, then the rest in the order add() keeps
+            after = [[index[s] for s in succ.get(tid, none)] for tid in islice(tasks, start)]
+            after += [[] for _ in range(len(tasks) - start)]
+            i = start
+            for tid in islice(tasks, start, None):
+                for d in pred.get(tid, none):
+                    after[index[d]].append(i)
+                i += 1
+        waits = [len(pred.get(tid, none)) for tid in tasks]
         return after, waits
 
     def has_dependency(self, before: str, after: str) -> bool:
@@ -490,6 +541,7 @@ class TaskGraph:
         dependents in the order they were added."""
         if self._pending:
             self._flush()
+        self._sync_succ()
         succ = self._succ
         for before in self._tasks:
             for after in succ.get(before, ()):
@@ -551,6 +603,7 @@ class TaskGraph:
             self._flush()
         if not self._backward:
             return
+        self._sync_succ()
         pending = {tid: len(p) for tid, p in self._pred.items()}
         ready = [tid for tid in self._tasks if tid not in pending]
         succ = self._succ
