@@ -189,12 +189,12 @@ def test_deferred_errors_are_raised_when_the_graph_is_read():
     g = TaskGraph()
     g.defer()
     g.add(Task("r0.1", 0, "compute", duration=1.0))
-    g.add_rows(Rows(tpl, "r0.", 0, "", (), (0,)))           # r0.1 again
+    g.add_rows(Rows(tpl, "r0.", 0, "", (), (0, 0)))         # r0.1 again
     with pytest.raises(TaskGraphError, match="duplicate task id 'r0.1'"):
         list(g)
     g = TaskGraph()
     g.defer()
-    g.add_rows(Rows(tpl, "r0.", 0, "", ("nope",), (0,)))
+    g.add_rows(Rows(tpl, "r0.", 0, "", ("nope",), (0, 0)))
     with pytest.raises(TaskGraphError, match="unknown task 'nope'"):
         g.validate()
     g = TaskGraph()

@@ -961,6 +961,7 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     """
     t0 = time.perf_counter()
     options = options or EngineOptions()
+    graph.make()       # a generator's deferred graph: made before it is frozen
     # a large graph and the run's set-up: out of the collector's passes
     with heap_frozen(len(graph) >= LARGE_GRAPH_TASKS) as freezer:
         return _simulate(graph, topology, options, compute_cost, t0, freezer)

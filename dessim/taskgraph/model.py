@@ -324,6 +324,13 @@ class TaskGraph:
         else:
             self._make_rows(rows)
 
+    def make(self) -> "TaskGraph":
+        """Make what a deferred graph (:meth:`defer`) holds now rather than at its first
+        read (e.g. before its objects are frozen out of the collector's passes); the graph."""
+        if self._pending:
+            self._flush()
+        return self
+
     def _flush(self) -> None:
         """Make what was deferred (:meth:`defer`), in order; stays deferring after."""
         pending = self._pending
