@@ -48,7 +48,7 @@ from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
 from dessim.network.families import LaneFamily, QuotientBroken
-from dessim.taskgraph.collector import LARGE_GRAPH_TASKS, Freezer, heap_frozen
+from dessim.taskgraph.collector import LARGE_GRAPH_TASKS, Freezer, collector_paused, heap_frozen
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
@@ -132,11 +132,11 @@ class _Run:
         #: per compute task, log-normal of mean 1 (Noise); its own stream of the seed
         self.jitter = (jitter, np.random.default_rng([options.noise.seed, 1])) if jitter > 0 else None
         self.tasks: list[Task] = list(graph)
-        index = {t.id: i for i, t in enumerate(self.tasks)}
+        index = graph.positions()          # task id -> its number here (graph order)
         self.index = index
         #: per task, the tasks waiting for it (edge order: the release order) and how many
         #: it still waits for
-        self.succ, self.pending = graph.index_adjacency(index)
+        self.succ, self.pending = graph.index_adjacency(index, positional=True)
         # streams: (rank, stream) -> queue of task indices in program order
         self.queues: dict[tuple[int, str], list[int]] = {}
         self.stream_of: list[tuple[int, str]] = []
@@ -970,7 +970,8 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
 def _simulate(graph: TaskGraph, topology: Topology, options: EngineOptions,
               compute_cost: ComputeCost | None, t0: float, freezer: Freezer) -> SimulationResult:
     """:func:`simulate` inside :func:`~dessim.taskgraph.collector.heap_frozen`."""
-    run = _Run(graph, topology, options, compute_cost)
+    with collector_paused():     # its 10^6 set-up objects hold no cycle to collect meanwhile
+        run = _Run(graph, topology, options, compute_cost)
     rotations_refused = orbits_refused = None
     while True:
         freezer.freeze()         # the run's own set-up too

@@ -508,19 +508,27 @@ class TaskGraph:
         self._sync_succ()
         return list(self._succ.get(task_id, ()))
 
-    def index_adjacency(self, index: dict[str, int]) -> tuple[list[list[int]], list[int]]:
+    def positions(self) -> dict[str, int]:
+        """A new dict of every task's insertion position (``enumerate(graph)``'s numbers)."""
+        if self._pending:
+            self._flush()
+        return dict(zip(self._tasks, range(len(self._tasks))))
+
+    def index_adjacency(self, index: dict[str, int], positional: bool = False,
+                        ) -> tuple[list[list[int]], list[int]]:
         """For every task in insertion order, the ``index`` numbers of its dependents (in the
         order the dependencies were added, as :meth:`dependents`) and how many tasks it waits
         for (``len(deps(id))``): the engine's set-up in one pass, without a list of ids per
-        task. When ``index`` numbers the tasks by insertion position (as ``enumerate(graph)``;
-        checked), the dependents of tasks made by a deferred graph are read from their
-        dependencies, without making the dependents' dicts (``_succ_from``)."""
+        task. When ``index`` numbers the tasks by insertion position (:meth:`positions`;
+        checked unless the caller says so with ``positional``), the dependents of tasks made
+        by a deferred graph are read from their dependencies, without making the
+        dependents' dicts (``_succ_from``)."""
         if self._pending:
             self._flush()
         succ, pred, tasks = self._succ, self._pred, self._tasks
         none: dict[str, None] = {}
         start = self._succ_from
-        if start is not None and not (len(index) == len(tasks) and all(
+        if start is not None and not positional and not (len(index) == len(tasks) and all(
                 index.get(tid) == i for i, tid in enumerate(tasks))):
             self._sync_succ()
             start = None
