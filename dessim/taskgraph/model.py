@@ -374,8 +374,11 @@ class TaskGraph:
             tid = ids[k]
             task = derive(proto, tid, label + suffix)
             if c is not None:
-                task.attrs = dict(proto.attrs)      # each member its own, as one by one
-                task.coll_id = c[2] + str(bases[c[0]] + c[1])
+                task.attrs = dict(proto.attrs)      # each its own, as one by one
+                if c[2] is None:
+                    task.tag = bases[c[0]] + c[1]
+                else:
+                    task.coll_id = c[2] + str(bases[c[0]] + c[1])
             if after and lazy is None:
                 succ[tid] = {ids[x]: None for x in after}
             if k == entry:

@@ -18,9 +18,11 @@ Conventions of a run (those of :class:`~dessim.workload.common.emitter.TaskEmitt
   name ``labels[k] + suffix``;
 * it waits for the run's tasks ``deps[k]`` (offsets < k, in order), then — the run's
   ``entry`` task only — for the run's ``inputs`` (ids of tasks already in the graph);
-* a task with ``colls[k] = (slot, prefix)`` is a collective's member: its ``coll_id`` is
-  ``prefix + str(bases[slot] + n)``, ``n`` counting the run's earlier tasks of that slot,
-  and it gets its own copy of the prototype's ``attrs``; the others share the prototype's;
+* a task with ``colls[k] = (slot, prefix)`` is numbered: its number is ``bases[slot] + n``,
+  ``n`` counting the run's earlier tasks of that slot; a collective's member (``prefix`` a
+  string) gets the ``coll_id`` ``prefix + str(number)``, a send or receive (``prefix``
+  None) the ``tag`` number; either gets its own copy of the prototype's ``attrs``; the
+  others share the prototype's;
 * ``mixes[k]``, when not empty, is the task's :attr:`TaskGraph.kernel_mix` entry.
 
 Units: as :mod:`dessim.taskgraph.model` (seconds, bytes, FLOP).
@@ -37,14 +39,15 @@ class RowTemplate:
     """A program of tasks copied run after run (module docstring). ``protos`` are checked
     tasks (their own ``id``, ``name`` and ``coll_id`` are placeholders); ``deps[k]`` offsets
     of earlier tasks of the run, each at most once; ``entry`` the task that also waits for a
-    run's inputs (-1: none); ``colls[k]`` ``(slot, coll_id prefix)`` or None; ``mixes[k]``
+    run's inputs (-1: none); ``colls[k]`` ``(slot, coll_id prefix or None for a tag)`` or
+    None; ``mixes[k]``
     a kernel mix or ``()``."""
 
     __slots__ = ("protos", "labels", "deps", "entry", "colls", "mixes", "slots", "per_slot", "size",
                  "rows")
 
     def __init__(self, protos: Sequence[Any], labels: Sequence[str], deps: Sequence[Sequence[int]],
-                 entry: int, colls: Sequence[tuple[int, str] | None],
+                 entry: int, colls: Sequence[tuple[int, str | None] | None],
                  mixes: Sequence[tuple[tuple[str, float], ...]]) -> None:
         n = len(protos)
         if not (len(labels) == len(deps) == len(colls) == len(mixes) == n):
@@ -60,9 +63,9 @@ class RowTemplate:
         self.deps = tuple(tuple(r) for r in deps)
         self.entry = entry
         self.mixes = tuple(mixes)
-        #: per task (slot, n-th of its slot in the run, coll_id prefix) or None
+        #: per task (slot, n-th of its slot in the run, coll_id prefix or None) or None
         seen: dict[int, int] = {}
-        colls_n: list[tuple[int, int, str] | None] = []
+        colls_n: list[tuple[int, int, str | None] | None] = []
         for c in colls:
             if c is None:
                 colls_n.append(None)

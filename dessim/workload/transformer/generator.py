@@ -309,8 +309,8 @@ class _CollTemplate(NamedTuple):
 
 class _RankRows(NamedTuple):
     """A pass template on one rank as a run of rows (:meth:`_Generator._rank_rows`): the
-    row template, the emitter counter of each collective slot, the last row of each stream,
-    and per step of the pass the rows its ids are."""
+    row template, the emitter counter of each numbered slot (collectives, CP transfers), the
+    last row of each stream, and per step of the pass the rows its ids are."""
 
     template: RowTemplate
     counters: tuple[str, ...]
@@ -982,8 +982,9 @@ class _Generator:
     def _rank_rows(self, t: _Template, rank: int) -> _RankRows | None:
         """Template ``t`` on ``rank`` as a :class:`~dessim.taskgraph.rows.RowTemplate`
         (made once per (template, rank)), or None when a micro-batch's copy is not made of
-        the rank's templates alone: a step that is a send, receive or memcpy (built per
-        micro-batch) or a collective's free stand-in (its members are linked afterwards)."""
+        the rank's templates alone: a memcpy step (its key links micro-batches), or a free
+        stand-in for a collective or a CP transfer (their members are linked afterwards).
+        A CP transfer's tag counts on its stream, as :meth:`_pass_steps` numbers it."""
         key = (id(t), rank)
         got = self.rank_rows.get(key)
         if got is not None:
@@ -1017,6 +1018,16 @@ class _Generator:
                     counters.append(c.counter)
                 proto = c.task
                 colls.append((counters.index(c.counter), f"{c.gkind}{c.group[0]}."))
+                mixes.append(())
+            elif s.kind in ("send", "recv") and self.comm:
+                cp_group = self.groups["cp"][rank]
+                step = 1 if s.peer == "next" else -1
+                peer = cp_group[(cp_group.index(rank) + step) % len(cp_group)]
+                proto = Task("template", rank, s.kind, stream=s.stream, category="cp", peer=peer,
+                             size=float(s.size))        # em.p2p's task, the tag numbered below
+                if s.stream not in counters:
+                    counters.append(s.stream)
+                colls.append((counters.index(s.stream), None))
                 mixes.append(())
             else:
                 break
