@@ -247,6 +247,11 @@ class TaskGraph:
     ``DiGraph`` spent about a third of their time and most of the graph's memory on per-node
     and per-edge attribute dicts that nothing read (issue 17's generation profile,
     docs/performance.md). :meth:`as_networkx` gives a ``DiGraph`` view for analysis.
+
+    A generator may :meth:`defer` the building to the graph's first read and add a pass's
+    copies as runs of rows (:meth:`add_rows`, :mod:`dessim.taskgraph.rows`); the tasks made
+    then keep their dependents implicit until something asks for them (``_succ_from``).
+    Either way every query answers as if each task had been added by :meth:`add`.
     """
 
     def __init__(self, name: str = "taskgraph", meta: dict[str, Any] | None = None,
