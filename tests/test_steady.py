@@ -113,7 +113,9 @@ def test_the_check_bounds_the_error_of_the_extrapolated_figure(curv, periods, it
     figure and, for a time figure (seconds), within TIME_BOUND of the iteration time."""
     values = [1.0, 2.0, 3.0 + curv]
     at_m = values[2] + periods * (values[2] - values[0]) / 2
-    drift = periods * curv
+    # c as the differences give it in floats: (3 + 1e-4) - 2 - 1 is 1.0000000000000002e-4,
+    # past a bound of exactly 1e-4 (the example curv=1e-4, periods=1, iteration=1)
+    drift = periods * abs((values[2] - values[1]) - (values[1] - values[0]))
     for path, ok in (("mfu", drift <= ERROR_BOUND * at_m),
                      ("exposed_comm_s.tp", drift <= ERROR_BOUND * at_m and drift <= TIME_BOUND * iteration)):
         try:
