@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
 from dessim.collectives.settings import PROTOCOL_NAMES
-from dessim.engine import EngineOptions, SimulationResult
+from dessim.engine import EngineOptions, Progress, SimulationResult, watching
 from dessim.errors import DessimError
 from dessim.outputs.gantt import GANTT_FORMATS, ROW_MODES, GanttLabels, GanttOptions
 from dessim.outputs.tables import SPAN_FORMATS
@@ -385,3 +387,53 @@ def report_run(result: SimulationResult, title: str, written: list[str], as_json
         out.update(extra or {})
         out["per_rank"] = result.rank_table().to_dict(orient="records")
     report(out, written, as_json, lambda: print_run_summary(result, title))
+
+
+def progress_flag(f: Callable) -> Callable:
+    """``--progress/--no-progress`` for commands that run the engine (default: shown when
+    standard error is a terminal)."""
+    return click.option("--progress/--no-progress", default=None,
+                        help="Show a status line on standard error while the engine runs: tasks "
+                             "finished, simulated time reached, wall time and an estimate of the "
+                             "time left (default: when standard error is a terminal). Results "
+                             "are the same either way.")(f)
+
+
+#: Seconds of wall time between two updates of :func:`status_line`.
+STATUS_EVERY_S = 0.5
+
+
+@contextmanager
+def status_line(enabled: bool | None) -> Iterator[None]:
+    """While the block runs, a tqdm status line on standard error for every engine run
+    (:func:`dessim.engine.watching`); ``enabled`` None: when standard error is a terminal. A
+    new engine run (an extrapolation's next short run, a replay after a refused shortcut)
+    starts a new line. The line is removed when the block ends."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    bars: list[Any] = []
+
+    def show(p: Progress) -> None:
+        bar = bars[-1] if bars else None
+        if bar is None or p.tasks_total != bar.total or p.tasks_done < bar.n:
+            if bar is not None:
+                bar.close()
+            bar = tqdm(total=p.tasks_total, unit="task", desc=f"engine run {len(bars) + 1}",
+                       file=sys.stderr, leave=False, dynamic_ncols=True, mininterval=0,
+                       smoothing=0)
+            bar.start_t = bar._time() - p.wall_s     # the run started before its first report
+            bars.append(bar)
+        bar.set_postfix_str(f"{format_time(p.sim_time_s)} simulated", refresh=False)
+        bar.update(p.tasks_done - bar.n)
+
+    try:
+        with watching(show, every_s=STATUS_EVERY_S):
+            yield
+    finally:
+        if bars:
+            bars[-1].close()

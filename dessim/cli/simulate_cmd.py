@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from dessim.cli.common import (GanttRequest, OutputPath, engine_options, output_file, output_options,
-                               report, report_run, write_outputs)
+                               progress_flag, report, report_run, status_line, write_outputs)
 from dessim.trace.chakra_io import check_chakra_prefix
 from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.outputs.gantt import workload_labels
@@ -180,12 +180,13 @@ LARGE_GRAPH_TASKS = 200_000
                    "(one per GPU of the topology).")
 @engine_options(topology_default=DEFAULT_TOPOLOGY)
 @output_options
+@progress_flag
 def command(workload: str | None, granularity: str, fold: bool | None, extrapolate: bool | None,
             exact: bool, no_comm: bool,
             uniform_stages: bool,
             no_memory_check: bool, hbm: str | None, save_graph: str | None, export_chakra: str | None,
             topology: str, engine: EngineOptions, timeline: str | None, gantt: GanttRequest | None,
-            spans: str | None, as_json: bool, **kw: Any) -> None:
+            spans: str | None, as_json: bool, progress: bool | None, **kw: Any) -> None:
     """Simulate one training iteration of WORKLOAD on a topology.
 
     WORKLOAD is a preset name (dessim workload list), a workload YAML file or a Hugging Face
@@ -238,8 +239,9 @@ def command(workload: str | None, granularity: str, fold: bool | None, extrapola
     if engine.device:
         overrides["device"] = engine.device
     options = replace(engine, record_links=bool(timeline or gantt))
-    result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
-                               options=options)
+    with status_line(progress):
+        result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
+                                   options=options)
     written = (write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
                if timeline or gantt or spans else [])
     if save_graph:

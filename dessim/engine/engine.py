@@ -43,6 +43,7 @@ from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.links import LinkProof
 from dessim.engine.options import EngineOptions, Noise
+from dessim.engine.progress import Ticker
 from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
@@ -217,6 +218,9 @@ class _Run:
         self.active = [float("nan")] * len(self.tasks)
         self.end = [float("nan")] * len(self.tasks)
         self.done_count = 0
+        #: progress for a watcher (dessim.engine.progress): checked when done_count reaches it
+        self.ticker = Ticker(len(self.tasks))
+        self.next_tick = self.ticker.next_at
         self.engine_events = 0
         # replica folding: lanes of every transfer and collective, and how far they drifted
         self.fold = graph.fold
@@ -782,6 +786,8 @@ class _Run:
     def finish(self, i: int) -> None:
         self.end[i] = self.env.now
         self.done_count += 1
+        if self.done_count >= self.next_tick:
+            self.next_tick = self.ticker.check(self.done_count, self.env.now)
         if self.tasks[i].kind in _NET_KINDS:
             self.net_running -= 1
         self.engine_events += 1
