@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from dessim.catalog.calibration import Calibration
 from dessim.taskgraph.model import Task, TaskGraph, kernel_mix
+from dessim.taskgraph.rows import Rows, RowTemplate
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router, router_for
 from dessim.workload.common.kernels import Kernel, KernelTimer
@@ -82,6 +83,31 @@ class TaskEmitter:
         self.graph.add(task, [d for d in deps if d] if "" in deps else deps)
         self._last[(rank, task.stream)] = task.id
         return task
+
+    def add_rows(self, rank: int, template: RowTemplate, counters: Sequence[str],
+                 last: Sequence[tuple[str, int]], suffix: str, inputs: Sequence[str]) -> Rows:
+        """Add one run of ``template`` on ``rank`` (:meth:`TaskGraph.add_rows
+        <dessim.taskgraph.model.TaskGraph.add_rows>`) with the ids, counts and last task per
+        stream that adding its tasks one by one with :meth:`add_like` would leave: the run's
+        ids follow the rank's, slot ``j``'s numbers follow :meth:`count` of ``counters[j]``,
+        and the run's task ``k`` becomes the last of ``stream`` for each ``(stream, k)`` of
+        ``last``; names end with ``suffix``, the entry task also waits for ``inputs`` (empty
+        ids dropped). The run."""
+        first = self._next.get(rank, 0)
+        self._next[rank] = first + template.size
+        counts = self._counts
+        bases = []
+        for counter, n in zip(counters, template.per_slot):
+            key = (rank, counter)
+            base = counts.get(key, 0)
+            counts[key] = base + n
+            bases.append(base)
+        prefix = f"r{rank}."
+        rows = Rows(template, prefix, first, suffix, tuple(d for d in inputs if d), tuple(bases))
+        self.graph.add_rows(rows)
+        for stream, k in last:
+            self._last[(rank, stream)] = f"{prefix}{first + k}"
+        return rows
 
     def compute_template(self, rank: int, kernels: Sequence[Kernel], category: str,
                          stream: str = "compute", attrs: dict[str, Any] | None = None,

@@ -1044,25 +1044,10 @@ class _Generator:
 
     def _emit_rows(self, run: _RankRows, rank: int, mb: int, input_deps: list[str]) -> "_RunIds":
         """One micro-batch's copy of a pass as one :class:`~dessim.taskgraph.rows.Rows`
-        record: the ids, counters and last task per stream the emitter would have after
-        emitting it task by task (:meth:`_pass_steps`), and the steps' ids."""
-        em = self.em
-        tpl = run.template
-        first = em._next.get(rank, 0)
-        em._next[rank] = first + tpl.size
-        counts = em._counts
-        bases = []
-        for counter, n in zip(run.counters, tpl.per_slot):
-            key = (rank, counter)
-            base = counts.get(key, 0)
-            counts[key] = base + n
-            bases.append(base)
-        prefix = f"r{rank}."
-        rows = Rows(tpl, prefix, first, f" mb{mb}", tuple(d for d in input_deps if d), tuple(bases))
-        self.graph.add_rows(rows)
-        last = em._last
-        for stream, k in run.last:
-            last[(rank, stream)] = f"{prefix}{first + k}"
+        record (:meth:`TaskEmitter.add_rows`: the ids, counters and last task per stream the
+        emitter would have after emitting it task by task, :meth:`_pass_steps`), and the
+        steps' ids."""
+        rows = self.em.add_rows(rank, run.template, run.counters, run.last, f" mb{mb}", input_deps)
         return _RunIds(rows, run.refs)
 
     def _pass_steps(self, rank: int, stage: int, chunk: int, phase: str, mb: int,
