@@ -82,8 +82,8 @@ def test_normal_kernels_run_as_the_workload_configures_them(rows):
 #: its H20 table with NVLink, EP 8 (one node; 128 tokens, hidden 7,168, top-8 of 288 experts,
 #: tests/test_low_latency.py at 68ae8b3): (latency us, bandwidth GB/s).
 H20_EP8 = {"dispatch": (37.0, 203.2), "combine": (59.0, 244.2)}
-#: The H20's HBM rate (96 GB HBM3, 4.0 TB/s) and NVLink (NVLink 4, 900 GB/s bidirectional, the
-#: H100's 18 links: dessim's ``dgx-h100`` node stands in for it).
+#: The H20's HBM rate (96 GB HBM3, 4.0 TB/s); its NVLink (NVLink 4, 900 GB/s bidirectional) is
+#: the H100's: dessim's ``dgx-h100`` node stands in for it (docs/references.md).
 H20_HBM = 4.0e12
 
 
