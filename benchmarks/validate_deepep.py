@@ -7,7 +7,7 @@ as those scripts do:
 
 * ``normal`` kernels, the ``moe_dispatch: deepep`` path. Across nodes the rail all-to-all
   (:mod:`dessim.collectives.algorithms.rail`) with the options the DeepSeek-V3 workload gives
-  it (:func:`~dessim.workload.transformer.layout.deepep_rail_options`) for the test's routing:
+  it (:func:`~dessim.workload.transformer.deepep.deepep_rail_options`) for the test's routing:
   uniform random scores, each token's experts in its ``topk_groups`` best node groups
   (``MoERouting(max_nodes=topk_groups)``); on one node the direct all-to-all scaled to one
   copy per target GPU, as the generator's ``_ep_intranode_share``. The flat size is
@@ -44,7 +44,7 @@ as those scripts do:
      of them on one node, those from other nodes across nodes (NVLink peers' messages arrive
      long before the NIC's and are copied meanwhile); the combine waits for every expert's
      flag and a grid sync, then reduces each token's ``top_k`` received BF16 rows, weighted,
-     into one output row (:func:`ll_receive_bytes`).
+     into one output row (:func:`~dessim.workload.transformer.deepep.low_latency_receive_bytes`).
 
   ``tests/test_low_latency.py`` reports the kernel time (kineto) and its counted bytes over
   that time — dessim's ``selections · row / t``. Cross-check on other hardware:
@@ -78,34 +78,23 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dessim.catalog.calibration import Calibration, LinkCalibration  # noqa: E402
-from dessim.catalog.links import DEEPEP_NVLINK_EFFICIENCY  # noqa: E402
 from dessim.collectives import run_collective  # noqa: E402
-from dessim.engine.device import DeviceModel  # noqa: E402
-from dessim.workload.common.precision import PRECISIONS  # noqa: E402
 from dessim.topology import load_topology  # noqa: E402
-from dessim.workload.transformer.layout import deepep_nvlink_efficiency, deepep_rail_options  # noqa: E402
+from dessim.workload.transformer.deepep import (FP8_ROWS, deepep_nvlink_efficiency,  # noqa: E402
+                                                deepep_rail_options, low_latency_row_bytes,
+                                                low_latency_time)
 from dessim.workload.transformer.routing import MoERouting  # noqa: E402
 
 CSV = ROOT / "validation" / "deepep_kernels.csv"
 #: GPUs per H800 node (DGX/HGX H800).
 PER_NODE = 8
-#: DeepEP's FP8 rows (``per_token_cast_to_fp8``: one fp32 scale per 128 elements) are the
-#: ``fp8-block`` recipe's quantised bytes.
-FP8_ROWS = PRECISIONS["fp8-block"]
 #: The GPU of every figure (DeepEP's README: H800 nodes).
 GPU = "H800"
-#: Extra bytes per FP8 message the low-latency test counts (``num_fp8_bytes``: a 16-byte header,
-#: the kernel's ``int4`` with the token's source index).
-LL_FP8_HEADER = 16
 #: Selections the low-latency test sets to -1 before it times the kernels
 #: (tests/test_low_latency.py, "Randomly mask some positions": 10 random (token, slot) draws;
 #: a repeated draw, 4 % likely among 1,024 slots, is ignored). Masked slots send nothing and
 #: the test does not count them.
 LL_MASKED = 10
-#: Bytes of the source index the dispatch's receive stage stores per message
-#: (``packed_recv_src_info``, an ``int``).
-LL_SRC_INFO = 4
 #: Stated agreement, by the row's ``bottleneck`` (the link DeepEP names, or its maintainers
 #: do): (lowest, highest) :func:`speed_error`, for every row but the :data:`CALIBRATION` ones.
 #: RDMA-bound rows within 15 %. NVLink-bound rows: no slower, at most 25 % faster — the
@@ -123,60 +112,23 @@ CALIBRATION = frozenset({"normal_ep8_dispatch", "normal_ep8_combine"})
 
 def row_bytes(wire: str, hidden: int, kernel: str) -> float:
     """Bytes of one token row as the DeepEP test counts them."""
-    if wire == "bf16":
-        return 2.0 * hidden
-    return FP8_ROWS.quantized_bytes(hidden) + (LL_FP8_HEADER if kernel == "low_latency" else 0)
-
-
-def deepep_copy_calibration(topology: str, nvlink_efficiency: float | None = None
-                            ) -> Calibration | None:
-    """A calibration that runs every NVLink of ``topology`` at DeepEP's copy rate: the link's
-    efficiency times ``nvlink_efficiency`` (None: :data:`DEEPEP_NVLINK_EFFICIENCY` of its
-    technology). None when nothing changes (no NVLink, or a technology without a measurement)."""
-    links = {}
-    for _, _, data in load_topology(topology).graph.edges(data=True):
-        tech = data.get("tech")
-        e = DEEPEP_NVLINK_EFFICIENCY.get(tech, 1.0) if nvlink_efficiency is None \
-            else nvlink_efficiency
-        if data.get("type") == "nvlink" and e != 1.0:
-            links[tech] = LinkCalibration(efficiency=data["efficiency"] * e,
-                                          source="DeepEP's NVLink copies (DEEPEP_NVLINK_EFFICIENCY)")
-    return Calibration(name="deepep-copies", links=links) if links else None
-
-
-def ll_receive_bytes(direction: str, nodes: int, tokens: float, selections: float,
-                     hidden: int) -> float:
-    """HBM bytes per rank of the low-latency kernel's receive stage that follow its transfers
-    (module docstring). Dispatch: each message is read from the receive buffer (header, FP8
-    data, scales) and its data, scales and source index stored in ``packed_recv_x`` — all of
-    them on one node, the share from other nodes, ``(nodes-1)/nodes``, across nodes. Combine:
-    the ``selections`` received BF16 rows read by the weighted reduction, one BF16 row written
-    per token."""
-    if direction == "dispatch":
-        per_message = (row_bytes("fp8", hidden, "low_latency") + FP8_ROWS.quantized_bytes(hidden)
-                       + LL_SRC_INFO)
-        late = 1.0 if nodes == 1 else (nodes - 1) / nodes
-        return late * selections * per_message
-    return (selections + tokens) * 2.0 * hidden
+    if kernel == "low_latency":
+        return low_latency_row_bytes(wire, hidden)
+    return 2.0 * hidden if wire == "bf16" else FP8_ROWS.quantized_bytes(hidden)
 
 
 def simulate_ll(direction: str, nodes: int, tokens: int, hidden: int, top_k: int, *,
                 gpu: str = GPU, topology: str | None = None, hbm_bw: float | None = None,
                 nvlink_efficiency: float | None = None) -> tuple[float, float, str]:
-    """One low-latency kernel per rank (module docstring): (seconds, the bytes
-    tests/test_low_latency.py counts, what ran). ``topology`` defaults to ``nodes`` DGX nodes
-    of ``gpu``; ``hbm_bw`` (bytes/s) replaces the GPU's HBM rate and ``nvlink_efficiency``
-    DeepEP's catalogued copy efficiency (the H20 cross-check)."""
+    """One low-latency kernel per rank as tests/test_low_latency.py runs it (module docstring;
+    dessim's model: :func:`~dessim.workload.transformer.deepep.low_latency_time`): (seconds,
+    the bytes the test counts, what ran). ``topology`` defaults to ``nodes`` DGX nodes of
+    ``gpu``; ``hbm_bw`` (bytes/s) and ``nvlink_efficiency`` as there (the H20 cross-check)."""
     topology = topology or f"dgx-h100:nodes={nodes},gpu={gpu}"
     selections = tokens * top_k - LL_MASKED
-    row = row_bytes("fp8" if direction == "dispatch" else "bf16", hidden, "low_latency")
-    res = run_collective("alltoall", selections * row, topology, algo="direct",
-                         calibration=deepep_copy_calibration(topology, nvlink_efficiency))
-    device = DeviceModel.for_device(gpu)
-    nbytes = ll_receive_bytes(direction, nodes, tokens, selections, hidden)
-    receive = (device.kernel_time("memory", (), 0.0, nbytes) - device.launch_overhead) \
-        * device.device.hbm_bw / (hbm_bw or device.device.hbm_bw)
-    return res.time_s + receive, selections * row, f"{res.algorithm}+receive"
+    t, ran = low_latency_time(direction, nodes, selections, tokens, hidden, topology, gpu,
+                              hbm_bw=hbm_bw, nvlink_efficiency=nvlink_efficiency)
+    return t, selections * row_bytes("fp8" if direction == "dispatch" else "bf16", hidden, "low_latency"), ran
 
 
 def simulate_row(r, nvlink_efficiency: float | None = None) -> dict:

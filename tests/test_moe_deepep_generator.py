@@ -9,7 +9,7 @@ import pytest
 
 from dessim.topology import load_topology
 from dessim.workload.transformer.generator import build_taskgraph
-from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION
+from dessim.workload.transformer.deepep import DEEPEP_APPROXIMATION
 from dessim.workload.transformer.routing import (SKEWED_ROUTING_APPROXIMATION, UNMATCHED_ROUTING_APPROXIMATION,
                                                  MoERouting)
 from dessim.workload.transformer.spec import parse_workload
@@ -69,7 +69,7 @@ def test_h800_deepep_tasks_carry_deepeps_nvlink_efficiency():
     nvlink4_h800) and one-node DeepEP all-to-alls send their NVLink bytes over it; on H100
     nodes (no measurement) neither changes."""
     from dessim.catalog.links import DEEPEP_NVLINK_EFFICIENCY
-    from dessim.workload.transformer.layout import deepep_nvlink_efficiency
+    from dessim.workload.transformer.deepep import deepep_nvlink_efficiency
 
     eff = DEEPEP_NVLINK_EFFICIENCY["nvlink4_h800"]
     h800 = load_topology("dgx-h100:nodes=2,gpu=H800")

@@ -14,7 +14,7 @@ from dessim.collectives.algorithms import build_schedule
 from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology import load_topology
 from dessim.workload import load_workload
-from dessim.workload.transformer.layout import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS
+from dessim.workload.transformer.deepep import DEEPEP_APPROXIMATION, DEEPEP_PIPELINE_CHUNKS
 from dessim.workload.transformer.routing import MoERouting
 from dessim.workload.transformer.spec import parse_workload
 from tests.moe_helpers import moe_doc
@@ -177,7 +177,7 @@ def test_deepep_pipeline_follows_deepeps_chunks():
     """The rail pipeline has DeepEP's RDMA chunks per channel and node (10 channels; 8-token
     chunks at 32-64 ranks, 20/12 at 16 for dispatch/combine; the 160-rank config above),
     at most DEEPEP_PIPELINE_CHUNKS (a replay-cost cap: their latencies overlap)."""
-    from dessim.workload.transformer.layout import deepep_pipeline_chunks
+    from dessim.workload.transformer.deepep import deepep_pipeline_chunks
 
     assert deepep_pipeline_chunks(4096, 64, 0.454, False) == DEEPEP_PIPELINE_CHUNKS   # DeepSeek-V3
     assert deepep_pipeline_chunks(17, 32, 0.9, False) == 1         # a tiny dispatch: one chunk

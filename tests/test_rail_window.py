@@ -16,7 +16,7 @@ from dessim.collectives import build_schedule, run_collective, run_schedule
 from dessim.errors import CollectiveError
 from dessim.network import make_network
 from dessim.topology import load_topology
-from dessim.workload.transformer.layout import (DEEPEP_PIPELINE_CHUNKS, deepep_pipeline_chunks,
+from dessim.workload.transformer.deepep import (DEEPEP_PIPELINE_CHUNKS, deepep_pipeline_chunks,
                                                 deepep_rail_options, deepep_window)
 from dessim.workload.transformer.routing import MoERouting
 

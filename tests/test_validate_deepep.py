@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dessim.workload.transformer.deepep import low_latency_receive_bytes
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -128,7 +130,7 @@ def test_low_latency_receive_stage_bytes(validation):
     sel, hidden = 1014, 7168
     message = 16 + hidden + hidden // 128 * 4
     stored = hidden + hidden // 128 * 4 + 4
-    assert validation.ll_receive_bytes("dispatch", 1, 128, sel, hidden) == sel * (message + stored)
-    assert validation.ll_receive_bytes("dispatch", 4, 128, sel, hidden) == \
+    assert low_latency_receive_bytes("dispatch", 1, 128, sel, hidden) == sel * (message + stored)
+    assert low_latency_receive_bytes("dispatch", 4, 128, sel, hidden) == \
         pytest.approx(0.75 * sel * (message + stored), rel=1e-12)
-    assert validation.ll_receive_bytes("combine", 4, 128, sel, hidden) == (sel + 128) * 2 * hidden
+    assert low_latency_receive_bytes("combine", 4, 128, sel, hidden) == (sel + 128) * 2 * hidden

@@ -211,7 +211,7 @@ LINK_TECHS: Mapping[str, LinkTech] = MappingProxyType({t.name: t for t in _LIST}
 #: more SMs (deepseek-ai/DeepEP#16: "it may be essential to increase the number of SMs ...
 #: Buffer.set_num_sms(32)"), and 24-SM runs stay below the link elsewhere (deepseek-ai/DeepEP#394,
 #: GB200: 169 / 135 GB/s). Applied only to DeepEP's NVLink phases
-#: (:func:`dessim.workload.transformer.layout.deepep_nvlink_efficiency`), at DeepEP's default SMs,
+#: (:func:`dessim.workload.transformer.deepep.deepep_nvlink_efficiency`), at DeepEP's default SMs,
 #: and to its low-latency kernels' NVLink copies in benchmarks/validate_deepep.py: the same
 #: ``UNROLLED_WARP_COPY`` of SM stores into a peer's buffer (``csrc/kernels/internode_ll.cu``
 #: and ``intranode.cu`` at d8dd185c; with it the low-latency model is within 3 % of

@@ -91,8 +91,8 @@ from dessim.workload.common.kernels import Kernel, KernelSet, optimizer_kernel
 from dessim.workload.common.placement import OFFLOAD_NODE_KINDS, nearest_node, resolve_devices
 from dessim.workload.transformer.kernels import (embedding_kernels, expert_tokens, head_kernels,
                                                 layer_kernels, mtp_kernels)
-from dessim.workload.transformer.layout import (DEEPEP_APPROXIMATION, ParallelLayout, deepep_nvlink_efficiency,
-                                                deepep_rail_options)
+from dessim.workload.transformer.deepep import DEEPEP_APPROXIMATION, deepep_nvlink_efficiency, deepep_rail_options
+from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.memory import (MemoryEstimate, MemoryOptions, check_fit, estimate_memory,
                                                 layer_activation_bytes, layer_params_on_gpu, mtp_params_on_gpu)
 from dessim.workload.transformer.model import TransformerConfig
@@ -771,7 +771,7 @@ class _Generator:
 
     def _ep_attrs(self, group: tuple[int, ...], combine: bool) -> dict:
         """Attributes of an MoE all-to-all task on ``group``: with ``rail`` (DeepEP), the
-        algorithm's options from :func:`~dessim.workload.transformer.layout.deepep_rail_options`
+        algorithm's options from :func:`~dessim.workload.transformer.deepep.deepep_rail_options`
         (``combine``: the forward combine or the dispatch's backward)."""
         if self.ep_algo != "rail":
             return {}

@@ -50,17 +50,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from math import ceil
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, NamedTuple
 
-from dessim.catalog.links import DEEPEP_NVLINK_EFFICIENCY
 from dessim.errors import WorkloadError
 
 if TYPE_CHECKING:  # only for type hints: model.py does not depend on layout.py
-    from dessim.topology.graph import Topology
     from dessim.workload.transformer.model import TransformerConfig
-    from dessim.workload.transformer.routing import MoERouting
 
 __all__ = [
     "BASE_DIMS",
@@ -121,104 +117,6 @@ MOE_DISPATCH: tuple[str, ...] = ("nccl", "deepep")
 #: ``moe_dispatch_fwd_dtype`` / ``moe_combine_bwd_dtype`` default ``'bf16'``). The combine
 #: direction is 16-bit either way.
 MOE_DISPATCH_PRECISIONS: tuple[str, ...] = ("fp8", "bf16")
-#: ``deepep``: the most chunks the rail all-to-all's network and NVLink phases are pipelined in
-#: (:mod:`dessim.collectives.algorithms.rail` option ``pipeline_chunks``; fewer when DeepEP
-#: itself has fewer, :func:`deepep_pipeline_chunks`), or None for no cap. The chunks'
-#: latencies overlap (``window``), so more chunks no longer cost simulated time, only replay
-#: time: a cap ``K`` leaves at most ``1/K`` of the faster phase exposed (an approximation from
-#: above, named by :data:`DEEPEP_APPROXIMATION`). 8 keeps the replay cost of DeepSeek-V3's
-#: 4,096-token dispatches; no cap (DeepEP's 24 chunks there) makes the 256-GPU README run
-#: 1.1 % faster for 30 % more CPU, DeepEP's EP 32-64 kernels 4.6-6.7 % faster
-#: (docs/collectives.md, "Validation against DeepEP's kernels").
-DEEPEP_PIPELINE_CHUNKS: int | None = 8
-DEEPEP_APPROXIMATION = (f"MoE all-to-all (moe_dispatch deepep): the network and NVLink phases "
-                        f"pipelined in DeepEP's RDMA chunks per channel and node, at most "
-                        f"{DEEPEP_PIPELINE_CHUNKS}, up to 128 RDMA tokens in flight per connection, a "
-                        "slot freed when its chunk arrives (DeepEP frees it once forwarded)")
-#: DeepEP's channels: ``Buffer.num_sms`` = 20 SMs by default, two per channel in the internode
-#: kernels (``num_channels = num_sms / 2``; deepseek-ai/DeepEP @567632dd ``deep_ep/buffer.py``,
-#: ``csrc/kernels/internode.cu``). Each channel sends its own contiguous range of the tokens.
-DEEPEP_CHANNELS = 10
-#: ``num_max_rdma_chunked_send_tokens`` of DeepEP's recommended configs by EP size, (dispatch,
-#: combine) (``Buffer.get_dispatch_config`` / ``get_combine_config``, deepseek-ai/DeepEP
-#: @567632dd ``deep_ep/buffer.py``): the tokens of one RDMA chunk a channel sends to a node.
-DEEPEP_RDMA_CHUNK_TOKENS: Mapping[int, tuple[int, int]] = MappingProxyType({
-    2: (6, 6), 4: (6, 6), 8: (6, 6), 16: (20, 12), 24: (8, 8), 32: (8, 8), 48: (8, 8), 64: (8, 8),
-    96: (12, 8), 128: (12, 8), 144: (12, 8), 160: (12, 8)})
-#: ``num_max_rdma_chunked_recv_tokens`` of every one of those configs: the tokens of the RDMA
-#: ring buffer per (channel, source node) (same source). The ``Config`` constructor rounds it
-#: up to a multiple of the chunk (``align_up``, ``csrc/config.hpp``), and the sender stalls
-#: only while that many tokens are unacknowledged (``csrc/kernels/internode.cu``, ``dispatch``
-#: ``kRDMASender``; ``combine`` likewise): ``recv / send`` chunks are in flight.
-DEEPEP_RDMA_RECV_TOKENS = 128
-
-
-def _deepep_send_tokens(ranks: int, combine: bool) -> int:
-    """:data:`DEEPEP_RDMA_CHUNK_TOKENS` of the largest listed EP size up to ``ranks`` (the
-    smallest listed one below it)."""
-    size = max([k for k in DEEPEP_RDMA_CHUNK_TOKENS if k <= ranks] or [min(DEEPEP_RDMA_CHUNK_TOKENS)])
-    return DEEPEP_RDMA_CHUNK_TOKENS[size][1 if combine else 0]
-
-
-def deepep_window(ranks: int, combine: bool) -> int:
-    """RDMA chunks DeepEP keeps in flight per (channel, node) on an EP group of ``ranks``:
-    its receive buffer rounded up to whole chunks, in chunks
-    (``align_up(recv, send) / send``, :data:`DEEPEP_RDMA_RECV_TOKENS`) — 16 at EP 24-64,
-    7 (dispatch) / 11 (combine) at EP 16, 11 / 16 at EP 96-160."""
-    send = _deepep_send_tokens(ranks, combine)
-    return ceil(DEEPEP_RDMA_RECV_TOKENS / send)
-
-
-def deepep_pipeline_chunks(tokens: float, ranks: int, node_hit: float, combine: bool) -> int:
-    """Chunks of the rail all-to-all's pipeline for DeepEP moving ``tokens`` per rank over an EP
-    group of ``ranks`` (``node_hit``: the probability that a token goes to a given node): the
-    RDMA chunks one channel sends to one node — its ``tokens / DEEPEP_CHANNELS`` tokens times
-    ``node_hit``, in chunks of :data:`DEEPEP_RDMA_CHUNK_TOKENS` (the config of the largest
-    listed EP size up to ``ranks``) — at least 1 (and at most :data:`DEEPEP_PIPELINE_CHUNKS`
-    if set). A small dispatch has few chunks, and DeepEP cannot overlap the phases of one
-    chunk."""
-    chunk = _deepep_send_tokens(ranks, combine)
-    got = max(1, ceil(tokens / DEEPEP_CHANNELS * node_hit / chunk - 1e-9))
-    return got if DEEPEP_PIPELINE_CHUNKS is None else min(DEEPEP_PIPELINE_CHUNKS, got)
-
-
-def deepep_nvlink_efficiency(topology: "Topology", rank: int) -> float:
-    """The fraction of the NVLink rate DeepEP's copies reach on GPU ``rank``
-    (:data:`dessim.catalog.links.DEEPEP_NVLINK_EFFICIENCY` of the technology of its NVLink;
-    1.0 for technologies without a measurement and GPUs without NVLink)."""
-    graph = topology.graph
-    node = topology.resolve(rank)
-    for _, _, data in graph.edges(node, data=True):
-        if data.get("type") == "nvlink":
-            return DEEPEP_NVLINK_EFFICIENCY.get(data.get("tech"), 1.0)
-    return 1.0
-
-
-def deepep_rail_options(routing: "MoERouting", top_k: int, experts: int, nodes: int, per_node: int,
-                        *, combine: bool, tokens: float, etp: int = 1,
-                        nvlink_efficiency: float = 1.0) -> dict:
-    """The :mod:`~dessim.collectives.algorithms.rail` options of a DeepEP all-to-all of
-    ``tokens`` per rank over ``nodes`` hosts of ``per_node`` EP-group members (``etp`` of them
-    one expert-TP group): ``network_share`` — a token crosses the network once per target node
-    (:meth:`MoERouting.network_share`; each of the ``etp`` ranks sends ``1/etp`` of it) —,
-    ``nvlink_share`` — once per target GPU over NVLink (:meth:`MoERouting.nvlink_share`) —,
-    ``nvlink_first`` for the ``combine`` direction (DeepEP's combine reduces over NVLink on
-    the forwarding GPU before the network phase), ``pipeline_chunks``
-    (:func:`deepep_pipeline_chunks`, a node hit by ``nodes_per_token / nodes`` of the tokens)
-    and ``window`` (:func:`deepep_window`: the chunks in flight per connection); and
-    ``nvlink_efficiency`` when it is below 1 (:func:`deepep_nvlink_efficiency`)."""
-    args = (top_k, experts, nodes, per_node // etp)
-    node_hit = routing.nodes_per_token(top_k, experts, nodes) / nodes
-    chunks = deepep_pipeline_chunks(tokens, nodes * per_node, node_hit, combine)
-    options = {"network_share": routing.network_share(*args) / etp,
-               "nvlink_share": routing.nvlink_share(*args),
-               "nvlink_first": combine, "pipeline_chunks": chunks,
-               "window": deepep_window(nodes * per_node, combine)}
-    if nvlink_efficiency != 1.0:
-        options["nvlink_efficiency"] = nvlink_efficiency
-    return options
-
-
 class RankCoords(NamedTuple):
     """Coordinates of one rank in the attention grid (``tp, cp, dp, pp``) and its ``ep`` and
     ``edp`` indices in the expert grid (module docstring)."""
