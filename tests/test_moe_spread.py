@@ -213,7 +213,15 @@ def test_weights_under_the_limit_give_the_loads_or_say_they_cannot(layout, per_g
         return
     routing = MoERouting("counts", counts=counts, max_nodes=max_nodes)
     shares = routing.shares(experts)
-    spread = routing.spread(k, experts, hosts, per_host)
+    try:
+        spread = routing.spread(k, experts, hosts, per_host)
+    except WorkloadError as e:
+        # only when the experts every token must take (the certain ones) sit on more nodes
+        # than the limit allows
+        assert "more than max_nodes" in str(e)
+        certain = solve_weights(shares, k)[1]
+        assert len({i // (per_host * per_gpu) for i, c in enumerate(certain) if c}) > reach
+        return
     limited = solve_limited_weights(shares, k, hosts, max_nodes)
     assert spread.loads_matched == (limited is not None)
     if limited is None:
@@ -225,6 +233,17 @@ def test_weights_under_the_limit_give_the_loads_or_say_they_cannot(layout, per_g
                                   for s, c in zip(shares, certain)], abs=1e-9)
     assert spread.node_hit == pytest.approx(node_hit, abs=1e-12)
     assert spread.gpu_hit == pytest.approx(gpu_hit, abs=1e-12)
+
+
+def test_dominant_experts_on_more_nodes_than_the_limit_are_refused_clearly():
+    """Two experts that each need half the tokens (top-3 of 8, on two nodes) must both be in
+    every token's choice, but with max_nodes=1 a token reaches one node: no router serves it,
+    and the spread says so as a WorkloadError instead of dividing by zero (found by the
+    hypothesis test above: counts (0, 0, 0, 1, 0, 0, 0, 1) + 1e-3)."""
+    routing = MoERouting("counts", counts=tuple(x + 1e-3 for x in (0, 0, 0, 1, 0, 0, 0, 1)),
+                         max_nodes=1)
+    with pytest.raises(WorkloadError, match=r"sit on 2 nodes \[0, 1\], more than max_nodes=1"):
+        routing.spread(3, 8, 2, 2)
 
 
 def test_one_node_per_token_cannot_serve_a_dominant_expert():

@@ -405,6 +405,12 @@ def hit_probabilities(weights: Sequence[float], certain: Sequence[bool], k: int,
 
     node_polys = [node_poly(h) for h in range(hosts)]
     tables, others, z = _node_tables(node_polys, k, reach)
+    if not z > 0.0:
+        hot = sorted({g // per_host for g, (_, c) in enumerate(blocks) if any(c)})
+        raise WorkloadError(f"model routing: every token must take the experts that get more than "
+                            f"1/top_k of the tokens (top_k={k}), and they sit on {len(hot)} nodes "
+                            f"{hot}, more than max_nodes={reach} allows: no node-limited routing "
+                            "serves these loads (raise max_nodes or flatten the counts)")
 
     def missed(h: int, poly: list[float]) -> float:
         return tables.close(others[h], poly) / z
