@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -143,6 +144,15 @@ def _check_dir(directory: Path, what: str, shown: str) -> None:
         raise OutputError(f"{what} {shown!r}: {str(directory)!r} is not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise OutputError(f"{what} {shown!r}: directory {str(directory)!r} is not writable")
+    # os.access says yes to root everywhere (/proc, /sys, read-only bind mounts of some file
+    # systems): create and remove a file to know, so a run never ends in a failed write
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".dessim-write-check-")
+    except OSError as exc:
+        raise OutputError(f"{what} {shown!r}: cannot create files in directory "
+                          f"{str(directory)!r} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def check_output(path: str | os.PathLike, what: str,

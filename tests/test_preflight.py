@@ -4,6 +4,8 @@ simulated, and no directory is ever created."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -59,6 +61,26 @@ def test_an_output_into_a_missing_directory_fails_before_any_work(template, flag
     assert "Traceback" not in res.output
     assert flag in res.output and "does not exist" in res.output, res.output
     assert not (tmp_path / "no").exists()          # nothing created
+
+
+#: A directory that exists, passes os.access(W_OK) for root, and where no file can be made.
+NO_FILES_HERE = Path("/proc")
+
+
+@pytest.mark.skipif(not (NO_FILES_HERE / "self").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("template,flag", WRITERS, ids=[f"{t[0]} {f}" for t, f in WRITERS])
+def test_an_output_into_a_directory_that_takes_no_files_fails_before_any_work(template, flag, tmp_path):
+    out = NO_FILES_HERE if "OUT/plots" in template else NO_FILES_HERE / "out"   # a file in /proc
+    res = CliRunner().invoke(cli, _args(template, str(out), tmp_path))
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert flag in res.output and "cannot create files in directory '/proc'" in res.output, res.output
+
+
+def test_the_write_check_leaves_nothing_behind(tmp_path):
+    check_output(tmp_path / "t.json", "timeline")
+    check_output_dir(tmp_path / "plots", "plots")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_output_under_a_file_or_onto_a_directory_is_refused(tmp_path):
