@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import click
 
 from dessim.collectives.settings import PROTOCOL_NAMES
 from dessim.engine import EngineOptions, Progress, SimulationResult, watching
-from dessim.errors import DessimError
+from dessim.errors import DessimError, OutputError
 from dessim.outputs.gantt import GANTT_FORMATS, ROW_MODES, GanttLabels, GanttOptions
 from dessim.outputs.tables import SPAN_FORMATS
 from dessim.resources import check_output
@@ -28,7 +29,7 @@ from dessim.units import format_bandwidth, format_size, format_time
 __all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
            "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option",
-           "OutputPath", "output_file", "timeline_option", "gantt_option", "spans_option"]
+           "OutputPath", "check_distinct_paths", "output_file", "timeline_option", "gantt_option", "spans_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -48,8 +49,11 @@ class OutputPath(click.ParamType):
 
     name = "path"
 
-    def __init__(self, check: Callable[[str], Any]) -> None:
+    def __init__(self, check: Callable[[str], Any], *, names_a_file: bool = True) -> None:
         self.check = check
+        #: False for a prefix of several files (``--export-chakra``): not one file to compare
+        #: with the inputs (:func:`check_distinct_paths`)
+        self.names_a_file = names_a_file
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
@@ -57,6 +61,44 @@ class OutputPath(click.ParamType):
         except DessimError as exc:
             self.fail(str(exc), param, ctx)
         return value
+
+
+def _flag_name(param: click.Parameter) -> str:
+    """How a parameter is written on the command line: its long option, or its metavar."""
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return param.human_readable_name
+
+
+def check_distinct_paths(ctx: click.Context) -> None:
+    """Refuse, before any work, an output that would overwrite one of the command's input
+    files (``dessim run g.json --timeline g.json``) or another output of the same run
+    (``--timeline x.json --save-graph x.json``): either loses data without a word."""
+    outputs: list[tuple[str, str]] = []
+    inputs: list[tuple[str, str]] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if not isinstance(item, str) or not item:
+                continue
+            if isinstance(param.type, OutputPath):
+                if param.type.names_a_file:
+                    outputs.append((_flag_name(param), item))
+            elif os.path.isfile(item):
+                inputs.append((_flag_name(param), item))
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise OutputError(f"{flag} {path!r} is also the {seen[real]} output: give each output "
+                              "its own file")
+        seen[real] = flag
+        if not os.path.exists(path):
+            continue
+        for source, given in inputs:
+            if os.path.samefile(path, given):
+                raise OutputError(f"{flag} {path!r} is the input {source} {given!r}: writing it "
+                                  "would destroy the input; give another file")
 
 
 def output_file(what: str, formats: dict[str, str | None] | None = None) -> OutputPath:

@@ -8,11 +8,14 @@ exit with status 2 — never as a traceback.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
+from typing import Any
 
 import click
 
+from dessim.cli.common import check_distinct_paths
 from dessim.errors import DessimError
 
 #: Sub-command modules, each defining ``command`` (a click command or group).
@@ -55,9 +58,26 @@ def cli() -> None:
     """
 
 
+def _guarded(command: click.Command) -> click.Command:
+    """``command`` (each command of a group) checking its paths before it runs: no output
+    overwrites an input or another output (:func:`~dessim.cli.common.check_distinct_paths`)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _guarded(sub)
+        return command
+    callback = command.callback
+    if callback is not None:
+        @functools.wraps(callback)
+        def checked(*args: Any, **kw: Any) -> Any:
+            check_distinct_paths(click.get_current_context())
+            return callback(*args, **kw)
+        command.callback = checked
+    return command
+
+
 def _register() -> None:
     for name in COMMAND_MODULES:
-        cli.add_command(importlib.import_module(name).command)
+        cli.add_command(_guarded(importlib.import_module(name).command))
 
 
 _register()

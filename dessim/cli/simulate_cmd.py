@@ -174,7 +174,7 @@ LARGE_GRAPH_TASKS = 200_000
                    "memory_capacity_bytes; the override hbm_capacity, a sweep's memory.hbm_capacity).")
 @click.option("--save-graph", type=output_file("task graph file"), default=None,
               help="Write the generated task graph (dessim JSON format).")
-@click.option("--export-chakra", type=OutputPath(check_chakra_prefix), default=None,
+@click.option("--export-chakra", type=OutputPath(check_chakra_prefix, names_a_file=False), default=None,
               metavar="DIR/PREFIX",
               help="Write the generated task graph as Chakra ET files DIR/PREFIX.<rank>.et "
                    "(one per GPU of the topology).")

@@ -1,0 +1,90 @@
+"""Bad command lines a new user types, each refused before any work with one ``error:`` line
+that names the flag and the file, exit status 2, and nothing written or destroyed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dessim.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPH = {"format": "dessim.taskgraph", "version": 1, "name": "g", "tasks": [
+    {"id": "a", "rank": 0, "kind": "compute", "duration": 1e-5},
+    {"id": "b", "rank": 1, "kind": "compute", "duration": 1e-5, "deps": ["a"]}]}
+
+
+def _refused(args: list[str], *words: str) -> str:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, res.output
+    for word in words:
+        assert word in errors[0], res.output
+    return errors[0]
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> Path:
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(GRAPH))
+    return path
+
+
+def test_an_output_onto_the_input_graph_is_refused_and_the_graph_kept(graph):
+    before = graph.read_bytes()
+    _refused(["run", str(graph), "-t", "ring:4", "--timeline", str(graph)],
+             "--timeline", "input GRAPH", "g.json")
+    assert graph.read_bytes() == before
+
+
+def test_an_output_onto_an_input_by_another_spelling_of_its_path_is_refused(graph, monkeypatch):
+    monkeypatch.chdir(graph.parent)
+    (graph.parent / "sub").mkdir()
+    _refused(["run", "g.json", "-t", "ring:4", "--timeline", "./sub/../g.json"], "--timeline", "GRAPH")
+    assert json.loads(graph.read_text()) == GRAPH
+
+
+def test_an_output_onto_the_workload_topology_or_calibration_file_is_refused(tmp_path):
+    workload = tmp_path / "w.yaml"
+    shutil.copy(ROOT / "workloads/gpt3-1.3b.yaml", workload)
+    topology = tmp_path / "t.yaml"
+    shutil.copy(ROOT / "topologies/ring8.yaml", topology)
+    _refused(["simulate", str(workload), "--timeline", str(workload)], "--timeline", "WORKLOAD")
+    _refused(["simulate", "gpt3-1.3b", "-t", str(topology), "--save-graph", str(topology)],
+             "--save-graph", "--topology")
+    _refused(["collective", "allreduce", "--size", "1MiB", "-t", str(topology), "--timeline",
+              str(topology)], "--timeline", "--topology")
+    assert (tmp_path / "w.yaml").read_bytes() == (ROOT / "workloads/gpt3-1.3b.yaml").read_bytes()
+    assert topology.read_bytes() == (ROOT / "topologies/ring8.yaml").read_bytes()
+
+
+def test_calibrate_refuses_to_write_over_its_base_file(tmp_path):
+    base = tmp_path / "c.yaml"
+    base.write_text("version: 1\nname: c\n")
+    _refused(["calibrate", "--kernels", str(ROOT / "tests/data/calibration/kernel_times_h100_published.csv"),
+              "--base", str(base), "-o", str(base)], "--out", "--base")
+    assert base.read_text() == "version: 1\nname: c\n"
+
+
+def test_two_outputs_of_one_run_into_the_same_file_are_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(["simulate", "gpt3-1.3b", "--timeline", "x.json", "--save-graph", "./x.json"],
+             "--save-graph", "--timeline")
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_chakra_prefix_named_like_an_input_writes_beside_it_and_is_allowed(tmp_path):
+    """``--export-chakra w`` writes w.<rank>.et: the prefix is no file, nothing to destroy."""
+    workload = tmp_path / "w.yaml"
+    shutil.copy(ROOT / "workloads/gpt3-1.3b.yaml", workload)
+    res = CliRunner().invoke(cli, ["simulate", str(workload), "--tp", "8", "--dp", "1", "--global-batch", "8",
+                                   "--export-chakra", str(workload)])
+    assert res.exit_code == 0, res.output
+    assert workload.read_bytes() == (ROOT / "workloads/gpt3-1.3b.yaml").read_bytes()
+    assert (tmp_path / "w.yaml.0.et").is_file()
