@@ -88,3 +88,25 @@ def test_a_chakra_prefix_named_like_an_input_writes_beside_it_and_is_allowed(tmp
     assert res.exit_code == 0, res.output
     assert workload.read_bytes() == (ROOT / "workloads/gpt3-1.3b.yaml").read_bytes()
     assert (tmp_path / "w.yaml.0.et").is_file()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["simulate", "--tp", "0"], ["--tp", "0 is not in the range", "dessim simulate --help"]),
+    (["simulate", "--tp", "x"], ["--tp", "'x'"]),
+    (["simulate", "--bogus"], ["--bogus"]),
+    (["simulate", "gpt3-1.3b", "extra"], ["extra"]),
+    (["compare", "allreduce", "--sizes", "1MiB", "-t", "ring:4"], ["--algos"]),
+    (["topology", "shw"], ["shw", "Did you mean 'show'"]),
+    (["nosuch"], ["nosuch", "dessim --help"]),
+    (["--bogus"], ["--bogus"]),
+    (["run", "/nonexistent-dessim/g.json", "-t", "ring:4"], ["GRAPH", "does not exist"]),
+])
+def test_a_usage_error_is_one_error_line_with_where_to_find_help(args, words):
+    res = CliRunner().invoke(cli, args)
+    assert "Usage:" not in res.output and "Try '" not in res.output, res.output
+    _refused(args, *words)
+
+
+def test_a_bare_group_still_prints_its_help():
+    res = CliRunner().invoke(cli, ["topology"])
+    assert res.exit_code == 2 and "Commands:" in res.output and "error:" not in res.output

@@ -38,7 +38,15 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 class DessimGroup(click.Group):
-    """A click group that turns DessimErrors into a clean one-line error."""
+    """A click group that turns DessimErrors and click's usage errors (a bad flag value, an
+    unknown option, a missing argument) into one clean ``error:`` line, exit status 2."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:     # dessim's own options (dessim --bogus)
+            _usage_error(exc, ctx)
+            raise                           # pragma: no cover - _usage_error exits
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
@@ -46,9 +54,21 @@ class DessimGroup(click.Group):
         except DessimError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
+        except click.UsageError as exc:
+            _usage_error(exc, ctx)
 
 
-@click.group(cls=DessimGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def _usage_error(exc: click.UsageError, ctx: click.Context) -> None:
+    """Print click's usage error as one ``error:`` line with where to find help; exit 2. A
+    group called bare keeps click's answer: its help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        raise exc
+    where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+    click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+    ctx.exit(exc.exit_code)
+
+
+@click.group("dessim", cls=DessimGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dessim")
 def cli() -> None:
     """dessim: discrete-event simulator of deep-learning training clusters.

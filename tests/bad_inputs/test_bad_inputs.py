@@ -42,6 +42,10 @@ def test_bad_input_fails_cleanly_and_says_where(case, tmp_path, monkeypatch):
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         raise AssertionError(f"uncaught {type(res.exception).__name__}: {res.exception}") from res.exception
     assert "Traceback" not in output
+    if "points failed" not in output:       # a sweep that ran reports failed points with exit 1
+        assert res.exit_code == 2, f"exit {res.exit_code}, not 2:\n{output}"
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Usage:" not in output, f"not one error: line:\n{output}"
     missing = [w for w in case.expect if w.replace("{d}", str(tmp_path)) not in output]
     assert not missing, f"message lacks {missing}:\n{output}"
     if "points failed" not in output:       # a spec error: caught before any point ran
