@@ -110,3 +110,47 @@ def test_a_usage_error_is_one_error_line_with_where_to_find_help(args, words):
 def test_a_bare_group_still_prints_its_help():
     res = CliRunner().invoke(cli, ["topology"])
     assert res.exit_code == 2 and "Commands:" in res.output and "error:" not in res.output
+
+
+# ---------------------------------------------------------------- writing outputs
+def test_a_failed_write_keeps_the_existing_file_and_leaves_no_partial_file(tmp_path):
+    from dessim.cli.common import write_file
+    from dessim.errors import OutputError
+
+    results = tmp_path / "results.csv"
+    results.write_text("the results of yesterday\n")
+
+    def dies_half_way(path: str) -> None:
+        Path(path).write_text("half a ta")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OutputError, match=r"--csv '.*results.csv': cannot write it \(No space left on device\)"):
+        write_file(str(results), "--csv", dies_half_way)
+    assert results.read_text() == "the results of yesterday\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+
+
+def test_a_write_that_completes_replaces_the_file_whole(tmp_path):
+    from dessim.cli.common import write_file
+
+    results = tmp_path / "results.csv"
+    results.write_text("old\n")
+    assert write_file(str(results), "--csv", lambda p: Path(p).write_text("new\n")) == str(results)
+    assert results.read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_is_one_error_line_naming_the_flag_not_a_traceback():
+    _refused(["collective", "allreduce", "--size", "1MiB", "-t", "ring:4", "--timeline", "/dev/full"],
+             "--timeline", "/dev/full", "No space left on device")
+
+
+def test_dev_null_takes_outputs_and_stays_a_device(tmp_path):
+    null = Path("/dev/null")
+    if not null.exists() or null.is_file():
+        pytest.skip("needs a /dev/null device")
+    res = CliRunner().invoke(cli, ["collective", "allreduce", "--size", "1MiB", "-t", "ring:4",
+                                   "--timeline", "/dev/null"])
+    assert res.exit_code == 0, res.output
+    assert null.exists() and not null.is_file()

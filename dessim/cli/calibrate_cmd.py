@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.common import TOPOLOGY_HELP, output_file
+from dessim.cli.common import TOPOLOGY_HELP, output_file, write_file
 
 
 def _print_schema(ctx: click.Context) -> None:
@@ -84,7 +84,7 @@ def command(nccl_tests: tuple[str, ...], kernels: tuple[str, ...], kineto: tuple
     inputs = read_inputs(nccl_tests, kernels, kineto, nccl_ranks=nccl_ranks)
     result = calibrate(inputs, topology, base, gpu=gpu, algo=algo, protocol=protocol,
                        name=name or Path(out).stem)
-    path = result.write(out)
+    path = Path(write_file(out, "--out", result.write))
     label = load_calibration(path).label()     # as every run with --calibration OUT shows it
     if as_json:
         click.echo(json.dumps({

@@ -7,7 +7,7 @@ import click
 
 from typing import Any, Mapping
 
-from dessim.cli.common import GanttRequest, engine_options, output_file, print_json, write_outputs
+from dessim.cli.common import GanttRequest, engine_options, output_file, print_json, write_file, write_outputs
 from dessim.outputs.gantt import GANTT_FORMATS
 from dessim.outputs.tables import SPAN_FORMATS
 from dessim.units import format_time
@@ -124,7 +124,8 @@ def _over_time(trace: Any, topology: str | None, options: Any, policy: str | Non
     overhead = None if resize_overhead is None else parse_time(resize_overhead, "--resize-overhead")
     result = simulate_job_trace(trace, topology=topology, options=options, policy=policy,
                                 resize_overhead=overhead)
-    written = [f"jobs: {write_table(result.job_table(), table, 'job table')}"] if table else []
+    written = ([f"jobs: {write_file(table, '--table', lambda p: write_table(result.job_table(), p, 'job table'))}"]
+               if table else [])
     s = result.summary()
     if _printed_json(s, written, as_json):
         return

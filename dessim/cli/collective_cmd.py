@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.common import engine_options, output_file
+from dessim.cli.common import engine_options, output_file, write_file
 from dessim.engine.options import EngineOptions
 from dessim.units import format_bandwidth, format_size, format_time
 
@@ -52,7 +52,7 @@ def command(op: str, size: str, topology: str, ranks: str | None, root: int | No
         from dessim.outputs import write_chrome_trace
         from dessim.outputs.collective_trace import collective_result_as_run
 
-        write_chrome_trace(collective_result_as_run(res), timeline)
+        write_file(timeline, "--timeline", lambda p: write_chrome_trace(collective_result_as_run(res), p))
     if as_json:
         out = res.to_dict(links=show_links > 0)
         if timeline:

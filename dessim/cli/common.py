@@ -14,6 +14,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import click
@@ -29,7 +30,7 @@ from dessim.units import format_bandwidth, format_size, format_time
 __all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
            "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option",
-           "OutputPath", "check_distinct_paths", "output_file", "timeline_option", "gantt_option", "spans_option"]
+           "OutputPath", "check_distinct_paths", "output_file", "reported_write", "write_file", "timeline_option", "gantt_option", "spans_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -88,6 +89,8 @@ def check_distinct_paths(ctx: click.Context) -> None:
                 inputs.append((_flag_name(param), item))
     seen: dict[str, str] = {}
     for flag, path in outputs:
+        if os.path.exists(path) and not os.path.isfile(path):
+            continue                        # /dev/null, a pipe: not a file to lose
         real = os.path.realpath(path)
         if real in seen:
             raise OutputError(f"{flag} {path!r} is also the {seen[real]} output: give each output "
@@ -331,19 +334,53 @@ def build_engine_options(values: dict[str, Any], *, record_links: bool = False) 
     return EngineOptions.of(_nest(values), "command line", record_links=record_links)
 
 
+@contextmanager
+def reported_write(flag: str, path: str, note: str = "") -> Iterator[None]:
+    """Turn an operating-system error of the block (a full disk, a vanished directory) into
+    an :class:`OutputError` naming ``flag`` and ``path``, plus ``note``."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"{flag} {path!r}: cannot write it ({exc.strerror or exc}){note}") from None
+
+
+def write_file(path: str, flag: str, writer: Callable[[str], Any]) -> str:
+    """Call ``writer`` with a temporary file beside ``path`` (same suffix: writers pick the
+    format by it) and move it onto ``path`` once complete, so that a failed write (a full
+    disk, an interrupt) leaves an existing file as it was and no partial file behind. A
+    path that is not a regular file (``/dev/null``, a pipe) is written in place. An
+    operating-system error is reported as an :class:`OutputError` naming ``flag`` and the
+    path. Returns ``path``."""
+    target = Path(path)
+    if target.exists() and not target.is_file():
+        staged = target
+    else:
+        staged = target.with_name(f".{target.stem}.dessim-partial-{os.getpid()}{target.suffix}")
+    try:
+        with reported_write(flag, path, "; nothing was changed there"):
+            writer(str(staged))
+            if staged != target:
+                os.replace(staged, target)
+    finally:
+        if staged != target and staged.exists():
+            staged.unlink()
+    return path
+
+
 def write_outputs(result: SimulationResult, timeline: str | None, gantt: GanttRequest | None,
                   spans: str | None, labels: GanttLabels | None = None) -> list[str]:
-    """Write the requested files; return a line per file written. ``labels`` name the run
-    and its pipeline stages in the Gantt chart."""
+    """Write the requested files (each by :func:`write_file`); return a line per file
+    written. ``labels`` name the run and its pipeline stages in the Gantt chart."""
     from dessim.outputs import write_chrome_trace, write_gantt, write_spans
 
     written = []
     if timeline:
-        written.append(f"timeline: {write_chrome_trace(result, timeline)}")
+        written.append(f"timeline: {write_file(timeline, '--timeline', lambda p: write_chrome_trace(result, p))}")
     if gantt:
-        written.append(f"gantt: {write_gantt(result, gantt.path, labels, gantt.options)}")
+        written.append("gantt: " + write_file(gantt.path, "--gantt", lambda p: write_gantt(
+            result, p, labels, gantt.options)))
     if spans:
-        written.append(f"spans: {write_spans(result, spans)}")
+        written.append(f"spans: {write_file(spans, '--spans', lambda p: write_spans(result, p))}")
     return written
 
 

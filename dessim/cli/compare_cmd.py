@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dessim.cli.collective_cmd import COLLECTIVE_PATHS, ranks_option
-from dessim.cli.common import engine_options, json_option, output_file, print_json, table_records
+from dessim.cli.common import engine_options, json_option, output_file, print_json, table_records, write_file
 from dessim.outputs.plots import PLOT_FORMATS
 from dessim.engine.options import EngineOptions
 from dessim.units import format_size, format_time
@@ -64,11 +64,11 @@ def _write_files(df, op: str, topology: str, csv_path: str | None, plot_path: st
     """Write the CSV table and the busbw plot asked for; the paths written."""
     written = []
     if csv_path:
-        df.to_csv(csv_path, index=False)
+        write_file(csv_path, "--csv", lambda p: df.to_csv(p, index=False))
         written.append(csv_path)
     if plot_path:
         from dessim.outputs.plots import plot_busbw
 
-        plot_busbw(df, plot_path, f"{op} on {topology}")
+        write_file(plot_path, "--plot", lambda p: plot_busbw(df, p, f"{op} on {topology}"))
         written.append(plot_path)
     return written

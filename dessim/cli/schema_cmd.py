@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import output_file
+from dessim.cli.common import output_file, write_file
 from dessim.errors import SpecError
 from dessim.schema import schema_json
 
@@ -70,5 +70,5 @@ def command(kind: str, output: Any) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    Path(output).write_text(text, encoding="utf-8")
+    write_file(output, "--output", lambda p: Path(p).write_text(text, encoding="utf-8"))
     click.echo(f"wrote {output}")

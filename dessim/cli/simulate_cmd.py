@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from dessim.cli.common import (GanttRequest, OutputPath, engine_options, output_file, output_options,
-                               progress_flag, report, report_run, status_line, write_outputs)
+                               progress_flag, report, report_run, status_line, reported_write,
+                               write_file, write_outputs)
 from dessim.trace.chakra_io import check_chakra_prefix
 from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.outputs.gantt import workload_labels
@@ -245,13 +246,15 @@ def command(workload: str | None, granularity: str, fold: bool | None, extrapola
     written = (write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
                if timeline or gantt or spans else [])
     if save_graph:
-        written.append(f"graph: {save_taskgraph(result.taskgraph, save_graph)}")
+        written.append("graph: " + write_file(save_graph, "--save-graph",
+                                              lambda p: save_taskgraph(result.taskgraph, p)))
     replayed = isinstance(result, ReplayResult)
     if export_chakra:
         from dessim.trace import export_chakra as write_et
 
-        files = write_et(result.taskgraph, export_chakra, num_ranks=result.taskgraph.num_ranks
-                         if replayed else result.plan.num_gpus)
+        with reported_write("--export-chakra", export_chakra):
+            files = write_et(result.taskgraph, export_chakra, num_ranks=result.taskgraph.num_ranks
+                             if replayed else result.plan.num_gpus)
         written.append(f"chakra: {len(files)} rank files {export_chakra}.<rank>.et")
     if replayed:                # a trace file (kind: chakra): reported as dessim replay does
         report_run(result.simulation, f"{result.name}: Chakra trace replay, "

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from dessim.cli.common import OutputPath, calibration_option, json_option, print_json, table_records
+from dessim.cli.common import (OutputPath, calibration_option, json_option, print_json, reported_write,
+                               table_records)
 from dessim.sweep.analysis import check_plots_dir
 from dessim.sweep.runner import BACKENDS, Terminated, check_results_path, journal_path, run_sweep
 from dessim.sweep.spec import SweepSpec, load_sweep
@@ -46,16 +47,15 @@ def with_calibration(spec: SweepSpec, calibration: str | None) -> SweepSpec:
 
 def report(result, group_by: tuple[str, ...], top: int, plots: str | None) -> None:
     """Print the text report and write plots; shared with ``dessim explore``."""
-    from dessim.sweep.analysis import describe, write_plots
+    from dessim.sweep.analysis import describe
 
     click.echo(describe(result, group_by=list(group_by) if group_by else None, top=top))
     for path in result.written:
         click.echo(f"results: {path}")
     if result.journal is not None:
         click.echo(f"journal: {result.journal} (resume: run the same command again)")
-    if plots:
-        for path in write_plots(result, plots):
-            click.echo(f"plot: {path}")
+    for path in _plots(result, plots):
+        click.echo(f"plot: {path}")
 
 
 _BACKEND_HELP = "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values())
@@ -131,7 +131,7 @@ def command(spec: str, workers: int, backend: str, address: str | None, out: str
 
 def sweep_json(result, group_by: tuple[str, ...], plots: str | None) -> dict:
     """``dessim sweep --json``: counts, best per group, every finished point, files."""
-    from dessim.sweep.analysis import best_per_group, default_group_by, write_plots
+    from dessim.sweep.analysis import best_per_group, default_group_by
 
     group = tuple(group_by) or default_group_by(result)
     best = best_per_group(result.table, result.metric, group, result.spec.analysis.minimize)
@@ -140,7 +140,17 @@ def sweep_json(result, group_by: tuple[str, ...], plots: str | None) -> dict:
             "group_by": list(group), "best": table_records(best),
             "results": table_records(result.table), "files": [str(p) for p in result.written],
             "journal": str(result.journal) if result.journal is not None else None,
-            "plots": [str(p) for p in write_plots(result, plots)] if plots else []}
+            "plots": [str(p) for p in _plots(result, plots)]}
+
+
+def _plots(result, plots: str | None) -> list:
+    """The plots written into directory ``plots`` (none without one)."""
+    from dessim.sweep.analysis import write_plots
+
+    if not plots:
+        return []
+    with reported_write("--plots", plots):
+        return write_plots(result, plots)
 
 
 def exit_on_problems(result) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import compose, engine_options, report
+from dessim.cli.common import compose, engine_options, report, reported_write
 from dessim.cli.workload_cmd import collect_overrides, layout_options
 from dessim.engine.options import EngineOptions
 from dessim.errors import DessimError
@@ -186,5 +186,6 @@ def command(workload: str | None, topology: str, engine: EngineOptions, as_json:
     written = []
     if plots:
         from dessim.outputs.training_plots import write_training_plots
-        written = write_training_plots(result, plots)
+        with reported_write("--plots", plots):
+            written = write_training_plots(result, plots)
     report(summary, written, as_json, lambda: _print_summary(summary))
