@@ -154,3 +154,13 @@ def test_dev_null_takes_outputs_and_stays_a_device(tmp_path):
                                    "--timeline", "/dev/null"])
     assert res.exit_code == 0, res.output
     assert null.exists() and not null.is_file()
+
+
+@pytest.mark.parametrize("flags,named,not_named", [
+    (["--extrapolate"], ["drop --extrapolate,"], ["--granularity", "--fold"]),
+    (["--fold", "--granularity", "stage"], ["drop --granularity stage and --fold,"], ["--extrapolate"]),
+    (["--granularity", "kernel"], ["drop --granularity kernel,"], ["--fold", "--extrapolate"]),
+])
+def test_exact_names_only_the_flags_given_that_clash_with_it(flags, named, not_named):
+    line = _refused(["simulate", "gpt3-1.3b", "--exact", *flags], "--exact turns every shortcut off", *named)
+    assert not any(word in line for word in not_named), line

@@ -216,9 +216,11 @@ def command(workload: str | None, granularity: str, fold: bool | None, extrapola
                                    "run does not have: drop --extrapolate or the output")
         extrapolate = False
     if exact:
-        if granularity not in ("auto", "layer") or fold or extrapolate:
-            raise click.UsageError("--exact turns every shortcut off: drop --granularity "
-                                   f"{granularity} / --fold / --extrapolate, or drop --exact")
+        clash = [flag for flag, given in ((f"--granularity {granularity}", granularity not in ("auto", "layer")),
+                                          ("--fold", fold), ("--extrapolate", extrapolate)) if given]
+        if clash:
+            raise click.UsageError("--exact turns every shortcut off (it replays every task at "
+                                   f"layer granularity): drop {' and '.join(clash)}, or drop --exact")
         extrapolate = False
         if engine.shortcuts.stream_rings:
             raise click.UsageError("--exact turns every shortcut off: drop --stream-rings (an "
