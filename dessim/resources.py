@@ -14,6 +14,7 @@ The package copy wins when both exist.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -72,10 +73,27 @@ def read_yaml(path: str | Path, what: str = "file") -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{what} {str(p)!r}: invalid YAML: {exc}") from None
+        raise SpecError(f"{what} {str(p)!r}: {_syntax_error(text, p, exc)}") from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # PyYAML's own constructors fail with these on e.g. a timestamp 2024-13-45
         raise SpecError(f"{what} {str(p)!r}: invalid YAML value: {exc}") from None
+
+
+def _syntax_error(text: str, path: Path, exc: yaml.YAMLError) -> str:
+    """One line saying where ``text`` stops parsing: as JSON for a ``.json`` file (a Hugging
+    Face config.json, an ASTRA-sim system file), else as YAML (line and column, 1-based)."""
+    if path.suffix.lower() == ".json":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as err:
+            return f"invalid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        except (ValueError, RecursionError):
+            pass
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return f"invalid YAML ({where}{problem}{f', {context}' if context else ''})"
 
 
 def read_text(path: str | Path, what: str = "file") -> str:

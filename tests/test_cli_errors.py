@@ -164,3 +164,24 @@ def test_dev_null_takes_outputs_and_stays_a_device(tmp_path):
 def test_exact_names_only_the_flags_given_that_clash_with_it(flags, named, not_named):
     line = _refused(["simulate", "gpt3-1.3b", "--exact", *flags], "--exact turns every shortcut off", *named)
     assert not any(word in line for word in not_named), line
+
+
+# ---------------------------------------------------------------- malformed files
+def test_a_truncated_config_json_is_reported_as_json_on_one_line(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama", "hidden_size": 4096\n')
+    res = CliRunner().invoke(cli, ["simulate", str(config)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f"error: workload file '{config}': invalid JSON (line 2, column 1: Expecting ',' delimiter)"]
+
+
+@pytest.mark.parametrize("text,where", [("model: [\n", "line 2, column 1"),
+                                        ("a: b\n  c: d\n", "line 2, column 4")])
+def test_malformed_yaml_is_one_line_with_its_line_and_column(tmp_path, text, where):
+    spec = tmp_path / "w.yaml"
+    spec.write_text(text)
+    res = CliRunner().invoke(cli, ["simulate", str(spec)])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: workload file '{spec}': invalid YAML ({where}: ")
