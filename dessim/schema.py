@@ -29,7 +29,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
 from dessim.errors import DessimError, SpecError
 from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["SpecModel", "validate", "readable", "schema_of", "schema_json", "inline_schema", "tagged", "count",
+__all__ = ["SpecModel", "validate", "readable", "got", "schema_of", "schema_json", "inline_schema", "tagged", "count",
            "choice", "converted", "described", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
            "Number", "SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA"]
 
@@ -176,6 +176,14 @@ def _loc(parts: tuple) -> str:
     return out
 
 
+def got(value: Any, top: bool = False) -> str:
+    """What a document held where something else was expected, for a message: ``None`` (an
+    empty file, or a key with nothing after its colon) in words rather than Python's."""
+    if value is None:
+        return "nothing (the file is empty)" if top else "nothing (an empty value)"
+    return repr(value)
+
+
 def readable(exc: ValidationError, where: str, root: Any, error: type[Exception] | None = SpecError,
              at: str = "") -> Exception:
     """One line per problem of ``exc``, naming the key path and the bad value, with a "did you
@@ -213,7 +221,7 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
         elif kind in ("model_type", "dict_type"):
             valid = _fields(_walk(root, tuple(err["loc"]))[1])
             lines.append(f"{path}: expected a mapping" + (f" with keys {', '.join(valid)}" if valid else "")
-                         + f", got {err['input']!r}")
+                         + f", got {got(err['input'], top=not loc)}")
         else:
             lines.append(f"{path}: {err['msg'][:1].lower()}{err['msg'][1:]}, got {err['input']!r}")
     # the parsers' own error class (UnitError, TopologyError, ...) when they all agree

@@ -185,3 +185,17 @@ def test_malformed_yaml_is_one_line_with_its_line_and_column(tmp_path, text, whe
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: workload file '{spec}': invalid YAML ({where}: ")
+
+
+@pytest.mark.parametrize("args", [["simulate", "{f}"], ["cluster", "{f}"], ["topology", "show", "{f}"],
+                                  ["simulate", "--calibration", "{f}"]])
+def test_an_empty_spec_file_is_called_empty(tmp_path, args):
+    empty = tmp_path / "spec.yaml"
+    empty.write_text("")
+    _refused([a.replace("{f}", str(empty)) for a in args], "spec.yaml", "got nothing (the file is empty)")
+
+
+def test_a_key_with_nothing_after_its_colon_is_called_empty(tmp_path):
+    spec = tmp_path / "w.yaml"
+    spec.write_text("name: x\nmodel:\n")
+    _refused(["simulate", str(spec)], "model: expected a mapping", "got nothing (an empty value)")

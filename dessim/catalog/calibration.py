@@ -25,7 +25,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, WithJson
 
 from dessim.errors import SpecError, UnitError
 from dessim.resources import find_data_file, read_yaml
-from dessim.schema import TIME_SCHEMA, SpecModel, validate
+from dessim.schema import TIME_SCHEMA, SpecModel, got, validate
 from dessim.units import parse_time
 
 __all__ = ["Calibration", "NcclCalibration", "LinkCalibration", "DeviceCalibration",
@@ -236,7 +236,7 @@ def parse_calibration(doc: object, where: str = "calibration") -> Calibration:
     """A :class:`Calibration` from a parsed document; :class:`SpecError` naming the keys."""
     if not isinstance(doc, Mapping):
         raise SpecError(f"{where}: expected a mapping with keys {', '.join(Calibration.model_fields)}, "
-                        f"got {type(doc).__name__}")
+                        f"got {got(doc, top=True) if doc is None else type(doc).__name__}")
     version = doc.get("version", CALIBRATION_VERSION)
     if version != CALIBRATION_VERSION:
         raise SpecError(f"{where}: version {version!r} is not supported (this dessim reads "
