@@ -27,7 +27,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
                       ValidationInfo, WithJsonSchema)
 
 from dessim.errors import DessimError, SpecError
-from dessim.units import parse_bandwidth, parse_count, parse_size, parse_time
+from dessim.units import MAX_COUNT, parse_bandwidth, parse_count, parse_size, parse_time
 
 __all__ = ["SpecModel", "validate", "readable", "got", "schema_of", "schema_json", "inline_schema", "tagged", "count",
            "choice", "converted", "described", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
@@ -112,8 +112,8 @@ Time = converted(lambda v, k: parse_time(v, k), TIME_SCHEMA, float)
 
 def count(minimum: int = 0) -> Any:
     """A whole number >= ``minimum``: ``8``, ``"8"`` or ``"1k"`` (decimal multipliers)."""
-    return converted(lambda v, k: parse_count(v, k, minimum=minimum),
-                     {"anyOf": [{"type": "integer", "minimum": minimum},
+    return converted(lambda v, k: parse_count(v, k, minimum=minimum, maximum=MAX_COUNT),
+                     {"anyOf": [{"type": "integer", "minimum": minimum, "maximum": MAX_COUNT},
                                 {"type": "string", "pattern": _NUMBER + r"[kMGTP]?\s*$"}],
                       "description": f"a whole number >= {minimum} (8, or '1k' = 1000)"}, int)
 

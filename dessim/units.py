@@ -182,8 +182,14 @@ def parse_flops(value: object, what: str = "compute rate", *, allow_zero: bool =
     return _check(number * mult, value, what, "compute rate", allow_zero)
 
 
-def parse_count(value: object, what: str = "count", *, minimum: int = 0) -> int:
-    """Parse a whole number (``8``, ``"8"``, ``"1k"`` → 1000) that must be >= ``minimum``."""
+#: Largest whole number a spec may give (2^53): every count above it loses digits in the
+#: floating-point arithmetic of the model (``seq_len: 1e100`` read as 1e100 + 1.6e83).
+MAX_COUNT = 2 ** 53
+
+
+def parse_count(value: object, what: str = "count", *, minimum: int = 0, maximum: int | None = None) -> int:
+    """Parse a whole number (``8``, ``"8"``, ``"1k"`` → 1000) that must be >= ``minimum`` and,
+    when given, <= ``maximum``."""
     number, unit = _split(value, what, "whole number")
     mult = _DECIMAL.get(unit)
     if mult is None:
@@ -195,6 +201,10 @@ def parse_count(value: object, what: str = "count", *, minimum: int = 0) -> int:
         raise UnitError(f"{what}: {value!r} is not a whole number")
     if number < minimum:
         raise UnitError(f"{what}: {value!r} must be >= {minimum}")
+    if maximum is not None and number > maximum:
+        shown = repr(value) if len(repr(value)) <= 24 else f"{number:.6g}"
+        raise UnitError(f"{what}: {shown} is above {maximum:,}, the largest whole number "
+                        "dessim takes here (a typo?)")
     return int(number)
 
 

@@ -199,3 +199,16 @@ def test_a_key_with_nothing_after_its_colon_is_called_empty(tmp_path):
     spec = tmp_path / "w.yaml"
     spec.write_text("name: x\nmodel:\n")
     _refused(["simulate", str(spec)], "model: expected a mapping", "got nothing (an empty value)")
+
+
+@pytest.mark.parametrize("key,value", [("seq_len", 10 ** 100), ("hidden", "1e30"), ("layers", 2 ** 60)])
+def test_a_model_dimension_beyond_exact_counting_is_refused_not_simulated(tmp_path, key, value):
+    """``seq_len: 1e100`` ran to 'throughput 0 tokens/s' with --no-memory-check."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "workloads/gpt3-1.3b.yaml").read_text())
+    doc["model"][key] = value
+    spec = tmp_path / "w.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    _refused(["simulate", str(spec), "--no-memory-check"], "w.yaml", f"model.{key}",
+             "is above 9,007,199,254,740,992")
