@@ -114,6 +114,17 @@ def test_resume_after_interruption_evaluates_only_the_rest(tmp_path, serial):
     assert (third.evaluated, third.reused) == (0, 8) and len(journal_lines(out)) == 8
 
 
+def test_a_journal_line_of_bytes_that_are_not_utf8_is_skipped_like_any_corrupt_line(tmp_path, serial):
+    """A damaged journal (a disk error, an editor) costs its bad lines, never the sweep."""
+    out = tmp_path / "r.parquet"
+    run_sweep(SPEC, out=out, max_points=3)
+    with journal_path(out).open("ab") as fh:
+        fh.write(b"\xff\xfe not a record\n")
+    resumed = run_sweep(SPEC, out=out)
+    assert (resumed.evaluated, resumed.reused, resumed.pending) == (5, 3, 0)
+    pd.testing.assert_frame_equal(results(resumed.table), results(serial.table))
+
+
 def test_resume_after_a_real_kill_9(tmp_path):
     """Kill a running sweep process with SIGKILL, then resume: nothing finished is redone."""
     spec = dict(SPEC, axes={"collective.size": [f"{k}KiB" for k in range(64, 64 + 30)]}, cost={})

@@ -77,11 +77,11 @@ class Journal:
         records: dict[str, dict[str, Any]] = {}
         if not self.path.exists():
             return records
-        with self.path.open("r", encoding="utf-8") as fh:
+        with self.path.open("rb") as fh:
             for line in fh:
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
+                    rec = json.loads(line.decode("utf-8"))
+                except ValueError:          # not JSON, or bytes that are not UTF-8
                     continue
                 if isinstance(rec, dict) and "key" in rec and "status" in rec:
                     records[rec["key"]] = rec
