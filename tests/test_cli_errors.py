@@ -212,3 +212,17 @@ def test_a_model_dimension_beyond_exact_counting_is_refused_not_simulated(tmp_pa
     spec.write_text(yaml.safe_dump(doc))
     _refused(["simulate", str(spec), "--no-memory-check"], "w.yaml", f"model.{key}",
              "is above 9,007,199,254,740,992")
+
+
+# ---------------------------------------------------------------- honest summaries
+def test_run_of_a_saved_folded_graph_says_its_ranks_are_folded(tmp_path):
+    """``simulate --save-graph`` writes the replica-folded graph; replaying it printed
+    '... tasks on 1 ranks' for an 8-GPU job without a word about folding."""
+    graph = tmp_path / "g.json"
+    res = CliRunner().invoke(cli, ["simulate", "gpt3-1.3b", "--global-batch", "64", "--save-graph", str(graph)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["run", str(graph), "-t", "ring:8"])
+    assert res.exit_code == 0, res.output
+    assert "(replica-folded: 1 simulated rank(s) stand for all 8, 8 lanes each;" in res.output
+    res = CliRunner().invoke(cli, ["run", str(graph), "-t", "ring:8", "--json"])
+    assert json.loads(res.output)["fold_lanes"] == 8

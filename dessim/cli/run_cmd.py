@@ -37,4 +37,10 @@ def command(graph: str, topology: str, engine: EngineOptions, timeline: str | No
     except DessimError as exc:      # the graph does not fit the topology: name both
         raise type(exc)(f"task graph {graph!r} on topology {topology!r}: {exc}") from None
     written = write_outputs(result, timeline, gantt, spans)
-    report_run(result, f"{tg.name}: {len(tg)} tasks on {topo.name}", written, as_json)
+    title = f"{tg.name}: {len(tg)} tasks on {topo.name}"
+    if tg.fold is not None:     # the summary counts the simulated ranks only: say why
+        lanes, ranks = tg.fold.perm.shape
+        title += (f" (replica-folded: {len(result.ranks)} simulated rank(s) stand for all {ranks}, "
+                  f"{lanes} lanes each; every lane's traffic is on the network)")
+    report_run(result, title, written, as_json,
+               {"fold_lanes": int(tg.fold.perm.shape[0])} if tg.fold is not None else None)
