@@ -226,3 +226,13 @@ def test_run_of_a_saved_folded_graph_says_its_ranks_are_folded(tmp_path):
     assert "(replica-folded: 1 simulated rank(s) stand for all 8, 8 lanes each;" in res.output
     res = CliRunner().invoke(cli, ["run", str(graph), "-t", "ring:8", "--json"])
     assert json.loads(res.output)["fold_lanes"] == 8
+
+
+def test_replay_refuses_a_timeline_onto_one_of_the_trace_rank_files(tmp_path):
+    for f in (ROOT / "tests/data/chakra/allreduce_1MiB_8npu").glob("ALL_REDUCE.*.et"):
+        shutil.copy(f, tmp_path / f.name)
+    rank3 = tmp_path / "ALL_REDUCE.3.et"
+    before = rank3.read_bytes()
+    _refused(["replay", str(tmp_path / "ALL_REDUCE"), "-t", "ring:8", "--timeline", str(rank3)],
+             "--timeline", "is the rank file", "would destroy the trace")
+    assert rank3.read_bytes() == before

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import click
@@ -10,6 +11,7 @@ import click
 from dessim.cli.common import (TOPOLOGY_HELP, GanttRequest, engine_options, output_options, report_run,
                                write_outputs)
 from dessim.engine import EngineOptions
+from dessim.errors import OutputError
 
 
 @click.command("replay")
@@ -65,6 +67,7 @@ def command(trace_prefix: str, topology: str | None, engine: EngineOptions, astr
 
     if (topology is None) == (astra_network is None):
         raise click.UsageError("give the topology as --topology or --astra-network (one of them)")
+    _keep_trace_files(trace_prefix, {"--timeline": timeline, "--gantt": gantt and gantt.path, "--spans": spans})
     topo = load_astra_network(astra_network) if astra_network else load_topology(topology)
     trace = read_chakra(trace_prefix)
     algo, extra = None, {}
@@ -107,3 +110,20 @@ def _astra_system(path: str, topo, trace, engine: EngineOptions, allow_unsupport
     notes += [f"{why}: replayed with auto (--allow-unsupported)" for why in missing.values()]
     info = {"file": path, "algorithms": system.algos, "chunks": system.settings.chunks, "notes": notes}
     return dict(system.algos), engine, {"astra_system": info}
+
+
+def _keep_trace_files(trace_prefix: str, outputs: dict[str, str | None]) -> None:
+    """Refuse an output that is one of the trace's rank files (``--timeline t.0.et``): the
+    prefix names no file itself, so the command-wide check cannot see them."""
+    from dessim.trace.chakra_io import find_rank_files
+
+    given = {flag: path for flag, path in outputs.items() if path and os.path.isfile(path)}
+    if not given:
+        return
+    _, files = find_rank_files(trace_prefix)
+    for flag, path in given.items():
+        for f in files:
+            if os.path.samefile(path, f):
+                raise OutputError(f"{flag} {path!r} is the rank file {str(f)!r} of trace "
+                                  f"{trace_prefix!r}: writing it would destroy the trace; give "
+                                  "another file")
