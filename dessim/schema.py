@@ -29,7 +29,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
 from dessim.errors import DessimError, SpecError
 from dessim.units import MAX_COUNT, parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["SpecModel", "validate", "readable", "got", "schema_of", "schema_json", "inline_schema", "tagged", "count",
+__all__ = ["SpecModel", "validate", "readable", "got", "did_you_mean", "schema_of", "schema_json", "inline_schema", "tagged", "count",
            "choice", "converted", "described", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
            "Number", "SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA"]
 
@@ -176,6 +176,14 @@ def _loc(parts: tuple) -> str:
     return out
 
 
+def did_you_mean(word: str, names: Any) -> str:
+    """`` (did you mean 'x'?)`` for the name of ``names`` closest to ``word`` (ignoring case),
+    or "" when none is close."""
+    by_lower = {str(n).lower(): str(n) for n in names}
+    hint = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[hint[0]]!r}?)" if hint else ""
+
+
 def got(value: Any, top: bool = False) -> str:
     """What a document held where something else was expected, for a message: ``None`` (an
     empty file, or a key with nothing after its colon) in words rather than Python's."""
@@ -204,8 +212,7 @@ def readable(exc: ValidationError, where: str, root: Any, error: type[Exception]
         if kind == "extra_forbidden":
             key = str(loc[-1])
             valid = _fields(_walk(root, tuple(err["loc"])[:-1])[1])
-            hint = difflib.get_close_matches(key, valid, n=1)
-            lines.append(f"{head}unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            lines.append(f"{head}unknown key {key!r}" + did_you_mean(key, valid)
                          + (f"; valid keys: {', '.join(valid)}" if valid else ""))
         elif kind == "missing":
             model = _model_of(_walk(root, tuple(err["loc"])[:-1])[1])

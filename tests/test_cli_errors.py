@@ -236,3 +236,17 @@ def test_replay_refuses_a_timeline_onto_one_of_the_trace_rank_files(tmp_path):
     _refused(["replay", str(tmp_path / "ALL_REDUCE"), "-t", "ring:8", "--timeline", str(rank3)],
              "--timeline", "is the rank file", "would destroy the trace")
     assert rank3.read_bytes() == before
+
+
+@pytest.mark.parametrize("args,hint", [
+    (["simulate", "gpt3-1.3bb"], "unknown workload 'gpt3-1.3bb' (did you mean 'gpt3-1.3b'?)"),
+    (["simulate", "GPT3-1.3B"], "(did you mean 'gpt3-1.3b'?)"),
+    (["topology", "show", "dgx-h1000:nodes=2"], "unknown topology spec 'dgx-h1000:nodes=2' (did you mean 'dgx-h100'?)"),
+    (["simulate", "-t", "dgx-h100-4nod"], "(did you mean 'dgx-h100-4node'?)"),
+])
+def test_a_misspelt_preset_or_topology_name_gets_a_did_you_mean(args, hint):
+    _refused(args, hint)
+
+
+def test_a_name_close_to_nothing_gets_no_hint():
+    assert "did you mean" not in _refused(["simulate", "zzzz"], "unknown workload 'zzzz'")

@@ -48,7 +48,7 @@ from dessim.catalog.links import LINK_TYPES, check_link_type, get_link_tech
 from dessim.errors import DessimError, SpecError, TopologyError
 from dessim.resources import check_limit, find_data_file, read_yaml, shipped_topologies
 from dessim.schema import (BANDWIDTH_SCHEMA, SIZE_SCHEMA, TIME_SCHEMA, Flag, Size, SpecModel, Text, choice,
-                           converted, described, inline_schema, validate)
+                           converted, described, did_you_mean, inline_schema, validate)
 from dessim.topology import builders, presets
 from dessim.topology.graph import NODE_KINDS, Topology
 from dessim.topology.routing import ROUTINGS
@@ -757,6 +757,8 @@ def load_topology(spec: Topology | str | os.PathLike[str] | Mapping[str, Any]) -
         return parse_inline(text)
     if text.endswith((".yaml", ".yml", ".json")) or os.sep in text:
         raise SpecError(f"topology file {text!r} does not exist")
-    raise SpecError(f"unknown topology spec {text!r}: not a file, not a shipped topology "
+    kind = text.partition(":")[0]
+    raise SpecError(f"unknown topology spec {text!r}"
+                    f"{did_you_mean(kind, [*shipped_topologies(), *KINDS])}: not a file, not a shipped topology "
                     f"({', '.join(shipped_topologies()) or 'none found'}) and not an inline spec "
                     f"KIND:... with KIND in {', '.join(KINDS)}")

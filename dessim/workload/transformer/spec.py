@@ -91,7 +91,8 @@ from pydantic import Field, model_validator
 from dessim.catalog.devices import get_device
 from dessim.errors import DessimError, SpecError
 from dessim.resources import data_files, find_data_file, read_yaml
-from dessim.schema import Count, Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted, validate
+from dessim.schema import (Count, Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted,
+                           did_you_mean, validate)
 from dessim.units import parse_count
 from dessim.workload.common.precision import PRECISIONS
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
@@ -457,10 +458,9 @@ def load_workload(path_or_name: str | Path) -> WorkloadSpec:
         if found is None:
             if path.suffix in (".yaml", ".yml") or "/" in text:
                 raise SpecError(f"workload file {text!r} does not exist")
-            names = ", ".join(n for n, p in data_files("workloads").items()
-                              if file_kind(p) not in (None, "cluster")) or "(none found)"
-            raise SpecError(f"unknown workload {text!r}: not a file and not a preset; presets: "
-                            f"{names} (every kind)")
+            presets = [n for n, p in data_files("workloads").items() if file_kind(p) not in (None, "cluster")]
+            raise SpecError(f"unknown workload {text!r}{did_you_mean(text, presets)}: not a file and not "
+                            f"a preset; presets: {', '.join(presets) or '(none found)'} (every kind)")
         path = found
     data = read_yaml(path, "workload file")
     name = path.stem
