@@ -250,3 +250,19 @@ def test_a_misspelt_preset_or_topology_name_gets_a_did_you_mean(args, hint):
 
 def test_a_name_close_to_nothing_gets_no_hint():
     assert "did you mean" not in _refused(["simulate", "zzzz"], "unknown workload 'zzzz'")
+
+
+def test_the_sweep_best_table_keeps_six_significant_digits_of_a_microsecond_time(tmp_path):
+    """pandas printed a 74 us time_s as 0.000074: two figures, and equal for 74.0 and 74.4 us."""
+    import yaml
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "s", "kind": "collective",
+        "base": {"topology": "ring:4", "collective": {"op": "allreduce", "size": "1MiB"}},
+        "axes": {"engine.collectives.algo": ["ring", "tree"]}}))
+    res = CliRunner().invoke(cli, ["sweep", str(spec), "--no-progress", "--out", str(tmp_path / "r.csv"), "--json"])
+    best = json.loads(res.output)["best"][0]["time_s"]
+    res = CliRunner().invoke(cli, ["sweep", str(spec), "--no-progress", "--out", str(tmp_path / "r.csv")])
+    assert res.exit_code == 0, res.output
+    assert f"{best:.6g}" in res.output and best < 1e-3

@@ -8,7 +8,7 @@ import click
 
 from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
-from dessim.sweep.analysis import (EXTRAPOLATED, MARK, calibration_lines, extrapolated_rows,
+from dessim.sweep.analysis import (EXTRAPOLATED, MARK, calibration_lines, extrapolated_rows, significant,
                                    extrapolation_note)
 from dessim.sweep.runner import BACKENDS, check_results_path, default_workers, run_sweep
 from dessim.sweep.spec import parse_sweep
@@ -58,7 +58,7 @@ def ranked_text(result, top: int) -> str:
             ranked = ranked.assign(**{"memory_per_gpu_bytes.total":
                                       ranked["memory_per_gpu_bytes.total"] / 1e9}).rename(
                 columns={"memory_per_gpu_bytes.total": "hbm_GB"})
-        lines.append(ranked.to_string(index=False))
+        lines.append(ranked.to_string(index=False, float_format=significant))
         note = extrapolation_note(ok)
         if note:
             lines.append(note)

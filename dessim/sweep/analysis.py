@@ -31,7 +31,7 @@ from dessim.schema import validate
 from dessim.sweep.spec import CostValue
 from dessim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["check_cost", "add_cost", "best_per_group", "spread", "pareto_front",
+__all__ = ["check_cost", "add_cost", "best_per_group", "spread", "pareto_front", "significant",
            "read_results", "write_example_table",
            "plot_heatmap", "plot_vs", "plot_pareto", "write_plots", "FORMATTERS", "describe",
            "shorten", "configuration_spread", "EXTRAPOLATED", "MARK", "extrapolated_rows",
@@ -397,6 +397,12 @@ def extrapolation_note(table) -> str | None:
             "--exact replays every micro-batch")
 
 
+def significant(value: float) -> str:
+    """A table cell to six significant digits (pandas' default of six decimals printed a
+    74 us time_s as 0.000074 and told apart no two microsecond results)."""
+    return f"{value:.6g}"
+
+
 def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> str:
     """Plain-text report: counts, failures by reason, best per group, spread."""
     table, metric, minimize = result.table, result.metric, result.spec.analysis.minimize
@@ -426,7 +432,7 @@ def describe(result, group_by: Sequence[str] | None = None, top: int = 10) -> st
         marked = extrapolated_rows(table.set_index("index").loc[best["index"]]).to_numpy()
         if marked.any():
             best["index"] = [f"{i}{MARK}" if m else str(i) for i, m in zip(best["index"], marked)]
-        lines.append(best.to_string(index=False))
+        lines.append(best.to_string(index=False, float_format=significant))
         note = extrapolation_note(table[table["status"] == "ok"])
         if note:
             lines.append(note)
