@@ -266,3 +266,11 @@ def test_the_sweep_best_table_keeps_six_significant_digits_of_a_microsecond_time
     res = CliRunner().invoke(cli, ["sweep", str(spec), "--no-progress", "--out", str(tmp_path / "r.csv")])
     assert res.exit_code == 0, res.output
     assert f"{best:.6g}" in res.output and best < 1e-3
+
+
+def test_workload_list_keeps_its_columns_aligned_for_the_longest_preset_name():
+    res = CliRunner().invoke(cli, ["workload", "list"])
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if " GPUs " in line]
+    assert any(line.startswith("llama3-405b-cp16 ") for line in rows)
+    assert len({line.index("B ") for line in rows}) == 1, res.output   # the size column

@@ -149,10 +149,11 @@ def list_cmd(as_json: bool) -> None:
     if as_json:
         print_json({"workloads": rows, "other_kinds": others})
         return
+    width = max([14, *(len(r["name"]) for r in rows)])     # the longest name sets the column
     for r in rows:
-        click.echo(f"{r['name']:<14} {r['params'] / 1e9:8.2f}B  {r['gpus']:>5} GPUs  {r['layout']}")
+        click.echo(f"{r['name']:<{width}} {r['params'] / 1e9:8.2f}B  {r['gpus']:>5} GPUs  {r['layout']}")
     for kind, names in others.items():
-        click.echo(f"{kind + ':':<14} {', '.join(names)}")
+        click.echo(f"{kind + ':':<{width}} {', '.join(names)}")
 
 
 def _groups_text(layout) -> list[str]:
