@@ -274,3 +274,17 @@ def test_workload_list_keeps_its_columns_aligned_for_the_longest_preset_name():
     rows = [line for line in res.output.splitlines() if " GPUs " in line]
     assert any(line.startswith("llama3-405b-cp16 ") for line in rows)
     assert len({line.index("B ") for line in rows}) == 1, res.output   # the size column
+
+
+@pytest.mark.parametrize("args,what", [
+    (["simulate", "gpt3-1.3b", "--save-graph", "workloads/gpt3-1.3b.yaml"], "workload"),
+    (["collective", "allreduce", "--size", "1MiB", "-t", "ring8", "--timeline", "topologies/ring8.yaml"], "topology"),
+])
+def test_an_output_onto_a_shipped_preset_file_is_refused(args, what, monkeypatch):
+    """A preset is an input given by name: 'simulate gpt3-1.3b --save-graph
+    workloads/gpt3-1.3b.yaml' in a checkout would have replaced the preset with a task graph."""
+    monkeypatch.chdir(ROOT)
+    target = ROOT / args[args.index("--save-graph" if "--save-graph" in args else "--timeline") + 1]
+    before = target.read_bytes()
+    _refused(args, f"is a {what} file shipped with dessim")
+    assert target.read_bytes() == before

@@ -24,7 +24,7 @@ from dessim.engine import EngineOptions, Progress, SimulationResult, watching
 from dessim.errors import DessimError, OutputError
 from dessim.outputs.gantt import GANTT_FORMATS, ROW_MODES, GanttLabels, GanttOptions
 from dessim.outputs.tables import SPAN_FORMATS
-from dessim.resources import check_output
+from dessim.resources import check_output, data_files
 from dessim.units import format_bandwidth, format_size, format_time
 
 __all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
@@ -98,6 +98,10 @@ def check_distinct_paths(ctx: click.Context) -> None:
         seen[real] = flag
         if not os.path.exists(path):
             continue
+        for kind, what in (("workloads", "workload"), ("topologies", "topology")):   # presets: read by name
+            if any(os.path.samefile(path, f) for f in data_files(kind).values()):
+                raise OutputError(f"{flag} {path!r} is a {what} file shipped with dessim "
+                                  "(a preset reads it): give another file")
         for source, given in inputs:
             if os.path.samefile(path, given):
                 raise OutputError(f"{flag} {path!r} is the input {source} {given!r}: writing it "
