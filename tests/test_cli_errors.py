@@ -288,3 +288,12 @@ def test_an_output_onto_a_shipped_preset_file_is_refused(args, what, monkeypatch
     before = target.read_bytes()
     _refused(args, f"is a {what} file shipped with dessim")
     assert target.read_bytes() == before
+
+
+@pytest.mark.parametrize("algos,sizes,words", [
+    ("ring,ring", "1MiB", ["--algos", "'ring' repeats 'ring'"]),
+    ("ring", "1MiB,1048576", ["--sizes", "'1048576' repeats '1MiB'"]),
+])
+def test_compare_refuses_an_algorithm_or_size_given_twice(algos, sizes, words):
+    """It printed the row twice and 'winners: 1MiB ring, 1MiB ring'."""
+    _refused(["compare", "allreduce", "--algos", algos, "--sizes", sizes, "-t", "ring:4"], *words)

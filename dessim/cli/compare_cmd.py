@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from dessim.cli.collective_cmd import COLLECTIVE_PATHS, ranks_option
 from dessim.cli.common import engine_options, json_option, output_file, print_json, table_records, write_file
 from dessim.outputs.plots import PLOT_FORMATS
 from dessim.engine.options import EngineOptions
-from dessim.units import format_size, format_time
+from dessim.errors import DessimError
+from dessim.units import format_size, format_time, parse_size
 
 
 @click.command(name="compare", epilog="Example: dessim compare allreduce --algos "
@@ -34,6 +37,8 @@ def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
     """
     from dessim.collectives import compare_collectives
 
+    _once_each("--algos", algos, lambda a: a.lower())
+    _once_each("--sizes", sizes, parse_size)
     kwargs = engine.run_collective_kwargs()
     kwargs.pop("algo")                      # each of --algos in turn
     df = compare_collectives(op, algos, sizes, topology, ranks=ranks, **kwargs)
@@ -58,6 +63,21 @@ def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
     click.echo(f"calibration: {df['calibration'].iloc[0]}")
     for path in _write_files(df, op, topology, csv_path, plot_path):
         click.echo(f"wrote {path}")
+
+
+def _once_each(flag: str, text: str, key) -> None:
+    """Refuse an item given twice (``ring,ring``; ``1MiB,1048576``): the table would repeat
+    its rows and its winners. Items that do not parse are left to the comparison's own
+    message."""
+    seen: dict[Any, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        try:
+            k = key(item)
+        except DessimError:
+            return
+        if item and k in seen:
+            raise click.BadParameter(f"{item!r} repeats {seen[k]!r} in {text!r}", param_hint=flag)
+        seen[k] = item
 
 
 def _write_files(df, op: str, topology: str, csv_path: str | None, plot_path: str | None) -> list[str]:
