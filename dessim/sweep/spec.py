@@ -245,6 +245,7 @@ def parse_sweep(data: object, source: str = "<sweep>", default_name: str = "swee
     if mode == "zip" and len({len(a.values) for a in axes}) > 1:
         sizes = ", ".join(f"{a.path}: {len(a.values)}" for a in axes)
         raise SpecError(f"{source}: mode zip needs axes of equal length, got {sizes}")
+    _each_point_once(axes, mode, source)
     an = top.analysis
     analysis = AnalysisSpec(metric=an.metric, minimize=an.minimize, group_by=an.group_by,
                             heatmap=an.heatmap, vs=an.vs)
@@ -260,6 +261,27 @@ def load_sweep(path: str | Path) -> SweepSpec:
     p = Path(path)
     data = read_yaml(p, "sweep file")
     return parse_sweep(data, str(p), default_name=p.stem, base_dir=p.parent)
+
+
+def _each_point_once(axes: list[Axis], mode: str, source: str) -> None:
+    """Refuse axes that would run one configuration twice: a value repeated on an axis of a
+    grid (``[ring, ring]``, ``[100GB/s, 1e11]``), or a repeated row of zipped axes."""
+    if mode == "zip":
+        first: dict[str, int] = {}
+        for i, row in enumerate(zip(*(a.values for a in axes))):
+            j = first.setdefault(repr(row), i)
+            if j != i:
+                raise SpecError(f"{source}: mode zip: point {i} repeats point {j} "
+                                f"({', '.join(f'{a.path}={a.inputs[i]!r}' for a in axes)})")
+        return
+    for a in axes:
+        first = {}
+        for i, value in enumerate(a.values):
+            j = first.setdefault(repr(value), i)
+            if j != i:
+                raise SpecError(f"{source}: axes.{a.path}[{i}]: {a.inputs[i]!r} repeats item [{j}] "
+                                f"({a.inputs[j]!r}); give each value once (the sweep would run the "
+                                "same points twice)")
 
 
 def expand_points(spec: SweepSpec) -> list[Point]:

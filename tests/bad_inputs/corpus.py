@@ -288,10 +288,16 @@ SWEEP_MUTATIONS = [
     ("axes", {"collective.size": {"from": "1MiB", "to": "1GiB", "factor": 1}}, ["factor"]),
 ("axes", {"collective.op": ["allscatter"]}, ["allscatter"]),
     ("base.engine", {"network": "quantum"}, ["quantum"]),
+    ("axes", {"engine.collectives.algo": ["ring", "ring"]}, ["algo[1]", "repeats item [0]"]),
+    ("axes", {"collective.size": ["1MiB", 1048576]}, ["size[1]", "repeats item [0] ('1MiB')"]),
 ]
 for path, value, words in SWEEP_MUTATIONS:
     case(f"sweep spec {path}={value!r}", ["sweep", "{d}/s.yaml", "--no-progress", "--out", "{d}/r.csv"],
          ["s.yaml", *words], {"s.yaml": _yaml(_set(SWEEP, path, value))})
+case("sweep spec zip rows repeated", ["sweep", "{d}/s.yaml", "--no-progress", "--out", "{d}/r.csv"],
+     ["s.yaml", "mode zip", "point 1 repeats point 0"],
+     {"s.yaml": _yaml({**_set(SWEEP, "axes", {"engine.collectives.algo": ["ring", "ring"],
+                                             "collective.size": ["1MiB", "1MiB"]}), "mode": "zip"})})
 WSWEEP = {"name": "w", "kind": "workload", "base": {"workload": "nosuch.yaml", "topology": "dgx-h100:nodes=1"},
           "axes": {"engine.collectives.algo": ["ring", "tree"]}}
 case("sweep missing workload file", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
