@@ -297,3 +297,9 @@ def test_an_output_onto_a_shipped_preset_file_is_refused(args, what, monkeypatch
 def test_compare_refuses_an_algorithm_or_size_given_twice(algos, sizes, words):
     """It printed the row twice and 'winners: 1MiB ring, 1MiB ring'."""
     _refused(["compare", "allreduce", "--algos", algos, "--sizes", sizes, "-t", "ring:4"], *words)
+
+
+def test_a_rank_map_file_that_does_not_exist_is_called_missing_not_unparsable():
+    trace = str(ROOT / "tests/data/chakra/allreduce_1MiB_8npu/ALL_REDUCE")
+    _refused(["replay", trace, "-t", "ring:8", "--rank-map", "/nonexistent-dessim/map.yaml"],
+             "--rank-map", "file '/nonexistent-dessim/map.yaml' does not exist")

@@ -67,6 +67,9 @@ def command(trace_prefix: str, topology: str | None, engine: EngineOptions, astr
 
     if (topology is None) == (astra_network is None):
         raise click.UsageError("give the topology as --topology or --astra-network (one of them)")
+    if rank_map and rank_map.lower().endswith((".yaml", ".yml", ".json")) and not os.path.exists(rank_map):
+        raise click.BadParameter(f"file {rank_map!r} does not exist (a rank map is a file or pairs "
+                                 "TRACE_RANK:TOPOLOGY_RANK, e.g. 0:3,1:2)", param_hint="--rank-map")
     _keep_trace_files(trace_prefix, {"--timeline": timeline, "--gantt": gantt and gantt.path, "--spans": spans})
     topo = load_astra_network(astra_network) if astra_network else load_topology(topology)
     trace = read_chakra(trace_prefix)
