@@ -303,3 +303,14 @@ def test_a_rank_map_file_that_does_not_exist_is_called_missing_not_unparsable():
     trace = str(ROOT / "tests/data/chakra/allreduce_1MiB_8npu/ALL_REDUCE")
     _refused(["replay", trace, "-t", "ring:8", "--rank-map", "/nonexistent-dessim/map.yaml"],
              "--rank-map", "file '/nonexistent-dessim/map.yaml' does not exist")
+
+
+def test_an_output_through_a_symlink_replaces_the_file_it_points_at(tmp_path):
+    from dessim.cli.common import write_file
+
+    real = tmp_path / "run-42.csv"
+    real.write_text("old\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(real)
+    write_file(str(link), "--csv", lambda p: Path(p).write_text("new\n"))
+    assert link.is_symlink() and real.read_text() == "new\n"

@@ -355,7 +355,7 @@ def write_file(path: str, flag: str, writer: Callable[[str], Any]) -> str:
     path that is not a regular file (``/dev/null``, a pipe) is written in place. An
     operating-system error is reported as an :class:`OutputError` naming ``flag`` and the
     path. Returns ``path``."""
-    target = Path(path)
+    target = Path(os.path.realpath(path))       # through a symlink: replace what it points at
     if target.exists() and not target.is_file():
         staged = target
     else:
