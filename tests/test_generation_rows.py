@@ -124,18 +124,12 @@ ops = st.lists(st.one_of(st.tuples(st.just("rows"), st.integers(0, 3), st.intege
                min_size=1, max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
-@given(programs, ops, st.booleans())
-def test_add_rows_keeps_what_add_one_by_one_keeps(program, steps, deferred):
-    """Runs of a random template (dependencies inside the run, collectives numbered by slot,
-    kernel mixes, inputs on the entry task) interleaved with plain tasks depending on any
-    earlier task: added as rows — deferred or at once — or task by task, the same graph."""
-    n, deps, entry, colls = program
-    tpl = template(n, [list(d) for d in deps], entry, colls)
-    fast, slow = TaskGraph("a"), TaskGraph("b")
-    if deferred:
-        fast.defer()
+def play(tpl: RowTemplate, steps: list[tuple[str, int, int]], fast: TaskGraph, slow: TaskGraph,
+         after_step=None) -> list[str]:
+    """``steps`` (``ops``) added to ``fast`` as runs of ``tpl`` and plain tasks, and to
+    ``slow`` task by task; ``after_step(j)`` after step ``j``. The ids added, in order."""
     made: list[str] = []
+    n = tpl.size
     nxt, bases = 0, [0, 0]
     for j, (kind, a, b) in enumerate(steps):
         if kind == "rows":
@@ -153,6 +147,23 @@ def test_add_rows_keeps_what_add_one_by_one_keeps(program, steps, deferred):
             slow.add(replace(t), dep)
             made.append(t.id)
         assert len(fast) == len(slow)
+        if after_step is not None:
+            after_step(j)
+    return made
+
+
+@settings(max_examples=200, deadline=None)
+@given(programs, ops, st.booleans())
+def test_add_rows_keeps_what_add_one_by_one_keeps(program, steps, deferred):
+    """Runs of a random template (dependencies inside the run, collectives numbered by slot,
+    kernel mixes, inputs on the entry task) interleaved with plain tasks depending on any
+    earlier task: added as rows — deferred or at once — or task by task, the same graph."""
+    n, deps, entry, colls = program
+    tpl = template(n, [list(d) for d in deps], entry, colls)
+    fast, slow = TaskGraph("a"), TaskGraph("b")
+    if deferred:
+        fast.defer()
+    made = play(tpl, steps, fast, slow)
     if steps[-1][1] % 2:    # the engine's read first (dependents from _pred), or an other index
         assert adjacency(fast) == adjacency(slow)
     else:

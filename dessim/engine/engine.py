@@ -31,6 +31,7 @@ import math
 import time
 import zlib
 from dataclasses import replace
+from itertools import repeat
 from typing import Callable, Sequence
 
 import numpy as np
@@ -51,6 +52,7 @@ from dessim.network.base import sparse_bytes
 from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.taskgraph.collector import LARGE_GRAPH_TASKS, Freezer, collector_paused, heap_frozen
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
+from dessim.taskgraph.table import TaskTable, task_table
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.topology.hosts import host_map
@@ -113,11 +115,17 @@ _SKEW_RTOL = 1e-12
 class _Run:
     """State of one replay (kept out of the public API)."""
 
-    def __init__(self, graph: TaskGraph, topology: Topology, options: EngineOptions,
+    def __init__(self, graph: TaskGraph | TaskTable, topology: Topology, options: EngineOptions,
                  compute_cost: ComputeCost | None, *,
                  rank_rotations: bool | frozenset[str] = True) -> None:
         topology = calibrated_topology(topology, options.calibration)
-        checked = graph.validate(num_ranks=topology.num_gpus)
+        #: the graph's columns (a generator's runs of rows are read as they are: a ``Task``
+        #: is made only for a task that is planned, paired or costed, docs/performance.md
+        #: "Generation: the engine reads rows")
+        table = task_table(graph) if not isinstance(graph, TaskTable) else graph
+        graph = table.graph
+        p2p, colls = table.check(num_ranks=topology.num_gpus)
+        self.table = table
         self.graph = graph
         self.topology = topology
         self.options = options
@@ -132,29 +140,26 @@ class _Run:
         jitter = options.noise.kernel_jitter_sigma
         #: per compute task, log-normal of mean 1 (Noise); its own stream of the seed
         self.jitter = (jitter, np.random.default_rng([options.noise.seed, 1])) if jitter > 0 else None
-        self.tasks: list[Task] = list(graph)
-        index = graph.positions()          # task id -> its number here (graph order)
-        self.index = index
-        #: per task, the tasks waiting for it (edge order: the release order) and how many
-        #: it still waits for
-        self.succ, self.pending = graph.index_adjacency(index, positional=True)
+        #: tasks in graph order (each made when first read), their kinds and ranks
+        self.tasks: Sequence[Task] = table.tasks
+        self.kinds, self.ranks = table.kinds, table.ranks
+        self._index: dict[str, int] | None = None
+        #: per task, the tasks waiting for it (edge order: the release order; task ``i``'s
+        #: are ``succ_base[i] + x`` for ``x`` in ``succ_rel[i]``, then ``succ_extra[i]``) and
+        #: how many it still waits for
+        self.succ_rel, self.succ_base, self.succ_extra = table.succ_rel, table.succ_base, table.succ_extra
+        self.pending = list(table.waits)
         # streams: (rank, stream) -> queue of task indices in program order
-        self.queues: dict[tuple[int, str], list[int]] = {}
-        self.stream_of: list[tuple[int, str]] = []
-        for i, t in enumerate(self.tasks):
-            key = (t.rank, t.stream)
-            self.queues.setdefault(key, []).append(i)
-            self.stream_of.append(key)
-        self.head = {k: 0 for k in self.queues}
-        self.busy = {k: False for k in self.queues}
+        self.queues: dict[tuple[int, str], list[int]] = table.queues
+        self.stream_of: list[tuple[int, str]] = table.keys
+        self.head = dict.fromkeys(self.queues, 0)
+        self.busy = dict.fromkeys(self.queues, False)
         # peers
-        pairs = checked.p2p
         self.partner: dict[int, int] = {}
-        for s, r in pairs.items():
-            self.partner[index[s]] = index[r]
-            self.partner[index[r]] = index[s]
-        self.colls = {cid: [index[t.id] for t in members]
-                      for cid, members in checked.collectives.items()}
+        for s, r in p2p.items():
+            self.partner[s] = r
+            self.partner[r] = s
+        self.colls = colls
         self.settings = options.collectives
         self.forced_algo = options.forced_algo
         #: collective memo (Shortcuts.collective_memo): key -> (duration, bytes per link
@@ -215,6 +220,7 @@ class _Run:
         self.orbits_refused: str | None = None     #: why a run with orbits was replayed
         # records
         self.start = [float("nan")] * len(self.tasks)
+        self.durations = table.durations
         self.active = [float("nan")] * len(self.tasks)
         self.end = [float("nan")] * len(self.tasks)
         self.done_count = 0
@@ -229,10 +235,17 @@ class _Run:
         self.collective_runs = 0      #: schedules started (one per collective instance)
         self.streamed_runs = 0        #: of which ran as coupled flows (stream_rings)
         #: ranks that hold tasks of a folded graph (its representatives)
-        self.simulated_ranks = (sorted({t.rank for t in self.tasks}) if self.fold is not None
+        self.simulated_ranks = (sorted(set(self.ranks)) if self.fold is not None
                                 else list(range(topology.num_gpus)))
         if self.fold is not None:
             self._check_fold_speeds()
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Task id -> position (made at its first reading: the replay itself needs none)."""
+        if self._index is None:
+            self._index = self.table.positions()
+        return self._index
 
     def _exclusive_collectives(self) -> bool:
         """Whether every collective has the network to itself for its whole run: the only
@@ -242,12 +255,13 @@ class _Run:
         collective's run depends on nothing but its own (op, size, group, algorithm), and
         the engine simulates each such collective once and replays it (exact up to float
         rounding of the start time)."""
-        net = [t for t in self.tasks if t.kind in ("collective", "send", "recv", "memcpy")]
-        if not net or any(t.kind != "collective" for t in net):
+        kinds = set(self.kinds)
+        if "collective" not in kinds or not kinds.isdisjoint(("send", "recv", "memcpy")):
             return False
-        if len({(t.rank, t.stream) for t in net}) != 1:
+        net = [i for i, k in enumerate(self.kinds) if k == "collective"]
+        if len({self.stream_of[i] for i in net}) != 1:
             return False
-        return all(len(self.colls[t.coll_id]) == 1 for t in net)
+        return all(len(members) == 1 for members in self.colls.values())
 
     def _check_fold_speeds(self) -> None:
         fold = self.fold
@@ -279,11 +293,10 @@ class _Run:
         self.start_task(i)
 
     def start_task(self, i: int) -> None:
-        t = self.tasks[i]
         now = self.env.now
         self.start[i] = now
         self.engine_events += 1
-        kind = t.kind
+        kind = self.kinds[i]
         if kind in _NET_KINDS:
             self.net_running += 1
             self.net_starts += 1
@@ -291,7 +304,7 @@ class _Run:
                 self.links.started(i)
         if kind == "compute" or kind == "delay":
             self.active[i] = now
-            dur = self.task_duration(t)
+            dur = self.duration_of(i)
             if self.memo_on:
                 heapq.heappush(self.timed, (now + dur, i))
                 if self.links is not None:
@@ -306,6 +319,7 @@ class _Run:
         elif kind == "collective":
             self._arrive_collective(i)
         elif kind == "memcpy":
+            t = self.tasks[i]
             self.active[i] = now
             gpu = self.topology.node_of(t.rank)
             mem = self.topology.resolve(t.mem_node)
@@ -322,12 +336,24 @@ class _Run:
             base = t.duration
         else:
             base = self.compute_cost(t)
-        if t.kind != "compute":
+        return self._scaled_duration(base, t.kind, t.rank)
+
+    def duration_of(self, i: int) -> float:
+        """:meth:`task_duration` of task ``i`` (position), read from the columns: the task
+        is made only when the device model costs it."""
+        base = self.durations[i]
+        if base is None:
+            base = self.compute_cost(self.tasks[i])
+        return self._scaled_duration(base, self.kinds[i], self.ranks[i])
+
+    def _scaled_duration(self, base: float, kind: str, rank: int) -> float:
+        """``base`` seconds of a ``kind`` task on ``rank``, with its slowdown and jitter."""
+        if kind != "compute":
             return base
         if self.jitter is not None:
             sigma, rng = self.jitter
             base *= math.exp(sigma * rng.standard_normal() - sigma * sigma / 2)
-        return base * self.factors[t.rank]
+        return base * self.factors[rank]
 
     def plan(self, t: Task, group: tuple[int, ...]):
         """The :class:`~dessim.collectives.CollectivePlan` of collective task ``t`` on
@@ -788,7 +814,7 @@ class _Run:
         self.done_count += 1
         if self.done_count >= self.next_tick:
             self.next_tick = self.ticker.check(self.done_count, self.env.now)
-        if self.tasks[i].kind in _NET_KINDS:
+        if self.kinds[i] in _NET_KINDS:
             self.net_running -= 1
         self.engine_events += 1
         stream_of, pending = self.stream_of, self.pending
@@ -796,11 +822,20 @@ class _Run:
         self.busy[key] = False
         self.head[key] += 1
         touched = [key]
-        for s in self.succ[i]:
+        b = self.succ_base[i]
+        for s in self.succ_rel[i]:
+            s += b
             left = pending[s] - 1
             pending[s] = left
             if not left:
                 touched.append(stream_of[s])
+        extra = self.succ_extra.get(i)
+        if extra is not None:
+            for s in extra:
+                left = pending[s] - 1
+                pending[s] = left
+                if not left:
+                    touched.append(stream_of[s])
         try_start = self.try_start
         for k in touched:
             try_start(k)
@@ -821,12 +856,11 @@ class _Run:
         for key, queue in self.queues.items():
             h = self.head[key]
             if h < len(queue):
-                stuck.append(self.tasks[queue[h]])
-        t = stuck[0]
-        i = self.index[t.id]
+                stuck.append(queue[h])
+        i = stuck[0]
+        t = self.tasks[i]
         if self.start[i] != self.start[i]:
-            waiting = [self.tasks[p].id for p in
-                       (self.index[d] for d in self.graph.deps(t.id)) if self.end[p] != self.end[p]]
+            waiting = [self.tasks[p].id for p in self.table.deps(i) if self.end[p] != self.end[p]]
             why = (f"it waits for {waiting[0]!r}, which never ran" if waiting else
                    "an earlier task of its stream never finished")
         elif t.kind in ("send", "recv"):
@@ -839,31 +873,33 @@ class _Run:
 
     # ------------------------------------------------------------ results
     def result(self, wall_s: float) -> SimulationResult:
-        tasks = self.tasks
         n = self.topology.num_gpus
         shown = self.simulated_ranks
         per_rank: dict[int, dict[str, list]] = {r: {"compute": [], "comm": [], "wait": [],
                                                     "all": [], "cat": {}} for r in shown}
         by_kernel: dict[int, dict[str, float]] = {r: {} for r in shown}
-        mixes = self.graph.kernel_mix
+        ids, names, statics, mixes = self.table.records()
+        if mixes is None:
+            mixes = repeat(None)
         records = []
         record = records.append
         # per rank: the lists below, bound once (one dict lookup per task instead of five)
         lists = {r: (acc["all"].append, acc["comm"].append, acc["wait"].append, acc["cat"],
                      acc["compute"].append, by_kernel[r]) for r, acc in per_rank.items()}
-        for t, s, a, e in zip(tasks, self.start, self.active, self.end):
-            comm = t.kind in _NET_KINDS             # Task.is_comm
-            record((t.rank, t.stream, t.id, t.name or t.id, t.kind, t.category, s, a, e,
-                    float(t.size if comm else t.bytes), float(t.flops), t.op, t.peer))
-            add_all, add_comm, add_wait, cat, add_compute, kernels = lists[t.rank]
+        # per task (static_record): rank, stream, kind, category, bytes, FLOP, op, peer,
+        # whether it communicates, its summary category, its kernel class
+        for tid, name, (rank, stream, kind, category, moved, flops, op, peer, comm, cat_key, kernel), \
+                mix, s, a, e in zip(ids, names, statics, mixes, self.start, self.active, self.end):
+            record((rank, stream, tid, name, kind, category, s, a, e, moved, flops, op, peer))
+            add_all, add_comm, add_wait, cat, add_compute, kernels = lists[rank]
             add_all((s, e))
             if comm:
                 add_comm((a, e))
                 add_wait((s, a))
-                cat.setdefault(t.category or t.kind, []).append((a, e))
+                cat.setdefault(cat_key, []).append((a, e))
             else:
                 add_compute((s, e))
-                _add_kernel_time(kernels, mixes.get(t.id), t.kernel or t.kind, e - s)
+                _add_kernel_time(kernels, mix, kernel, e - s)
         makespan = max((e for e in self.end), default=0.0)
         ranks = []
         for r in shown:
@@ -948,11 +984,10 @@ class _Run:
 
     def _cross_rank_flows(self) -> list[tuple[str, str]]:
         """(before, after) task ids of dependencies that cross ranks, and send -> recv pairs."""
-        tasks = self.tasks
-        flows = [(tasks[i].id, tasks[j].id) for i in range(len(tasks)) for j in self.succ[i]
-                 if tasks[j].rank != tasks[i].rank]
-        flows += [(tasks[i].id, tasks[j].id) for i, j in sorted(self.partner.items())
-                  if tasks[i].kind == "send"]
+        ids, ranks, kinds, dependents = self.table.records()[0], self.ranks, self.kinds, self.table.dependents
+        flows = [(ids[i], ids[j]) for i in range(len(ids)) for j in dependents(i)
+                 if ranks[j] != ranks[i]]
+        flows += [(ids[i], ids[j]) for i, j in sorted(self.partner.items()) if kinds[i] == "send"]
         return flows
 
 
@@ -967,7 +1002,6 @@ def simulate(graph: TaskGraph, topology: Topology, options: EngineOptions | None
     """
     t0 = time.perf_counter()
     options = options or EngineOptions()
-    graph.make()       # a generator's deferred graph: made before it is frozen
     # a large graph and the run's set-up: out of the collector's passes
     with heap_frozen(len(graph) >= LARGE_GRAPH_TASKS) as freezer:
         return _simulate(graph, topology, options, compute_cost, t0, freezer)
@@ -994,20 +1028,20 @@ def _simulate(graph: TaskGraph, topology: Topology, options: EngineOptions,
                 # (certified again all the same); the others take orbits of whole hosts
                 rotations_refused = str(exc)
                 keep = run.ended_before(run.env.now) if run.rank_rotations is True else frozenset()
-                run = _Run(graph, topology, options, compute_cost, rank_rotations=keep)
+                run = _Run(run.table, topology, options, compute_cost, rank_rotations=keep)
             elif run.orbit_runs:
                 orbits_refused = str(exc)
-                run = _Run(graph, topology, replace(options, shortcuts=replace(
+                run = _Run(run.table, topology, replace(options, shortcuts=replace(
                     options.shortcuts, lane_orbits=False)), compute_cost)
             else:
-                run = _families_off(graph, topology, options, compute_cost, exc)
+                run = _families_off(run.table, topology, options, compute_cost, exc)
                 break
     run.rank_rotations_refused = rotations_refused
     run.orbits_refused = orbits_refused
     return run.result(time.perf_counter() - t0)
 
 
-def _families_off(graph: TaskGraph, topology: Topology, options: EngineOptions,
+def _families_off(graph: TaskGraph | TaskTable, topology: Topology, options: EngineOptions,
                   compute_cost: ComputeCost | None, exc: QuotientBroken) -> _Run:
     """The run of ``graph`` without lane families (after ``exc`` broke one), done."""
     run = _Run(graph, topology, replace(options, shortcuts=replace(

@@ -107,6 +107,7 @@ class EngineRun(Protocol):
 
     env: Any                        #: the simpy environment (``now``, s)
     graph: Any                      #: the :class:`~dessim.taskgraph.TaskGraph` being replayed
+    table: Any                      #: its :class:`~dessim.taskgraph.table.TaskTable`
     tasks: list                     #: tasks in graph order
     index: dict[str, int]           #: task id -> position
     start: Any                      #: start time of each task (s; NaN before it starts)
@@ -443,9 +444,7 @@ class LinkProof:
 
     def _deps_of(self, j: int) -> tuple[int, ...]:
         """The dependencies of task ``j`` (task indices), cached."""
-        run = self.run
-        index = run.index
-        got = self._preds[j] = tuple(index[d] for d in run.graph.deps(run.tasks[j].id))
+        got = self._preds[j] = tuple(self.run.table.deps(j))
         return got
 
     def _duration(self, j: int) -> float:

@@ -52,7 +52,8 @@ from dessim.taskgraph.collector import collector_paused
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.rows import Rows
 
-__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix", "brief_ranks"]
+__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix", "brief_ranks",
+           "pair_p2p", "make_row_task"]
 
 #: Valid task kinds.
 TASK_KINDS: tuple[str, ...] = ("compute", "collective", "send", "recv", "memcpy", "delay")
@@ -224,6 +225,53 @@ def brief_ranks(ranks: Sequence[int], limit: int = 8) -> str:
     if len(ranks) <= limit:
         return str(ranks)
     return f"[{ranks[0]}, {ranks[1]}, ..., {ranks[-1]}] ({len(ranks)} ranks)"
+
+
+def pair_p2p(tasks: Iterable[Task], fold: Fold | None) -> list[tuple[Task, Task]]:
+    """The (send, recv) pairs of ``tasks`` (in graph order; the others are ignored): the k-th
+    send from a to b with tag t and the k-th recv on b from a with tag t, compared up to a
+    lane in a folded graph (:meth:`Fold.canonical_pair`). Raises :class:`TaskGraphError` on a
+    size mismatch or an unmatched task (:meth:`TaskGraph.match_p2p`)."""
+    sends: dict[tuple[int, int, int], list[Task]] = {}
+    recvs: dict[tuple[int, int, int], list[Task]] = {}
+    pair = (lambda a, b: (a, b)) if fold is None else fold.canonical_pair
+    for t in tasks:
+        if t.kind == "send":
+            sends.setdefault((*pair(t.rank, t.peer), t.tag), []).append(t)
+        elif t.kind == "recv":
+            recvs.setdefault((*pair(t.peer, t.rank), t.tag), []).append(t)
+    pairs: list[tuple[Task, Task]] = []
+    for key in sends.keys() | recvs.keys():
+        s_list, r_list = sends.get(key, []), recvs.get(key, [])
+        for s, r in zip(s_list, r_list):
+            if s.size != r.size:
+                raise TaskGraphError(f"send {s.id!r} ({s.size:g} B) and its recv {r.id!r} "
+                                     f"({r.size:g} B) disagree on the size")
+            pairs.append((s, r))
+        src, dst, tag = key
+        if len(s_list) > len(r_list):
+            extra = s_list[len(r_list)]
+            raise TaskGraphError(f"send {extra.id!r} (rank {src} -> {dst}, tag {tag}) has no "
+                                 f"matching recv on rank {dst}")
+        if len(r_list) > len(s_list):
+            extra = r_list[len(s_list)]
+            raise TaskGraphError(f"recv {extra.id!r} (rank {dst} from {src}, tag {tag}) has no "
+                                 f"matching send on rank {src}")
+    return pairs
+
+
+def make_row_task(rows: Rows, k: int) -> Task:
+    """Task ``k`` of run ``rows``, as :meth:`TaskGraph.add_rows` makes it (module docstring
+    of :mod:`dessim.taskgraph.rows`)."""
+    proto, label, c = rows.template.rows[k][:3]
+    task = _derive(proto, f"{rows.prefix}{rows.first + k}", label + rows.suffix)
+    if c is not None:
+        task.attrs = dict(proto.attrs)      # each its own, as one by one
+        if c[2] is None:
+            task.tag = rows.bases[c[0]] + c[1]
+        else:
+            task.coll_id = c[2] + str(rows.bases[c[0]] + c[1])
+    return task
 
 
 class Checked(NamedTuple):
@@ -683,32 +731,7 @@ class TaskGraph:
     def match_p2p(self) -> dict[str, str]:
         """Pair sends with recvs; return {send id: recv id} (and raise on any mismatch). In a
         folded graph pairs are compared up to a lane (:meth:`Fold.canonical_pair`)."""
-        sends: dict[tuple[int, int, int], list[Task]] = {}
-        recvs: dict[tuple[int, int, int], list[Task]] = {}
-        pair = (lambda a, b: (a, b)) if self.fold is None else self.fold.canonical_pair
-        for t in self:
-            if t.kind == "send":
-                sends.setdefault((*pair(t.rank, t.peer), t.tag), []).append(t)
-            elif t.kind == "recv":
-                recvs.setdefault((*pair(t.peer, t.rank), t.tag), []).append(t)
-        pairs: dict[str, str] = {}
-        for key in sends.keys() | recvs.keys():
-            s_list, r_list = sends.get(key, []), recvs.get(key, [])
-            for s, r in zip(s_list, r_list):
-                if s.size != r.size:
-                    raise TaskGraphError(f"send {s.id!r} ({s.size:g} B) and its recv {r.id!r} "
-                                         f"({r.size:g} B) disagree on the size")
-                pairs[s.id] = r.id
-            src, dst, tag = key
-            if len(s_list) > len(r_list):
-                extra = s_list[len(r_list)]
-                raise TaskGraphError(f"send {extra.id!r} (rank {src} -> {dst}, tag {tag}) has no "
-                                     f"matching recv on rank {dst}")
-            if len(r_list) > len(s_list):
-                extra = r_list[len(s_list)]
-                raise TaskGraphError(f"recv {extra.id!r} (rank {dst} from {src}, tag {tag}) has no "
-                                     f"matching send on rank {src}")
-        return pairs
+        return {s.id: r.id for s, r in pair_p2p(self, self.fold)}
 
     def collectives(self) -> dict[str, list[Task]]:
         """Group collective tasks by ``coll_id`` (checking agreement); members in group order."""

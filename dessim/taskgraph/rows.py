@@ -44,7 +44,7 @@ class RowTemplate:
     a kernel mix or ``()``."""
 
     __slots__ = ("protos", "labels", "deps", "entry", "colls", "mixes", "slots", "per_slot", "size",
-                 "rows")
+                 "rows", "columns")
 
     def __init__(self, protos: Sequence[Any], labels: Sequence[str], deps: Sequence[Sequence[int]],
                  entry: int, colls: Sequence[tuple[int, str | None] | None],
@@ -86,6 +86,9 @@ class RowTemplate:
                 after[r].append(k)
         self.rows = tuple(zip(self.protos, self.labels, self.colls, self.deps,
                               (tuple(a) for a in after), self.mixes))
+        #: the template's columns for an engine replay, made at its first one
+        #: (:mod:`dessim.taskgraph.table`)
+        self.columns: Any = None
 
 
 class Rows(NamedTuple):
