@@ -17,11 +17,15 @@ Usage::
         --algo ring --stream-rings                           # issue 9: Llama-3 405B, 8,192 GPUs
 
 Each run prints one JSON line: tasks, generation wall time (``generate_s``: what
-``build_taskgraph`` takes; ``make_s``: making the deferred graph at its first read — the
-transformer generator defers it, docs/performance.md "Generation: pass runs"), tasks per
-second of each, simulation wall time, events, events/s, iteration time, peak RSS
-(``ru_maxrss``, the whole process). Run it from the repository root with
-``PYTHONPATH=$PWD`` to measure this checkout rather than an installed one.
+``build_taskgraph`` takes — the transformer generator defers its graph as runs of rows,
+docs/performance.md "Generation: pass runs"), the engine's set-up (``setup_s``: from the
+generated graph to the replay's first event — reading the graph, checking it, the replay's
+state; "Generation: the engine reads rows"), the end-to-end rate ``tasks_per_s_usable``
+(tasks / (generation + set-up): a full graph generated and ready to replay), simulation wall
+time (set-up included), events, events/s, iteration time, peak RSS (``ru_maxrss``, the whole
+process). ``--make`` makes every ``Task`` of the graph before the replay (``make_s``, as
+outputs reading the whole graph do; the engine itself does not). Run it from the repository
+root with ``PYTHONPATH=$PWD`` to measure this checkout rather than an installed one.
 """
 
 from __future__ import annotations
@@ -49,12 +53,20 @@ def peak_rss_bytes() -> int:
 
 def run(case: str, dp: int, global_batch: int | None, network: str, granularity: str = "layer",
         schedule: str | None = None, fold: bool = False, algo: str | None = None,
-        stream: bool = False, shortcuts: bool = True) -> dict:
+        stream: bool = False, shortcuts: bool = True, make: bool = False) -> dict:
     """One iteration of ``case``; ``shortcuts=False`` switches the exact speed shortcuts
-    (compact schedules, flow bundles) off for before/after comparisons."""
+    (compact schedules, flow bundles) off for before/after comparisons; ``make``: make the
+    graph's tasks before the replay."""
     from dessim.collectives import CollectiveSettings
-    from dessim.engine import EngineOptions, Shortcuts, simulate
+    from dessim.engine import EngineOptions, Shortcuts, engine, simulate
     from dessim.workload import build_taskgraph, plan_workload
+
+    first_event: list[float] = []       # when the replay starts (its set-up done)
+    replay = engine._Run.run
+
+    def timed_replay(self) -> None:
+        first_event.append(time.perf_counter())
+        replay(self)
 
     preset, builder, tp, pp, extra = CASES[case]
     gpus = tp * pp * dp
@@ -72,19 +84,23 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
                                                 compact_schedules=shortcuts))
     graph = build_taskgraph(plan, topo, engine=options)
     t2 = time.perf_counter()
-    # a generator's graph is made when first read (docs/performance.md, "Generation: pass
-    # runs"): its making is timed on its own, not inside the simulation
-    graph.make()
+    if make:            # what an output reading every task costs (the engine does not)
+        graph.make()
     t2m = time.perf_counter()
-    sim = simulate(graph, topo, options)
+    engine._Run.run = timed_replay
+    try:
+        sim = simulate(graph, topo, options)
+    finally:
+        engine._Run.run = replay
     t3 = time.perf_counter()
+    setup = first_event[0] - t2m
     fold_meta = sim.meta.get("fold") or {}
     return {"case": case, "preset": preset, "gpus": gpus, "layout": plan.layout.describe(),
             "network": network, "algo": algo or "auto", "stream_rings": stream, "shortcuts": shortcuts, "granularity": granularity, "tasks": len(graph), "plan_s": round(t1 - t0, 3),
-            "generate_s": round(t2 - t1, 3), "make_s": round(t2m - t2, 3),
+            "generate_s": round(t2 - t1, 3), "make_s": round(t2m - t2, 3), "setup_s": round(setup, 3),
             "simulate_s": round(t3 - t2m, 3), "events": sim.events,
             "events_per_s": round(sim.events / (t3 - t2)), "tasks_per_s_generate": round(len(graph) / (t2 - t1)),
-            "tasks_per_s_generate_and_make": round(len(graph) / (t2m - t1)),
+            "tasks_per_s_usable": round(len(graph) / (first_event[0] - t1)),
             "iteration_s": sim.makespan_s, "fold_lanes": fold_meta.get("lanes", 1),
             "fold_max_lane_skew_s": fold_meta.get("max_lane_skew_s", 0.0),
             "wall_s": round(t3 - t0, 3), "peak_rss_GB": round(peak_rss_bytes() / 1e9, 3)}
@@ -105,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="collective algorithm for every collective (default: each task's, auto)")
     ap.add_argument("--stream-rings", action="store_true",
                     help="rings as one coupled flow per channel (an approximation; docs/performance.md)")
+    ap.add_argument("--make", action="store_true",
+                    help="make every Task of the graph before the replay (timed as make_s)")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; print the top 25 functions")
     args = ap.parse_args(argv)
     if args.case is None:  # the default ladder: each run in a fresh process keeps peak RSS honest
@@ -118,12 +136,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         prof = cProfile.Profile()
         out = prof.runcall(run, args.case, args.dp, args.global_batch, args.network,
-                           args.granularity, args.schedule, args.fold, args.algo, args.stream_rings)
+                           args.granularity, args.schedule, args.fold, args.algo, args.stream_rings,
+                           make=args.make)
         print(json.dumps(out))
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         return
     print(json.dumps(run(args.case, args.dp, args.global_batch, args.network, args.granularity,
-                         args.schedule, args.fold, args.algo, args.stream_rings)), flush=True)
+                         args.schedule, args.fold, args.algo, args.stream_rings, make=args.make)), flush=True)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,6 @@ class _Run:
         #: tasks in graph order (each made when first read), their kinds and ranks
         self.tasks: Sequence[Task] = table.tasks
         self.kinds, self.ranks = table.kinds, table.ranks
-        self._index: dict[str, int] | None = None
         #: per task, the tasks waiting for it (edge order: the release order; task ``i``'s
         #: are ``succ_base[i] + x`` for ``x`` in ``succ_rel[i]``, then ``succ_extra[i]``) and
         #: how many it still waits for
@@ -239,13 +238,6 @@ class _Run:
                                 else list(range(topology.num_gpus)))
         if self.fold is not None:
             self._check_fold_speeds()
-
-    @property
-    def index(self) -> dict[str, int]:
-        """Task id -> position (made at its first reading: the replay itself needs none)."""
-        if self._index is None:
-            self._index = self.table.positions()
-        return self._index
 
     def _exclusive_collectives(self) -> bool:
         """Whether every collective has the network to itself for its whole run: the only

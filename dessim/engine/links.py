@@ -102,14 +102,13 @@ class _Watch:
 
 class EngineRun(Protocol):
     """What a :class:`LinkProof` reads of the engine's replay state (``dessim.engine.engine._Run``):
-    the tasks in graph order with their index, dependencies, streams and times (s), the flow
+    the tasks in graph order with their dependencies, streams and times (s), the flow
     network and topology, and three questions the engine answers the same way for itself."""
 
     env: Any                        #: the simpy environment (``now``, s)
     graph: Any                      #: the :class:`~dessim.taskgraph.TaskGraph` being replayed
     table: Any                      #: its :class:`~dessim.taskgraph.table.TaskTable`
     tasks: list                     #: tasks in graph order
-    index: dict[str, int]           #: task id -> position
     start: Any                      #: start time of each task (s; NaN before it starts)
     end: Any                        #: end time of each task (s; NaN before it ends)
     head: Any                       #: stream -> position in its queue of its next task

@@ -63,7 +63,7 @@ def static_record(t: Task) -> tuple:
 class _Columns:
     """A :class:`RowTemplate`'s columns (cached on it): per task of a run its kind, rank,
     stream key, given duration, dependents inside the run (offsets), how many tasks of the
-    run it waits for, and its :func:`static_record`; per stream its tasks' offsets; the
+    run it waits for, and its :func:`static_record` (made at the first result); per stream its tasks' offsets; the
     highest rank any task names; its numbered collective members by (slot, coll_id prefix):
     (slot, prefix, n-th of the slot of each, their offsets, their (rank, (op, size, group,
     algo))), and the others (offset, coll_id, (rank, ...)); the offsets of sends and
@@ -81,7 +81,7 @@ class _Columns:
         self.durations = [p.duration for p in protos]
         self.after = [row[4] for row in tpl.rows]
         self.waits = [len(refs) for refs in tpl.deps]
-        self.statics = [static_record(p) for p in protos]
+        self.statics: list[tuple] | None = None     # made when a result first asks
         by: dict[Stream, list[int]] = {}
         for k, key in enumerate(self.keys):
             by.setdefault(key, []).append(k)
@@ -239,8 +239,8 @@ class TaskTable:
                 pos += size
             elif code == 0:
                 task: Task = a
-                if resolve(task.id) is not None:
-                    raise _Unusual                  # a duplicate id
+                if task.id in direct_ids:
+                    raise _Unusual                  # a duplicate id (a run's: checked below)
                 preds = _resolve_all(resolve, b)    # (unknown, or itself: _Unusual)
                 preds_of[pos] = preds
                 direct[pos] = task
@@ -391,7 +391,10 @@ class TaskTable:
                 if not all(names[first:]):
                     for k in range(first, len(names)):
                         names[k] = names[k] or ids[k]
-                statics += _columns(tpl).statics
+                cols = _columns(tpl)
+                if cols.statics is None:
+                    cols.statics = [static_record(p) for p in tpl.protos]
+                statics += cols.statics
                 pos += tpl.size
         self._records = (ids, names, statics, self._mixes)
         return self._records
