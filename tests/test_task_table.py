@@ -146,3 +146,40 @@ def test_the_bench_layout_replays_from_rows():
     made = build_taskgraph((GPT, layout), topo, options=opts).make()
     assert task_table(lazy).rows_path
     assert result_fields(simulate(lazy, topo)) == result_fields(simulate(made, topo))
+
+
+def rank_template(rank: int, groups: list[tuple[int, ...]], prefix: str = "tp."):
+    """A run on ``rank``: a compute task, then one collective per group of ``groups`` (slot
+    0, coll_id ``prefix`` + number), each after the one before."""
+    from dessim.taskgraph.rows import RowTemplate
+    protos = [Task("p", rank, "compute", duration=1.0 + rank)]
+    protos += [Task("p", rank, "collective", op="allreduce", size=64.0 * (k + 1), group=g, coll_id="p")
+               for k, g in enumerate(groups)]
+    n = len(protos)
+    return RowTemplate(protos, [f"s{k}" for k in range(n)], [[]] + [[k] for k in range(n - 1)], 0,
+                       [None] + [(0, prefix)] * len(groups), [()] * n)
+
+
+@pytest.mark.parametrize("groups", [[(0, 1), (0, 1)], [(0, 1), (1, 0)]])
+def test_collectives_numbered_by_runs_are_grouped_as_the_made_graph_groups_them(groups):
+    """Members in several runs (one per rank and micro-batch), in one group order for every
+    collective of a block or in several: the table's members in group order, the replay
+    from rows the replay of the made graph."""
+    topo = load_topology("ring:2,device=H100")
+    graphs = []
+    for deferred in (True, False):
+        g = TaskGraph("c")
+        if deferred:
+            g.defer()
+        for mb in range(3):
+            for rank in (1, 0):
+                g.add_rows(Rows(rank_template(rank, groups), f"r{rank}.", mb * 3, f" mb{mb}",
+                                (f"r{rank}.{mb * 3 - 1}",) if mb else (), (mb * 2,)))
+        graphs.append(g)
+    lazy, made = graphs
+    table = task_table(lazy)
+    assert table.rows_path
+    assert read(table, 2) == read(task_table(made), 2)
+    assert table.check(2)[1]["tp.1"] == ([2, 5] if groups[1] == (1, 0) else [5, 2])
+    assert result_fields(simulate(lazy, topo)) == result_fields(simulate(made, topo))
+    assert lazy._pending

@@ -12,9 +12,12 @@ replay's garbage is collected all the same among the objects it allocates — so
 * :func:`heap_frozen` leaves the objects alive at its start (the graph, the topology, the
   replay's set-up) out of every pass until it ends (``gc.freeze``); the collector keeps
   collecting what is allocated meanwhile; :meth:`Freezer.freeze` inside moves new objects
-  out too. It first runs one full collection, so that a previous run's garbage (a cycle
-  through simpy's callbacks) is not frozen alive through this one. That collection visits
-  the whole heap (50–100 ms in a large process), so the engine freezes only graphs of at
+  out too. It first runs one full collection when a frozen block has ended since the
+  last one, so that a previous run's garbage (a cycle through simpy's callbacks) is not
+  frozen alive through this one — not before a process's first replay, which has no
+  previous run (its 50–100 ms would be most of a generated graph's set-up:
+  docs/performance.md, "Generation: the engine reads rows"). That collection visits the
+  whole heap (50–100 ms in a large process), so the engine freezes only graphs of at
   least :data:`LARGE_GRAPH_TASKS` tasks: for small graphs the passes it saves cost less than
   it (a sweep of thousands of small points, the test suite: 2.4× slower with it on every
   run).
@@ -63,17 +66,26 @@ class Freezer:
             gc.unfreeze()
 
 
+#: whether a frozen block (a replay) has ended since the last collection :func:`heap_frozen`
+#: ran: its garbage may be in the heap
+_run_ended = False
+
+
 @contextmanager
 def heap_frozen(active: bool = True) -> Iterator[Freezer]:
     """Objects alive at the start (and at each :meth:`Freezer.freeze` inside) skipped by the
     collector until the block ends; then they are its oldest generation again. Not nested:
     the end of the block thaws every frozen object. ``active`` False: nothing is frozen or
     collected (the module docstring says when that pays)."""
+    global _run_ended
     freezer = Freezer(active)
     if active:
-        gc.collect()     # garbage still uncollected (a previous run's cycles) is not frozen alive
+        if _run_ended:   # a previous run's cycles, still uncollected, are not frozen alive
+            gc.collect()
+            _run_ended = False
         freezer.freeze()
     try:
         yield freezer
     finally:
         freezer.thaw()
+        _run_ended = _run_ended or active

@@ -38,6 +38,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+
 from dessim.taskgraph.model import Task, TaskGraph, make_row_task, pair_p2p
 from dessim.taskgraph.rows import Rows, RowTemplate
 
@@ -86,7 +88,9 @@ class _Columns:
         for k, key in enumerate(self.keys):
             by.setdefault(key, []).append(k)
         self.by_stream = list(by.items())
-        self.hi = max((max(p.rank, p.peer, max(p.group, default=-1)) for p in protos), default=-1)
+        groups = {id(p.group): p.group for p in protos if p.group}     # a few shared tuples
+        self.hi = max(max(self.ranks, default=-1), max((p.peer for p in protos), default=-1),
+                      max((max(g) for g in groups.values()), default=-1))
         agree: dict[tuple, tuple] = {}
         groups: dict[tuple[int, str], tuple[list[int], list[int], list[tuple]]] = {}
         self.loose = []
@@ -493,11 +497,16 @@ def _block_members(blocks: dict[tuple[str, int, tuple[int, ...]], list[tuple[int
     repeat a rank or miss one: the made graph is validated then, and says which."""
     spans: dict[str, list[tuple[int, int]]] = {}
     for prefix, base, ns in blocks:
+        if base + min(ns) < 0 or prefix[-1:].isdigit():
+            return None         # "tp-" + "3" is "tp" + "-3"; "a1" + "2" is "a" + "12"
         spans.setdefault(prefix, []).append((base + min(ns), base + max(ns)))
     for got in spans.values():
         got.sort()
         if any(b[0] <= a[1] for a, b in zip(got, got[1:])):
             return None
+    # every coll_id below is then made once: prefix + str(number) decodes to (prefix,
+    # number) when no prefix ends with a digit and no number is negative, and the blocks
+    # of one prefix hold disjoint numbers
     orders: dict[tuple[int, ...], list[list[int]] | None] = {}
     colls: dict[str, list[int]] = {}
     for (prefix, base, ns), runs in blocks.items():
@@ -509,11 +518,14 @@ def _block_members(blocks: dict[tuple[str, int, tuple[int, ...]], list[tuple[int
             return None
         firsts = [first for first, _, _ in runs]
         offs = [o for _, o, _ in runs]
-        for i, (n, perm) in enumerate(zip(ns, order)):
-            cid = f"{prefix}{base + n}"
-            if cid in colls:
-                return None
-            colls[cid] = [firsts[r] + offs[r][i] for r in perm]
+        cids = [f"{prefix}{base + n}" for n in ns]
+        perm = order[0]
+        if all(p == perm for p in order):       # one group order: the block as one array
+            at = (np.asarray(firsts)[:, None] + np.asarray(offs))[perm]
+            colls.update(zip(cids, at.T.tolist()))
+        else:
+            colls.update((cid, [firsts[r] + offs[r][i] for r in p])
+                         for i, (cid, p) in enumerate(zip(cids, order)))
     return colls
 
 
