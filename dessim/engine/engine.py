@@ -140,8 +140,10 @@ class _Run:
         jitter = options.noise.kernel_jitter_sigma
         #: per compute task, log-normal of mean 1 (Noise); its own stream of the seed
         self.jitter = (jitter, np.random.default_rng([options.noise.seed, 1])) if jitter > 0 else None
-        #: tasks in graph order (each made when first read), their kinds and ranks
+        #: tasks in graph order (each made when first read; ``made[i] or tasks[i]`` reads
+        #: one at list speed), their kinds and ranks
         self.tasks: Sequence[Task] = table.tasks
+        self.made: list[Task | None] = table.made
         self.kinds, self.ranks = table.kinds, table.ranks
         #: per task, the tasks waiting for it (edge order: the release order; task ``i``'s
         #: are ``succ_base[i] + x`` for ``x`` in ``succ_rel[i]``, then ``succ_extra[i]``) and
@@ -592,7 +594,7 @@ class _Run:
         image and collective. None (one event per image) unless the members' images cover
         the merged group exactly once each (members of a folded graph lie in distinct
         orbits)."""
-        ranks = [self.tasks[m].rank for m in members]
+        ranks = [self.ranks[m] for m in members]
         images = [image for r in ranks for _, image in where[r]]
         if len(images) != len(set(images)) or set(images) != set(instances[0]):
             return None
@@ -662,7 +664,7 @@ class _Run:
         return (t.op, t.size, t.group) + self._algo(t)
 
     def _arrive_collective(self, i: int) -> None:
-        t = self.tasks[i]
+        t = self.made[i] or self.tasks[i]
         if self.memo_on and len(self.colls[t.coll_id]) == 1:
             if self.memo_static:
                 key = self.memo_key(t)
@@ -719,7 +721,7 @@ class _Run:
         """Start (or join) the run of collective task ``i``; with ``memo_key`` the run is
         exclusive (on the network, or with ``watch`` on its channels) and its duration and
         traffic are memoised when it ends."""
-        t = self.tasks[i]
+        t = self.made[i] or self.tasks[i]
         state = self.coll_state.get(t.coll_id)
         if state is None:
             if self.fold is None:
@@ -772,7 +774,7 @@ class _Run:
                      "shared": shared}
             self.coll_state[t.coll_id] = state
             for m in members:
-                rank = self.tasks[m].rank
+                rank = self.ranks[m]
                 on_done = (self._memo_recorder(m, memo_key, watch) if memo_key is not None
                            else (lambda m=m: self.finish(m)))
                 if where is None:

@@ -131,11 +131,12 @@ class TaskTable:
     (how many tasks each waits for); the dependents of task ``i`` are ``succ_base[i] + x``
     for ``x`` in ``succ_rel[i]``, then ``succ_extra.get(i, ())``; ``queues`` each stream's
     tasks in program order (streams in order of first appearance); ``tasks`` the tasks,
-    each made when first indexed."""
+    each made when first indexed, and ``made`` the list of those made so far (None: not
+    yet; ``made[i] or tasks[i]`` reads a task without a call once it is made)."""
 
     __slots__ = ("graph", "n", "kinds", "ranks", "keys", "durations", "waits", "succ_rel",
                  "succ_base", "succ_extra", "queues", "tasks", "rows_path", "_runs", "_starts",
-                 "_direct", "_mixes", "_resolver", "_records", "_preds")
+                 "_direct", "_mixes", "_resolver", "_records", "_preds", "made")
 
     def __init__(self, graph: TaskGraph) -> None:
         self.graph = graph
@@ -173,7 +174,7 @@ class TaskTable:
             else:
                 q.append(i)
         self.queues = queues
-        self.tasks = tasks
+        self.tasks = self.made = tasks
         self._resolver = index
         mix = graph.kernel_mix
         self._mixes = [mix.get(tid) for tid in index] if mix else None
@@ -279,6 +280,7 @@ class TaskTable:
         self._preds = preds_of
         self._resolver = resolver
         self.tasks = _LazyTasks(self)
+        self.made = self.tasks.made
         self._mixes = self._row_mixes(mix_writes)
 
     def _row_mixes(self, writes: list[tuple[int, str, Any]]) -> list | None:
