@@ -21,8 +21,8 @@ Each run prints one JSON line: tasks, generation wall time (``generate_s``: what
 docs/performance.md "Generation: pass runs"), the engine's set-up (``setup_s``: from the
 generated graph to the replay's first event — reading the graph, checking it, the replay's
 state; "Generation: the engine reads rows"), the end-to-end rate ``tasks_per_s_usable``
-(tasks / (generation + set-up): a full graph generated and ready to replay), simulation wall
-time (set-up included), events, events/s, iteration time, peak RSS (``ru_maxrss``, the whole
+(tasks / (generation + set-up): a full graph generated and ready to replay; ``_cpu``: the
+same in CPU seconds, steadier on a shared machine), simulation wall time (set-up included), events, events/s, iteration time, peak RSS (``ru_maxrss``, the whole
 process). ``--make`` makes every ``Task`` of the graph before the replay (``make_s``, as
 outputs reading the whole graph do; the engine itself does not). Run it from the repository
 root with ``PYTHONPATH=$PWD`` to measure this checkout rather than an installed one.
@@ -66,6 +66,7 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
 
     def timed_replay(self) -> None:
         first_event.append(time.perf_counter())
+        first_event.append(time.process_time())
         replay(self)
 
     preset, builder, tp, pp, extra = CASES[case]
@@ -78,6 +79,7 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
     t0 = time.perf_counter()
     plan, topo = plan_workload(preset, f"{builder}:nodes={gpus // 8}", overrides=overrides)
     t1 = time.perf_counter()
+    c1 = time.process_time()
     options = EngineOptions(network=network, record_links=False,
                             collectives=CollectiveSettings(algo=algo or "auto"),
                             shortcuts=Shortcuts(stream_rings=stream, bundles=shortcuts,
@@ -101,6 +103,7 @@ def run(case: str, dp: int, global_batch: int | None, network: str, granularity:
             "simulate_s": round(t3 - t2m, 3), "events": sim.events,
             "events_per_s": round(sim.events / (t3 - t2)), "tasks_per_s_generate": round(len(graph) / (t2 - t1)),
             "tasks_per_s_usable": round(len(graph) / (first_event[0] - t1)),
+            "tasks_per_s_usable_cpu": round(len(graph) / (first_event[1] - c1)),
             "iteration_s": sim.makespan_s, "fold_lanes": fold_meta.get("lanes", 1),
             "fold_max_lane_skew_s": fold_meta.get("max_lane_skew_s", 0.0),
             "wall_s": round(t3 - t0, 3), "peak_rss_GB": round(peak_rss_bytes() / 1e9, 3)}
