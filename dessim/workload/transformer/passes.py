@@ -686,6 +686,9 @@ def describe_steps(steps: Sequence[Step], show: Callable[[Step], str] | None = N
 
 #: Category of the weight-gradient compute of a split backward (the zero-bubble ``W`` pass).
 WGRAD = "wgrad"
+#: Point-to-point steps of a pass (context parallelism's ring exchanges): a peer's pass waits
+#: for each, so they stay in B (:func:`split_backward`).
+_PEER_KINDS = frozenset({"send", "recv"})
 
 
 def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
@@ -695,7 +698,11 @@ def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
     GEMMs). A compute step goes to W when all its kernels are weight gradients (category
     :data:`WGRAD`); a communication step goes to W when every step that waits for it is in
     W (SP's re-gather of a GEMM input for its weight gradient), or, when nothing waits for
-    it, when something it waits for is in W (ZeRO-3's gradient reduce-scatter). Dependencies
+    it, when something it waits for is in W (ZeRO-3's gradient reduce-scatter). Sends and
+    receives (context parallelism's K/V ring) always stay in B: the peer's input-gradient
+    pass waits for them, and a rank's n-th send pairs with its peer's n-th receive, so both
+    sides must keep them in the same pass. One that waited for a weight-gradient step waits
+    for the last B compute step before it instead (where it was issued). Other dependencies
     across the two passes are dropped: W runs after its B in every schedule. ``completes``
     is recomputed per pass (a block's last compute step there)."""
     # a weight-gradient GEMM, whole or as row chunks ``<name>#i`` (tp_comm_overlap)
@@ -709,15 +716,30 @@ def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
         s = steps[i]
         if s.is_compute:
             continue
+        if s.kind in _PEER_KINDS:                # a peer's input gradient waits for it
+            in_w[i] = False
+            continue
         after = dependents.get(i, [])
         in_w[i] = all(in_w[j] for j in after) if after else any(in_w[d] for d in s.deps)
+
+    def b_anchor(d: int) -> int | None:
+        """The last B compute step at or before step ``d``: where a send or receive that
+        followed a weight-gradient step is issued in B (the launch position it had)."""
+        for j in range(d, -1, -1):
+            if not in_w[j] and steps[j].is_compute:
+                return j
+        return None
 
     def part(flag: bool) -> list[Step]:
         index = {i: n for n, i in enumerate(i for i in range(len(steps)) if in_w[i] == flag)}
         out: list[Step] = []
         for i in index:
             s = steps[i]
-            out.append(replace(s, deps=[index[d] for d in s.deps if d in index], completes=[],
+            deps = [d for d in s.deps if d in index]
+            if not flag and s.kind in _PEER_KINDS:
+                moved = {b_anchor(d) for d in s.deps if d not in index} - {None}
+                deps = sorted(set(deps) | moved)     # type: ignore[arg-type]
+            out.append(replace(s, deps=[index[d] for d in deps], completes=[],
                                kernels=list(s.kernels),
                                category=WGRAD if (flag and s.is_compute) else s.category))
         last: dict[str, int] = {}
