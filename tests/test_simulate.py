@@ -165,6 +165,8 @@ def test_cli_simulate_without_arguments_runs_the_default(cli):
 
 @pytest.mark.parametrize("args,message", [
     (["--dp", "4", "--tp", "1"], "but there are 8 GPUs"),
+    # a dp that does not fill the GPUs is named as such, not as a batch it does not divide
+    (["--dp", "3", "--tp", "1"], "dp=3 makes tp × pp × dp × cp = 1 × 1 × 3 × 1 = 3 GPUs, but there are 8"),
     (["--global-batch", "100", "--micro-batch", "4"], "is not divisible by micro_batch"),
     (["--pp", "8", "--uniform-stages"], None),
 ])
