@@ -160,23 +160,17 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
     merge_document(doc, sections)
     given_dp = "dp" in sections.get("parallelism", {})
     explicit_dp = given_dp or _file_sets_dp(spec)
-    if explicit_dp and not given_dp and num_gpus is not None:
+    if explicit_dp and num_gpus is not None:    # before the layout's batch checks: the real fault
         par = doc["parallelism"]
         sizes = [par.get(k, 1) for k in ("tp", "pp", "dp", "cp")]
         if all(isinstance(v, int) for v in sizes) and math.prod(sizes) != num_gpus:
+            fill = "to let data parallelism fill them"
+            where, fix = ((f"workload {spec.name!r}: dp={par['dp']}", f"leave dp out {fill}") if given_dp
+                          else (f"workload file {str(spec.path)!r}: parallelism.dp {par['dp']}",
+                                f"remove dp from the file {fill}, or give --dp or a topology of that size"))
             raise WorkloadError(
-                f"workload file {str(spec.path)!r}: parallelism.dp {par['dp']} makes tp·pp·dp·cp "
-                f"= {math.prod(sizes)} GPUs, but the topology has {num_gpus}; remove dp from the "
-                "file to let data parallelism fill the topology, or give --dp / a topology "
-                "of that size")
-    if given_dp and num_gpus is not None:     # before the layout's batch checks: the real fault
-        par = doc["parallelism"]
-        sizes = [par.get(k, 1) for k in ("tp", "pp", "dp", "cp")]
-        if all(isinstance(v, int) for v in sizes) and math.prod(sizes) != num_gpus:
-            raise WorkloadError(
-                f"workload {spec.name!r}: dp={par['dp']} makes tp × pp × dp × cp = "
-                f"{' × '.join(map(str, sizes))} = {math.prod(sizes)} GPUs, but there are {num_gpus} "
-                "GPUs in the topology; leave dp out to let data parallelism fill them")
+                f"{where} makes tp × pp × dp × cp = {' × '.join(map(str, sizes))} = "
+                f"{math.prod(sizes)} GPUs, but there are {num_gpus} GPUs in the topology; {fix}")
     if num_gpus is not None and not explicit_dp:
         par = doc["parallelism"]
         model_par = par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1)
