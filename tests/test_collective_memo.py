@@ -52,10 +52,18 @@ def test_memo_replays_only_collectives_that_ran_alone_and_changes_nothing(overri
         assert a.compute_s == pytest.approx(b.compute_s, rel=1e-12)
 
 
-def test_memo_stays_off_without_folding():
-    # several member tasks per collective: members arrive at different times
-    res = _run("gpt3-1.3b", "dgx-a100:nodes=1", dict(DP_ONLY, generator={"fold": False}), True)
-    assert "collective_memo" not in res.simulation.meta
+def test_without_folding_only_the_per_link_memo_replays():
+    """Unfolded, every collective has one member task per rank: never the network-wide memo
+    (it takes single-member collectives), but the per-link memo of collectives of several
+    members (tests/test_link_memo.py) when they all arrive at one instant."""
+    ov = dict(DP_ONLY, generator={"fold": False})
+    res = _run("gpt3-1.3b", "dgx-a100:nodes=1", ov, True)
+    memo = res.simulation.meta["collective_memo"]
+    assert memo["replayed"] == memo["replayed_on_links"] > 0
+    off = simulate_workload("gpt3-1.3b", "dgx-a100:nodes=1", overrides=ov,
+                            options=EngineOptions(record_links=False,
+                                                  shortcuts=Shortcuts(link_memo=False)))
+    assert "collective_memo" not in off.simulation.meta
 
 
 def test_memo_stays_off_when_link_timelines_are_recorded():

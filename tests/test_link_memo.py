@@ -154,3 +154,60 @@ def test_the_route_budget_only_switches_the_shortcut(monkeypatch):
     assert off.simulation.meta["collective_memo"]["replayed_on_links"] == 0
     assert on.simulation.meta["collective_memo"]["replayed_on_links"] > 0
     _assert_same(on, off)
+
+
+# ------------------------------------------------------------ several member tasks
+DP_UNFOLDED = {"tp": 1, "pp": 1, "global_batch": 64, "micro_batch": 4, "bucket_size": "25MiB",
+               "generator": {"fold": False}}
+
+
+def test_collectives_of_several_members_replay_on_links_and_change_nothing():
+    """Unfolded data parallelism: each gradient bucket's all-reduce has one member task per
+    rank, all arriving at one instant (the ranks are symmetric). The first of each key is
+    simulated under a watch, the others replayed with each member ending as it did; the run
+    equals the one without the shortcut and the full replay (--exact)."""
+    fast = _run(DP_UNFOLDED, True, topo="dgx-a100:nodes=2")
+    full = _run(DP_UNFOLDED, False, topo="dgx-a100:nodes=2")
+    exact = simulate_workload("gpt3-1.3b", "dgx-a100:nodes=2", overrides=DP_UNFOLDED,
+                              options=EngineOptions(record_links=False, shortcuts=Shortcuts.none()))
+    memo = fast.simulation.meta["collective_memo"]
+    assert memo["replayed_on_links"] > memo["simulated"] > 0
+    _assert_same(fast, full)
+    _assert_same(fast, exact)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.sampled_from([1, 2]), zero=st.sampled_from([0, 1]), m=st.integers(1, 3),
+       bucket=st.sampled_from(["10MiB", "25MiB", "100MiB"]), tp=st.sampled_from([1, 2]),
+       pp=st.sampled_from([1, 2]), fold=st.booleans())
+def test_several_member_memo_equals_its_absence(nodes, zero, m, bucket, tp, pp, fold):
+    """Random data-, tensor- and pipeline-parallel layouts, folded or not (folded DP groups
+    whose members are the pipeline's stages): the per-link memo of collectives of several
+    member tasks changes no result beyond the rounding of replayed start times."""
+    dp = 8 * nodes // (tp * pp)
+    ov = {"tp": tp, "pp": pp, "dp": dp, "micro_batch": 1, "global_batch": m * dp * pp,
+          "zero_stage": zero, "bucket_size": bucket, "generator": {"fold": fold}}
+    fast = _run(ov, True, topo=f"dgx-a100:nodes={nodes}")
+    full = _run(ov, False, topo=f"dgx-a100:nodes={nodes}")
+    _assert_same(fast, full)
+
+
+def test_a_member_arriving_later_is_simulated():
+    """White box: a memoised collective of several members is replayed only when every
+    member arrived in the instant; one member alone (the other late) starts the run."""
+    from dessim.engine.engine import _Run
+    from dessim.workload.kinds import generate_workload
+
+    gen = generate_workload("gpt3-1.3b", "dgx-a100:nodes=2", overrides=DP_UNFOLDED)
+    run = _Run(gen.graph, gen.topology, EngineOptions(record_links=False), None)
+    run.run()
+    assert run.multi_memo and run.links.replayed > 0
+    key, (offsets, _) = next(iter(run.multi_memo.items()))
+    assert len(offsets) == 16 and all(d > 0 for _, d in offsets)     # one end per rank
+    fresh = _Run(gen.graph, gen.topology, EngineOptions(record_links=False), None)
+    fresh.multi_memo[key] = run.multi_memo[key]
+    cid, members = next((c, ms) for c, ms in fresh.colls.items()
+                        if fresh.memo_key(fresh.tasks[ms[0]]) == key)
+    fresh.multi_wait[cid] = [members[0]]
+    fresh._decide_multi(cid)
+    assert cid in fresh.coll_state and fresh.links.replayed == 0

@@ -50,6 +50,7 @@ from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
 from dessim.network.families import LaneFamily, QuotientBroken
+from dessim.network.flow import WAKE_PRIORITY
 from dessim.taskgraph.collector import LARGE_GRAPH_TASKS, Freezer, collector_paused, heap_frozen
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
 from dessim.taskgraph.table import TaskTable, task_table
@@ -75,6 +76,19 @@ def straggler_factors(num_ranks: int, noise: Noise) -> list[float]:
                                  f"(ranks 0..{num_ranks - 1})")
         factors[rank] *= f
     return factors
+
+
+class _Late(simpy.Event):
+    """An event at the end of the current instant (simpy priority
+    :data:`~dessim.network.flow.WAKE_PRIORITY`: after every ordinary event of this instant)
+    that calls ``callback``."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, WAKE_PRIORITY, 0.0)
 
 
 class _Join:
@@ -184,6 +198,11 @@ class _Run:
         #: (end time, task) of started compute and delay tasks (finished ones popped lazily)
         self.timed: list[tuple[float, int]] = []
         self.deferred: list[int] = []     #: single-member collectives arrived this instant
+        #: the per-link memo of collectives of several member tasks (:meth:`_arrive_collective`):
+        #: key -> ((member rank, its end after the start (s)) in finishing order, traffic);
+        #: and per collective (coll_id) whose key it holds, its members arrived this instant
+        self.multi_memo: dict[tuple, tuple[tuple[tuple[int, float], ...], tuple]] = {}
+        self.multi_wait: dict[str, list[int]] = {}
         #: (algorithm, protocol) -> collectives planned with it (reported in the result)
         self.choices: dict[tuple[str, str], int] = {}
         self.coll_state: dict[str, dict] = {}
@@ -612,15 +631,7 @@ class _Run:
         if hit is None:
             return False
         duration, carried = hit
-        runs = self.replayed_instances.get(key)
-        if runs is None:        # plan every instance once (as a run would); later replays of
-            t = self.tasks[i]   # the key find their plans made (``plan`` is a cache then)
-            instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
-            for inst in instances:
-                self.plan(t, inst)
-            runs = self.replayed_instances[key] = len(instances)
-        self.collective_runs += runs
-        self.memo_hits += 1
+        self._count_replay(i, key)
         self.active[i] = self.env.now
         if self.links is not None:
             self.links.due[i] = self.env.now + duration
@@ -630,6 +641,19 @@ class _Run:
             self.finish(i)
         self.env.timeout(duration).callbacks.append(done)
         return True
+
+    def _count_replay(self, i: int, key: tuple) -> None:
+        """Count a replay of collective task ``i`` (memo ``key``) as the runs of its
+        instances (planned at the key's first replay, as a run would plan them)."""
+        runs = self.replayed_instances.get(key)
+        if runs is None:        # plan every instance once (as a run would); later replays of
+            t = self.tasks[i]   # the key find their plans made (``plan`` is a cache then)
+            instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
+            for inst in instances:
+                self.plan(t, inst)
+            runs = self.replayed_instances[key] = len(instances)
+        self.collective_runs += runs
+        self.memo_hits += 1
 
     def _memo_recorder(self, i: int, key: tuple, watch=None) -> Callable[[], None]:
         """Finish member ``i`` and store its collective's duration and traffic, if it had
@@ -665,7 +689,11 @@ class _Run:
 
     def _arrive_collective(self, i: int) -> None:
         t = self.made[i] or self.tasks[i]
-        if self.memo_on and len(self.colls[t.coll_id]) == 1:
+        members = self.colls[t.coll_id]
+        if self.links is not None and len(members) > 1 and t.coll_id not in self.coll_state:
+            self._arrive_multi(i, members)
+            return
+        if self.memo_on and len(members) == 1:
             if self.memo_static:
                 key = self.memo_key(t)
                 if not self._replay_collective(i, key):
@@ -709,6 +737,84 @@ class _Run:
                     links.refused += 1
                 watch = links.free_now(i, key) if hit is None else None
                 self._start_collective(i, key if watch is not None else None, watch)
+
+    def _arrive_multi(self, i: int, members: list[int]) -> None:
+        """Member ``i`` of a collective of several member tasks arrives, before its run has
+        started (``Shortcuts.link_memo``). Such a run depends on nothing but the collective
+        (its key) and its members' arrival times, as long as nothing else uses its channels
+        (:class:`~dessim.engine.links.LinkProof`). When its key is memoised, the members that
+        arrive this instant wait for the instant's end (:meth:`_decide_multi`); otherwise the
+        run starts now, watched for the memo when nothing in its scope runs."""
+        t = self.tasks[i]
+        cid = t.coll_id
+        waiting = self.multi_wait.get(cid)
+        if waiting is not None:
+            waiting.append(i)
+            return
+        key = self.memo_key(t)
+        if key in self.multi_memo:
+            self.multi_wait[cid] = [i]
+            _Late(self.env, lambda _e, cid=cid: self._decide_multi(cid))
+            return
+        watch = self.links.free_now(i, key, frozenset(members))
+        self._start_collective(i, key if watch is not None else None, watch)
+
+    def _decide_multi(self, cid: str) -> None:
+        """End of the instant in which members of memoised collective ``cid`` arrived: when
+        all of them did and its replay provably has its channels to itself until its last
+        member ends (:meth:`LinkProof.isolated`), each member ends when it ended in the
+        recorded run; otherwise the run starts, the members arriving in their order."""
+        todo = self.multi_wait.pop(cid)
+        members = self.colls[cid]
+        key = self.memo_key(self.tasks[todo[0]])
+        offsets, carried = self.multi_memo[key]
+        links = self.links
+        now = self.env.now
+        if len(todo) == len(members):
+            at = {self.tasks[m].rank: m for m in members}
+            ends = {at[r]: now + d for r, d in offsets}
+            if links.isolated(todo[0], key, max(ends.values()), ends):
+                links.replayed += 1
+                self._replay_multi(todo[0], key, [(at[r], d) for r, d in offsets], carried)
+                return
+            links.refused += 1
+        for i in todo:
+            self._start_collective(i, None)
+
+    def _replay_multi(self, i: int, key: tuple, offsets: list[tuple[int, float]],
+                      carried: tuple) -> None:
+        """Replay a collective of several member tasks (``i`` one of them) from the memo:
+        each member ends ``d`` seconds from now (``offsets``: (member, d) in the recorded
+        finishing order); its traffic is counted when the last one ends."""
+        self._count_replay(i, key)
+        now = self.env.now
+        last = len(offsets) - 1
+        for n, (m, d) in enumerate(offsets):
+            self.active[m] = now
+            self.links.due[m] = now + d
+
+            def done(_e: object, m: int = m, n: int = n) -> None:
+                if n == last:
+                    self.net.add_finished_bytes(carried)
+                self.finish(m)
+            self.env.timeout(d).callbacks.append(done)
+
+    def _multi_recorder(self, members: list[int], key: tuple, watch) -> Callable[[int], None]:
+        """The end of each member of a collective of several member tasks, simulated under
+        ``watch`` (:meth:`LinkProof.free_now`): when the last ends, its members' ends and the
+        traffic of its channels are memoised if every member arrived at its start and no
+        other task of its scope started while it ran."""
+        t0, before = self.env.now, self.net.finished_bytes()
+        ended: list[tuple[int, float]] = []
+
+        def one(m: int) -> None:
+            ended.append((self.tasks[m].rank, self.env.now - t0))
+            if len(ended) == len(members):
+                delta = self.links.recorded(watch, self.net.finished_bytes() - before, at_end=True)
+                if delta is not None and all(self.start[x] == t0 for x in members):
+                    self.multi_memo[key] = (tuple(ended), sparse_bytes(delta))
+            self.finish(m)
+        return one
 
     def _next_end(self) -> float:
         """Earliest end of a running compute or delay task (inf if none)."""
@@ -773,9 +879,12 @@ class _Run:
             state = {"arrivals": arrivals, "arrived": 0, "members": members, "where": where,
                      "shared": shared}
             self.coll_state[t.coll_id] = state
+            several = (self._multi_recorder(members, memo_key, watch)
+                       if memo_key is not None and len(members) > 1 else None)
             for m in members:
                 rank = self.ranks[m]
-                on_done = (self._memo_recorder(m, memo_key, watch) if memo_key is not None
+                on_done = ((lambda m=m: several(m)) if several is not None
+                           else self._memo_recorder(m, memo_key, watch) if memo_key is not None
                            else (lambda m=m: self.finish(m)))
                 if where is None:
                     runs[0].rank_events[rank].callbacks.append(lambda _e, f=on_done: f())
@@ -930,9 +1039,10 @@ class _Run:
     def _memo_meta(self) -> dict:
         """How many exclusive collectives were replayed from the memo (empty when the
         shortcut did not apply)."""
-        if not self.coll_memo:
+        if not self.coll_memo and not self.multi_memo:
             return {}
-        return {"collective_memo": {"simulated": len(self.coll_memo), "replayed": self.memo_hits,
+        return {"collective_memo": {"simulated": len(self.coll_memo) + len(self.multi_memo),
+                                    "replayed": self.memo_hits,
                                     "replayed_on_links": self.links.replayed if self.links else 0,
                                     "refused_on_links": self.links.refused if self.links else 0}}
 

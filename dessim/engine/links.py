@@ -32,6 +32,14 @@ it starts:
   bytes it carried are its channels' — other traffic elsewhere in the network finishes
   meanwhile.
 
+**Several member tasks** (the collectives of an unfolded graph, or a folded data-parallel
+group whose members are two pipeline stages, as under DualPipe): the run depends on the
+members' arrival times as well, so it is recorded only when every member arrived at its
+start, and replayed only when every member arrives in one instant (the engine decides at
+the end of that instant); each member then ends when it did in the recorded run. The proof
+skips every member's own stream position, and a task waiting for a member is bounded by
+that member's end (:meth:`LinkProof.isolated`'s ``ends``).
+
 A replay equals the simulated run up to the float rounding of its start time, as the
 network-wide memo's does. The search is bounded (:data:`SEARCH_BUDGET` tasks per proof, and
 :data:`ROUTE_BUDGET` routed pairs for the footprints of a run); past a bound the collective is
@@ -42,7 +50,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Any, Protocol
+from typing import Any, Container, Protocol
 
 import numpy as np
 
@@ -92,12 +100,14 @@ class _Scope:
 
 
 class _Watch:
-    """A collective being simulated for the memo: dirty once a task of its scope starts."""
+    """A collective being simulated for the memo: dirty once a task of its scope starts,
+    other than its own member tasks (``own``: a collective of several member tasks, whose
+    other members arrive after the first); ``dirty_at``: when that first happened (s)."""
 
-    __slots__ = ("scope", "dirty")
+    __slots__ = ("scope", "dirty", "own", "dirty_at")
 
-    def __init__(self, scope: _Scope) -> None:
-        self.scope, self.dirty = scope, False
+    def __init__(self, scope: _Scope, own: frozenset[int] = frozenset()) -> None:
+        self.scope, self.dirty, self.own, self.dirty_at = scope, False, own, math.inf
 
 
 class EngineRun(Protocol):
@@ -274,9 +284,9 @@ class LinkProof:
         shortcut is off or the scope is unknown."""
         return self._scope(i, key) if self._deciding() else None
 
-    def _heads(self, scope: _Scope, i: int) -> list[int]:
-        """The first unfinished task in scope of every stream, ``i`` itself skipped (in the
-        order of :attr:`_Scope.streams`)."""
+    def _heads(self, scope: _Scope, own: Container[int]) -> list[int]:
+        """The first unfinished task in scope of every stream, the collective's own member
+        tasks ``own`` skipped (in the order of :attr:`_Scope.streams`)."""
         head = self.run.head
         out = []
         for row in scope.rows:
@@ -286,7 +296,7 @@ class LinkProof:
             while k < n and positions[k] < h:      # bisect_left(positions, h), amortised
                 k += 1
             row[3] = k
-            if k < n and queue[positions[k]] == i:
+            if k < n and queue[positions[k]] in own:
                 k += 1
             if k < n:
                 out.append(queue[positions[k]])
@@ -296,41 +306,57 @@ class LinkProof:
         s = self.run.start[j]
         return s == s
 
-    def free_now(self, i: int, key: tuple) -> _Watch | None:
+    def free_now(self, i: int, key: tuple, own: frozenset[int] | None = None) -> _Watch | None:
         """A watch for simulating collective ``i`` for the memo, when no task of its scope is
-        running now (a send/receive waiting for its partner moves nothing yet); else None."""
+        running now (a send/receive waiting for its partner moves nothing yet); else None.
+        ``own``: every member task of the collective (default: ``i`` alone); the others'
+        arrivals do not make the watch dirty."""
         scope = self._scope_for(i, key)
         if scope is None:
             return None
+        own = frozenset((i,)) if own is None else own
         run = self.run
-        for j in self._heads(scope, i):
+        for j in self._heads(scope, own):
             if self._started(j) and not (run.tasks[j].kind in ("send", "recv")
                                          and not self._started(run.partner[j])):
                 return None
-        watch = _Watch(scope)
+        watch = _Watch(scope, own)
         self.watches.append(watch)
         return watch
 
     def started(self, j: int) -> None:
-        """Network task ``j`` starts: every watch whose scope holds it is dirty."""
+        """Network task ``j`` starts: every watch whose scope holds it is dirty (unless it
+        is a member of the watched collective)."""
         for w in self.watches:
-            if j in w.scope.members:
-                w.dirty = True
+            if j in w.scope.members and j not in w.own and not w.dirty:
+                w.dirty, w.dirty_at = True, self.run.env.now
 
-    def recorded(self, watch: _Watch, delta: np.ndarray) -> np.ndarray | None:
+    def recorded(self, watch: _Watch, delta: np.ndarray, *, at_end: bool = False) -> np.ndarray | None:
         """End of a watched run: its bytes per direction (``delta`` restricted to its own
-        channels) if nothing in its scope started meanwhile, else None."""
+        channels) if nothing in its scope started meanwhile, else None. ``at_end`` (a
+        collective of several members, recorded when its last member ends): a task of the
+        scope that started at this very instant is no obstacle — it waited for a member that
+        ended now, and every flow of the run was done before that member's end was known,
+        so its own flows join after them."""
         self.watches.remove(watch)
-        if watch.dirty:
+        if watch.dirty and not (at_end and watch.dirty_at >= self.run.env.now):
             return None
         return np.where(watch.scope.directions, delta, 0.0)
 
-    def isolated(self, i: int, key: tuple, end: float) -> bool:
+    def isolated(self, i: int, key: tuple, end: float,
+                 ends: dict[int, float] | None = None) -> bool:
         """Whether collective task ``i`` (memo ``key``), replayed now to end at ``end``, has its
-        channels to itself until then (module docstring)."""
+        channels to itself until then (module docstring). ``ends``: every member task of a
+        collective of several, each with its replayed end (s; the latest is ``end``);
+        default ``{i: end}``."""
         scope = self._scope_for(i, key)
         if scope is None:
             return False
+        # several members: a task that provably waits for the member that ends last may start
+        # at that very end (its flows join after every flow of the run; see ``recorded``)
+        at_end = None if ends is None else end
+        if ends is None:
+            ends = {i: end}
         run = self.run
         bound = end * (1.0 + MARGIN)
         tentative: list[tuple[int, float]] = []    # bounds that hold if ``i`` is replayed
@@ -343,7 +369,7 @@ class LinkProof:
             while k < n and positions[k] < h:
                 k += 1
             row[3] = k
-            if k < n and queue[positions[k]] == i:
+            if k < n and queue[positions[k]] in ends:
                 k += 1
             if k == n:
                 continue
@@ -354,7 +380,7 @@ class LinkProof:
             else:
                 got = known.get(j, inf)                 # _start_after's first answer, inline
                 if got <= bound:
-                    got = self._start_after(j, i, end, bound, tentative)
+                    got = self._start_after(j, ends, bound, tentative, at_end)
             if got <= bound:
                 if tasks[j].kind not in ("send", "recv"):
                     return False
@@ -364,7 +390,7 @@ class LinkProof:
                     return False
                 got = known.get(q, inf)
                 if got <= bound:
-                    got = self._start_after(q, i, end, bound, tentative)
+                    got = self._start_after(q, ends, bound, tentative, at_end)
                     if got <= bound:
                         return False
         for j, b in tentative:
@@ -372,13 +398,18 @@ class LinkProof:
                 known[j] = b
         return True
 
-    def _start_after(self, j: int, c: int, end: float, bound: float,
-                     tentative: list[tuple[int, float]]) -> float:
-        """A lower bound above ``bound`` (s) of the start of unstarted task ``j``, with
-        collective ``c`` ending at ``end``; -inf when none is found.
+    def _start_after(self, j: int, ends: dict[int, float], bound: float,
+                     tentative: list[tuple[int, float]], at_end: float | None = None) -> float:
+        """A lower bound above ``bound`` (s) of the start of unstarted task ``j``, with the
+        member tasks of collective ``c`` (the keys of ``ends``) each ending at its value;
+        -inf when none is found. With ``at_end`` (the last member's end; a collective of
+        several members): a path that rests on a member of ``c`` and reaches ``j`` no
+        earlier than ``at_end`` is a proof as well (the caller is told by ``inf``: ``j``
+        waits for the end of ``c``, so it cannot share its channels with it); no fact is
+        kept of it.
 
         ``j`` starts once each of its predecessors (stream predecessor, dependencies) is done,
-        so it is enough that ONE unfinished predecessor ends after ``bound``: ``c`` itself; a
+        so it is enough that ONE unfinished predecessor ends after ``bound``: a member of ``c``; a
         running compute/delay task or replayed collective due after it; or an unstarted task
         that provably starts after ``bound`` minus its own duration — the same question one
         step back (an OR over paths, searched depth-first; it stops at the first proof). An
@@ -413,10 +444,13 @@ class LinkProof:
                 for p in got:
                     if finish[p] == finish[p]:        # finished
                         continue
-                    if p == c:
-                        if end > y:
-                            found, via_c = end, True
+                    e = ends.get(p)
+                    if e is not None:                 # a member of c
+                        if e > y:
+                            found, via_c = e, True
                             break
+                        if at_end is not None and e + (bound - y) >= at_end:
+                            return math.inf           # j waits for the end of c
                         continue
                     if start[p] == start[p]:          # running: due, or no earlier than now
                         d = due[p]

@@ -135,6 +135,9 @@ class Shortcuts:
       but provably alone on its own channels while it runs — no task whose flows can use one
       of them runs, or can start before it ends (:mod:`dessim.engine.links`) — is memoised
       and replayed the same way (max-min rates are set per connected component of flows).
+      A collective of several member tasks (unfolded ranks; DualPipe's two stages of one
+      data-parallel group) is memoised when all its members arrived at its start, and
+      replayed — each member ending as it did — when all arrive in one instant again.
 
     ``stream_rings`` is an approximation, off by default: ring collectives run as one
     coupled flow per channel instead of step by step (docs/collectives.md).
