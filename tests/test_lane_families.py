@@ -567,3 +567,28 @@ def test_a_run_is_replayed_with_host_orbits_then_without_orbits_then_without_fam
     monkeypatch.setattr(engine_module._Run, "run", real_run)
     _assert_same_run(res, simulate(g, topo, EngineOptions(record_links=False,
                                                           shortcuts=Shortcuts.none())))
+
+
+_spread = st.lists(st.tuples(st.integers(0, 15), st.integers(0, 15), st.sampled_from([1e5, 4e6, 3e7]),
+                             st.sampled_from([0.0, 1e-5, 3e-4, 2e-3, 5e-2]), st.booleans()),
+                   min_size=2, max_size=12).map(lambda fs: [f for f in fs if f[0] != f[1]]).filter(bool)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_spread)
+def test_solves_without_family_flows_skip_the_certificate_and_decide_alike(flows):
+    """A solve while no lane-family flow shares bandwidth has nothing to certify and is
+    skipped (the channel figures remembered so far go stale): with family flows starting
+    again after such periods, the runs still pass and fail exactly where checking every
+    family flow at every solve does, and the count of family flows is right at every solve."""
+    from dessim.network.base import FamilyRoute
+    from dessim.network.flow import FlowNetwork
+
+    solve = FlowNetwork._solve
+
+    def checked(self, now):
+        assert self._family_flows == sum(type(f.route) is FamilyRoute for f in self._active.values())
+        solve(self, now)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(FlowNetwork, "_solve", checked)
+        assert _certified_run(flows, False) == _certified_run(flows, True)

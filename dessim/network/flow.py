@@ -210,6 +210,9 @@ class FlowNetwork(Network):
         self._witness: dict[int, list[int]] = {}   # per family flow: each image's bottleneck
         self._certified: set[tuple] = set()         # states certified (see _certify_state)
         self._certified_generation = 0              # the system's state_generation they are of
+        #: lane-family flows sharing bandwidth now (in ``_active``): a solve with none has no
+        #: certificate to check
+        self._family_flows = 0
         #: the channel quotient (use_channel_quotient): flows are max-min variables on blocks
         #: of channels; bytes of finished family flows per route, added to _done_bytes lazily
         self.quotient: ChannelQuotient | None = None
@@ -540,6 +543,7 @@ class FlowNetwork(Network):
                 route = f.route
                 if type(route) is FamilyRoute:
                     self._witness.pop(fid, None)
+                    self._family_flows -= 1
                 system.remove(f)
                 q = f.quoted
                 if q is None:
@@ -570,6 +574,8 @@ class FlowNetwork(Network):
         occ, owner = self._occ, self._owner
         f.last = now
         self._active[f.fid] = f
+        if type(f.route) is FamilyRoute:
+            self._family_flows += 1
         if self.quotient is None:
             for c in f.channels:
                 if owner[c] >= 0:
@@ -629,6 +635,8 @@ class FlowNetwork(Network):
             f = self._member(b, k, route)
             fid = f.fid
             self._active[fid] = f
+            if type(route) is FamilyRoute:
+                self._family_flows += 1
             if self.quotient is not None:
                 self._quote(f)
             system.insert(f)
@@ -660,10 +668,15 @@ class FlowNetwork(Network):
             if f.rate:
                 f.remaining -= f.rate * (now - f.last)
             f.last = now
-        old_rates = [f.rate for f in flows] if self.families_started else ()
+        # no lane-family flow shares bandwidth now: nothing to certify (a new epoch makes the
+        # channel figures remembered so far stale, so the next certificate checks afresh)
+        certify = self.families_started and self._family_flows > 0
+        old_rates = [f.rate for f in flows] if certify else ()
         self._apply(now, flows, rates)
-        if self.families_started:
+        if certify:
             self._certify_state(flows, old_rates, chans)
+        elif self.families_started:
+            self._epoch += 1
         self._after_solve(now, chans)
 
     def _certify_state(self, flows: Sequence[_Flow], old_rates: Sequence[float],
