@@ -742,9 +742,10 @@ class _Run:
         """Member ``i`` of a collective of several member tasks arrives, before its run has
         started (``Shortcuts.link_memo``). Such a run depends on nothing but the collective
         (its key) and its members' arrival times, as long as nothing else uses its channels
-        (:class:`~dessim.engine.links.LinkProof`). When its key is memoised, the members that
-        arrive this instant wait for the instant's end (:meth:`_decide_multi`); otherwise the
-        run starts now, watched for the memo when nothing in its scope runs."""
+        (:class:`~dessim.engine.links.LinkProof`). When its key is memoised and nothing of
+        its scope runs now, the members that arrive this instant wait for the instant's end
+        (:meth:`_decide_multi`); otherwise the run starts now, watched for the memo when its
+        key is new and nothing in its scope runs."""
         t = self.tasks[i]
         cid = t.coll_id
         waiting = self.multi_wait.get(cid)
@@ -752,11 +753,16 @@ class _Run:
             waiting.append(i)
             return
         key = self.memo_key(t)
+        own = frozenset(members)
         if key in self.multi_memo:
-            self.multi_wait[cid] = [i]
-            _Late(self.env, lambda _e, cid=cid: self._decide_multi(cid))
+            if self.links.quiet(i, key, own):
+                self.multi_wait[cid] = [i]
+                _Late(self.env, lambda _e, cid=cid: self._decide_multi(cid))
+                return
+            self.links.refused += 1
+            self._start_collective(i, None)
             return
-        watch = self.links.free_now(i, key, frozenset(members))
+        watch = self.links.free_now(i, key, own)
         self._start_collective(i, key if watch is not None else None, watch)
 
     def _decide_multi(self, cid: str) -> None:
@@ -770,8 +776,8 @@ class _Run:
         offsets, carried = self.multi_memo[key]
         links = self.links
         now = self.env.now
-        if len(todo) == len(members):
-            at = {self.tasks[m].rank: m for m in members}
+        at = {self.tasks[m].rank: m for m in members}
+        if len(todo) == len(members) and at.keys() == {r for r, _ in offsets}:
             ends = {at[r]: now + d for r, d in offsets}
             if links.isolated(todo[0], key, max(ends.values()), ends):
                 links.replayed += 1

@@ -315,14 +315,31 @@ class LinkProof:
         if scope is None:
             return None
         own = frozenset((i,)) if own is None else own
+        if self._moving(scope, own):
+            return None
+        watch = _Watch(scope, own)
+        self.watches.append(watch)
+        return watch
+
+    def _moving(self, scope: _Scope, own: frozenset[int]) -> bool:
+        """Whether a task of ``scope`` other than ``own`` runs now (a send/receive waiting
+        for its partner moves nothing yet)."""
         run = self.run
         for j in self._heads(scope, own):
             if self._started(j) and not (run.tasks[j].kind in ("send", "recv")
                                          and not self._started(run.partner[j])):
-                return None
-        watch = _Watch(scope, own)
-        self.watches.append(watch)
-        return watch
+                return True
+        return False
+
+    def quiet(self, i: int, key: tuple, own: frozenset[int]) -> bool:
+        """Whether nothing of the scope of collective ``i`` (memo ``key``; member tasks
+        ``own``) runs now, without counting a decision: a collective of several members
+        waits for the end of its arrival instant to be replayed only then (a task running
+        now would make the proof fail anyway)."""
+        if not self.on:
+            return False
+        scope = self._scope(i, key)
+        return scope is not None and not self._moving(scope, own)
 
     def started(self, j: int) -> None:
         """Network task ``j`` starts: every watch whose scope holds it is dirty (unless it
