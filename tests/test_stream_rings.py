@@ -156,9 +156,10 @@ def _iteration(stream: bool, fold: bool) -> tuple[float, int]:
                                overrides={"tp": 8, "pp": 2, "dp": 4, "global_batch": 16,
                                           "generator": {"granularity": "stage", "fold": fold}})
     options = EngineOptions(collectives=CollectiveSettings(algo="ring"),
-                            # lane families make fewer events too: compare stream rings with
-                            # the step-by-step run of every lane
-                            shortcuts=Shortcuts(stream_rings=stream, lane_families=False),
+                            # lane families and the per-link memo make fewer events too:
+                            # compare stream rings with the step-by-step run of every ring
+                            shortcuts=Shortcuts(stream_rings=stream, lane_families=False,
+                                                link_memo=False),
                             record_links=False)
     result = simulate(build_taskgraph(plan, topo, engine=options), topo, options)
     return result.makespan_s, result.events
