@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from dessim.units import parse_bandwidth, parse_size
 from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import (EXTRAPOLATED, MARK, calibration_lines, extrapolated_rows, significant,
@@ -174,8 +175,10 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
       dessim explore gpt3-1.3b --topology dgx-a100:nodes=2 --workers 2
       dessim explore gpt3-13b -t dgx-a100:nodes=2 --hbm 40GB --expansion 256GB --global-batch 16
     """
-    memory = {k: v for k, v in (("hbm_capacity", hbm), ("expansion_capacity", expansion),
-                                ("expansion_bw", expansion_bw)) if v is not None}
+    # parsed here so that a bad value names the flag; the sweep takes them in bytes (/s)
+    memory = {k: parse(v, flag, allow_zero=False) for k, v, flag, parse in (
+        ("hbm_capacity", hbm, "--hbm", parse_size), ("expansion_capacity", expansion, "--expansion", parse_size),
+        ("expansion_bw", expansion_bw, "--expansion-bw", parse_bandwidth)) if v is not None}
     overrides: dict = {"training": {"global_batch": global_batch}} if global_batch else {}
     if extrapolate is not None:
         overrides["extrapolate"] = extrapolate

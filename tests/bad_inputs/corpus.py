@@ -170,8 +170,8 @@ case("unknown workload lists every kind", ["simulate", "nosuch-model"],
 # ---------------------------------------------------------------- simulate flags
 SIM_FLAGS = [
     (["--tp", "0"], ["--tp"]), (["--tp", "3"], ["tp"]), (["--pp", "5"], ["pp"]),
-    (["--bucket-size", "12parsecs"], ["--bucket-size", "parsecs"]), (["--hbm", "-1GB"], ["hbm"]),
-    (["--hbm", "lots"], ["hbm", "lots"]), (["--global-batch", "7"], ["global_batch"]),
+    (["--bucket-size", "12parsecs"], ["--bucket-size", "parsecs"]), (["--hbm", "-1GB"], ["--hbm"]),
+    (["--hbm", "lots"], ["--hbm", "lots"]), (["--global-batch", "7"], ["global_batch"]),
     (["--micro-batch", "0"], ["--micro-batch"]), (["--schedule", "zigzag"], ["--schedule"]),
     (["--zero", "7"], ["--zero"]), (["--attention", "flash9"], ["--attention"]),
     (["--recompute", "x"], ["--recompute"]), (["--interleave", "0"], ["--interleave"]),
@@ -368,12 +368,12 @@ for flags, words, files in [
 
 
 # ---------------------------------------------------------------- explore / workload show
-for flags, words in [(["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--hbm", "lots"], ["hbm", "lots"]),
-                     (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--expansion", "-1GB"], ["expansion", "negative"]),
+for flags, words in [(["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--hbm", "lots"], ["--hbm", "lots"]),
+                     (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--expansion", "-1GB"], ["--expansion", "negative"]),
                      (["nosuch-model", "-t", "dgx-h100:nodes=1"], ["nosuch-model"]),
                      (["gpt3-1.3b", "-t", "torus:4"], ["torus"]),
                      (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--out", "{d}/r.xlsx"], ["--out", ".xlsx"]),
-                     (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--expansion-bw", "25"], ["expansion_bw", "unit"])]:
+                     (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--expansion-bw", "25"], ["--expansion-bw", "unit"])]:
     case(f"explore {' '.join(flags)}", ["explore", *flags, "--no-progress", "--workers", "1"], words)
 for flags, words in [(["nosuch-model"], ["nosuch-model"]), (["gpt3-1.3b", "--gpus", "0"], ["--gpus"]),
                      (["gpt3-1.3b", "--tp", "3"], ["tp"]), (["gpt3-1.3b", "--topology", "torus:4"], ["torus"]),
