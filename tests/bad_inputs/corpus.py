@@ -188,6 +188,8 @@ SIM_FLAGS = [
     (["--export-chakra", "{d}/"], ["--export-chakra", "prefix"]),
     (["--network", "bogus"], ["--network"]), (["-t", "torus:4"], ["torus"]),
     (["--exact", "--fold"], ["--exact"]), (["--timeline", "{d}"], ["--timeline", "directory"]),
+    (["--gradient-sync", "allreduce"], ["--gradient-sync", "data-parallel workloads only"]),
+    (["--parameter-servers", "2"], ["--parameter-servers", "data-parallel workloads only"]),
     (["--gantt", "{d}/f/x.png"], ["--gantt", "not a directory"]),
     (["--granularity", "atom"], ["--granularity"]), (["--ep", "2"], ["ep"]),
     (["--cp", "3"], ["cp"]), (["--seed", "x"], ["--seed"]),

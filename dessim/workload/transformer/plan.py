@@ -126,6 +126,11 @@ def _file_sets_dp(spec: WorkloadSpec) -> bool:
     return isinstance(par, dict) and "dp" in par
 
 
+#: Overrides of data-parallel workloads (:mod:`dessim.workload.dataparallel`: gradient
+#: synchronisation and parameter servers) that a transformer has no use for.
+_DATA_PARALLEL_ONLY = frozenset({"gradient_sync", "parameter_servers", "ps_placement", "ps_mode", "ps_staleness"})
+
+
 def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str, Any] | None = None,
                      num_gpus: int | None = None) -> tuple[WorkloadSpec, dict[str, Any], bool]:
     """Load ``workload`` and apply the overrides that belong to its document (sections and
@@ -137,6 +142,10 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
     valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
              | set(_MEM_FIELDS) | set(_DOC_KEYS) | {_HBM_KEY})
     for key in overrides:
+        if key in _DATA_PARALLEL_ONLY:
+            raise WorkloadError(f"workload {spec.name!r} is a transformer: {key} (--{key.replace('_', '-')}) "
+                                "applies to data-parallel workloads only (kind: dlrm or cnn files, e.g. "
+                                "dlrm-small, resnet50)")
         if key not in valid:
             raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
                                 f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
