@@ -314,3 +314,12 @@ def test_an_output_through_a_symlink_replaces_the_file_it_points_at(tmp_path):
     link.symlink_to(real)
     write_file(str(link), "--csv", lambda p: Path(p).write_text("new\n"))
     assert link.is_symlink() and real.read_text() == "new\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_sweep_default_out_that_cannot_be_written_names_the_flag(monkeypatch):
+    """Without --out the results go to SPEC-results.parquet in the current directory; when
+    that directory takes no files, the error says it was --out's default and how to move it."""
+    monkeypatch.chdir("/proc")
+    _refused(["sweep", str(ROOT / "examples" / "comet" / "sweep.yaml"), "--max-points", "1"],
+             "sweep-results.parquet", "the default of --out", "give --out")

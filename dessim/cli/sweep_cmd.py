@@ -9,6 +9,7 @@ import click
 
 from dessim.cli.common import (OutputPath, calibration_option, json_option, print_json, reported_write,
                                table_records)
+from dessim.errors import OutputError
 from dessim.sweep.analysis import check_plots_dir
 from dessim.sweep.runner import BACKENDS, Terminated, check_results_path, journal_path, run_sweep
 from dessim.sweep.spec import SweepSpec, load_sweep
@@ -113,7 +114,13 @@ def command(spec: str, workers: int, backend: str, address: str | None, out: str
     if metric:
         parsed = dataclasses.replace(parsed, analysis=dataclasses.replace(parsed.analysis,
                                                                           metric=metric))
-    out = out or default_out(spec)
+    if out is None:       # --out's default: checked here so that its error names the flag
+        out = default_out(spec)
+        try:
+            check_results_path(out)
+        except OutputError as exc:
+            raise OutputError(f"{exc} (the default of --out, SPEC-results.parquet in the current "
+                              "directory; give --out to write elsewhere)") from None
     try:
         result = run_sweep(parsed, out=out, workers=workers, backend=backend,
                            backend_options=backend_options(address), progress=progress,
