@@ -746,7 +746,7 @@ class _Run:
         its scope runs now, the members that arrive this instant wait for the instant's end
         (:meth:`_decide_multi`); otherwise the run starts now, watched for the memo when its
         key is new and nothing in its scope runs."""
-        t = self.tasks[i]
+        t = self.made[i] or self.tasks[i]
         cid = t.coll_id
         waiting = self.multi_wait.get(cid)
         if waiting is not None:
@@ -772,11 +772,11 @@ class _Run:
         recorded run; otherwise the run starts, the members arriving in their order."""
         todo = self.multi_wait.pop(cid)
         members = self.colls[cid]
-        key = self.memo_key(self.tasks[todo[0]])
+        key = self.memo_key(self.made[todo[0]] or self.tasks[todo[0]])
         offsets, carried = self.multi_memo[key]
         links = self.links
         now = self.env.now
-        at = {self.tasks[m].rank: m for m in members}
+        at = {self.ranks[m]: m for m in members}
         if len(todo) == len(members) and at.keys() == {r for r, _ in offsets}:
             ends = {at[r]: now + d for r, d in offsets}
             if links.isolated(todo[0], key, max(ends.values()), ends):
@@ -814,7 +814,7 @@ class _Run:
         ended: list[tuple[int, float]] = []
 
         def one(m: int) -> None:
-            ended.append((self.tasks[m].rank, self.env.now - t0))
+            ended.append((self.ranks[m], self.env.now - t0))
             if len(ended) == len(members):
                 delta = self.links.recorded(watch, self.net.finished_bytes() - before, at_end=True)
                 if delta is not None and all(self.start[x] == t0 for x in members):

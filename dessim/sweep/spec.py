@@ -267,21 +267,29 @@ def _each_point_once(axes: list[Axis], mode: str, source: str) -> None:
     """Refuse axes that would run one configuration twice: a value repeated on an axis of a
     grid (``[ring, ring]``, ``[100GB/s, 1e11]``), or a repeated row of zipped axes."""
     if mode == "zip":
-        first: dict[str, int] = {}
-        for i, row in enumerate(zip(*(a.values for a in axes))):
-            j = first.setdefault(repr(row), i)
-            if j != i:
-                raise SpecError(f"{source}: mode zip: point {i} repeats point {j} "
-                                f"({', '.join(f'{a.path}={a.inputs[i]!r}' for a in axes)})")
+        hit = _first_repeat(zip(*(a.values for a in axes)))
+        if hit is not None:
+            i, j = hit
+            raise SpecError(f"{source}: mode zip: point {i} repeats point {j} "
+                            f"({', '.join(f'{a.path}={a.inputs[i]!r}' for a in axes)})")
         return
     for a in axes:
-        first = {}
-        for i, value in enumerate(a.values):
-            j = first.setdefault(repr(value), i)
-            if j != i:
-                raise SpecError(f"{source}: axes.{a.path}[{i}]: {a.inputs[i]!r} repeats item [{j}] "
-                                f"({a.inputs[j]!r}); give each value once (the sweep would run the "
-                                "same points twice)")
+        hit = _first_repeat(a.values)
+        if hit is not None:
+            i, j = hit
+            raise SpecError(f"{source}: axes.{a.path}[{i}]: {a.inputs[i]!r} repeats item [{j}] "
+                            f"({a.inputs[j]!r}); give each value once (the sweep would run the "
+                            "same points twice)")
+
+
+def _first_repeat(items) -> tuple[int, int] | None:
+    """(i, j) of the first item equal (by its repr) to an earlier item j, or None."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        j = first.setdefault(repr(item), i)
+        if j != i:
+            return i, j
+    return None
 
 
 def expand_points(spec: SweepSpec) -> list[Point]:
