@@ -220,7 +220,10 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
     if capacity is not None:
         if options.check_memory:
             check_fit(plan.estimate, capacity)
-        plan = replace(plan, options=options, capacity_bytes=float(capacity))
+        # the plan's own options are the resolved ones (automatic granularity and folding
+        # made concrete); only the memory check is given back
+        plan = replace(plan, options=replace(plan.options, check_memory=options.check_memory),
+                       capacity_bytes=float(capacity))
     return plan, topo
 
 
