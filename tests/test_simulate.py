@@ -168,6 +168,9 @@ def test_cli_simulate_without_arguments_runs_the_default(cli):
     # a dp that does not fill the GPUs is named as such, not as a batch it does not divide
     (["--dp", "3", "--tp", "1"], "dp=3 makes tp × pp × dp × cp = 1 × 1 × 3 × 1 = 3 GPUs, but there are 8"),
     (["--global-batch", "100", "--micro-batch", "4"], "is not divisible by micro_batch"),
+    # a dp that fills the GPUs by itself says so, and which batches would do
+    (["--global-batch", "100", "--tp", "1"], "micro_batch × dp = 4 × 8 = 32, where dp=8 fills the topology's 8 GPUs (tp × pp × cp = 1); "
+                                             "give --global-batch a multiple of 32 (e.g. 96 or 128)"),
     (["--pp", "8", "--uniform-stages"], None),
 ])
 def test_cli_bad_input_exits_2_with_one_error_line(cli, args, message):

@@ -185,9 +185,28 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
         model_par = par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1)
         if isinstance(model_par, int) and model_par > 0 and num_gpus % model_par == 0:
             par["dp"] = num_gpus // model_par
+            _check_filled_batch(spec.name, doc, num_gpus, model_par)
     origin = str(spec.path or spec.name) + (" (with overrides)" if sections else "")
     new = parse_workload(doc, origin=origin, default_name=spec.name)
     return dataclasses.replace(new, path=spec.path), overrides, explicit_dp
+
+
+def _check_filled_batch(name: str, doc: Mapping[str, Any], num_gpus: int, model_par: int) -> None:
+    """Refuse, naming where dp came from, a global batch that the dp filling the topology does
+    not divide (the layout's own check would only say "not divisible by micro_batch × dp")."""
+    train, dp = doc.get("training") or {}, doc["parallelism"]["dp"]
+    batch, micro = train.get("global_batch"), train.get("micro_batch", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, micro)):
+        return                            # absent or malformed: the layout's checks say so
+    unit = micro * dp
+    if batch % unit:
+        near = sorted({m for m in (batch // unit * unit, (batch // unit + 1) * unit) if m > 0})
+        raise WorkloadError(
+            f"workload {name!r}: global_batch={batch} is not divisible by micro_batch × dp = "
+            f"{micro} × {dp} = {unit}, where dp={dp} fills the topology's {num_gpus} GPUs "
+            f"(tp × pp × cp = {model_par}); give --global-batch a multiple of {unit} "
+            f"(e.g. {' or '.join(map(str, near))}) or a topology "
+            f"whose GPU count suits the batch")
 
 
 def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str, *,
