@@ -26,7 +26,7 @@ import yaml
 from dessim.errors import LimitError, OutputError, SpecError
 
 __all__ = ["data_dir", "data_files", "find_data_file", "shipped_topologies", "read_yaml",
-           "read_text", "Extra", "EXTRAS", "install_hint", "require_extra", "check_output",
+           "read_text", "Extra", "EXTRAS", "install_hint", "require_extra", "check_output", "output_format",
            "check_output_dir", "Limit", "LIMITS", "limit", "check_limit"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -173,12 +173,25 @@ def _check_dir(directory: Path, what: str, shown: str) -> None:
     os.unlink(probe)
 
 
+def output_format(path: str | os.PathLike, formats: Mapping[str, str | None]) -> str | None:
+    """The key of ``formats`` that names ``path``'s format: the longest suffix its name ends
+    with, case-insensitively (``.json.gz`` before ``.gz``); for a path that exists and is
+    not a regular file (``/dev/null``, a pipe), which has no suffix to go by, the first
+    (default) format; None if no format matches."""
+    p = Path(os.fspath(path))
+    if p.exists() and not p.is_file():
+        return next(iter(formats), None)
+    name = p.name.lower()
+    return next((s for s in sorted(formats, key=len, reverse=True) if name.endswith(s)), None)
+
+
 def check_output(path: str | os.PathLike, what: str,
-                 formats: Mapping[str, str | None] | None = None) -> Path:
+                 formats: Mapping[str, str | None] | None = None, hint: str = "") -> Path:
     """Check now, before any work, that ``path`` can be written: its directory exists and is
     writable, it is not a directory, its suffix is one of ``formats`` (suffix → the extra that
-    writes it, or None) and that extra is installed. Returns the path; raises
-    :class:`~dessim.errors.OutputError` naming ``what`` and the path otherwise."""
+    writes it, or None; :func:`output_format`) and that extra is installed. Returns the path;
+    raises :class:`~dessim.errors.OutputError` naming ``what`` and the path otherwise, with
+    ``hint`` after the suffixes it takes when the suffix is the fault."""
     text = os.fspath(path)
     if not text.strip():
         raise OutputError(f"{what}: empty path")
@@ -186,10 +199,10 @@ def check_output(path: str | os.PathLike, what: str,
     if p.is_dir():
         raise OutputError(f"{what} {text!r} is a directory; give a file name")
     if formats is not None:
-        suffix = p.suffix.lower()
-        if suffix not in formats:
+        suffix = output_format(p, formats)
+        if suffix is None:
             raise OutputError(f"{what} {text!r}: unknown format {p.suffix or '(no suffix)'!r} "
-                              f"(use {', '.join(formats)})")
+                              f"(use {', '.join(formats)}{'; ' + hint if hint else ''})")
         if formats[suffix]:
             require_extra(formats[suffix], f"{what} {text!r} ({suffix})")
     _check_dir(p.parent, what, text)

@@ -323,3 +323,56 @@ def test_sweep_default_out_that_cannot_be_written_names_the_flag(monkeypatch):
     monkeypatch.chdir("/proc")
     _refused(["sweep", str(ROOT / "examples" / "comet" / "sweep.yaml"), "--max-points", "1"],
              "sweep-results.parquet", "the default of --out", "give --out")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["simulate", "gpt3-1.3b", "--timeline", "x.png"],
+     ["--timeline", "'.png'", ".json, .json.gz", "Chrome/Perfetto trace", "--gantt x.png"]),
+    (["run", "GRAPH", "-t", "ring:4", "--timeline", "x.txt"], ["--timeline", "'.txt'", ".json.gz"]),
+    (["collective", "allreduce", "--size", "1MiB", "-t", "ring:4", "--timeline", "x.gz"],
+     ["--timeline", "'.gz'", ".json.gz"]),
+    (["cluster", "workloads/cluster-two-jobs.yaml", "--timeline", "x.html"], ["--timeline", "'.html'"]),
+    (["simulate", "gpt3-1.3b", "--gantt", "x.json"], ["--gantt", "'.json'", "--timeline x.json"]),
+    (["simulate", "gpt3-1.3b", "--spans", "x.json"], ["--spans", ".csv, .parquet"]),
+    (["simulate", "gpt3-1.3b", "--save-graph", "g.yaml"], ["--save-graph", "'.yaml'", "use .json"]),
+    (["compare", "allreduce", "--algos", "ring", "--sizes", "1MiB", "-t", "ring:4", "--csv", "x.parquet"],
+     ["--csv", "'.parquet'"]),
+    (["compare", "allreduce", "--algos", "ring", "--sizes", "1MiB", "-t", "ring:4", "--plot", "x.html"],
+     ["--plot", "'.html'", ".png, .svg, .pdf"]),
+    (["cluster", "workloads/cluster-two-jobs.yaml", "--table", "x.json"], ["--table", "'.json'"]),
+    (["schema", "workload", "-o", "w.yaml"], ["--output", "'.yaml'", "use .json"]),
+])
+def test_an_output_of_a_format_the_flag_does_not_write_is_refused_before_any_work(
+        args, words, graph, monkeypatch):
+    """'--timeline x.png' wrote a Chrome trace's JSON into a .png file: every output flag
+    takes only the suffixes of the formats it writes (OUTPUT_KINDS), checked before any
+    work, and says what it writes."""
+    monkeypatch.chdir(graph.parent)
+    shutil.copytree(ROOT / "workloads", graph.parent / "workloads")
+    _refused([str(graph) if a == "GRAPH" else a for a in args], *words)
+    assert sorted(p.name for p in graph.parent.iterdir()) == ["g.json", "workloads"]
+
+
+def test_every_output_flag_of_every_command_names_the_formats_it_writes():
+    """No output flag takes any suffix: each file output's check knows its formats (one
+    table, OUTPUT_KINDS); a prefix (--export-chakra) or a results table checked with its
+    journal (sweep, explore --out), a directory (sweep --plots) has its own check."""
+    import functools
+
+    from dessim.cli.common import OUTPUT_KINDS, OutputPath
+    from dessim.resources import check_output
+
+    seen = set()
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if not isinstance(param.type, OutputPath):
+                continue
+            check = param.type.check
+            if isinstance(check, functools.partial) and check.func is check_output:
+                assert check.keywords["formats"], (name, param.name)
+                seen.add(check.keywords["what"])
+            else:
+                # a prefix of several files, a directory (sweep --plots), a results table
+                assert (not param.type.names_a_file or (name, param.name) in
+                        {("sweep", "out"), ("explore", "out"), ("sweep", "plots")}), (name, param.name)
+    assert seen == {k.what for k in OUTPUT_KINDS.values()}

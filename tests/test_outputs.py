@@ -137,3 +137,25 @@ def test_collective_timeline_passes_the_schema_check(tmp_path):
     assert len(spans) == 2 * 2 * (4 - 1) * 4     # channels x 2(p-1) steps x p senders
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(
         2 * 3 * (1.0 + 8 * 2**20 / 2 / 4 / 10e9 * 1e6), rel=1e-9)  # us: 2(p-1)(a + n/(C p B))
+
+
+def test_timeline_file_is_the_trace_and_json_gz_the_same_json_compressed(tmp_path):
+    """The file is json.dumps of chrome_trace (events written one at a time), and .json.gz
+    holds the same bytes compressed, deterministically (no time or name in the gzip header)."""
+    import gzip
+
+    res = sample_result()
+    plain = write_chrome_trace(res, tmp_path / "t.json").read_bytes()
+    assert plain == json.dumps(chrome_trace(res), separators=(",", ":")).encode()
+    packed = write_chrome_trace(res, tmp_path / "t.JSON.GZ").read_bytes()
+    assert gzip.decompress(packed) == plain
+    assert packed[:2] == b"\x1f\x8b" and packed[4:8] == b"\0\0\0\0"     # magic, mtime 0
+    assert packed[3] & 0x08 == 0                                      # FNAME flag: no name
+    assert write_chrome_trace(sample_result(), tmp_path / "u.json.gz").read_bytes() == packed
+
+
+def test_timeline_refuses_a_suffix_that_is_not_json():
+    res = sample_result()
+    for name in ("t.png", "t.gz", "t.html", "t"):
+        with pytest.raises(DessimError, match=r"unknown format .*use \.json, \.json\.gz; .*--gantt x\.png"):
+            write_chrome_trace(res, name)

@@ -22,14 +22,14 @@ SWEEP = {"name": "tiny", "kind": "collective",
 
 #: (command line with OUT where the output goes, the flag that names it)
 WRITERS = [
-    (["simulate", "gpt3-1.3b", "--timeline", "OUT"], "--timeline"),
+    (["simulate", "gpt3-1.3b", "--timeline", "OUT.json"], "--timeline"),
     (["simulate", "gpt3-1.3b", "--gantt", "OUT.png"], "--gantt"),
     (["simulate", "gpt3-1.3b", "--spans", "OUT.csv"], "--spans"),
     (["simulate", "gpt3-1.3b", "--save-graph", "OUT.json"], "--save-graph"),
     (["simulate", "gpt3-1.3b", "--export-chakra", "OUT"], "--export-chakra"),
-    (["run", "GRAPH", "-t", "ring:4", "--timeline", "OUT"], "--timeline"),
+    (["run", "GRAPH", "-t", "ring:4", "--timeline", "OUT.json.gz"], "--timeline"),
     (["replay", "x", "-t", "ring:4", "--spans", "OUT.parquet"], "--spans"),
-    (["collective", "allreduce", "--size", "1MiB", "-t", "ring:4", "--timeline", "OUT"],
+    (["collective", "allreduce", "--size", "1MiB", "-t", "ring:4", "--timeline", "OUT.json"],
      "--timeline"),
     (["compare", "allreduce", "--algos", "ring", "--sizes", "1MiB", "-t", "ring:4", "--csv",
       "OUT.csv"], "--csv"),

@@ -54,7 +54,7 @@ def _print_schema(ctx: click.Context) -> None:
 @click.option("--name", default=None, help="Name of the calibration (default: OUT's stem); "
                                            "outputs show NAME@fingerprint.")
 @click.option("--out", "-o", required=True,
-              type=output_file("calibration file", {".yaml": None, ".yml": None}),
+              type=output_file("calibration"),
               help="The calibration YAML to write (read it back with --calibration).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the fitted constants, notes and residuals as one JSON object.")

@@ -8,8 +8,6 @@ import click
 from typing import Any, Mapping
 
 from dessim.cli.common import GanttRequest, engine_options, output_file, print_json, write_file, write_outputs
-from dessim.outputs.gantt import GANTT_FORMATS
-from dessim.outputs.tables import SPAN_FORMATS
 from dessim.units import format_time
 
 
@@ -30,15 +28,15 @@ def _over(base: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
 @click.option("--topology", "-t", default=None, help="Replace the file's topology (any topology spec).")
 @click.option("--no-alone", is_flag=True, help="Skip the runs of each job alone (no slowdown figures).")
 @click.option("--timeline", type=output_file("timeline"), default=None,
-              help="Write a Chrome/Perfetto trace of the shared run.")
-@click.option("--gantt", type=output_file("Gantt chart", GANTT_FORMATS), default=None, help="Gantt chart (.png or .html).")
-@click.option("--spans", type=output_file("span table", SPAN_FORMATS), default=None, help="Span table (.csv or .parquet).")
+              help="Write a Chrome/Perfetto trace of the shared run (.json or .json.gz).")
+@click.option("--gantt", type=output_file("gantt"), default=None, help="Gantt chart (.png or .html).")
+@click.option("--spans", type=output_file("spans"), default=None, help="Span table (.csv or .parquet).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--policy", type=click.Choice(["fifo", "fair", "dorm"]), default=None,
               help="Over time: replace the file's scheduler.policy.")
 @click.option("--resize-overhead", default=None, metavar="TIME",
               help="Over time: pause of a job whose partition is resized, e.g. 10s.")
-@click.option("--table", type=output_file("per-job table", SPAN_FORMATS), default=None,
+@click.option("--table", type=output_file("job table"), default=None,
               help="Over time: write the per-job table (.csv or .parquet).")
 @engine_options(topology=False, given_only=True)
 def command(spec: str, topology: str | None, no_alone: bool, timeline: str | None,

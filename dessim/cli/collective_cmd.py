@@ -35,7 +35,8 @@ ranks_option = click.option("--ranks", default=None,
 @click.option("--links", "show_links", type=click.IntRange(min=0), default=5, show_default=True,
               help="Print the N busiest links (JSON: all with --links > 0).")
 @click.option("--timeline", type=output_file("timeline"), default=None,
-              help="Write every transfer as a span to a Chrome/Perfetto trace JSON (times in us).")
+              help="Write every transfer as a span to a Chrome/Perfetto trace (times in us): "
+                   ".json or .json.gz.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(op: str, size: str, topology: str, ranks: str | None, root: int | None,
             engine: EngineOptions, inner: str | None, show_links: int, timeline: str | None,

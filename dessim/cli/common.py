@@ -15,14 +15,16 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import click
 
 from dessim.collectives.settings import PROTOCOL_NAMES
 from dessim.engine import EngineOptions, Progress, SimulationResult, watching
 from dessim.errors import DessimError, OutputError
+from dessim.outputs.chrome_trace import TIMELINE_FORMATS, TIMELINE_HINT
 from dessim.outputs.gantt import GANTT_FORMATS, ROW_MODES, GanttLabels, GanttOptions
+from dessim.outputs.plots import PLOT_FORMATS
 from dessim.outputs.tables import SPAN_FORMATS
 from dessim.resources import check_output, data_files
 from dessim.units import format_bandwidth, format_size, format_time
@@ -30,7 +32,7 @@ from dessim.units import format_bandwidth, format_size, format_time
 __all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
            "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option",
-           "OutputPath", "check_distinct_paths", "output_file", "reported_write", "write_file", "timeline_option", "gantt_option", "spans_option"]
+           "OutputPath", "TracePrefix", "OutputKind", "OUTPUT_KINDS", "check_distinct_paths", "check_outputs", "output_file", "reported_write", "write_file", "timeline_option", "gantt_option", "spans_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -44,9 +46,9 @@ def compose(*decorators: Callable) -> Callable:
 
 class OutputPath(click.ParamType):
     """A path the command will write, checked by ``check`` (a function raising a
-    :class:`~dessim.errors.DessimError`) while the command line is parsed: a missing or
-    read-only directory, an unknown format or a missing extra fails before any work, as a
-    usage error naming the flag."""
+    :class:`~dessim.errors.DessimError`) once the command line is parsed, before any work
+    (:func:`check_outputs`): a missing or read-only directory, an unknown format or a
+    missing extra fails as a usage error naming the flag."""
 
     name = "path"
 
@@ -56,12 +58,38 @@ class OutputPath(click.ParamType):
         #: with the inputs (:func:`check_distinct_paths`)
         self.names_a_file = names_a_file
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+
+def check_outputs(ctx: click.Context) -> None:
+    """Check every output of the command line, before any work: first that none overwrites
+    an input or another output (:func:`check_distinct_paths`: the gravest mistake is named
+    first, ``--timeline w.yaml`` onto the input workload says so rather than that .yaml is no
+    timeline format), then each output's own check (:class:`OutputPath`), in the order of
+    the command's parameters."""
+    check_distinct_paths(ctx)
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if isinstance(param.type, OutputPath) and isinstance(value, str):
+            try:
+                param.type.check(value)
+            except DessimError as exc:
+                raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+class TracePrefix(click.ParamType):
+    """A Chakra trace prefix (``DIR/prefix`` of the files ``prefix.<rank>.et``): an input that
+    names several files, which no output may overwrite (:func:`check_distinct_paths`)."""
+
+    name = "trace_prefix"
+
+    @staticmethod
+    def files(value: str) -> list[str]:
+        """The rank files ``value`` names (none if it names no trace: the command says so)."""
+        from dessim.trace.chakra_io import find_rank_files
+
         try:
-            self.check(value)
-        except DessimError as exc:
-            self.fail(str(exc), param, ctx)
-        return value
+            return [str(f) for f in find_rank_files(value)[1]]
+        except DessimError:
+            return []
 
 
 def _flag_name(param: click.Parameter) -> str:
@@ -76,7 +104,8 @@ def check_distinct_paths(ctx: click.Context) -> None:
     files (``dessim run g.json --timeline g.json``) or another output of the same run
     (``--timeline x.json --save-graph x.json``): either loses data without a word."""
     outputs: list[tuple[str, str]] = []
-    inputs: list[tuple[str, str]] = []
+    inputs: list[tuple[str, str, str]] = []     # (the input as named in messages, file, what it is part of)
+    traces: list[str] = []                      # trace prefixes: their rank files, read on demand
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
         for item in value if isinstance(value, (tuple, list)) else (value,):
@@ -85,8 +114,13 @@ def check_distinct_paths(ctx: click.Context) -> None:
             if isinstance(param.type, OutputPath):
                 if param.type.names_a_file:
                     outputs.append((_flag_name(param), item))
+            elif isinstance(param.type, TracePrefix):
+                traces.append(item)
             elif os.path.isfile(item):
-                inputs.append((_flag_name(param), item))
+                inputs.append((f"the input {_flag_name(param)} {item!r}", item, "the input"))
+    if traces and any(os.path.isfile(path) for _, path in outputs):
+        inputs += [(f"the rank file {f!r} of trace {prefix!r}", f, "the trace")
+                   for prefix in traces for f in TracePrefix.files(prefix)]
     seen: dict[str, str] = {}
     for flag, path in outputs:
         if os.path.exists(path) and not os.path.isfile(path):
@@ -102,16 +136,48 @@ def check_distinct_paths(ctx: click.Context) -> None:
             if any(os.path.samefile(path, f) for f in data_files(kind).values()):
                 raise OutputError(f"{flag} {path!r} is a {what} file shipped with dessim "
                                   "(a preset reads it): give another file")
-        for source, given in inputs:
+        for source, given, whole in inputs:
             if os.path.samefile(path, given):
-                raise OutputError(f"{flag} {path!r} is the input {source} {given!r}: writing it "
-                                  "would destroy the input; give another file")
+                raise OutputError(f"{flag} {path!r} is {source}: writing it would destroy "
+                                  f"{whole}; give another file")
 
 
-def output_file(what: str, formats: dict[str, str | None] | None = None) -> OutputPath:
-    """:class:`OutputPath` of one file named ``what`` in messages, of one of ``formats``
-    (suffix → the extra that writes it; None: any suffix)."""
-    return OutputPath(functools.partial(check_output, what=what, formats=formats))
+@dataclass(frozen=True)
+class OutputKind:
+    """A kind of file a command writes: its name in messages, the suffixes it takes (suffix →
+    the extra that writes it; the first is the format of a device such as /dev/null) and
+    what to say when a suffix is refused."""
+
+    what: str
+    formats: Mapping[str, str | None]
+    hint: str = ""
+
+
+_IMAGE_HINT = "for a Chrome/Perfetto trace, --timeline x.json"
+
+#: Every file an output flag writes, by kind: the one place that knows which suffixes each
+#: takes. Checked once the command line is parsed (:func:`check_outputs`), so that a wrong
+#: suffix fails before any simulation, with the formats the flag takes. (``--export-chakra``
+#: takes a prefix of several files, ``--plots`` a directory; sweep and explore results
+#: tables are checked with their journal, ``dessim.sweep``.)
+OUTPUT_KINDS: dict[str, OutputKind] = {
+    "timeline": OutputKind("timeline", TIMELINE_FORMATS, TIMELINE_HINT),
+    "gantt": OutputKind("Gantt chart", GANTT_FORMATS, _IMAGE_HINT),
+    "spans": OutputKind("span table", SPAN_FORMATS),
+    "job table": OutputKind("per-job table", SPAN_FORMATS),
+    "task graph": OutputKind("task graph file", {".json": None},
+                             "a task graph is dessim JSON (dessim run reads it back)"),
+    "csv": OutputKind("CSV table", {".csv": None}),
+    "plot": OutputKind("busbw plot", PLOT_FORMATS),
+    "calibration": OutputKind("calibration file", {".yaml": None, ".yml": None}),
+    "schema": OutputKind("JSON Schema", {".json": None}),
+}
+
+
+def output_file(kind: str) -> OutputPath:
+    """:class:`OutputPath` of one file of ``kind`` (:data:`OUTPUT_KINDS`)."""
+    k = OUTPUT_KINDS[kind]
+    return OutputPath(functools.partial(check_output, what=k.what, formats=k.formats, hint=k.hint))
 
 
 TOPOLOGY_HELP = ("Topology: inline spec (ring:8,bw=50GB/s,lat=500ns), preset (dgx-h100:nodes=4), "
@@ -275,13 +341,14 @@ def engine_options(topology_default: str | None = None, *, paths: tuple[str, ...
 #: The output files of an engine run, each checked before any work (:class:`OutputPath`).
 timeline_option = click.option(
     "--timeline", type=output_file("timeline"), default=None,
-    help="Write a Chrome/Perfetto trace JSON (open in ui.perfetto.dev; times in us); link "
-         "counters in GB/s and utilisation.")
+    help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev; times in us): .json, or "
+         ".json.gz compressed (link counters, one event per change of a link's rate, are "
+         "most of a large trace); link counters in GB/s and utilisation.")
 gantt_option = click.option(
-    "--gantt", type=output_file("Gantt chart", GANTT_FORMATS), default=None,
+    "--gantt", type=output_file("gantt"), default=None,
     help="Write a Gantt chart: .png or self-contained .html (at most 2 MB).")
 spans_option = click.option(
-    "--spans", type=output_file("span table", SPAN_FORMATS), default=None,
+    "--spans", type=output_file("spans"), default=None,
     help="Write the per-task span table (times in s, sizes in bytes): .csv or .parquet.")
 
 
@@ -359,7 +426,8 @@ def write_file(path: str, flag: str, writer: Callable[[str], Any]) -> str:
     if target.exists() and not target.is_file():
         staged = target
     else:
-        staged = target.with_name(f".{target.stem}.dessim-partial-{os.getpid()}{target.suffix}")
+        # the whole name last: writers pick the format by its suffix, .json.gz as .png
+        staged = target.with_name(f".dessim-partial-{os.getpid()}.{target.name}")
     try:
         with reported_write(flag, path, "; nothing was changed there"):
             writer(str(staged))

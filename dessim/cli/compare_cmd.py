@@ -8,7 +8,6 @@ import click
 
 from dessim.cli.collective_cmd import COLLECTIVE_PATHS, ranks_option
 from dessim.cli.common import engine_options, json_option, output_file, print_json, table_records, write_file
-from dessim.outputs.plots import PLOT_FORMATS
 from dessim.engine.options import EngineOptions
 from dessim.errors import DessimError
 from dessim.units import format_size, format_time, parse_size
@@ -21,9 +20,9 @@ from dessim.units import format_size, format_time, parse_size
 @click.option("--sizes", required=True, help="Comma-separated sizes, e.g. 1KiB,1MiB,64MiB.")
 @engine_options(paths=COLLECTIVE_PATHS)
 @ranks_option
-@click.option("--csv", "csv_path", default=None, type=output_file("CSV table", {".csv": None}),
+@click.option("--csv", "csv_path", default=None, type=output_file("csv"),
               help="Write the table as CSV (time_s in seconds, busbw_GBps in GB/s).")
-@click.option("--plot", "plot_path", default=None, type=output_file("busbw plot", PLOT_FORMATS),
+@click.option("--plot", "plot_path", default=None, type=output_file("plot"),
               help="Write a plot (.png, .svg or .pdf) of busbw vs size per algorithm.")
 @json_option
 def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,

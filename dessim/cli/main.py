@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import check_distinct_paths
+from dessim.cli.common import check_outputs
 from dessim.errors import DessimError
 
 #: Sub-command modules, each defining ``command`` (a click command or group).
@@ -79,8 +79,9 @@ def cli() -> None:
 
 
 def _guarded(command: click.Command) -> click.Command:
-    """``command`` (each command of a group) checking its paths before it runs: no output
-    overwrites an input or another output (:func:`~dessim.cli.common.check_distinct_paths`)."""
+    """``command`` (each command of a group) checking its outputs before it runs: none
+    overwrites an input or another output, each can be written in a format it knows
+    (:func:`~dessim.cli.common.check_outputs`)."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             _guarded(sub)
@@ -89,7 +90,7 @@ def _guarded(command: click.Command) -> click.Command:
     if callback is not None:
         @functools.wraps(callback)
         def checked(*args: Any, **kw: Any) -> Any:
-            check_distinct_paths(click.get_current_context())
+            check_outputs(click.get_current_context())
             return callback(*args, **kw)
         command.callback = checked
     return command

@@ -8,14 +8,13 @@ from dataclasses import replace
 
 import click
 
-from dessim.cli.common import (TOPOLOGY_HELP, GanttRequest, engine_options, output_options, report_run,
-                               write_outputs)
+from dessim.cli.common import (TOPOLOGY_HELP, GanttRequest, TracePrefix, engine_options, output_options,
+                               report_run, write_outputs)
 from dessim.engine import EngineOptions
-from dessim.errors import OutputError
 
 
 @click.command("replay")
-@click.argument("trace_prefix")
+@click.argument("trace_prefix", type=TracePrefix())
 @click.option("--topology", "-t", "topology", default=None,
               help=TOPOLOGY_HELP + " Or --astra-network.")
 @engine_options(topology=False)
@@ -70,7 +69,6 @@ def command(trace_prefix: str, topology: str | None, engine: EngineOptions, astr
     if rank_map and rank_map.lower().endswith((".yaml", ".yml", ".json")) and not os.path.exists(rank_map):
         raise click.BadParameter(f"file {rank_map!r} does not exist (a rank map is a file or pairs "
                                  "TRACE_RANK:TOPOLOGY_RANK, e.g. 0:3,1:2)", param_hint="--rank-map")
-    _keep_trace_files(trace_prefix, {"--timeline": timeline, "--gantt": gantt and gantt.path, "--spans": spans})
     topo = load_astra_network(astra_network) if astra_network else load_topology(topology)
     trace = read_chakra(trace_prefix)
     algo, extra = None, {}
@@ -113,20 +111,3 @@ def _astra_system(path: str, topo, trace, engine: EngineOptions, allow_unsupport
     notes += [f"{why}: replayed with auto (--allow-unsupported)" for why in missing.values()]
     info = {"file": path, "algorithms": system.algos, "chunks": system.settings.chunks, "notes": notes}
     return dict(system.algos), engine, {"astra_system": info}
-
-
-def _keep_trace_files(trace_prefix: str, outputs: dict[str, str | None]) -> None:
-    """Refuse an output that is one of the trace's rank files (``--timeline t.0.et``): the
-    prefix names no file itself, so the command-wide check cannot see them."""
-    from dessim.trace.chakra_io import find_rank_files
-
-    given = {flag: path for flag, path in outputs.items() if path and os.path.isfile(path)}
-    if not given:
-        return
-    _, files = find_rank_files(trace_prefix)
-    for flag, path in given.items():
-        for f in files:
-            if os.path.samefile(path, f):
-                raise OutputError(f"{flag} {path!r} is the rank file {str(f)!r} of trace "
-                                  f"{trace_prefix!r}: writing it would destroy the trace; give "
-                                  "another file")

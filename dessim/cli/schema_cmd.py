@@ -60,7 +60,7 @@ def spec_model(kind: str) -> Any:
 
 @click.command("schema", epilog="Example: dessim schema workload -o workload.schema.json")
 @click.argument("kind", metavar="KIND")
-@click.option("--output", "-o", type=output_file("--output", {".json": None}), default=None,
+@click.option("--output", "-o", type=output_file("schema"), default=None,
               help="Write the schema to this .json file instead of printing it.")
 def command(kind: str, output: Any) -> None:
     """Print the JSON Schema (draft 2020-12) of a spec file type KIND: topology, workload,

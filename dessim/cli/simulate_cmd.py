@@ -173,7 +173,7 @@ LARGE_GRAPH_TASKS = 200_000
 @click.option("--hbm", default=None, metavar="SIZE",
               help="HBM capacity per GPU instead of the catalog's, e.g. 40GB (the memory fit and "
                    "memory_capacity_bytes; the override hbm_capacity, a sweep's memory.hbm_capacity).")
-@click.option("--save-graph", type=output_file("task graph file"), default=None,
+@click.option("--save-graph", type=output_file("task graph"), default=None,
               help="Write the generated task graph (dessim JSON format).")
 @click.option("--export-chakra", type=OutputPath(check_chakra_prefix, names_a_file=False), default=None,
               metavar="DIR/PREFIX",

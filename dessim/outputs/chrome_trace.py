@@ -14,30 +14,58 @@ Layout of the trace:
 
 Times are microseconds (``ts``/``dur``), as the format requires; the simulation's seconds
 are multiplied by 1e6.
+
+The file is JSON (``.json``) or gzip-compressed JSON (``.json.gz``, which Perfetto and
+chrome://tracing open as they are): :data:`TIMELINE_FORMATS`.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from dessim.resources import check_output
+from dessim.resources import check_output, output_format
 from dessim.engine.result import SPAN_COLUMNS, SimulationResult
 
-__all__ = ["chrome_trace", "write_chrome_trace", "LINKS_PID"]
+__all__ = ["chrome_trace", "write_chrome_trace", "LINKS_PID", "TIMELINE_FORMATS", "TIMELINE_HINT"]
 
 LINKS_PID = 0
 _US = 1e6
+
+#: Timeline file formats by suffix (→ the extra that writes them: none): JSON, or JSON
+#: compressed with gzip (deterministic bytes: no file name or time in the gzip header).
+TIMELINE_FORMATS: dict[str, str | None] = {".json": None, ".json.gz": None}
+
+#: Said when a timeline's suffix is refused: what the file is, and where an image comes from.
+TIMELINE_HINT = "a timeline is a Chrome/Perfetto trace (JSON); for an image, --gantt x.png or x.html"
+
+#: gzip level of ``.json.gz`` timelines: zlib's default, near level 9's size for trace JSON
+#: at a fraction of its time.
+_GZIP_LEVEL = 6
 
 
 def chrome_trace(result: SimulationResult, *, link_counters: bool = True,
                  max_link_tracks: int = 256) -> dict[str, Any]:
     """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms"}``.
 
-    ``max_link_tracks`` keeps the counter tracks of the busiest links only (by bytes), so that
+    ``max_link_tracks`` keeps the counters of the busiest links only (by bytes), so that
     traces of large clusters stay loadable.
     """
+    return {"traceEvents": list(_events(result, link_counters, max_link_tracks)), **_trailer(result)}
+
+
+def _trailer(result: SimulationResult) -> dict[str, Any]:
+    """The trace's keys after ``traceEvents``."""
+    return {"displayTimeUnit": "ms",
+            "otherData": {"makespan_s": result.makespan_s, "network": result.network,
+                          **{k: v for k, v in result.meta.items() if k in ("graph", "topology")}}}
+
+
+def _events(result: SimulationResult, link_counters: bool, max_link_tracks: int) -> Iterator[dict[str, Any]]:
+    """The trace events, in file order (see the module doc)."""
     col = {c: i for i, c in enumerate(SPAN_COLUMNS)}
     events: list[dict[str, Any]] = []
     nodes = result.meta.get("rank_nodes", {})
@@ -88,28 +116,39 @@ def chrome_trace(result: SimulationResult, *, link_counters: bool = True,
                        "tid": btid, "ts": bend * _US - 1e-3})
         events.append({"ph": "f", "bp": "e", "id": n + 1, "name": "dep", "cat": "dep",
                        "pid": apid, "tid": atid, "ts": max(astart, bend) * _US})
+    yield from events
     if link_counters and result.link_series:
         busiest = sorted(result.link_bytes, key=lambda k: (-result.link_bytes[k], k))
         keep = set(busiest[:max_link_tracks])
-        events.append({"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
-                       "args": {"name": "links (GB/s and utilisation)"}})
+        yield {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
+               "args": {"name": "links (GB/s and utilisation)"}}
         capacity = result.link_capacity
         for t, (a, b), util in result.link_series:
             if (a, b) in keep:
                 if (a, b) in capacity:
-                    events.append({"ph": "C", "name": f"{a}->{b} GB/s", "pid": LINKS_PID, "tid": 0,
-                                   "ts": t * _US,
-                                   "args": {"GB/s": round(util * capacity[(a, b)] / 1e9, 9)}})
-                events.append({"ph": "C", "name": f"{a}->{b} utilisation", "pid": LINKS_PID,
-                               "tid": 0, "ts": t * _US, "args": {"utilisation": round(util, 9)}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"makespan_s": result.makespan_s, "network": result.network,
-                          **{k: v for k, v in result.meta.items()
-                             if k in ("graph", "topology")}}}
+                    yield {"ph": "C", "name": f"{a}->{b} GB/s", "pid": LINKS_PID, "tid": 0,
+                           "ts": t * _US, "args": {"GB/s": round(util * capacity[(a, b)] / 1e9, 9)}}
+                yield {"ph": "C", "name": f"{a}->{b} utilisation", "pid": LINKS_PID,
+                       "tid": 0, "ts": t * _US, "args": {"utilisation": round(util, 9)}}
 
 
-def write_chrome_trace(result: SimulationResult, path: str | Path, **options: Any) -> Path:
-    """Write :func:`chrome_trace` to ``path`` (deterministic bytes)."""
-    path = check_output(path, "timeline")
-    path.write_text(json.dumps(chrome_trace(result, **options), separators=(",", ":")))
+def write_chrome_trace(result: SimulationResult, path: str | Path, *, link_counters: bool = True,
+                       max_link_tracks: int = 256) -> Path:
+    """Write :func:`chrome_trace` to ``path``: compact JSON, or gzip-compressed JSON for a
+    ``.json.gz`` path (:data:`TIMELINE_FORMATS`); deterministic bytes, the same JSON either
+    way. The events are encoded one at a time, never the whole document at once."""
+    path = check_output(path, "timeline", TIMELINE_FORMATS, TIMELINE_HINT)
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    with open(path, "wb") as raw:
+        packed = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=_GZIP_LEVEL)
+                  if output_format(path, TIMELINE_FORMATS) == ".json.gz" else None)
+        with io.TextIOWrapper(packed or raw, encoding="utf-8") as out:
+            out.write('{"traceEvents":[')
+            chunk: list[str] = []
+            for n, event in enumerate(_events(result, link_counters, max_link_tracks)):
+                chunk.append(("," if n else "") + encode(event))
+                if len(chunk) == 4096:
+                    out.write("".join(chunk))
+                    chunk.clear()
+            out.write("".join(chunk) + "]," + encode(_trailer(result))[1:])
     return path

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from dessim.engine.result import SPAN_COLUMNS, SimulationResult
 from dessim.errors import DessimError
-from dessim.resources import check_output, install_hint
+from dessim.resources import check_output, install_hint, output_format
 from dessim.outputs.activity import ACTIVITIES, LANES, LaneRow, gantt_rows, rank_lanes
 
 __all__ = ["GanttOptions", "GanttLabels", "GanttChart", "ROW_MODES", "build_gantt", "write_gantt",
@@ -311,6 +311,6 @@ def write_gantt(result: SimulationResult, path: str | Path, labels: GanttLabels 
                 options: GanttOptions | None = None) -> Path:
     """Write a Gantt chart; ``.png`` (matplotlib) or ``.html`` (self-contained)."""
     path = check_output(path, "Gantt chart", GANTT_FORMATS)
-    writer = _WRITERS[path.suffix.lower()]
+    writer = _WRITERS[output_format(path, GANTT_FORMATS)]
     writer(result, path, labels, options or GanttOptions())
     return path

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dessim.resources import check_output
+from dessim.resources import check_output, output_format
 
 __all__ = ["plot_busbw", "PLOT_FORMATS"]
 
@@ -13,7 +13,7 @@ PLOT_FORMATS: dict[str, str | None] = {".png": "plot", ".svg": "plot", ".pdf": "
 def plot_busbw(df, path: str, title: str) -> None:
     """busbw vs size (log x), one line per algorithm, via matplotlib's Agg backend
     (:data:`PLOT_FORMATS`)."""
-    check_output(path, "busbw plot", PLOT_FORMATS)
+    kind = output_format(check_output(path, "busbw plot", PLOT_FORMATS), PLOT_FORMATS)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -28,5 +28,5 @@ def plot_busbw(df, path: str, title: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    fig.savefig(path, format=kind.lstrip("."), dpi=100, metadata={"Software": None})
     plt.close(fig)

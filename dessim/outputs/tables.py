@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from dessim.engine.result import SimulationResult
 from dessim.errors import DessimError
-from dessim.resources import check_output, install_hint
+from dessim.resources import check_output, install_hint, output_format
 
 __all__ = ["write_spans", "write_table", "write_parquet", "SPAN_UNITS", "METADATA_KEY",
            "SPAN_FORMATS"]
@@ -61,7 +61,7 @@ def write_table(df: Any, path: str | Path, what: str = "table", units: Mapping[s
     """Write a pandas DataFrame; the format follows the suffix: ``.csv`` or ``.parquet``
     (there with ``units`` and ``meta``, :func:`write_parquet`)."""
     path = check_output(path, what, SPAN_FORMATS)
-    if path.suffix.lower() == ".csv":
+    if output_format(path, SPAN_FORMATS) == ".csv":
         df.to_csv(path, index=False)
     else:
         write_parquet(df, path, units or {}, meta or {})

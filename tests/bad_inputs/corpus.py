@@ -183,6 +183,10 @@ SIM_FLAGS = [
     (["--calibration", "{d}/nosuch.yaml"], ["nosuch.yaml"]),
     (["--timeline", f"{MISSING_DIR}/x.json"], ["--timeline", "does not exist"]),
     (["--gantt", "{d}/x.pdf"], ["--gantt", ".pdf"]), (["--spans", "{d}/x.xlsx"], ["--spans", ".xlsx"]),
+    (["--timeline", "{d}/x.png"], ["--timeline", "'.png'", ".json.gz", "--gantt x.png"]),
+    (["--timeline", "{d}/x.gz"], ["--timeline", "'.gz'", ".json.gz"]),
+    (["--gantt", "{d}/x.json"], ["--gantt", "'.json'", "--timeline x.json"]),
+    (["--save-graph", "{d}/g.txt"], ["--save-graph", "'.txt'", ".json"]),
     (["--save-graph", f"{MISSING_DIR}/g.json"], ["--save-graph", "does not exist"]),
     (["--export-chakra", f"{MISSING_DIR}/p"], ["--export-chakra", "does not exist"]),
     (["--export-chakra", "{d}/"], ["--export-chakra", "prefix"]),
@@ -212,6 +216,7 @@ for flags, words in [
         (["--size", "1MiB", "--ranks", "3-1"], ["3-1"]), (["--size", "1MiB", "--root", "9"], ["root"]),
         (["--size", "1MiB", "--algo", "bogus"], ["bogus"]), (["--size", "1MiB", "--links", "-1"], ["--links"]),
         (["--size", "1MiB", "--timeline", f"{MISSING_DIR}/x.json"], ["--timeline", "does not exist"]),
+        (["--size", "1MiB", "--timeline", "{d}/x.svg"], ["--timeline", "'.svg'", ".json.gz"]),
         (["--size", "1MiB", "--gpus-per-process", "0"], ["--gpus-per-process"]),
         (["--size", "1MiB", "--reduction-bw", "1"], ["reduction_bw", "unit"]),
         (["--size", "1MiB", "--algo", "hierarchical", "--inner", "bogus"], ["bogus"])]:
@@ -254,6 +259,8 @@ for name, content, words in [("not JSON", "{tasks: [}", ["JSON"]), ("not UTF-8",
                              ("deep nesting", "[" * 100000, ["g.json"])]:
     case(f"run graph {name}", ["run", "{d}/g.json", "-t", "ring:4"], ["g.json", *words], {"g.json": content})
 case("run a missing graph", ["run", "{d}/nosuch.json", "-t", "ring:4"], ["nosuch.json"])
+case("run --timeline x.html", ["run", "{d}/g.json", "-t", "ring:4", "--timeline", "{d}/x.html"],
+     ["--timeline", "'.html'", ".json.gz"], {"g.json": json.dumps(GRAPH)})
 
 
 # ---------------------------------------------------------------- Chakra traces (replay)
@@ -341,6 +348,10 @@ for path, value, words in [
     case(f"cluster {path}={value!r}", ["cluster", "{d}/c.yaml"], ["c.yaml", *words],
          {"c.yaml": _yaml(_set(CLUSTER, path, value))})
 case("cluster not UTF-8", ["cluster", "{d}/c.yaml"], ["c.yaml", "UTF-8"], {"c.yaml": NOT_UTF8})
+case("cluster --timeline x.png", ["cluster", "workloads/cluster-two-jobs.yaml", "--timeline", "{d}/x.png"],
+     ["--timeline", "'.png'", ".json.gz"])
+case("cluster --table x.json", ["cluster", "workloads/cluster-two-jobs.yaml", "--table", "{d}/x.json"],
+     ["--table", "'.json'", ".csv"])
 case("cluster --gantt into a missing directory", ["cluster", "workloads/cluster-two-jobs.yaml", "--gantt",
                                                   f"{MISSING_DIR}/g.png"], ["--gantt", "does not exist"])
 
