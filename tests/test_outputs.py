@@ -159,3 +159,18 @@ def test_timeline_refuses_a_suffix_that_is_not_json():
     for name in ("t.png", "t.gz", "t.html", "t"):
         with pytest.raises(DessimError, match=r"unknown format .*use \.json, \.json\.gz; .*--gantt x\.png"):
             write_chrome_trace(res, name)
+
+
+def test_link_counter_times_are_nanoseconds_and_monotone_per_link():
+    """Counter times are µs rounded to the ns Perfetto keeps; a link's events stay in order."""
+    from dessim.engine import EngineOptions
+
+    g = TaskGraph("two")
+    for k, size in enumerate((3e6, 5e6)):
+        g.add(Task(f"s{k}", 0, "send", peer=1, size=size, category="pp"))
+        g.add(Task(f"r{k}", 1, "recv", peer=0, size=size, category="pp"))
+    res = simulate(g, line(2), EngineOptions(record_links=True))
+    counters = [e for e in chrome_trace(res)["traceEvents"] if e["ph"] == "C"]
+    assert counters and all(round(e["ts"], 3) == e["ts"] for e in counters)
+    exact = sorted({t * 1e6 for t, _, _ in res.link_series})
+    assert sorted({e["ts"] for e in counters}) == [round(t, 3) for t in exact]

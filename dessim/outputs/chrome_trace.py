@@ -8,12 +8,16 @@ Layout of the trace:
   ``args`` carry the task's kind, category, bytes, FLOPs and the time it waited for peers;
 * flow arrows (``ph: "s"`` / ``"f"``) for every dependency that crosses ranks and from each
   send to its matching recv;
-* a ``links`` process (``pid = 0``) with two counter tracks per directed link that carried
-  traffic: ``A->B GB/s`` (the rate it carries, utilisation × capacity, in GB/s = 1e9
-  bytes/s) and ``A->B utilisation`` (0..1), both step functions over time.
+* a ``links`` process (``pid = 0``) with one counter ``A->B`` per directed link that
+  carried traffic, an event at each change of its rate carrying two values, which Perfetto
+  shows as two tracks: ``A->B GB/s`` (the rate it carries, utilisation × capacity, in GB/s
+  = 1e9 bytes/s) and ``A->B utilisation`` (0..1), both step functions over time.
 
 Times are microseconds (``ts``/``dur``), as the format requires; the simulation's seconds
-are multiplied by 1e6.
+are multiplied by 1e6. Counter times are rounded to the nanosecond (3 decimals), the
+resolution Perfetto stores times at: link counters are most of a large trace's events
+(one per change of a link's rate), and the digits below a nanosecond were a tenth of their
+bytes.
 
 The file is JSON (``.json``) or gzip-compressed JSON (``.json.gz``, which Perfetto and
 chrome://tracing open as they are): :data:`TIMELINE_FORMATS`.
@@ -125,11 +129,11 @@ def _events(result: SimulationResult, link_counters: bool, max_link_tracks: int)
         capacity = result.link_capacity
         for t, (a, b), util in result.link_series:
             if (a, b) in keep:
+                values = {"utilisation": round(util, 9)}
                 if (a, b) in capacity:
-                    yield {"ph": "C", "name": f"{a}->{b} GB/s", "pid": LINKS_PID, "tid": 0,
-                           "ts": t * _US, "args": {"GB/s": round(util * capacity[(a, b)] / 1e9, 9)}}
-                yield {"ph": "C", "name": f"{a}->{b} utilisation", "pid": LINKS_PID,
-                       "tid": 0, "ts": t * _US, "args": {"utilisation": round(util, 9)}}
+                    values = {"GB/s": round(util * capacity[(a, b)] / 1e9, 9), **values}
+                yield {"ph": "C", "name": f"{a}->{b}", "pid": LINKS_PID, "tid": 0,
+                       "ts": round(t * _US, 3), "args": values}
 
 
 def write_chrome_trace(result: SimulationResult, path: str | Path, *, link_counters: bool = True,
