@@ -376,3 +376,50 @@ def test_every_output_flag_of_every_command_names_the_formats_it_writes():
                 assert (not param.type.names_a_file or (name, param.name) in
                         {("sweep", "out"), ("explore", "out"), ("sweep", "plots")}), (name, param.name)
     assert seen == {k.what for k in OUTPUT_KINDS.values()}
+
+
+#: A bad value of every value flag of dessim train, and words its one error line must hold.
+TRAIN_BAD = [
+    (["--tokens", "abc"], ["--tokens", "abc"]), (["--tokens", "0"], ["--tokens", ">= 1"]),
+    (["--steps", "1.5"], ["--steps", "whole number"]),
+    (["--tokens", "1T", "--steps", "3"], ["--tokens", "--steps", "exactly one"]),
+    (["--checkpoint-interval", "often"], ["--checkpoint-interval", "often"]),
+    (["--checkpoint-size", "big"], ["--checkpoint-size", "big"]),
+    (["--storage-bw", "0"], ["--storage-bw", "zero"]),
+    (["--restart", "soon"], ["--restart", "soon"]), (["--rewarm", "-1min"], ["--rewarm", "negative"]),
+    (["--mtbf", "gpu=xyz"], ["--mtbf gpu", "xyz"]), (["--mtbf", "cpu=1h"], ["--mtbf", "'cpu'"]),
+    (["--gpu-power", "foo=3"], ["--gpu-power", "'foo'", "busy"]),
+    (["--gpu-power", "idle=-5"], ["--gpu-power idle", ">= 0"]),
+    (["--host-power", "-5"], ["--host-power", ">= 0"]), (["--nic-power", "-1"], ["--nic-power", ">= 0"]),
+    (["--switch-power", "-1"], ["--switch-power", ">= 0"]), (["--pue", "0.5"], ["--pue", ">= 1"]),
+    (["--usd-per-kwh", "-1"], ["--usd-per-kwh", ">= 0"]),
+    (["--usd-per-gpu-hour", "-1"], ["--usd-per-gpu-hour", ">= 0"]),
+    (["--capex-per-gpu", "-1"], ["--capex-per-gpu", ">= 0"]),
+    (["--capex-per-gpu", "30000"], ["--capex-per-gpu", "--amortisation"]),
+    (["--amortisation", "0s"], ["--amortisation", "zero"]),
+    (["--samples", "-1"], ["--samples", ">= 0"]), (["--mc-seed", "x"], ["--mc-seed", "'x'"]),
+    (["--health-states", "x"], ["--health-states", "'x'"]),
+    (["--health-states", "2"], ["--health-states", "--straggler-sigma"]),
+    (["--attribute", "-1"], ["--attribute", ">= 0"]),
+]
+
+
+@pytest.mark.parametrize("flags,words", TRAIN_BAD, ids=[" ".join(f) for f, _ in TRAIN_BAD])
+def test_train_errors_name_the_flag_the_user_typed(flags, words):
+    """dessim train said 'dessim train.checkpoint_bytes: ...' or 'power host_w: ...' (keys of
+    the train: mapping and of its classes) for --checkpoint-size, --host-power: each message
+    names the flag, as simulate's do."""
+    args = ["train", "gpt3-1.3b", "-t", "ring:8,bw=50GB/s,lat=1us", "--samples", "0", *flags]
+    if "--steps" not in flags and "--tokens" not in flags:
+        args += ["--tokens", "1T"]
+    line = _refused(args, *words)
+    for spelling in ("train.", "_s:", "_w:", "host_w", "checkpoint_bytes", ": cost ", ": power "):
+        # a key's spelling only after the flag (a message that gives both, for files too)
+        assert spelling not in line or line.index(words[0]) < line.index(spelling), line
+
+
+def test_every_train_flag_with_a_value_has_a_bad_value_case():
+    from dessim.cli.train_cmd import FLAG_NAMES
+
+    tried = {f for flags, _ in TRAIN_BAD for f in flags if f.startswith("--")}
+    assert set(FLAG_NAMES.values()) <= tried, set(FLAG_NAMES.values()) - tried

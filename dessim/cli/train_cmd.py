@@ -25,6 +25,10 @@ FLAG_KEYS: dict[str, str] = {
     "mc_seed": "mc_seed", "health_states": "health_states", "attribute": "attribute",
 }
 
+#: How each key of the ``train:`` mapping is named in messages: the flag that sets it.
+FLAG_NAMES: dict[str, str] = {**{key: "--" + flag.replace("_", "-") for flag, key in FLAG_KEYS.items()},
+                              "mtbf": "--mtbf", "gpu_power": "--gpu-power"}
+
 train_options = compose(
     click.option("--tokens", default=None, metavar="N", help="Tokens to train on (15T = 15e12)."),
     click.option("--steps", default=None, metavar="N", help="Iterations to run (instead of --tokens)."),
@@ -176,7 +180,7 @@ def command(workload: str | None, topology: str, engine: EngineOptions, as_json:
         require_extra("plot", f"--plots {plots!r}")
         check_output_dir(plots, "--plots")
     mapping = train_mapping(kw)
-    options = parse_train_options(mapping, "dessim train")
+    options = parse_train_options(mapping, "dessim train", FLAG_NAMES)
     overrides = collect_overrides(kw)
     if engine.device:
         overrides["device"] = engine.device

@@ -103,10 +103,27 @@ class TrainOptions:
                             "never fail (--mtbf KIND=never)")
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: Any, what: str, minimum: float = 0.0, unit: str = "a number", note: str = "") -> float:
+    """``value`` as a finite float >= ``minimum``; the error names ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{what}: expected a number, got {value!r}")
+        raise SpecError(f"{what}: expected {unit}, got {value!r}")
+    if not (value >= minimum and math.isfinite(value)):
+        raise SpecError(f"{what}: must be {unit} >= {minimum:g}{note}, got {value!r}")
     return float(value)
+
+
+def _watts(value: Any, what: str) -> float:
+    return _number(value, what, unit="a number of watts")
+
+
+def _pue(value: Any, what: str) -> float:
+    return _number(value, what, 1.0, note=" (facility / IT energy)")
+
+
+def _part(what: str, key: str) -> str:
+    """How a part ``key`` of the value named ``what`` is named: ``train.mtbf.gpu`` in a file,
+    ``--mtbf gpu`` on the command line."""
+    return f"{what} {key}" if what.startswith("--") else f"{what}.{key}"
 
 
 def _interval(value: Any, what: str) -> float | str:
@@ -129,7 +146,7 @@ def _mtbf(value: Any, what: str) -> dict[str, FailureRate]:
         if isinstance(t, str) and t.strip().lower() in ("inf", "never"):
             out[kind] = FailureRate(kind, 0.0, "user: never fails")
             continue
-        seconds = parse_time(t, f"{what}.{kind}", allow_zero=False)
+        seconds = parse_time(t, _part(what, kind), allow_zero=False)
         out[kind] = FailureRate(kind, 1.0 / seconds, f"user: MTBF {t}")
     return out
 
@@ -141,10 +158,14 @@ GPU_POWER_KEYS: tuple[str, ...] = ("busy",) + GPU_STATES
 def _gpu_power(value: Any, where: str) -> dict[str, float]:
     """Watts by GPU state (:data:`~dessim.training_run.power.GPU_STATES`; ``busy`` sets every
     compute kind) over the device's defaults."""
-    if not isinstance(value, Mapping) or not value or not set(value) <= set(GPU_POWER_KEYS):
+    if not isinstance(value, Mapping) or not value:
         raise SpecError(f"{where}: expected a mapping of watts with keys among {', '.join(GPU_POWER_KEYS)} "
                         f"(busy: every compute kind), got {value!r}")
-    w = {k: _number(value[k], f"{where}.{k}") for k in value}
+    unknown = [k for k in value if k not in GPU_POWER_KEYS]
+    if unknown:
+        raise SpecError(f"{where}: unknown GPU state {unknown[0]!r}; valid: {', '.join(GPU_POWER_KEYS)} "
+                        "(busy: every compute kind)")
+    w = {k: _watts(value[k], _part(where, k)) for k in value}
     busy = w.pop("busy", None)
     out = dict.fromkeys(COMPUTE_KINDS, busy) if busy is not None else {}
     out.update(w)
@@ -163,8 +184,8 @@ TRAIN_KEYS: Mapping[str, Any] = MappingProxyType({
     "rewarm": lambda v, w: parse_time(v, w),
     "mtbf": _mtbf,
     "gpu_power": _gpu_power,    # watts by GPU state (GPU_POWER_KEYS)
-    "host_power": _number, "nic_power": _number, "switch_power": _number, "pue": _number,
-    "usd_per_kwh": _number, "usd_per_gpu_hour": _number, "capex_per_gpu": _number,
+    "host_power": _watts, "nic_power": _watts, "switch_power": _watts, "pue": _pue,
+    "usd_per_kwh": _number, "usd_per_gpu_hour": _number, "capex_per_gpu": _number,   # USD >= 0
     "amortisation": lambda v, w: parse_time(v, w, allow_zero=False),
     "samples": lambda v, w: parse_count(v, w),
     "mc_seed": lambda v, w: parse_count(v, w),
@@ -181,12 +202,24 @@ _COST = {"usd_per_kwh": "usd_per_kwh", "usd_per_gpu_hour": "usd_per_gpu_hour",
          "capex_per_gpu": "capex_per_gpu", "amortisation": "amortisation_s"}
 
 
-def parse_train_options(data: Mapping[str, Any], where: str = "train") -> TrainOptions:
+def parse_train_options(data: Mapping[str, Any], where: str = "train",
+                        names: Mapping[str, str] | None = None) -> TrainOptions:
     """:class:`TrainOptions` from a mapping of :data:`TRAIN_KEYS` (YAML, sweep, CLI); any bad
-    key or value raises a :class:`~dessim.errors.SpecError` naming ``where`` and the key."""
+    key or value raises a :class:`~dessim.errors.SpecError` naming the key as ``where.KEY``,
+    or as ``names[KEY]`` where given (``dessim train`` passes its flags: ``--tokens``)."""
     if not isinstance(data, Mapping):
         raise SpecError(f"{where}: expected a mapping with keys {', '.join(TRAIN_KEYS)}, got {data!r}")
-    values = check_section(dict(data), TRAIN_KEYS, where)
+
+    def name(key: str) -> str:
+        return (names or {}).get(key) or f"{where}.{key}"
+
+    values = check_section(dict(data), TRAIN_KEYS, where, name)
+    # what involves two keys, checked here to name them as given (the classes repeat it)
+    if ("tokens" in values) == ("steps" in values):
+        raise SpecError(f"give exactly one of {name('tokens')} (e.g. 15T) and {name('steps')}")
+    if values.get("capex_per_gpu", 0.0) > 0 and "amortisation" not in values:
+        raise SpecError(f"{name('capex_per_gpu')} needs the write-off period: give "
+                        f"{name('amortisation')} (a time, e.g. 35040h for 4 years)")
     try:
         rates = dict(DEFAULT_FAILURE_RATES)
         rates.update(values.get("mtbf", {}))

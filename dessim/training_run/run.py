@@ -199,7 +199,7 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     topo = load_topology(topology)
     noise = engine.noise
     if options.health_states > 1 and noise.straggler_sigma <= 0 and noise.kernel_jitter_sigma <= 0:
-        raise DessimError(f"train health_states={options.health_states}: the draws need "
+        raise DessimError(f"health states {options.health_states} (--health-states; train.health_states): the draws need "
                           "noise.straggler_sigma > 0 (--straggler-sigma) or noise.kernel_jitter_sigma > 0 "
                           "(--kernel-jitter-sigma)")
     counts = count_components(topo)

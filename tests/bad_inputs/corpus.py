@@ -400,7 +400,18 @@ for flags, words in [(["--tokens", "abc"], ["tokens", "abc"]), (["--tokens", "-5
                      (["--tokens", "1T", "--plots", f"{MISSING_DIR}/p"], ["--plots", "does not exist"]),
                      (["--tokens", "1T", "--pue", "0.5"], ["pue"]),
                      (["--tokens", "1T", "--checkpoint-interval", "often"], ["checkpoint", "often"]),
-                     (["--tokens", "1T", "-t", "torus:4"], ["torus"])]:
+                     (["--tokens", "1T", "-t", "torus:4"], ["torus"]),
+                     # each names the flag, not the train: key or the class field behind it
+                     (["--tokens", "1T", "--checkpoint-size", "big"], ["--checkpoint-size", "big"]),
+                     (["--tokens", "1T", "--host-power", "-5"], ["--host-power", ">= 0"]),
+                     (["--tokens", "1T", "--pue", "-1"], ["--pue", ">= 1"]),
+                     (["--tokens", "1T", "--usd-per-kwh", "-1"], ["--usd-per-kwh"]),
+                     (["--tokens", "1T", "--capex-per-gpu", "9000"], ["--capex-per-gpu", "--amortisation"]),
+                     (["--tokens", "1T", "--steps", "5"], ["--tokens", "--steps"]),
+                     (["--tokens", "1T", "--mtbf", "gpu=soon"], ["--mtbf gpu", "soon"]),
+                     (["--tokens", "1T", "--gpu-power", "turbo=9"], ["--gpu-power", "'turbo'"]),
+                     (["--tokens", "1T", "--restart", "-1s"], ["--restart", "negative"]),
+                     (["--tokens", "1T", "--storage-bw", "fast"], ["--storage-bw", "fast"])]:
     case(f"train {' '.join(flags)}", ["train", "gpt3-1.3b", *flags], words)
 for flags, words in [(["--num-layers", "x"], ["--num-layers", "x"]),
                      (["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",

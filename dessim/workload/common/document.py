@@ -6,15 +6,17 @@ validated by their kind's pydantic model, :mod:`dessim.schema`).
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dessim.errors import DessimError, SpecError
 
 __all__ = ["check_section", "merge_document"]
 
 
-def check_section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check a mapping's keys against ``schema`` and convert its values."""
+def check_section(data: Any, schema: Mapping[str, Any], where: str,
+                  name: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Check a mapping's keys against ``schema`` and convert its values; a value's errors
+    name it ``name(key)`` (default ``where.key``; the command line passes its flags)."""
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -25,7 +27,7 @@ def check_section(data: Any, schema: Mapping[str, Any], where: str) -> dict[str,
             raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(schema)}")
         convert = schema[key]
         try:
-            out[key] = value if convert is None else convert(value, f"{where}.{key}")
+            out[key] = value if convert is None else convert(value, name(key) if name else f"{where}.{key}")
         except SpecError:
             raise
         except DessimError as exc:  # e.g. a UnitError from dessim.units
