@@ -845,6 +845,12 @@ def check_chakra_prefix(prefix: str | os.PathLike, what: str = "Chakra trace pre
     if not text.strip() or Path(text).name in ("", ".", "..") or text.endswith(("/", os.sep)):
         raise OutputError(f"{what} {text!r}: expected '<dir>/<prefix>' (files <prefix>.<rank>.et "
                           "in <dir>), not a directory")
+    name = Path(text).name
+    if name.lower().endswith(".et"):            # a rank file's name given for the prefix
+        stem = re.sub(r"(\.\d+)?\.et$", "", name, flags=re.IGNORECASE)
+        raise OutputError(f"{what} {text!r} ends in .et: it is a prefix, and the files are "
+                          f"<prefix>.<rank>.et ({name}.0.et, ...); give "
+                          f"{str(Path(text).with_name(stem or 'trace'))!r} for {stem or 'trace'}.0.et, ...")
     require_extra("chakra", f"{what} {text!r}")
     check_output(f"{text}.0.et", what)
     return Path(text)
