@@ -423,3 +423,19 @@ def test_every_train_flag_with_a_value_has_a_bad_value_case():
 
     tried = {f for flags, _ in TRAIN_BAD for f in flags if f.startswith("--")}
     assert set(FLAG_NAMES.values()) <= tried, set(FLAG_NAMES.values()) - tried
+
+
+def test_a_large_json_timeline_suggests_json_gz_on_stderr_only(tmp_path, monkeypatch):
+    """A natural '--timeline trace.json' of a large run is tens of MB of link counters: the
+    command says that .json.gz writes the same trace compressed, on standard error, so that
+    --json output stays one JSON object; a .json.gz timeline gets no tip."""
+    from dessim.cli import common
+
+    monkeypatch.setattr(common, "LARGE_TIMELINE_BYTES", 100)
+    args = ["collective", "allreduce", "--size", "1MiB", "-t", "ring:4", "--json", "--timeline"]
+    res = CliRunner().invoke(cli, [*args, str(tmp_path / "t.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["timeline"] == str(tmp_path / "t.json")
+    assert f"--timeline {tmp_path / 't.json'}.gz writes the same trace compressed" in res.stderr
+    res = CliRunner().invoke(cli, [*args, str(tmp_path / "t.json.gz")])
+    assert res.exit_code == 0 and "tip:" not in res.stderr

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dessim.cli.common import engine_options, output_file, write_file
+from dessim.cli.common import engine_options, output_file, suggest_compressed_timeline, write_file
 from dessim.engine.options import EngineOptions
 from dessim.units import format_bandwidth, format_size, format_time
 
@@ -54,6 +54,7 @@ def command(op: str, size: str, topology: str, ranks: str | None, root: int | No
         from dessim.outputs.collective_trace import collective_result_as_run
 
         write_file(timeline, "--timeline", lambda p: write_chrome_trace(collective_result_as_run(res), p))
+        suggest_compressed_timeline(timeline)
     if as_json:
         out = res.to_dict(links=show_links > 0)
         if timeline:

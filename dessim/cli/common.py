@@ -32,7 +32,7 @@ from dessim.units import format_bandwidth, format_size, format_time
 __all__ = ["GanttRequest", "report_run", "compose", "engine_options", "output_options", "build_engine_options",
            "write_outputs", "print_json", "print_run_summary", "parse_slowdown", "ENGINE_FLAGS",
            "GRAPH_ENGINE_PATHS", "calibration_option", "engine_flag", "table_records", "json_option",
-           "OutputPath", "TracePrefix", "OutputKind", "OUTPUT_KINDS", "check_distinct_paths", "check_outputs", "output_file", "reported_write", "write_file", "timeline_option", "gantt_option", "spans_option"]
+           "OutputPath", "TracePrefix", "OutputKind", "OUTPUT_KINDS", "check_distinct_paths", "check_outputs", "suggest_compressed_timeline", "output_file", "reported_write", "write_file", "timeline_option", "gantt_option", "spans_option"]
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -439,6 +439,21 @@ def write_file(path: str, flag: str, writer: Callable[[str], Any]) -> str:
     return path
 
 
+#: Bytes of a plain ``.json`` timeline above which the command suggests ``.json.gz``.
+LARGE_TIMELINE_BYTES = 20e6
+
+
+def suggest_compressed_timeline(path: str) -> None:
+    """On standard error (standard output may be one JSON object): a tip to write a large
+    ``.json`` timeline as ``.json.gz``, the same trace compressed (:data:`TIMELINE_FORMATS`)."""
+    if not (path.lower().endswith(".json") and os.path.isfile(path)):
+        return
+    size = os.path.getsize(path)
+    if size > LARGE_TIMELINE_BYTES:
+        click.echo(f"tip: the timeline {path} is {format_size(size)}; --timeline {path}.gz writes the "
+                   "same trace compressed (gzip), which Perfetto opens as it is", err=True)
+
+
 def write_outputs(result: SimulationResult, timeline: str | None, gantt: GanttRequest | None,
                   spans: str | None, labels: GanttLabels | None = None) -> list[str]:
     """Write the requested files (each by :func:`write_file`); return a line per file
@@ -448,6 +463,7 @@ def write_outputs(result: SimulationResult, timeline: str | None, gantt: GanttRe
     written = []
     if timeline:
         written.append(f"timeline: {write_file(timeline, '--timeline', lambda p: write_chrome_trace(result, p))}")
+        suggest_compressed_timeline(timeline)
     if gantt:
         written.append("gantt: " + write_file(gantt.path, "--gantt", lambda p: write_gantt(
             result, p, labels, gantt.options)))
