@@ -20,20 +20,54 @@ network's transfer events (no simpy process per transfer):
 A rank's part ends with the last transfer it sends or receives (for a receive, including its
 reduction). The run's ``done`` event succeeds when every transfer is complete.
 
-**Windowed connections** (a plain schedule with ``params["window"]`` W > 1, e.g. the rail
-all-to-all's ``window`` option): a connection keeps up to W messages in flight, as DeepEP's
-RDMA channels do (deepseek-ai/DeepEP @567632dd ``csrc/kernels/internode.cu``: the
-``kRDMASenderCoordinator`` warp posts each chunk with a non-blocking ``put_nbi`` and stalls
-only when ``num_max_rdma_chunked_recv_tokens`` tokens are unacknowledged). A transfer's FIFO
-predecessor on its connection still serialises the bytes, but not the latency: the transfer
-is *issued* when its other dependencies are complete, its endpoints have arrived and the
-transfer W places back on its connection is complete (a free slot), and its bytes move from
+**Connections** (rule of the transfer, plain and compact schedules alike). Every schedule
+chains the transfers of one ``(source, destination, channel)`` connection: each waits for the
+previous one (its *predecessor*; the schedule builders add that dependency, FIFO). A
+connection keeps up to ``W`` messages in flight, ``W`` = ``params["window"]``, by default
+``NCCL_STEPS`` = 8 (:data:`CONNECTION_SLOTS`): NCCL's send primitives post a step into one of
+the peer's 8 FIFO slots and go on, waiting only for a free slot (NVIDIA/nccl
+``src/device/prims_ll.h`` ``waitSend``: ``sendConnHeadCache + NCCL_STEPS < sendConnHead + 1``;
+``prims_simple.h`` ``waitPeer`` likewise), and DeepEP's RDMA channels post each chunk with a
+non-blocking ``put_nbi`` (deepseek-ai/DeepEP @567632dd ``csrc/kernels/internode.cu``: the
+``kRDMASenderCoordinator`` warp stalls only when ``num_max_rdma_chunked_recv_tokens`` tokens
+are unacknowledged; the rail all-to-all's ``window`` option, default 1). A transfer's
+predecessor still serialises the bytes, but not the latency: the transfer is *issued* when
+its other dependencies are complete, its endpoints have arrived and the transfer W places
+back on its connection is complete (a free slot), and its bytes move from
 ``max(issue + L, predecessor's finish)``, ``L`` its software plus route latency — so it pays
-only ``max(0, issue + L − now)`` when its predecessor finishes (:meth:`Network.transfer`'s
-``latency``). On an idle connection K messages of ``τ`` seconds each then take
-``L + K·τ`` instead of ``K·(L + τ)`` when ``L <= (W − 1)·τ``; in general message ``c``
-arrives at ``f_c = max(f_{c−1}, f_{c−W} + L) + τ`` (``f_{−1} = −∞``, ``f_{c−W} = 0`` for
-``c < W``; tests/test_rail_window.py). W = 1 is the plain FIFO (every message pays L).
+only ``max(0, issue + L − now)`` when its predecessor finishes ``now``
+(:meth:`Network.transfer`'s ``latency``; :func:`_credit_left`). That is the rule "a send
+waits for its predecessor's bytes to have *left* the sender, not to have arrived": they left
+at ``finish − L`` (a transfer pays its latency, then moves its bytes), so the sender is free
+from ``max(issue, finish − L)``, and ``max(issue, now − L) + L − now`` = ``max(0, issue + L −
+now)``. The credit covers the protocol's software step latency as well as the route's: NCCL's
+per-hop latency ``hwLat`` (``src/graph/tuning.cc``) is the time from a sender's post to the
+receiver seeing the data (LL: the receiver polls the flags of the lines the sender stored,
+``prims_ll.h`` ``readLL``; across nodes the proxy's network send), and NCCL's model charges it
+once per step on the ring's data path, not again on the sender — for a ring across nodes it
+charges the network latency ``interLat`` on only ``2(nNodes − 1)`` of an all-reduce's
+``2(p − 1)`` steps (``ncclTopoTuneModel``, ring branch), which holds only if a sender does not
+wait for its previous send's latency.
+
+Only a transfer whose predecessor completes *after* its other dependencies gets a credit.
+When every dependency completes at one instant (a uniform step: ``issue = now``) it pays its
+whole latency, exactly as without the rule; so whole-step bundles, the closed forms on idle
+networks, lane families, the per-link memo and merged images are unchanged there. Nor does a
+transfer that waits for nothing but its predecessor get one, unless the schedule sets its
+``window``: with NCCL's slots that dependency alone is the next chunk of a ring (its first
+step), which a rank's thread sends once it has finished the previous chunk, in program order
+(the plan does not name the receive it finished last), so it is issued when its predecessor
+completes, as before; an explicit window (DeepEP's chunks, posted as they are ready) issues
+it when its endpoints have arrived. On an idle
+connection K messages of ``τ`` seconds each then take ``L + K·τ`` instead of ``K·(L + τ)``
+when ``L <= (W − 1)·τ``; in general message ``c`` arrives at
+``f_c = max(f_{c−1}, f_{c−W} + L) + τ`` (``f_{−1} = −∞``, ``f_{c−W} = 0`` for ``c < W``;
+tests/test_rail_window.py). W = 1 (the rail all-to-all without ``window``) is the plain FIFO:
+every message pays L after its predecessor arrived. In a ring the receive dependency already
+bounds how far a sender runs ahead: member ``i−1`` can lead member ``i`` by at most ``p − 1``
+steps (its data went round the ring), and on rails of equal connections the previous slow
+hop is ``hops`` upstream with the same latency, so the 8 slots do not bind there (they can in a ring
+of more than 8 ranks whose one connection is much slower than the others).
 
 A :class:`~dessim.collectives.schedule.CompactSchedule` is replayed step by step with the same
 semantics (:func:`_run_plan`): when a whole step completes at one instant, the next step's
@@ -343,37 +377,77 @@ def run_schedule(network, schedule: Schedule, *, arrivals: dict[int, simpy.Event
     return run
 
 
+#: Messages a connection keeps in flight unless the schedule says otherwise
+#: (``params["window"]``): NCCL's ``NCCL_STEPS`` = 8 FIFO slots per connection (NVIDIA/nccl
+#: ``src/device/prims_ll.h`` ``waitSend``, ``prims_simple.h``; module docstring, "Connections").
+CONNECTION_SLOTS = 8
+
+
+def connection_slots(schedule: Schedule) -> int:
+    """``W``, the messages one connection of ``schedule`` keeps in flight (module docstring)."""
+    return int(schedule.params.get("window", CONNECTION_SLOTS))
+
+
+def _credit_left(issue: float, extra: float, route: float, now: float
+                 ) -> tuple[float, float | None]:
+    """What a transfer issued at ``issue`` with software latency ``extra`` and route latency
+    ``route`` (s) still pays when its predecessor finishes ``now`` (> issue): of its latency
+    the part after ``now``. ``(delay, None)``: wait ``delay`` s, then pay the full route
+    latency (at least the route latency is left); ``(0, head)``: start now and pay ``head``
+    s of the route latency."""
+    remaining = issue + extra + route - now
+    if remaining >= route:
+        return remaining - route, None
+    return 0.0, max(0.0, remaining)
+
+
 class _Window:
-    """The bookkeeping of a windowed plain schedule (module docstring, "Windowed
-    connections"): per transfer its FIFO predecessor on its connection (``pred``, -1: none or
-    not among its dependencies) and the transfer ``W`` places back on it (``back``, -1: none);
-    completion times of transfers (with reductions) and arrival times of ranks, filled by the
-    replay."""
+    """The bookkeeping of a plain schedule's connections (module docstring, "Connections"):
+    per transfer its predecessor on its connection (``pred``, -1: none or not among its
+    dependencies) and the transfer ``W`` places back on it (``back``, -1: none) — built once
+    per schedule and width; completion times of transfers (with reductions) and arrival
+    times of ranks, filled by the replay."""
 
     def __init__(self, network, schedule: Schedule, key_base: int, start: float,
                  width: int) -> None:
         n = len(schedule)
-        src, dst, chan = schedule.src, schedule.dst, schedule.channel
-        dep_start, dep_index = schedule.dep_start, schedule.dep_index
         self.net, self.schedule, self.key_base = network, schedule, key_base
-        self.pred = array("l", [-1]) * n
-        self.back = array("l", [-1]) * n
+        self.pred, self.back = self._links(schedule, width)
+        #: whether a transfer that waits for nothing but its predecessor is issued at once
+        #: (an explicit window) or when its predecessor completes (module docstring)
+        self.lone = "window" in schedule.params
         self.done_at = array("d", [0.0]) * n
         self.arrived_at = dict.fromkeys(schedule.group, start)
         self._route_latency: dict[tuple[int, int, int], float] = {}
+
+    @staticmethod
+    def _links(schedule: Schedule, width: int) -> tuple[array, array]:
+        """``pred`` and ``back`` of every transfer, memoised on the schedule per width."""
+        memo = schedule.__dict__.setdefault("_connection_links", {})
+        got = memo.get(width)
+        if got is not None:
+            return got
+        n = len(schedule)
+        src, dst, chan = schedule.src, schedule.dst, schedule.channel
+        dep_start, dep_index = schedule.dep_start, schedule.dep_index
+        pred = array("l", [-1]) * n
+        back = array("l", [-1]) * n
         on: dict[tuple[int, int, int], list[int]] = {}
         for i in range(n):
             seen = on.setdefault((src[i], dst[i], chan[i]), [])
             if seen and seen[-1] in dep_index[dep_start[i]:dep_start[i + 1]]:
-                self.pred[i] = seen[-1]
+                pred[i] = seen[-1]
             if len(seen) >= width:
-                self.back[i] = seen[-width]
+                back[i] = seen[-width]
             seen.append(i)
+        memo[width] = (pred, back)
+        return pred, back
 
     @classmethod
     def of(cls, network, schedule: Schedule, key_base: int, start: float) -> "_Window | None":
-        """The bookkeeping of ``schedule`` if it is windowed (``params["window"]`` > 1)."""
-        width = schedule.params.get("window", 1)
+        """The bookkeeping of ``schedule`` if its connections keep several messages in flight
+        (:func:`connection_slots` > 1)."""
+        width = connection_slots(schedule)
         return cls(network, schedule, key_base, start, width) if width > 1 else None
 
     def _latency(self, i: int) -> float:
@@ -382,32 +456,38 @@ class _Window:
         conn = (sch.src[i], sch.dst[i], sch.channel[i])
         got = self._route_latency.get(conn)
         if got is None:
-            resolve = self.net.topology.resolve
-            a, b = resolve(conn[0]), resolve(conn[1])
-            got = self._route_latency[conn] = \
-                0.0 if a == b else self.net.route(a, b, self.key_base + conn[2]).latency
+            got = self._route_latency[conn] = _route_latency(self.net, conn[0], conn[1],
+                                                             self.key_base + conn[2])
         return got
 
     def left(self, i: int, extra: float, now: float) -> tuple[float, float | None]:
-        """What transfer ``i`` (with a predecessor, which finished ``now``) still pays: its
-        issue time is the latest completion of its other dependencies and of ``back[i]``
-        and its endpoints' arrivals; of its latency ``extra + route`` the part after
-        ``now`` is left. Returns ``(delay, None)`` — wait ``delay`` s, then the full route
-        latency — when at least the route latency is left, else ``(0, head)`` — start now
-        paying ``head`` s of the route latency."""
+        """What transfer ``i`` (with a predecessor, which completed at or before ``now``)
+        still pays: its issue time is the latest completion of its other dependencies and of
+        ``back[i]`` and its endpoints' arrivals; of its latency ``extra + route`` the part
+        after ``now`` is left (:func:`_credit_left`). Issued ``now`` (its predecessor was not
+        the last thing it waited for): ``(extra, None)``, its whole latency, as without
+        credit."""
         sch = self.schedule
         issue = max(self.arrived_at[sch.src[i]], self.arrived_at[sch.dst[i]])
         p, done = self.pred[i], self.done_at
-        for d in sch.dep_index[sch.dep_start[i]:sch.dep_start[i + 1]]:
+        deps = sch.dep_index[sch.dep_start[i]:sch.dep_start[i + 1]]
+        if not self.lone and len(deps) == 1:
+            return extra, None
+        for d in deps:
             if d != p and done[d] > issue:
                 issue = done[d]
         if self.back[i] >= 0 and done[self.back[i]] > issue:
             issue = done[self.back[i]]
-        route = self._latency(i)
-        remaining = issue + extra + route - now
-        if remaining >= route:
-            return remaining - route, None
-        return 0.0, max(0.0, remaining)
+        if issue >= now:
+            return extra, None
+        return _credit_left(issue, extra, self._latency(i), now)
+
+
+def _route_latency(network, src: int | str, dst: int | str, key: int) -> float:
+    """Route latency (s) of ``src -> dst`` on ECMP key ``key`` (0 for a local copy)."""
+    resolve = network.topology.resolve
+    a, b = resolve(src), resolve(dst)
+    return 0.0 if a == b else network.route(a, b, key).latency
 
 
 #: per network: (protocol name, algorithm, network overhead s, lane family or None) ->
@@ -566,6 +646,9 @@ class _PlanStatic:
     idle: list[int]                  #: ranks without a transfer, in group order
     #: per (network, protocol): software latency per pattern (filled lazily by the runs)
     delays: dict = field(default_factory=dict)
+    #: per (pattern, previous step's pattern): each member's predecessor on its connection
+    #: in the previous step (-1: none among its dependencies), filled lazily
+    preds: dict = field(default_factory=dict)
 
 
 def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
@@ -623,6 +706,9 @@ class _PlanRun:
         self.reduction_bw = reduction_bw
         self.key_base = key_base
         self.bundles = bundles
+        self.static = static
+        #: messages in flight per connection (module docstring, "Connections"); 1: no credit
+        self.slots = connection_slots(schedule)
         env = self.env
         nsteps = len(plan)
         self.sizes = static.sizes
@@ -633,6 +719,9 @@ class _PlanRun:
         self.step_finish = [nan] * nsteps
         self.member_start: dict[int, array] = {}     # steps not started as a whole
         self.member_finish: dict[int, array] = {}    # steps not finished as a whole
+        self.step_release = [nan] * nsteps            # completion with reduction (credits)
+        self.member_release: dict[int, array] = {}    # steps not released as a whole
+        self.route_latency: dict[tuple[int, int, int], float] = {}
         self.waiting: dict[int, list[int]] = {}      # steps tracked member by member
         self.templates: dict[int, object] = {}
         self.batch: dict[int, list[int]] = {}         # members ready at this instant
@@ -656,6 +745,7 @@ class _PlanRun:
         if arrivals:
             self.absent = {r for r, ev in arrivals.items()
                            if r in self.pos and not (ev.triggered and ev.processed)}
+        self.arrived_at: dict[int, float] = {}       # ranks absent at the start: when they came
         self.touching: dict[int, list[tuple[int, int]]] = {r: [] for r in self.absent}
         # in the order of ``arrivals``: ranks that share an event take part in that order
         # (with one event each, the order of their events decides, not this one)
@@ -799,6 +889,10 @@ class _PlanRun:
         self.flush_armed = False
         batch, self.batch = self.batch, {}
         for s, members in batch.items():
+            if self.slots > 1 and self.plan.prev[s] >= 0:
+                members = self._credited(s, members)
+                if not members:
+                    continue
             if len(members) == self.sizes[s] and s not in self.member_start:
                 self._launch(s, None)
                 continue
@@ -807,6 +901,94 @@ class _PlanRun:
             # the slow connections — exact bundle groups where the network has them
             self._launch(s, members)
 
+
+    # ------------------------------------------------------------ connection credits
+    def _credited(self, s: int, members: list[int]) -> list[int]:
+        """Start the members of step ``s`` that are ready now with a latency credit (module
+        docstring, "Connections": their predecessor on the connection completed last, after
+        the rest of what they wait for) as transfers of their own; return the others."""
+        plan = self.plan
+        q = plan.prev[s]
+        if plan.channel[q] != plan.channel[s]:
+            return members
+        pred = self._preds(s)
+        now = self.env.now
+        rest = []
+        for i in members:
+            j = pred[i]
+            issue = now if j < 0 else self._issue(s, i, j)
+            if issue >= now:
+                rest.append(i)
+                continue
+            d = self._delays(plan.pattern[s])
+            extra = d if isinstance(d, float) else float(d[i])
+            delay, head = _credit_left(issue, extra, self._route(s, i), now)
+            if s not in self.member_start:
+                self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
+            if head is not None:
+                self._start_member(s, i, head)
+            elif delay > 0:
+                self.env.timeout(delay).callbacks.append(lambda _e, i=i: self._start_member(s, i))
+            else:
+                self._start_member(s, i)
+        return rest
+
+    def _preds(self, s: int) -> list[int]:
+        """Per member of step ``s``: its predecessor on its connection among its dependencies
+        in the previous step (same source and destination; the caller checks the channel),
+        -1 when it has none."""
+        plan = self.plan
+        key = (plan.pattern[s], plan.pattern[plan.prev[s]])
+        got = self.static.preds.get(key)
+        if got is None:
+            pat, before = plan.patterns[key[0]], plan.patterns[key[1]]
+            src, dst = pat.src.tolist(), pat.dst.tolist()
+            bsrc, bdst = before.src.tolist(), before.dst.tolist()
+            start, index = pat.dep_start.tolist(), pat.dep_index.tolist()
+            got = [next((j for j in index[start[i]:start[i + 1]]
+                         if bsrc[j] == src[i] and bdst[j] == dst[i]), -1)
+                   for i in range(len(pat))]
+            self.static.preds[key] = got
+        return got
+
+    def _released_at(self, s: int, i: int) -> float:
+        rel = self.member_release.get(s)
+        return self.step_release[s] if rel is None else rel[i]
+
+    def _issue(self, s: int, i: int, j: int) -> float:
+        """When member ``i`` of step ``s`` (predecessor: member ``j`` of the previous step)
+        was issued: the latest completion of its other dependencies, of the transfer
+        ``slots`` places back on its connection and its endpoints' arrivals."""
+        plan = self.plan
+        q = plan.prev[s]
+        pat = plan.patterns[plan.pattern[s]]
+        if pat.dep_start[i + 1] - pat.dep_start[i] == 1:
+            return self.env.now     # waits for its predecessor alone (module docstring)
+        issue = max(self.arrived_at.get(int(pat.src[i]), self.run.start_time),
+                    self.arrived_at.get(int(pat.dst[i]), self.run.start_time))
+        for d in pat.dep_index[pat.dep_start[i]:pat.dep_start[i + 1]].tolist():
+            if d != j:
+                issue = max(issue, self._released_at(q, d))
+        # the transfer `slots` places back: follow the predecessors `slots - 1` more steps
+        k = j
+        for _ in range(self.slots - 1):
+            q2 = plan.prev[q]
+            if q2 < 0 or plan.channel[q2] != plan.channel[q]:
+                return issue
+            k = self._preds(q)[k]
+            if k < 0:
+                return issue
+            q = q2
+        return max(issue, self._released_at(q, k))
+
+    def _route(self, s: int, i: int) -> float:
+        """Route latency (s) of member ``i`` of step ``s`` on its ECMP key."""
+        pat = self.plan.patterns[self.plan.pattern[s]]
+        conn = (int(pat.src[i]), int(pat.dst[i]), self.key_base + self.plan.channel[s])
+        got = self.route_latency.get(conn)
+        if got is None:
+            got = self.route_latency[conn] = _route_latency(self.net, *conn)
+        return got
 
     def _template(self, pid: int):
         if pid not in self.templates:
@@ -831,7 +1013,9 @@ class _PlanRun:
         self.waiting[s] = w
         return w
 
-    def _start_member(self, s: int, i: int) -> None:
+    def _start_member(self, s: int, i: int, head: float | None = None) -> None:
+        """Start member ``i`` of step ``s`` now, paying ``head`` s of its route latency
+        (None: all of it)."""
         now = self.env.now
         starts = self.member_start.get(s)
         if starts is None:
@@ -840,7 +1024,8 @@ class _PlanRun:
             starts[i] = now
         pat = self.plan.patterns[self.plan.pattern[s]]
         ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s] * self.factor,
-                               key=self.key_base + self.plan.channel[s], family=self.family)
+                               key=self.key_base + self.plan.channel[s], family=self.family,
+                               latency=head)
         one = (i,)
         ev.callbacks.append(lambda _e: self._transfer_done(s, one))
 
@@ -867,6 +1052,16 @@ class _PlanRun:
 
     def _release(self, s: int, members: Sequence[int], whole: bool) -> None:
         """Members of step ``s`` (and their reductions) are complete: wake dependents."""
+        if self.slots > 1:
+            now = self.env.now
+            if whole:
+                self.step_release[s] = now
+            else:
+                rel = self.member_release.get(s)
+                if rel is None:
+                    rel = self.member_release[s] = array("d", [math.nan]) * self.sizes[s]
+                for i in members:
+                    rel[i] = now
         self.released += len(members)
         self.left_in_step[s] -= len(members)
         for s2 in self.succ[s]:
@@ -933,6 +1128,7 @@ class _PlanRun:
 
     def _arrived(self, r: int) -> None:
         self.absent.discard(r)
+        self.arrived_at[r] = self.env.now
         if self.left[self.pos[r]] == 0:
             self._rank_finished(r)
         for s, i in self.touching.pop(r):
@@ -1020,11 +1216,14 @@ class _StreamRun(_Together):
     flow's rate is its max-min share at its tightest channel. Every member finishes when all
     channels have.
 
-    Relation to the step-by-step replay (the default): on an idle network where the
-    connection with the largest latency also has the smallest bottleneck — every switch,
-    DGX node and rail fabric preset — both take ``hops × (latency + step bytes / rate)``
-    exactly (tests/test_stream_rings.py). Otherwise they differ by latency terms (the step
-    replay pays each step's slowest connection) and by how a ring's connections share a
+    Relation to the step-by-step replay (the default): on an idle network where every
+    connection pays one latency and the slowest connection is the same for all — a switch,
+    one DGX node, one GPU per node on one leaf — both take
+    ``hops × (latency + step bytes / rate)`` exactly (tests/test_stream_rings.py). Where the
+    connections' latencies differ (a ring across DGX nodes, one crossing a spine) the stream
+    over-estimates the latency, by at most ``hops × (largest − smallest latency)``: the step
+    replay's connection credits (module docstring, "Connections") make a ring pay only the
+    latency of its data's path, a stream pays the largest every hop. They also differ by how a ring's connections share a
     link with other traffic: a stream holds every connection at the slowest one's rate, a
     step-by-step connection runs at its own rate and then idles while it waits for its
     upstream, and other flows take the gap. Per-transfer records: each transfer of a channel

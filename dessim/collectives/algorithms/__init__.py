@@ -83,7 +83,7 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
         if found is not None:
             return found
     lanes = alg.lanes(group, topology, channels)
-    params = {"chunks": chunks, "channels": len(lanes), **options}
+    params = {"chunks": chunks, "channels": len(lanes), **alg.schedule_params, **options}
     plan_of = getattr(alg, "plan", None)
     if compact_schedules and plan_of is not None and not options:
         plan = plan_of(op, group, float(size), chunks, lanes)

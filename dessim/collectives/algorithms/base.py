@@ -31,6 +31,9 @@ class Algorithm:
     summary: ClassVar[str] = ""
     #: Operations it can run.
     ops: ClassVar[frozenset[str]] = frozenset()
+    #: Schedule parameters it sets unless the caller's options say otherwise (e.g. a
+    #: connection ``window``: :mod:`dessim.collectives.executor`, "Connections").
+    schedule_params: ClassVar[dict] = {}
 
     def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
               options: dict) -> None:

@@ -147,6 +147,9 @@ class Rail(Algorithm):
     name = "rail"
     summary = "two-phase all-to-all: same-rail network sends, then NVLink forwarding (DeepEP)"
     ops = frozenset({"alltoall"})
+    #: one chunk in flight per connection unless ``window`` says more (module docstring);
+    #: NCCL's connections keep ``NCCL_STEPS`` (the executor's default)
+    schedule_params = {"window": 1}
 
     def check(self, op: Op, group: tuple[int, ...], topology: Topology | None,
               options: dict) -> None:

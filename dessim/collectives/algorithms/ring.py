@@ -27,10 +27,14 @@
 of connection ``i`` waits for step ``j-1`` of the upstream connection ``i-1`` (the data) and
 of its own connection (connections are FIFO), not for the receiver: NCCL's connections keep
 8 steps in flight (``NCCL_STEPS``), so a receiver's free buffer does not hold a sender back
-in a balanced ring. Inside a node every connection has the same latency and the steps stay
-in lockstep; across nodes the network connections' latency paces the ring (each of their
-steps pays it), which overestimates the latency of NCCL's finely pipelined ring for small
-messages — where NCCL, and ``auto``, use trees.
+in a balanced ring. The connection dependency orders the bytes, not the latency: a send waits
+for its previous send's bytes to have left the sender, not to have arrived (the executor's
+connection credit, :mod:`dessim.collectives.executor`, "Connections"; NVIDIA/nccl
+``src/device/prims_ll.h`` ``waitSend``). Inside a node every connection has the same latency
+and the steps stay in lockstep; across nodes a network connection's sends are paced by the
+data reaching it, so the ring pays the latency of its data's path — the network latency on
+about ``2(p − 1) · nodes / p`` of an all-reduce's steps, against NCCL's model's
+``2(nNodes − 1)`` (``src/graph/tuning.cc``, ``ncclTopoTuneModel``, ring branch).
 """
 
 from __future__ import annotations
