@@ -647,8 +647,11 @@ class _PlanStatic:
     #: per (network, protocol): software latency per pattern (filled lazily by the runs)
     delays: dict = field(default_factory=dict)
     #: per (pattern, previous step's pattern): each member's predecessor on its connection
-    #: in the previous step (-1: none among its dependencies), filled lazily
+    #: in the previous step (-1: none among its dependencies) and its other dependencies,
+    #: filled lazily (connection credits)
     preds: dict = field(default_factory=dict)
+    #: per (step, slots): what a credit reads for the step's members, filled lazily
+    links: dict = field(default_factory=dict)
 
 
 def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
@@ -847,26 +850,29 @@ class _PlanRun:
             return None
         return groups
 
-    def _start_grouped(self, s: int, members: Sequence[int], groups) -> None:
-        """Start ``members`` of step ``s`` now: by ``groups`` (indices into ``members``;
-        template None: one by one) or, without groups, one by one."""
+    def _start_grouped(self, s: int, members: Sequence[int], groups,
+                       head: float | None = None) -> None:
+        """Start ``members`` of step ``s`` now, paying ``head`` s of their route latency
+        (None: all of it): by ``groups`` (indices into ``members``; template None: one by
+        one) or, without groups, one by one."""
         if groups is None:
             for i in members:
-                self._start_member(s, i)
+                self._start_member(s, i, head)
             return
         now, starts = self.env.now, self.member_start.get(s)
         for template, idx in groups:
             mine = [members[k] for k in idx]
             if template is None:
                 for i in mine:
-                    self._start_member(s, i)
+                    self._start_member(s, i, head)
                 continue
             if starts is not None:
                 for i in mine:
                     starts[i] = now
             self.run.bundles_started += 1
             self.net.start_bundle(template, self.plan.nbytes[s] * self.factor,
-                                  lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]))
+                                  lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]),
+                                  latency=head)
 
     def _ready(self, s: int, i: int) -> None:
         """Member ``i`` of step ``s`` became ready now (member-by-member tracking). Starts are
@@ -911,32 +917,41 @@ class _PlanRun:
         q = plan.prev[s]
         if plan.channel[q] != plan.channel[s]:
             return members
-        pred = self._preds(s)
+        links = self._links(s)
         now = self.env.now
         rest = []
+        d = None
+        # members that pay the same: one start (exact bundle groups where the network has them)
+        parts: dict[tuple[float, float | None], list[int]] = {}
         for i in members:
-            j = pred[i]
-            issue = now if j < 0 else self._issue(s, i, j)
+            issue = self._issue(s, i, links)
             if issue >= now:
                 rest.append(i)
                 continue
-            d = self._delays(plan.pattern[s])
+            if d is None:
+                d = self._delays(plan.pattern[s])
             extra = d if isinstance(d, float) else float(d[i])
-            delay, head = _credit_left(issue, extra, self._route(s, i), now)
-            if s not in self.member_start:
-                self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
-            if head is not None:
-                self._start_member(s, i, head)
-            elif delay > 0:
-                self.env.timeout(delay).callbacks.append(lambda _e, i=i: self._start_member(s, i))
+            parts.setdefault(_credit_left(issue, extra, self._route(s, i), now), []).append(i)
+        if parts and s not in self.member_start:
+            self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
+        for (delay, head), part in parts.items():
+            if delay > 0:
+                self.env.timeout(delay).callbacks.append(
+                    lambda _e, part=part: self._start_grouped(s, part, self._groups(s, part)))
             else:
-                self._start_member(s, i)
+                self._start_grouped(s, part, self._groups(s, part), head)
         return rest
 
     def _preds(self, s: int) -> list[int]:
         """Per member of step ``s``: its predecessor on its connection among its dependencies
         in the previous step (same source and destination; the caller checks the channel),
         -1 when it has none."""
+        return self._pair(s)[0]
+
+    def _pair(self, s: int) -> tuple[list[int], list[tuple[int, ...] | None]]:
+        """Per member of step ``s`` (pattern pair with the previous step's, memoised for the
+        schedule): its predecessor (:meth:`_preds`) and its other dependencies (None: it has
+        a predecessor and nothing else, so it gets no credit; module docstring)."""
         plan = self.plan
         key = (plan.pattern[s], plan.pattern[plan.prev[s]])
         got = self.static.preds.get(key)
@@ -945,41 +960,73 @@ class _PlanRun:
             src, dst = pat.src.tolist(), pat.dst.tolist()
             bsrc, bdst = before.src.tolist(), before.dst.tolist()
             start, index = pat.dep_start.tolist(), pat.dep_index.tolist()
-            got = [next((j for j in index[start[i]:start[i + 1]]
-                         if bsrc[j] == src[i] and bdst[j] == dst[i]), -1)
-                   for i in range(len(pat))]
-            self.static.preds[key] = got
+            preds, others = [], []
+            for i in range(len(pat)):
+                deps = index[start[i]:start[i + 1]]
+                j = next((j for j in deps if bsrc[j] == src[i] and bdst[j] == dst[i]), -1)
+                preds.append(j)
+                rest = tuple(x for x in deps if x != j)
+                others.append(None if j >= 0 and not rest else rest)
+            got = self.static.preds[key] = (preds, others)
+        return got
+
+    def _links(self, s: int):
+        """What :meth:`_issue` reads for step ``s``: its members' other dependencies, their
+        ranks, and the transfer ``slots`` places back on each member's connection as
+        ``(step, member per member)`` (None when the chain of predecessors is shorter) —
+        memoised for the schedule."""
+        key = (s, self.slots)
+        got = self.static.links.get(key)
+        if got is None:
+            plan = self.plan
+            preds, others = self._pair(s)
+            pat = plan.patterns[plan.pattern[s]]
+            back = None
+            q, kmap = plan.prev[s], list(preds)
+            for _ in range(self.slots - 1):
+                q2 = plan.prev[q]
+                if q2 < 0 or plan.channel[q2] != plan.channel[q]:
+                    break
+                step = self._preds(q)
+                kmap = [step[k] if k >= 0 else -1 for k in kmap]
+                q = q2
+            else:
+                back = (q, kmap)
+            got = self.static.links[key] = (others, pat.src.tolist(), pat.dst.tolist(), back)
         return got
 
     def _released_at(self, s: int, i: int) -> float:
         rel = self.member_release.get(s)
         return self.step_release[s] if rel is None else rel[i]
 
-    def _issue(self, s: int, i: int, j: int) -> float:
-        """When member ``i`` of step ``s`` (predecessor: member ``j`` of the previous step)
-        was issued: the latest completion of its other dependencies, of the transfer
-        ``slots`` places back on its connection and its endpoints' arrivals."""
-        plan = self.plan
-        q = plan.prev[s]
-        pat = plan.patterns[plan.pattern[s]]
-        if pat.dep_start[i + 1] - pat.dep_start[i] == 1:
-            return self.env.now     # waits for its predecessor alone (module docstring)
-        issue = max(self.arrived_at.get(int(pat.src[i]), self.run.start_time),
-                    self.arrived_at.get(int(pat.dst[i]), self.run.start_time))
-        for d in pat.dep_index[pat.dep_start[i]:pat.dep_start[i + 1]].tolist():
-            if d != j:
-                issue = max(issue, self._released_at(q, d))
-        # the transfer `slots` places back: follow the predecessors `slots - 1` more steps
-        k = j
-        for _ in range(self.slots - 1):
-            q2 = plan.prev[q]
-            if q2 < 0 or plan.channel[q2] != plan.channel[q]:
-                return issue
-            k = self._preds(q)[k]
-            if k < 0:
-                return issue
-            q = q2
-        return max(issue, self._released_at(q, k))
+    def _issue(self, s: int, i: int, links) -> float:
+        """When member ``i`` of step ``s`` was issued (``links``: :meth:`_links` of ``s``):
+        the latest completion of its dependencies other than its predecessor, of the
+        transfer ``slots`` places back on its connection and its endpoints' arrivals; now
+        when it waits for its predecessor alone (module docstring)."""
+        others, src, dst, back = links
+        mine = others[i]
+        if mine is None:
+            return self.env.now
+        q = self.plan.prev[s]
+        start = self.run.start_time
+        arrived = self.arrived_at
+        issue = max(arrived.get(src[i], start), arrived.get(dst[i], start))
+        rel = self.member_release.get(q)
+        if rel is None:
+            if mine and self.step_release[q] > issue:
+                issue = self.step_release[q]
+        else:
+            for d in mine:
+                if rel[d] > issue:
+                    issue = rel[d]
+        if back is not None:
+            k = back[1][i]
+            if k >= 0:
+                t = self._released_at(back[0], k)
+                if t > issue:
+                    issue = t
+        return issue
 
     def _route(self, s: int, i: int) -> float:
         """Route latency (s) of member ``i`` of step ``s`` on its ECMP key."""

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from dessim.network.base import BundleTemplate, Network, Route, register_network
+from dessim.network.base import BundleTemplate, Network, Route, register_network, remaining_latency
 from dessim.network.families import LaneFamily
 from dessim.topology.graph import Topology
 from dessim.topology.routing import Router
@@ -87,10 +87,11 @@ class AnalyticalNetwork(Network):
         return tuple(sorted(out, key=lambda g: g[1][0]))
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
-                     on_done: Callable[[Sequence[int]], None]) -> None:
+                     on_done: Callable[[Sequence[int]], None], *,
+                     latency: float | None = None) -> None:
         n = self._size(nbytes, "bundle", f"{len(template)} members")
         self.flows_started += len(template)
-        done = self.env.timeout(template.latency + n / template.bottleneck)
+        done = self.env.timeout(remaining_latency(template.latency, latency) + n / template.bottleneck)
         members = range(len(template))
 
         def finished(_: simpy.Event) -> None:

@@ -157,8 +157,7 @@ class Network(abc.ABC):
             return done
         route = self.route(s, d, key) if family is None else self.family_route(src, dst, key, family)
         self.flows_started += 1
-        head = route.latency if latency is None else min(max(float(latency), 0.0), route.latency)
-        return self._start(route, float(n), head)
+        return self._start(route, float(n), remaining_latency(route.latency, latency))
 
     #: Whether this model certifies lane families (:mod:`dessim.network.families`) at every
     #: rate solve; :meth:`family_route` refuses them otherwise.
@@ -340,10 +339,13 @@ class Network(abc.ABC):
         return self._start(route, float(n), route.latency)
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
-                     on_done: Callable[[Sequence[int]], None]) -> None:
+                     on_done: Callable[[Sequence[int]], None], *,
+                     latency: float | None = None) -> None:
         """Start ``nbytes`` on every member route of ``template`` now; ``on_done(members)``
         is called (from a simpy callback) with the member indices that finish, at their
-        finish time: all at once while the bundle holds, one by one after it splits."""
+        finish time: all at once while the bundle holds, one by one after it splits.
+        ``latency``: the part of the members' route latency still to pay, as in
+        :meth:`transfer` (None: all of it)."""
         raise NotImplementedError(f"{type(self).__name__} has no flow bundles")
 
     @abc.abstractmethod
@@ -422,3 +424,9 @@ def make_network(model: "str | type[Network]", env: simpy.Environment, topology:
         return cls(env, topology, **options)
     except TypeError as exc:  # an option the model does not take
         raise NetworkError(f"network model {cls.name!r}: {exc}") from None
+
+
+def remaining_latency(route_latency: float, latency: float | None) -> float:
+    """The route latency a transfer still pays (s): all of it (``latency`` None), else
+    ``latency`` clamped to ``[0, route_latency]`` (:meth:`Network.transfer`)."""
+    return route_latency if latency is None else min(max(float(latency), 0.0), route_latency)

@@ -62,7 +62,8 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from dessim.network.base import BundleTemplate, FamilyRoute, Network, Route, register_network
+from dessim.network.base import (BundleTemplate, FamilyRoute, Network, Route, register_network,
+                                 remaining_latency)
 from dessim.network.families import LaneFamily, QuotientBroken
 from dessim.network.maxmin import SAT_TOL, MaxMinSystem, Solver, solve_maxmin
 from dessim.network.quotient import ChannelQuotient, QuotientRoute
@@ -418,8 +419,11 @@ class FlowNetwork(Network):
         return got
 
     def start_bundle(self, template: BundleTemplate, nbytes: float,
-                     on_done: Callable[[Sequence[int]], None]) -> None:
-        """Start ``nbytes`` on every member of ``template`` now (see the module docstring)."""
+                     on_done: Callable[[Sequence[int]], None], *,
+                     latency: float | None = None) -> None:
+        """Start ``nbytes`` on every member of ``template`` now (see the module docstring),
+        paying ``latency`` s of the members' route latency (None: all of it;
+        :meth:`~dessim.network.base.Network.start_bundle`)."""
         n = self._size(nbytes, "bundle", f"{len(template)} members")
         now = self.env.now
         fid = self._next_fid
@@ -427,7 +431,7 @@ class FlowNetwork(Network):
         self.flows_started += len(template)
         if type(template.routes[0]) is FamilyRoute:
             self.families_started = True
-        join_at = now + template.latency
+        join_at = now + remaining_latency(template.latency, latency)
         event = self.env.event()
         members = range(len(template))
         event.callbacks.append(lambda _e: on_done(members))
