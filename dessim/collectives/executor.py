@@ -950,8 +950,9 @@ class _PlanRun:
 
     def _pair(self, s: int) -> tuple[list[int], list[tuple[int, ...] | None]]:
         """Per member of step ``s`` (pattern pair with the previous step's, memoised for the
-        schedule): its predecessor (:meth:`_preds`) and its other dependencies (None: it has
-        a predecessor and nothing else, so it gets no credit; module docstring)."""
+        schedule): its predecessor (:meth:`_preds`) and its other dependencies (None: it
+        gets no credit — it has no predecessor, or a predecessor and nothing else; module
+        docstring)."""
         plan = self.plan
         key = (plan.pattern[s], plan.pattern[plan.prev[s]])
         got = self.static.preds.get(key)
@@ -966,7 +967,7 @@ class _PlanRun:
                 j = next((j for j in deps if bsrc[j] == src[i] and bdst[j] == dst[i]), -1)
                 preds.append(j)
                 rest = tuple(x for x in deps if x != j)
-                others.append(None if j >= 0 and not rest else rest)
+                others.append(rest if j >= 0 and rest else None)
             got = self.static.preds[key] = (preds, others)
         return got
 
@@ -1003,7 +1004,7 @@ class _PlanRun:
         """When member ``i`` of step ``s`` was issued (``links``: :meth:`_links` of ``s``):
         the latest completion of its dependencies other than its predecessor, of the
         transfer ``slots`` places back on its connection and its endpoints' arrivals; now
-        when it waits for its predecessor alone (module docstring)."""
+        when it has no predecessor or waits for it alone (no credit: module docstring)."""
         others, src, dst, back = links
         mine = others[i]
         if mine is None:
@@ -1014,7 +1015,7 @@ class _PlanRun:
         issue = max(arrived.get(src[i], start), arrived.get(dst[i], start))
         rel = self.member_release.get(q)
         if rel is None:
-            if mine and self.step_release[q] > issue:
+            if self.step_release[q] > issue:
                 issue = self.step_release[q]
         else:
             for d in mine:
