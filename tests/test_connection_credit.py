@@ -45,11 +45,12 @@ def _topo(spec: str):
     return _TOPOS[spec]
 
 
-def _replay(spec: str, group, op: str, size: float, *, credit: bool, compact: bool = True):
-    """One idle-network replay of a ring ``op`` (NCCL's protocol for it); without ``credit`` the
+def _replay(spec: str, group, op: str, size: float, *, credit: bool, compact: bool = True,
+            algo: str = "ring"):
+    """One idle-network replay of ``op`` by ``algo`` (NCCL's protocol for it); without ``credit`` the
     schedule's connections keep one message in flight (the rule before the credit)."""
     topo = _topo(spec)
-    plan = plan_collective(op, tuple(group), size, topo, CollectiveSettings(algo="ring"),
+    plan = plan_collective(op, tuple(group), size, topo, CollectiveSettings(algo=algo),
                            compact_schedules=compact)
     sched = plan.schedule
     if not credit:
@@ -181,6 +182,20 @@ def test_plain_and_compact_rings_get_the_same_credits(size):
     plain, _, _ = _replay("dgx-a100:nodes=2", group, "allreduce", size, credit=True, compact=False)
     assert isinstance(compact.schedule, CompactSchedule)
     assert not isinstance(plain.schedule, CompactSchedule)
+    assert plain.duration == pytest.approx(compact.duration, rel=1e-12)
+    assert list(plain.transfer_finish) == pytest.approx(list(compact.transfer_finish), rel=1e-12)
+
+
+@pytest.mark.parametrize("op", ["alltoall", "allgather", "reducescatter"])
+@pytest.mark.parametrize("size", [8.0, 1e6])
+def test_plain_and_compact_direct_schedules_agree_across_nodes(op, size):
+    """Direct steps across nodes complete piecemeal too; their members have no predecessor on
+    their connection in the previous step, so neither replay credits them."""
+    group = _group(2, 8)
+    compact, _, _ = _replay("dgx-a100:nodes=2", group, op, size, credit=True, algo="direct")
+    plain, _, _ = _replay("dgx-a100:nodes=2", group, op, size, credit=True, compact=False,
+                          algo="direct")
+    assert isinstance(compact.schedule, CompactSchedule)
     assert plain.duration == pytest.approx(compact.duration, rel=1e-12)
     assert list(plain.transfer_finish) == pytest.approx(list(compact.transfer_finish), rel=1e-12)
 
