@@ -129,13 +129,6 @@ def test_replicas_with_different_speeds_cannot_be_folded():
         simulate(g, star(4), EngineOptions(noise=Noise(slowdown={2: 1.5})))
 
 
-def test_memcpy_tasks_cannot_be_folded():
-    g = TaskGraph("folded", fold=Fold(SWAP))
-    g.add(Task("m", 0, "memcpy", size=1e6, mem_node="sw", direction="to_hbm"))
-    with pytest.raises(TaskGraphError, match="memcpy tasks cannot be folded"):
-        g.validate(num_ranks=4)
-
-
 def test_a_folded_graph_survives_the_json_round_trip():
     g = TaskGraph("folded", fold=Fold(SWAP, ("dp",)))
     _pair_program(g, (0,))
@@ -183,10 +176,10 @@ def test_folded_training_iteration_equals_the_unfolded_one(granularity):
 
 def test_folding_falls_back_with_a_reason():
     r = simulate_workload("gpt3-1.3b", "dgx-a100:nodes=4", overrides={
-        **LAYOUT, "offload_optimizer": "host", "generator": {"granularity": "layer", "fold": True}},
-        options=EngineOptions(record_links=False))
+        **LAYOUT, "generator": {"granularity": "layer", "fold": True}},
+        options=EngineOptions(record_links=False, noise=Noise(slowdown={3: 1.5})))
     assert r.taskgraph.fold is None
-    assert "offload" in r.taskgraph.meta["fold_fallback"]
+    assert "slowdown" in r.taskgraph.meta["fold_fallback"]
 
 
 def test_tp_groups_with_different_closed_form_times_are_not_folded(monkeypatch):
@@ -228,9 +221,12 @@ def test_cli_reports_folding_and_its_refusal():
     res = CliRunner().invoke(cli, base + ["--fold"])
     assert res.exit_code == 0, res.output
     assert "replica folding     2 ranks simulated × 16 lanes; largest lane skew 0s" in res.output
+    res = CliRunner().invoke(cli, base + ["--fold", "--slowdown", "3=1.5"])
+    assert res.exit_code == 0, res.output
+    assert "replica folding     off: per-rank compute slowdown" in res.output
     res = CliRunner().invoke(cli, base + ["--fold", "--offload-optimizer", "host"])
     assert res.exit_code == 0, res.output
-    assert "replica folding     off: offload memcpys" in res.output
+    assert "replica folding     2 ranks simulated × 16 lanes; largest lane skew 0s" in res.output
 
 
 @pytest.mark.parametrize("overrides,granularity", [

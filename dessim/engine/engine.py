@@ -43,6 +43,7 @@ from dessim.collectives.schedule import CompactSchedule, Schedule, is_relabellin
 from dessim.engine.device import RankDevices
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.links import LinkProof
+from dessim.engine.memlanes import memcpy_lanes
 from dessim.engine.options import EngineOptions, Noise
 from dessim.engine.progress import Ticker
 from dessim.engine.result import RankTimes, SimulationResult
@@ -234,6 +235,8 @@ class _Run:
         self.p2p_refused: set[tuple[int, int]] = set()   #: sends refused a family (ECMP, latency)
         #: per folded send (src, dst): its lanes' images and bundle groups (:meth:`_lanes_of`)
         self.p2p_lanes: dict[tuple[int, int], tuple] = {}
+        #: per (rank, memory node) of a memcpy: its lanes' (GPU, memory node) pairs
+        self.mem_lanes: dict[tuple[int, str], tuple[tuple[str, str], ...]] = {}
         #: per collective group of a folded graph: ``where`` of its instance 0 alone
         self.where0: dict[tuple[int, ...], dict] = {}
         self.families_refused: str | None = None   #: why a run with families was replayed
@@ -332,15 +335,41 @@ class _Run:
         elif kind == "collective":
             self._arrive_collective(i)
         elif kind == "memcpy":
-            t = self.tasks[i]
             self.active[i] = now
-            gpu = self.topology.node_of(t.rank)
-            mem = self.topology.resolve(t.mem_node)
-            src, dst = (mem, gpu) if t.direction == "to_hbm" else (gpu, mem)
-            ev = self.net.transfer(src, dst, t.size, key=i)
-            ev.callbacks.append(lambda _e, i=i: self.finish(i))
+            self._start_memcpy(i)
         else:  # pragma: no cover - Task validates kinds
             raise AssertionError(kind)
+
+    def _start_memcpy(self, i: int) -> None:
+        """Move memcpy task ``i``'s bytes: between its rank's GPU and its memory node, and in a
+        folded graph on every lane, each image between its GPU and its own memory node
+        (:func:`~dessim.engine.memlanes.memcpy_lanes`); the task ends when the last lane has
+        (the lane join records any skew). ECMP key: the task's position, as unfolded (folded
+        lanes have routes no key changes)."""
+        t = self.tasks[i]
+        lanes = self.memcpy_lanes(t.rank, t.mem_node, f"task {t.id!r}")
+        to_hbm = t.direction == "to_hbm"
+        if len(lanes) == 1:
+            gpu, mem = lanes[0]
+            ev = self.net.transfer(*((mem, gpu) if to_hbm else (gpu, mem)), t.size, key=i)
+            ev.callbacks.append(lambda _e, i=i: self.finish(i))
+            return
+        join = _Join(self, len(lanes), lambda i=i: self.finish(i))
+        for gpu, mem in lanes:
+            ev = self.net.transfer(*((mem, gpu) if to_hbm else (gpu, mem)), t.size, key=i)
+            ev.callbacks.append(join.one)
+
+    def memcpy_lanes(self, rank: int, mem_node: str, where: str = "memcpy") -> tuple[tuple[str, str], ...]:
+        """``(GPU node, memory node)`` of every lane of a memcpy of ``rank`` to/from
+        ``mem_node`` (:func:`~dessim.engine.memlanes.memcpy_lanes`; ``where`` names the task
+        in its errors), cached per pair: a function of the pair alone, shared by every such
+        task and by the per-link memo's footprints."""
+        key = (rank, mem_node)
+        got = self.mem_lanes.get(key)
+        if got is None:
+            got = self.mem_lanes[key] = memcpy_lanes(self.net.router, self.topology, self.fold,
+                                                     rank, mem_node, where)
+        return got
 
     def task_duration(self, t: Task) -> float:
         """Seconds compute/delay task ``t`` takes on its rank (given, or costed by the device

@@ -16,7 +16,8 @@ it starts:
 * **Footprint.** Every network task of the graph has a set of channels its flows can ever
   use: the union, over its lane images and every ECMP choice (``Router.possible_hops``), of
   the routes of its transfers (a send: its pair; a collective: every transfer of its plans
-  on every instance; a memcpy: GPU ↔ memory node). The *scope* of ``C`` is the tasks whose
+  on every instance; a memcpy: each lane's GPU ↔ that lane's memory node,
+  :mod:`dessim.engine.memlanes`). The *scope* of ``C`` is the tasks whose
   footprint meets ``C``'s.
 * **Nothing in scope runs.** On every stream, the first unfinished task of the scope is not
   running — a send or receive that waits for its partner has no flow yet.
@@ -132,6 +133,7 @@ class EngineRun(Protocol):
     def memo_key(self, t: Any) -> tuple: ...
     def plan(self, t: Any, group: tuple[int, ...]) -> Any: ...
     def task_duration(self, t: Any) -> float: ...
+    def memcpy_lanes(self, rank: int, mem_node: str) -> tuple[tuple[str, str], ...]: ...
 
 
 class LinkProof:
@@ -178,9 +180,8 @@ class LinkProof:
         run = self.run
         t = run.tasks[i]
         topo = run.topology
-        if t.kind == "memcpy":
-            mem = topo.resolve(t.mem_node)
-            return [(a, b) for r in self._lanes(t.rank) for n in (topo.node_of(r),)
+        if t.kind == "memcpy":        # every lane: its image's GPU <-> that image's memory node
+            return [(a, b) for n, mem in run.memcpy_lanes(t.rank, t.mem_node)
                     for a, b in ((n, mem), (mem, n))]
         if t.kind in ("send", "recv"):
             src, dst = (t.rank, t.peer) if t.kind == "send" else (t.peer, t.rank)

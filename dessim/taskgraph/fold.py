@@ -14,6 +14,9 @@ The engine replays a folded graph as follows (:mod:`dessim.engine.engine`):
 * a send ``r -> q`` moves its bytes on every lane: ``perm[k, r] -> perm[k, q]`` for all ``k``
   (all of them real flows that share the network with everything else); both tasks end
   when the last lane's transfer ends;
+* a memcpy of ``r`` moves its bytes on every lane, between ``perm[k, r]``'s GPU and that
+  image's own memory node (its nearest of the kind; :mod:`dessim.engine.memlanes`); the
+  task ends when the last lane's copy ends;
 * a collective over ``group`` runs on every distinct image of the group
   (:meth:`Fold.instances`) — e.g. the DP all-reduce of TP rank 0 stands for the DP
   all-reduces of all TP ranks; a representative's task ends when its last image's part ends.

@@ -28,7 +28,9 @@ and its stream is free. Kinds (:data:`TASK_KINDS`):
 ``memcpy``
     A memory move of ``size`` bytes between the rank's HBM and the memory node
     ``mem_node`` of the topology (host DRAM or a CXL expander), ``direction`` ``to_hbm``
-    or ``from_hbm``; it runs over the links that join them.
+    or ``from_hbm``; it runs over the links that join them. In a folded graph each lane
+    image copies to and from its own nearest node of ``mem_node``'s kind, which must be the
+    rank's nearest one (:mod:`dessim.engine.memlanes`).
 ``delay``
     A plain wait of ``duration`` seconds (host-side work, data loading, ...).
 
@@ -655,8 +657,8 @@ class TaskGraph:
         the members of each collective agree on op, size, group and algo and each has exactly
         one task; with ``num_ranks``, no task, peer or group member names a rank >= num_ranks.
         Folded graphs: one representative per orbit, the fold covers every rank, every group
-        member is a task's rank or an image of one, and no ``memcpy`` tasks (their memory
-        node has no image).
+        member is a task's rank or an image of one. (A folded ``memcpy``'s lanes need the
+        topology: the engine checks them, :mod:`dessim.engine.memlanes`.)
         """
         self._check_cycles()
         if num_ranks is not None:
@@ -720,13 +722,7 @@ class TaskGraph:
         if num_ranks is not None and fold.num_ranks != num_ranks:
             raise TaskGraphError(f"fold: its permutations cover {fold.num_ranks} ranks but the "
                                  f"topology has {num_ranks} GPUs")
-        ranks = set()
-        for t in self:
-            if t.kind == "memcpy":
-                raise TaskGraphError(f"task {t.id!r}: memcpy tasks cannot be folded (their memory "
-                                     "node has no image in other lanes); generate the graph unfolded")
-            ranks.add(t.rank)
-        fold.check_representatives(sorted(ranks))
+        fold.check_representatives(sorted({t.rank for t in self}))
 
     def match_p2p(self) -> dict[str, str]:
         """Pair sends with recvs; return {send id: recv id} (and raise on any mismatch). In a

@@ -137,11 +137,16 @@ class TaskEmitter:
         key = (rank, kind)
         node = self._nearest.get(key)
         if node is None:
-            if self._router is None:
-                self._router = router_for(self.topology)
-            node = nearest_node(self._router, self.topology, self.topology.node_of(rank), kind, what)
+            node = nearest_node(self.router, self.topology, self.topology.node_of(rank), kind, what)
             self._nearest[key] = node
         return node
+
+    @property
+    def router(self) -> Router:
+        """The topology's router (made when first asked for)."""
+        if self._router is None:
+            self._router = router_for(self.topology)
+        return self._router
 
     # ------------------------------------------------------------------ tasks
     def compute(self, rank: int, kernels: Sequence[Kernel], label: str, category: str,

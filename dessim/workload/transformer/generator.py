@@ -135,8 +135,10 @@ class GeneratorOptions:
     ``fold=True``: replica folding (:mod:`dessim.taskgraph.fold`) — emit the tasks of the ranks
     with TP index 0 and DP index 0 only; the engine carries every transfer and collective on
     all TP × DP lanes, so the network sees all the traffic. Falls back to an unfolded graph
-    (reason in ``graph.meta["fold_fallback"]``) with offload, mixed GPU models or per-rank
-    slowdowns; expert and context parallelism fold (:func:`lane_permutations`).
+    (reason in ``graph.meta["fold_fallback"]``) with mixed GPU models, per-rank slowdowns or
+    offload routes that differ between ranks (:meth:`_offload_fold_refusal`; offload memcpys
+    fold, each lane copying to its own memory node: :mod:`dessim.engine.memlanes`); expert
+    and context parallelism fold (:func:`lane_permutations`).
 
     Defaults pick the fastest exact path (issue 17): ``granularity="auto"`` is ``stage`` and
     ``fold=None`` is on; both are exact where they apply (tests/test_tp_islands.py,
@@ -457,20 +459,20 @@ class _Generator:
     # ------------------------------------------------------------------ replica folding
     def _make_fold(self, engine: EngineOptions | None) -> Fold | None:
         """The TP × CP × DP lanes of a folded graph, or None (with the reason in the meta)."""
-        opts, lo, mem = self.opts, self.lo, self.plan.memory
+        opts, lo = self.opts, self.lo
         if not opts.fold:
             return None
         why = None
         if lo.tp * lo.cp * lo.dp == 1:
             why = "tp = cp = dp = 1: nothing to fold"
-        elif mem.offload_optimizer != "none" or mem.offload_activations != "none":
-            why = "offload memcpys go to per-GPU memory nodes that have no lane images"
         elif len(set(self.plan.devices)) != 1:
             why = "mixed GPU models"
         elif engine is not None and engine.noise.active:
             why = "per-rank compute slowdown: replicas are not identical"
         elif _digit_lanes(lo) is None and _stage_shift_period(lo) is None:
             why = "expert grid: the order leaves no lanes that map both the attention and the expert groups"
+        elif self.comm:
+            why = self._offload_fold_refusal()
         perms = lane_permutations(lo) if why is None else None
         if perms is not None and len(perms) == 1:
             why = ("expert grid (ep over cp × dp, or etp != tp): no lane other than the identity maps both the "
@@ -481,6 +483,47 @@ class _Generator:
         fold = Fold(perms, ("tp", "cp", "dp") if lo.cp > 1 else ("tp", "dp"))
         self.graph.meta["fold_lanes"] = fold.lanes
         return fold
+
+    def _offload_fold_refusal(self) -> str | None:
+        """Why offload memcpys keep the graph unfolded, or None. A folded memcpy copies on
+        every lane between the image's GPU and the image's own nearest memory node
+        (:mod:`dessim.engine.memlanes`). That is the unfolded run when (1) no such route has
+        an ECMP choice — the unfolded engine keys that choice by the task's position, which
+        the images of a folded task do not have — and (2) every rank's copies see the same
+        route: hop for hop the same capacity and latency, shared by as many ranks' copies
+        (e.g. three CXL expanders for four PCIe switches give two GPUs a longer route).
+        Otherwise the lanes would drift apart (the engine would report it as lane skew):
+        stay unfolded, exact."""
+        mem = self.plan.memory
+        router, node, edges = self.em.router, self.topo.node_of, self.topo.graph.edges
+        routes: dict[int, list[tuple[str, ...]]] = {}
+        for target in sorted({mem.offload_optimizer, mem.offload_activations} - {"none"}):
+            kind = OFFLOAD_NODE_KINDS[target]
+            for r in range(self.lo.world_size):
+                g, m = node(r), self.em.nearest(r, kind)
+                if not (router.key_independent(g, m) and router.key_independent(m, g)):
+                    return (f"offload memcpys of rank {r} to {m} have equal-cost paths (ECMP) "
+                            "chosen per task: lanes are not images of one another")
+                routes.setdefault(r, []).extend((router.path(g, m), router.path(m, g)))
+        users: dict[tuple[str, str], int] = {}
+        for paths in routes.values():
+            for hop in {h for p in paths for h in zip(p, p[1:])}:
+                users[hop] = users.get(hop, 0) + 1
+
+        def alike(path: tuple[str, ...]) -> tuple:
+            return tuple((edges[a, b]["bw"] * edges[a, b].get("efficiency", 1.0), edges[a, b]["lat"],
+                          users[a, b]) for a, b in zip(path, path[1:]))
+
+        first: tuple | None = None
+        for r, paths in sorted(routes.items()):
+            sig = tuple(alike(p) for p in paths)
+            if first is None:
+                first = (r, sig)
+            elif sig != first[1]:
+                return (f"offload routes differ: rank {r}'s copies to {paths[0][-1]} and rank "
+                        f"{first[0]}'s to {routes[first[0]][0][-1]} cross unlike links or links "
+                        "shared by unlike numbers of GPUs: lanes would not stay in step")
+        return None
 
     def _check_fold_tp_symmetry(self) -> None:
         """Closed-form TP times are taken from the representative's TP group for all its
