@@ -113,3 +113,35 @@ def test_storage_traffic_runs_through_the_fabric_alone():
             assert set(path[k + 1:]) <= inside              # then inside its host
     searches = {target for target, fabric, _ in router._maps if fabric}
     assert all(topo.graph.nodes[t]["kind"] != "nic" for t in searches)
+
+
+def _nearest_by_routing_every_candidate(router: Router, src: str, kinds: tuple[str, ...]) -> str | None:
+    """Router.nearest's definition, literally: route to every node of ``kinds``."""
+    topology = router.topology
+    graph = topology.graph
+    best = None
+    for node in sorted(n for k in kinds for n in topology.nodes_of_kind(k)):
+        try:
+            path = router.path(src, node)
+        except TopologyError:
+            continue
+        key = (len(path), sum(graph.edges[a, b]["lat"] for a, b in zip(path, path[1:])), node)
+        best = key if best is None or key < best else best
+    return None if best is None else best[2]
+
+
+@pytest.mark.parametrize("spec,kinds", [
+    ("dgx-h100:nodes=4", ("host_mem",)), ("dgx-a100:nodes=2", ("host_mem",)),
+    ("cxl:expanders=3", ("cxl_mem",)), ("cxl:expanders=3,attach=cpu", ("cxl_mem",)),
+    ("cxl:expanders=0", ("cxl_mem",)), ("cxl", ("cxl_mem", "host_mem")), ("pcie:8", ("host_mem",)),
+    ("gb200-nvl72", ("host_mem",)), ("switch16", ("storage",)),
+])
+def test_nearest_searches_the_neighbourhood_and_finds_what_routing_every_candidate_finds(spec, kinds):
+    """Router.nearest stops its breadth-first search past the best routed hop count: the
+    same node for every GPU as routing to every candidate (none where there is none)."""
+    from dessim.topology import load_topology
+
+    topology = load_topology(spec)
+    fast, slow = Router(topology), Router(topology)
+    for gpu in topology.gpus:
+        assert fast.nearest(gpu, kinds) == _nearest_by_routing_every_candidate(slow, gpu, kinds), gpu
