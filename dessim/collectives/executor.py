@@ -824,7 +824,7 @@ class _PlanRun:
         if template is not None:
             self.run.bundles_started += 1
             self.net.start_bundle(template, self.plan.nbytes[s] * self.factor,
-                                  lambda members, s=s: self._transfer_done(s, members))
+                                  _Done(self, s, None))
             return
         # routes depend on each transfer's ECMP key: exact bundle groups, the rest one by one
         members = range(self.sizes[s])
@@ -871,8 +871,7 @@ class _PlanRun:
                     starts[i] = now
             self.run.bundles_started += 1
             self.net.start_bundle(template, self.plan.nbytes[s] * self.factor,
-                                  lambda done, s=s, mine=mine: self._transfer_done(s, [mine[k] for k in done]),
-                                  latency=head)
+                                  _Done(self, s, mine), latency=head)
 
     def _ready(self, s: int, i: int) -> None:
         """Member ``i`` of step ``s`` became ready now (member-by-member tracking). Starts are
@@ -1098,6 +1097,56 @@ class _PlanRun:
         else:
             self._release(s, members, whole)
 
+    def _done_each(self, s: int, members: Sequence[int]) -> None:
+        """Members of step ``s`` finished now, reported one at a time in this order: the
+        effect of ``self._transfer_done(s, (i,))`` for each ``i`` in turn (the members of a
+        split bundle that finish together, :func:`~dessim.network.flow._report`), with the
+        per-step lookups done once. Steps of one member and steps with a reduction cost
+        take those calls themselves. Keep in step with :meth:`_transfer_done` and
+        :meth:`_release` (tests/test_executor_each.py compares the two)."""
+        plan = self.plan
+        m = self.sizes[s]
+        if m == 1 or (self.reduction_bw and plan.reduce_bytes[s] > 0):
+            for i in members:
+                self._transfer_done(s, (i,))
+            return
+        now = self.env.now
+        fin = self.member_finish.get(s)
+        if fin is None:
+            fin = self.member_finish[s] = array("d", [math.nan]) * m
+        pid = plan.pattern[s]
+        src_pos, dst_pos = self.src_pos[pid], self.dst_pos[pid]
+        left, group = self.left, self.group
+        nexts = [(s2, self._track(s2)) + self._reverse(s2, s) for s2 in self.succ[s]]
+        ready, finished, check = self._ready, self._rank_finished, self._check_done
+        left_in_step = self.left_in_step
+        rel = None                                   # _release's record for credits
+        if self.slots > 1:
+            rel = self.member_release.get(s)
+            if rel is None:
+                rel = self.member_release[s] = array("d", [math.nan]) * m
+        for i in members:
+            fin[i] = now
+            k = int(src_pos[i])                      # _account of the sender
+            left[k] -= 1
+            if left[k] == 0:
+                finished(group[k])
+            if rel is not None:                      # _release
+                rel[i] = now
+            self.released += 1
+            left_in_step[s] -= 1
+            for s2, w, rstart, rindex in nexts:
+                for x in range(rstart[i], rstart[i + 1]):
+                    j = rindex[x]
+                    w[j] -= 1
+                    if w[j] == 0:
+                        ready(s2, j)
+            k = int(dst_pos[i])                      # _account of the receiver
+            left[k] -= 1
+            if left[k] == 0:
+                finished(group[k])
+            check()
+
     def _release(self, s: int, members: Sequence[int], whole: bool) -> None:
         """Members of step ``s`` (and their reductions) are complete: wake dependents."""
         if self.slots > 1:
@@ -1184,6 +1233,25 @@ class _PlanRun:
             w[i] -= 1
             if w[i] == 0:
                 self._ready(s, i)
+
+
+class _Done:
+    """What a bundle of step ``s`` reports to (``mine``: the step's members it carries, in
+    its order; None: the whole step): ``run._transfer_done`` with those members, or one at a
+    time through ``each`` (:meth:`_PlanRun._done_each`)."""
+
+    __slots__ = ("run", "s", "mine")
+
+    def __init__(self, run: "_PlanRun", s: int, mine: list[int] | None) -> None:
+        self.run, self.s, self.mine = run, s, mine
+
+    def __call__(self, done: Sequence[int]) -> None:
+        mine = self.mine
+        self.run._transfer_done(self.s, done if mine is None else [mine[k] for k in done])
+
+    def each(self, done: Sequence[int]) -> None:
+        mine = self.mine
+        self.run._done_each(self.s, done if mine is None else [mine[k] for k in done])
 
 
 class _Stream(NamedTuple):

@@ -112,6 +112,9 @@ class Network(abc.ABC):
         self.topology = topology
         self.router = router if router is not None else router_for(topology)
         self.channels = channel_map_for(topology)
+        #: GPU node names by rank (a collective's transfers name ranks: resolved here without
+        #: the per-call checks of Topology.resolve, which only out-of-range ranks need)
+        self._gpu_names: tuple[str, ...] = topology.gpus
         self.record_links = bool(record_links)
         self.bundles = bool(bundles)
         self.utilisation: list[UtilisationPoint] = []
@@ -146,8 +149,12 @@ class Network(abc.ABC):
         overlapped its predecessor's bytes (:func:`~dessim.collectives.executor.run_schedule`,
         windowed connections).
         """
-        s = self._endpoint(src, "source")
-        d = self._endpoint(dst, "destination")
+        gpus = self._gpu_names
+        if type(src) is int and type(dst) is int and 0 <= src < len(gpus) and 0 <= dst < len(gpus):
+            s, d = gpus[src], gpus[dst]      # ranks: what _endpoint resolves them to
+        else:
+            s = self._endpoint(src, "source")
+            d = self._endpoint(dst, "destination")
         n = self._size(nbytes, s, d)
         if s == d:
             self.flows_started += 1
