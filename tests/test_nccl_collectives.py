@@ -91,6 +91,21 @@ def test_a_forced_protocol_restricts_the_choice():
     assert c.protocol == "LL" and c.algorithm in ("ring", "dbtree")
 
 
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter", "allgather"])
+def test_the_raw_protocol_runs_nccls_choice_of_algorithm_not_an_empty_refusal(op):
+    # raw is no NCCL protocol: it used to filter out every candidate and end in
+    # "no algorithm can run ... on this group: " with an empty list (--protocol raw alone)
+    topo = load_topology("dgx-h100:nodes=2")
+    group = tuple(range(16))
+    nccl = choose(get_op(op), group, 2.0**30, topo)
+    raw = choose(get_op(op), group, 2.0**30, topo, CollectiveSettings(protocol="raw"))
+    assert (raw.algorithm, raw.protocol) == (nccl.algorithm, "raw")
+    assert f"chooses {nccl.algorithm} ({nccl.protocol})" in raw.note
+    t_raw = run_collective(op, 2.0**30, topo, protocol="raw").time_s
+    t_nccl = run_collective(op, 2.0**30, topo).time_s
+    assert 0 < t_raw < t_nccl        # no framing, no software latency
+
+
 # --------------------------------------------------------------------- rail-aligned rings
 @settings(max_examples=12, deadline=None)
 @given(nodes=st.integers(2, 6), kind=st.sampled_from(["dgx-a100", "dgx-h100"]),

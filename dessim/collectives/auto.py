@@ -118,6 +118,9 @@ def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology,
     group = tuple(group)
     forced_algo = None if settings.algo == "auto" else settings.algo
     forced_proto = None if settings.protocol == "auto" else settings.protocol
+    # raw is no NCCL protocol: NCCL's model ranks the algorithms with its own protocols and
+    # the chosen algorithm then runs with the textbook model, as asked
+    raw = forced_proto == "raw"
     if op.name in _P2P_OPS:
         algo = forced_algo or "direct"
         per_peer = size / max(1, len(group) - 1) if op.name == "alltoall" else size
@@ -135,7 +138,7 @@ def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology,
         name = NCCL_TO_DESSIM[nccl_algo]
         if forced_algo is not None and name != forced_algo:
             continue
-        if forced_proto is not None and proto != forced_proto:
+        if forced_proto is not None and not raw and proto != forced_proto:
             continue
         t = algo_time(op.name, nccl_algo, proto, size, system)
         if name is None:
@@ -163,6 +166,11 @@ def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology,
         raise CollectiveError(f"auto: no algorithm can run {op.name} on this group: "
                               + "; ".join(e.describe() for e in estimates))
     best = ok[0]
+    if raw:
+        return AutoChoice(best.algorithm, "raw", tuple(ok) + tuple(e for e in estimates if e.time_s is None),
+                          system, "" if forced_algo else
+                          f"NCCL's model chooses {best.algorithm} ({best.protocol}); simulated with "
+                          "the raw protocol as asked")
     note = ""
     if unsimulated and min(unsimulated)[0] < best.time_s:
         note = (f"NCCL's model prefers {min(unsimulated)[1]} here, which dessim does not "
