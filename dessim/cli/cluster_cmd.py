@@ -81,7 +81,7 @@ def command(spec: str, topology: str | None, no_alone: bool, timeline: str | Non
         raise click.UsageError(f"{', '.join(given)}: only for a cluster over time (a scheduler: section in {spec})")
     cluster = load_cluster(spec)
     options = EngineOptions.of(_over(dict(cluster.engine), engine), spec,
-                               record_links=bool(timeline or gantt))
+                               record_links=bool(timeline))
     result = simulate_cluster(cluster, topology=topology, options=options, alone=not no_alone)
     written = write_outputs(result.simulation, timeline, GanttRequest(gantt) if gantt else None, spans)
     summary = result.summary()

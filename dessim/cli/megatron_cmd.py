@@ -63,7 +63,7 @@ def command(args: tuple[str, ...], allow_unsupported: bool, print_workload: bool
     if per_task:       # per-task records: every micro-batch replayed (no extrapolation)
         overrides["extrapolate"] = False
     result = simulate_workload(spec, topo, overrides=overrides,
-                               options=replace(engine, record_links=bool(timeline or gantt)))
+                               options=replace(engine, record_links=bool(timeline)))
     written = (write_outputs(result.simulation, timeline, gantt, spans, workload_labels(result, topology))
                if per_task else [])
     summary = result.summary()

@@ -241,7 +241,7 @@ def command(workload: str | None, granularity: str, fold: bool | None, extrapola
         overrides["hbm_capacity"] = parse_size(hbm, "--hbm", allow_zero=False)
     if engine.device:
         overrides["device"] = engine.device
-    options = replace(engine, record_links=bool(timeline or gantt))
+    options = replace(engine, record_links=bool(timeline))
     with status_line(progress):
         result = simulate_workload(workload or DEFAULT_WORKLOAD, topology, overrides=overrides,
                                    options=options)
