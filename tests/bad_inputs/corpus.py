@@ -198,6 +198,8 @@ SIM_FLAGS = [
     (["--gantt", "{d}/f/x.png"], ["--gantt", "not a directory"]),
     (["--granularity", "atom"], ["--granularity"]), (["--ep", "2"], ["ep"]),
     (["--cp", "3"], ["cp"]), (["--seed", "x"], ["--seed"]),
+    # the default topology (dgx-h100) names every GPU: an A100 would apply to no rank
+    (["--device", "A100"], ["--device", "'A100'", "no rank", "H100"]),
 ]
 for flags, words in SIM_FLAGS:
     case(f"simulate {' '.join(flags)}", ["simulate", "gpt3-1.3b", *flags], words, {"f": "x"})

@@ -24,7 +24,9 @@ OFFLOAD_NODE_KINDS: dict[str, str] = {"host": "host_mem", "cxl": "cxl_mem"}
 def resolve_devices(topology: Topology, fallback: Sequence[str | None], where: str) -> tuple[str, ...]:
     """The catalog GPU name of every rank of ``topology``: the topology's own, else the first
     of ``fallback`` that is set (the command line's ``--device``, then the workload's);
-    a :class:`~dessim.errors.WorkloadError` naming ``where`` if neither says."""
+    a :class:`~dessim.errors.WorkloadError` naming ``where`` if neither says, or if a device
+    given first (``--device``) would be used by no rank: a topology that names every rank's
+    GPU (dgx-h100) and another model asked for, which would otherwise be dropped silently."""
     out = []
     default = next((d for d in fallback if d), None)
     for r in range(topology.num_gpus):
@@ -33,6 +35,15 @@ def resolve_devices(topology: Topology, fallback: Sequence[str | None], where: s
             raise WorkloadError(f"{where}: rank {r} of topology {topology.name!r} has no GPU model and "
                                 "the workload names no device: give one (--device H100 or training.device)")
         out.append(get_device(name).name)
+    given = fallback[0] if fallback else None
+    if given and all(topology.device(r) for r in range(topology.num_gpus)):
+        wanted = get_device(given).name
+        if wanted not in out:
+            named = ", ".join(sorted(set(out)))
+            raise WorkloadError(f"{where}: device {given!r} (--device, engine.device) would apply to no rank: topology "
+                                f"{topology.name!r} names the GPU of every rank ({named}); choose the "
+                                "GPU in the topology (a dgx-a100/dgx-h100/dgx-b200 preset, its gpu= key, "
+                                "device= of an inline spec) or drop --device")
     return tuple(out)
 
 
