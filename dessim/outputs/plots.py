@@ -8,6 +8,12 @@ __all__ = ["plot_busbw", "PLOT_FORMATS"]
 
 #: Plot formats (matplotlib) by suffix → the extra that draws them.
 PLOT_FORMATS: dict[str, str | None] = {".png": "plot", ".svg": "plot", ".pdf": "plot"}
+#: matplotlib's metadata keys that carry its version or the date, per format, left out so
+#: that a plot is the same bytes on every run (each writer accepts only its own keys: the
+#: SVG writer refuses PNG's "Software").
+_UNSTAMPED: dict[str, dict[str, None]] = {
+    ".png": {"Software": None}, ".svg": {"Creator": None, "Date": None},
+    ".pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
 
 
 def plot_busbw(df, path: str, title: str) -> None:
@@ -28,5 +34,6 @@ def plot_busbw(df, path: str, title: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, format=kind.lstrip("."), dpi=100, metadata={"Software": None})
+    with matplotlib.rc_context({"svg.hashsalt": "dessim"}):   # fixed SVG element ids
+        fig.savefig(path, format=kind.lstrip("."), dpi=100, metadata=_UNSTAMPED[kind])
     plt.close(fig)
