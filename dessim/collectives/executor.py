@@ -930,7 +930,8 @@ class _PlanRun:
             if d is None:
                 d = self._delays(plan.pattern[s])
             extra = d if isinstance(d, float) else float(d[i])
-            parts.setdefault(_credit_left(issue, extra, self._route(s, i), now), []).append(i)
+            route = self._route(links[1][i], links[2][i], plan.channel[s])
+            parts.setdefault(_credit_left(issue, extra, route, now), []).append(i)
         if parts and s not in self.member_start:
             self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
         for (delay, head), part in parts.items():
@@ -941,17 +942,12 @@ class _PlanRun:
                 self._start_grouped(s, part, self._groups(s, part), head)
         return rest
 
-    def _preds(self, s: int) -> list[int]:
-        """Per member of step ``s``: its predecessor on its connection among its dependencies
-        in the previous step (same source and destination; the caller checks the channel),
-        -1 when it has none."""
-        return self._pair(s)[0]
-
     def _pair(self, s: int) -> tuple[list[int], list[tuple[int, ...] | None]]:
         """Per member of step ``s`` (pattern pair with the previous step's, memoised for the
-        schedule): its predecessor (:meth:`_preds`) and its other dependencies (None: it
-        gets no credit — it has no predecessor, or a predecessor and nothing else; module
-        docstring)."""
+        schedule): its predecessor on its connection among its dependencies in the previous
+        step (same source and destination; the caller checks the channel; -1: none) and its
+        other dependencies (None: it gets no credit — it has no predecessor, or a predecessor
+        and nothing else; module docstring)."""
         plan = self.plan
         key = (plan.pattern[s], plan.pattern[plan.prev[s]])
         got = self.static.preds.get(key)
@@ -987,7 +983,7 @@ class _PlanRun:
                 q2 = plan.prev[q]
                 if q2 < 0 or plan.channel[q2] != plan.channel[q]:
                     break
-                step = self._preds(q)
+                step = self._pair(q)[0]
                 kmap = [step[k] if k >= 0 else -1 for k in kmap]
                 q = q2
             else:
@@ -1028,10 +1024,9 @@ class _PlanRun:
                     issue = t
         return issue
 
-    def _route(self, s: int, i: int) -> float:
-        """Route latency (s) of member ``i`` of step ``s`` on its ECMP key."""
-        pat = self.plan.patterns[self.plan.pattern[s]]
-        conn = (int(pat.src[i]), int(pat.dst[i]), self.key_base + self.plan.channel[s])
+    def _route(self, src: int, dst: int, channel: int) -> float:
+        """Route latency (s) of ``src -> dst`` on ``channel``'s ECMP key."""
+        conn = (src, dst, self.key_base + channel)
         got = self.route_latency.get(conn)
         if got is None:
             got = self.route_latency[conn] = _route_latency(self.net, *conn)
