@@ -7,7 +7,7 @@ import click
 
 from typing import Any, Mapping
 
-from dessim.cli.common import GanttRequest, engine_options, output_file, print_json, write_file, write_outputs
+from dessim.cli.common import GanttRequest, collectives_line, engine_options, output_file, print_json, write_file, write_outputs
 from dessim.units import format_time
 
 
@@ -100,6 +100,9 @@ def command(spec: str, topology: str | None, no_alone: bool, timeline: str | Non
             if v:
                 base = j.exposed_comm_alone_s.get(cat, 0.0)
                 click.echo(f"    exposed {cat:<8} {format_time(base)} alone -> {format_time(v)} shared")
+    chosen = collectives_line(summary["collectives"])
+    if chosen:
+        click.echo(f"  collectives {chosen}")
     click.echo(f"  {summary['tasks']} tasks, {summary['events']} events, {summary['wall_s']:.2f} s wall time")
     for line in written:
         click.echo(f"  wrote {line}")

@@ -509,6 +509,24 @@ def table_records(table: Any) -> list[dict[str, Any]]:
     return [{str(k): _plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
 
 
+def collectives_line(c: dict[str, Any] | None) -> str | None:
+    """The summary line of a run's ``collectives`` (:meth:`SimulationResult.collectives`):
+    per group, each ``algorithm/protocol`` with its runs — what ``auto`` chose — and the
+    closed-form choices; None when the run had no collective."""
+    if not c:
+        return None
+    parts = [f"{group} " + ", ".join(f"{ap} ×{n:,}" for ap, n in chosen.items())
+             for group, chosen in (c.get("chosen") or {}).items()]
+    parts += [f"{group} {', '.join(aps)} (closed form)"
+              for group, aps in (c.get("closed_form") or {}).items()]
+    if not parts:
+        return None
+    algo = (c.get("settings") or "").split(",")[0]
+    how = ("algorithm auto: NCCL's tuning model, where a collective names none"
+           if algo == "algorithm auto" else f"{algo}, as asked")
+    return f"{'; '.join(parts)} (runs per group; {how})"
+
+
 def print_run_summary(result: SimulationResult, title: str) -> None:
     """Readable summary of an engine run."""
     s = result.summary()
@@ -521,6 +539,9 @@ def print_run_summary(result: SimulationResult, title: str) -> None:
         click.echo(f"    exposed {cat:<11} {format_time(v)}")
     click.echo(f"  waiting for peers   {format_time(s['wait_s'])}")
     click.echo(f"  idle                {format_time(s['idle_s'])}")
+    chosen = collectives_line(s["collectives"])
+    if chosen:
+        click.echo(f"  collectives         {chosen}")
     links = result.link_table()
     if len(links):
         top = links.sort_values(["bytes", "src", "dst"], ascending=[False, True, True]).iloc[0]

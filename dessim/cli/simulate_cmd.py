@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from dessim.cli.common import (GanttRequest, OutputPath, engine_options, output_file, output_options,
+from dessim.cli.common import (GanttRequest, OutputPath, collectives_line, engine_options, output_file, output_options,
                                progress_flag, report, report_run, status_line, reported_write,
                                write_file, write_outputs)
 from dessim.trace.chakra_io import check_chakra_prefix
@@ -46,6 +46,9 @@ def print_summary(s: dict[str, Any]) -> None:
     for cat, v in s["exposed_comm_s"].items():
         if v:
             click.echo(f"    {cat:<17} {format_time(v)}")
+    chosen = collectives_line(s.get("collectives"))
+    if chosen:
+        click.echo(f"  collectives         {chosen}")
     mem = s["memory_per_gpu_bytes"]
     click.echo(f"  memory per GPU      {format_size(mem['total'])} of {format_size(s['memory_capacity_bytes'])} "
                f"(stage {s['memory_stage']})")

@@ -185,8 +185,8 @@ class _Run:
         self.memo_static = self.memo_on and self._exclusive_collectives()
         self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
         self.memo_hits = 0
-        #: memo key -> instances of a collective with that key (planned at its first replay)
-        self.replayed_instances: dict[tuple, int] = {}
+        #: memo key -> the plans of its instances (made at the key's first replay)
+        self.replayed_instances: dict[tuple, list[CollectivePlan]] = {}
         #: per-link exclusivity (Shortcuts.link_memo, dessim.engine.links): collectives that
         #: are not alone on the network but alone on their channels are memoised too. Off
         #: with jitter (a duration is drawn when its task starts) and with a caller's own
@@ -204,8 +204,9 @@ class _Run:
         #: and per collective (coll_id) whose key it holds, its members arrived this instant
         self.multi_memo: dict[tuple, tuple[tuple[tuple[int, float], ...], tuple]] = {}
         self.multi_wait: dict[str, list[int]] = {}
-        #: (algorithm, protocol) -> collectives planned with it (reported in the result)
-        self.choices: dict[tuple[str, str], int] = {}
+        #: (category, algorithm, protocol) -> collective instances run with it, simulated or
+        #: replayed from a memo (reported in the result: what ``auto`` chose for each group)
+        self.choices: dict[tuple[str, str, str], int] = {}
         self.coll_state: dict[str, dict] = {}
         self.schedules: dict[tuple, object] = {}
         self.merged: dict[tuple, CompactSchedule | None] = {}   #: see _merged
@@ -414,9 +415,15 @@ class _Run:
             except DessimError as exc:
                 raise type(exc)(f"collective {t.coll_id!r} (task {t.id!r}): {exc}") from None
             self.schedules[key] = plan
-            self.choices[(plan.schedule.algorithm, plan.protocol.name)] = \
-                self.choices.get((plan.schedule.algorithm, plan.protocol.name), 0) + 1
         return plan
+
+    def _chose(self, t: Task, plans: Sequence[CollectivePlan]) -> None:
+        """Count one run of collective task ``t`` per plan (one per instance of its group),
+        under its summary category (``category or kind``, as the exposed-time accounting)."""
+        choices, cat = self.choices, t.category or t.kind
+        for plan in plans:
+            k = (cat, plan.schedule.algorithm, plan.protocol.name)
+            choices[k] = choices.get(k, 0) + 1
 
     def _start_p2p(self, i: int, j: int) -> None:
         """Both ends of a send/recv pair have started: move the bytes (on every lane of a
@@ -674,14 +681,13 @@ class _Run:
     def _count_replay(self, i: int, key: tuple) -> None:
         """Count a replay of collective task ``i`` (memo ``key``) as the runs of its
         instances (planned at the key's first replay, as a run would plan them)."""
-        runs = self.replayed_instances.get(key)
-        if runs is None:        # plan every instance once (as a run would); later replays of
-            t = self.tasks[i]   # the key find their plans made (``plan`` is a cache then)
+        t = self.tasks[i]
+        plans = self.replayed_instances.get(key)
+        if plans is None:       # plan every instance once (as a run would)
             instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
-            for inst in instances:
-                self.plan(t, inst)
-            runs = self.replayed_instances[key] = len(instances)
-        self.collective_runs += runs
+            plans = self.replayed_instances[key] = [self.plan(t, inst) for inst in instances]
+        self._chose(t, plans)
+        self.collective_runs += len(plans)
         self.memo_hits += 1
 
     def _memo_recorder(self, i: int, key: tuple, watch=None) -> Callable[[], None]:
@@ -870,6 +876,7 @@ class _Run:
             else:
                 instances, where = self.fold.instances(t.group)
             plans = [self.plan(t, inst) for inst in instances]
+            self._chose(t, plans)
             family = self._lane_family(t, instances, plans) if len(instances) > 1 else None
             # one member task whose images fill instance 0: every rank of it arrives together
             alone = where is not None and len(self.colls[t.coll_id]) == 1 and \
@@ -1068,8 +1075,14 @@ class _Run:
                   **self._stream_meta(), **self._memo_meta(),
                   "collectives": {"settings": self.settings.describe(),
                                   "calibration": self.calibration.label(),
-                                  "chosen": {f"{a}/{p}": n for (a, p), n
-                                             in sorted(self.choices.items())}}})
+                                  "chosen": self._chosen()}})
+
+    def _chosen(self) -> dict[str, dict[str, int]]:
+        """Collective runs per group category and ``algorithm/protocol`` (sorted)."""
+        out: dict[str, dict[str, int]] = {}
+        for (c, a, p), n in sorted(self.choices.items()):
+            out.setdefault(c, {})[f"{a}/{p}"] = n
+        return out
 
     def _memo_meta(self) -> dict:
         """How many exclusive collectives were replayed from the memo (empty when the

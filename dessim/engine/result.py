@@ -91,6 +91,14 @@ class SimulationResult:
                          "avg_utilisation": util})
         return pd.DataFrame(rows, columns=["src", "dst", "bytes", "capacity_Bps", "avg_utilisation"])
 
+    def collectives(self) -> dict[str, Any]:
+        """What ran the collectives: ``settings`` (the run's collective settings, one line:
+        ``algorithm auto, protocol auto, ...``) and ``chosen`` — per group category (``dp``,
+        ``tp``, ...), the collective runs (one per group instance, simulated or replayed from
+        a memo) per ``algorithm/protocol``: what ``auto`` chose (NCCL's tuner) or was asked."""
+        c = self.meta.get("collectives", {})
+        return {"settings": c.get("settings"), "chosen": c.get("chosen", {})}
+
     # ---------------------------------------------------------------- totals
     def _mean(self, attr: str) -> float:
         return sum(getattr(r, attr) for r in self.ranks) / len(self.ranks) if self.ranks else 0.0
@@ -116,4 +124,5 @@ class SimulationResult:
             "wall_s": self.wall_s,
             "network": self.network,
             "max_link_avg_utilisation": float(util.max()) if len(util) else 0.0,
+            "collectives": self.collectives(),
         }

@@ -331,6 +331,7 @@ class ClusterResult:
         return {"cluster": self.name, "topology": self.topology.name, "gpus": self.topology.num_gpus,
                 "makespan_s": self.simulation.makespan_s, "jobs": [j.summary() for j in self.jobs],
                 "calibration": self.simulation.meta.get("collectives", {}).get("calibration"),
+                "collectives": self.simulation.collectives(),
                 "tasks": len(self.taskgraph), "events": self.simulation.events, "wall_s": self.simulation.wall_s}
 
 

@@ -85,6 +85,7 @@ class DPResult(IterationResult):
             "memory_stage": 0,
             "layout": dict(self.layout),
             "calibration": self.simulation.meta.get("collectives", {}).get("calibration"),
+            "collectives": {**sim.collectives(), "closed_form": {}},
             "granularity": "layer",
             "comm": True,
             "bucket_size": self.bucket_size,

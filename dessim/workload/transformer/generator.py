@@ -1351,6 +1351,8 @@ class _Generator:
                 self.emit_rank(rank)
         if not self.comm or self.free_colls or self.pass_inputs:
             self._link_free()
+        if self.islands is not None and self.islands.chosen:
+            self.graph.meta["tp_closed_form_chosen"] = sorted(self.islands.chosen)
         return self.graph
 
 

@@ -20,6 +20,9 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.fl
   (:mod:`dessim.workload.transformer.overlap`).
 * ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
   (:meth:`~dessim.workload.transformer.memory.MemoryEstimate.breakdown`), with ``total``.
+* ``collectives`` — the run's collective ``settings`` and, per group category, the collective
+  runs per ``algorithm/protocol`` that ``auto`` (NCCL's tuner) chose or the settings forced
+  (``chosen``), and the choices of collectives timed in closed form (``closed_form``).
 * ``approximations`` — what the run models only approximately, one sentence each (the task
   graph's ``meta["approximations"]``; e.g. DeepEP's pipelined all-to-all phases); empty
   when none.
@@ -186,6 +189,15 @@ class WorkloadResult(IterationResult):
                 "collective_memo": self.simulation.meta.get("collective_memo"),
                 "refused": refused}
 
+    def collectives(self) -> dict[str, Any]:
+        """:meth:`SimulationResult.collectives` of the run, with ``closed_form``: per group
+        category, the ``algorithm/protocol`` of the collectives timed in closed form (isolated
+        TP islands, :mod:`~dessim.workload.transformer.tp_islands`; not counted as runs)."""
+        out = self.simulation.collectives()
+        closed = self.taskgraph.meta.get("tp_closed_form_chosen")
+        out["closed_form"] = {"tp": list(closed)} if closed else {}
+        return out
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready headline figures (module docstring)."""
         plan, lo, model = self.plan, self.plan.layout, self.plan.model
@@ -215,6 +227,7 @@ class WorkloadResult(IterationResult):
                         "fuse_optimizer_allreduce": plan.overlap.fuse_optimizer_allreduce},
             "groups": self.groups_summary(),
             "calibration": sim.meta.get("collectives", {}).get("calibration"),
+            "collectives": self.collectives(),
             "granularity": plan.options.granularity,
             "shortcuts": self.shortcuts(),
             "approximations": list(self.taskgraph.meta.get("approximations", [])),

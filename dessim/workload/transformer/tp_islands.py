@@ -137,6 +137,9 @@ class TPIslands:
         self.chmap = channel_map_for(topology)
         self._times: dict[tuple[str, float, tuple[int, ...]], float | None] = {}
         self._by_shape: dict[tuple, float | None] = {}
+        self._by_shape_chosen: dict[tuple, str] = {}
+        #: ``algorithm/protocol`` of every closed-form time given out (what ``auto`` chose)
+        self.chosen: set[str] = set()
         self.reasons: dict[tuple[int, ...], str] = {}
         tp_groups = [tuple(g) for g in tp_groups if len(g) > 1]
         node = topology.node_of
@@ -213,6 +216,8 @@ class TPIslands:
             if known is None:
                 self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
             self._times[key] = known
+            if known is not None:
+                self.chosen.add(self._by_shape_chosen[shape_key])
             return known
         plan = plan_collective(op, g, float(size), self.topology, o.collectives,
                                compact_schedules=cut.compact_schedules, calibration=self.calibration)
@@ -228,6 +233,10 @@ class TPIslands:
             value = None
             self.reasons.setdefault(g, f"{op} of {size:g} B: members finish at different times")
         self._times[key] = value
+        chosen = f"{plan.schedule.algorithm}/{plan.protocol.name}"
+        if value is not None:
+            self.chosen.add(chosen)
         if memo:
             self._by_shape[shape_key] = value
+            self._by_shape_chosen[shape_key] = chosen
         return value
