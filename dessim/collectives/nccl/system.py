@@ -11,11 +11,15 @@ bandwidth), and whether NVLink SHARP (NVLS) applies. It follows NCCL 2.30.7
   per direction), a PCIe x16 link ``width * GT/s code / 80`` (Gen4 24, Gen5 48 GB/s, i.e.
   24/31.5 of the raw rate), a NIC its line rate (400 Gb/s = 50 GB/s);
 * the ring search (``ncclTopoCompute``): the first speed of NCCL's speed list not above the
-  best path, as many channels as the links admit (each channel takes ``speed`` on every link
-  it crosses; a NIC admits ``floor(nic / speed)``), a lower speed only if strictly better,
-  then ``ncclTopoDupChannels`` (×2 channels at half the speed unless the speed is below 25,
-  or below 50 on sm90+ with more than 4 channels) and ``ncclTopoPostset`` (×2 execution
-  channels, ×2 more on sm90+ across nodes with fewer than 16 and speed above 45);
+  best GPU path (``maxBw``), as many channels as the links admit (each channel takes
+  ``speed`` on every link it crosses, ``ncclTopoFollowPath``: the entry NIC, its PCIe link
+  and the entry GPU's, the ``ppn - 1`` NVLink hops inside the node, the exit GPU's and exit
+  NIC's PCIe links; :func:`_ring_channels`), lower speeds while above 0.49 times the best
+  speed and only if strictly better, stopping once ``nChannels * speed`` reaches a GPU's
+  NVLink total (``totalBw``); then ``ncclTopoDupChannels`` (×2 channels at half the speed
+  unless the speed is below 25, or below 50 on sm90+ with more than 4 channels) and
+  ``ncclTopoPostset`` (×2 execution channels, ×2 more on sm90+ across nodes with fewer than
+  16 and speed above 45);
 * NVLS: sm90+ GPUs on one NVSwitch; one NVLS channel per GPU at the fastest intra speed that
   fits (8 × 40 GB/s on a DGX H100).
 * CollNet (IB SHARP): enabled when the group spans at least 2 nodes and every channel's NICs
@@ -34,21 +38,27 @@ bandwidth), and whether NVLink SHARP (NVLS) applies. It follows NCCL 2.30.7
   inter speed (reported only).
 
 These reproduce the search results worked out from the source for DGX A100 (1 node: 12
-channels × 20 GB/s, 24 executed; multi-node: 8 × 24, 16 executed) and DGX H100 (1 node:
-12 × 30, 24 executed; multi-node: 8 × 48, 16 executed; NCCL debug logs in nccl-tests#100 and
-nccl#892 agree). Only NCCL's *choice* depends on them (:mod:`~dessim.collectives.nccl.tuning`).
+channels × 20 GB/s, 24 executed; multi-node: 8 × 24, 16 executed; 4 HDR NICs: 4 × 24) and
+DGX H100 (1 node: 12 × 30, 24 executed; multi-node: 8 × 48, 16 executed; NCCL debug logs in
+nccl-tests#100 and nccl#892 agree; 4 × 400G: 4 × 48 duplicated to 8 × 24). An 800 Gb/s NIC
+on the same PCIe Gen5 link finds the same 8 × 48 (the NIC's PCIe link admits one ring of 48,
+and 8 rings of 48 already fill the NVLinks: 7 × 48 <= 370.8 < 8 × 48); a GB200 NVL72 ring
+crosses all 72 GPUs of its NVLink domain, so the NVLinks admit 15 rings of 48 or 16 of 45.1
+(kept: 721.6 > 720). Only NCCL's *choice* depends on them (:mod:`~dessim.collectives.nccl.tuning`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from dessim.catalog.devices import get_device
 from dessim.collectives.algorithms.sharp import sharp_lanes
 from dessim.collectives.nccl.tuning import AMPERE, BLACKWELL, HOPPER, VOLTA, NcclSystem
 from dessim.errors import CollectiveError
 from dessim.topology.graph import Topology
-from dessim.topology.hosts import host_map
+from dessim.topology.hosts import HostMap, host_map
 
 __all__ = ["nccl_system", "ARCH_OF_GENERATION", "arch_of"]
 
@@ -82,18 +92,94 @@ def _speeds(arch: int, inter: bool) -> tuple[float, ...]:
     return _SPEED_INTER if inter else _SPEED_INTRA
 
 
-def _search(speeds: tuple[float, ...], best: float, channels_at) -> tuple[int, float]:
-    """NCCL's speed loop: the first speed <= ``best``, then lower speeds only while strictly
-    better (``nChannels * speed``) and within a factor 0.49 of the start."""
-    start = next((i for i, v in enumerate(speeds) if v <= best * (1 + 1e-9)), len(speeds) - 1)
-    n_best, bw_best = channels_at(speeds[start]), speeds[start]
-    for v in speeds[start + 1:]:
-        if v / speeds[start] <= 0.49:
+def _search(speeds: tuple[float, ...], max_bw: float, total_bw: float,
+            channels_at: Callable[[float], int]) -> tuple[int, float]:
+    """Pass 1 of NCCL's ``ncclTopoCompute`` (``search.cc``): start at the first speed not above
+    ``max_bw`` (the best GPU path, ``system->maxBw``), find ``channels_at(speed)`` channels,
+    and try lower speeds while the next one is above 0.49 times the best graph's speed,
+    keeping a graph only if ``nChannels * speed`` is strictly larger; stop once a graph
+    reaches ``total_bw`` (``system->totalBw``, a GPU's NVLink or PCIe total) or the 32-channel
+    maximum."""
+    i = next((k for k, v in enumerate(speeds) if v <= max_bw * (1 + 1e-9)), len(speeds) - 1)
+    n_best, bw_best = 0, speeds[i]
+    while True:
+        n = channels_at(speeds[i])
+        if n * speeds[i] > n_best * bw_best:
+            n_best, bw_best = n, speeds[i]
+        if n_best >= _MAX_SEARCH_CHANNELS or n_best * bw_best >= total_bw - 1e-9:
             break
-        n = channels_at(v)
-        if n * v > n_best * bw_best:
-            n_best, bw_best = n, v
+        if i + 1 >= len(speeds) or (n_best and speeds[i + 1] / bw_best <= 0.49):
+            break
+        i += 1
     return max(1, n_best), bw_best
+
+
+def _fit(capacity: float, speed: float) -> int:
+    """How many channels of ``speed`` GB/s a link of ``capacity`` GB/s admits: ``followPath``
+    subtracts ``speed`` per channel (rounded to 1e-3, ``SUB_ROUND``) while it fits."""
+    return math.floor(capacity / speed + 1e-6)
+
+
+@dataclass(frozen=True)
+class _NodeLinks:
+    """The links of one node a multi-node ring channel crosses, in NCCL's units (GB/s).
+
+    ``nic_groups``: per set of NICs sharing the same local GPUs (a PCIe switch), the
+    capacity of each of those NICs (``min(line rate, NIC PCIe link)``) and how many of the
+    communicator's GPUs are local to them (PIX); ``gpu_pcie``: a GPU's PCIe link;
+    ``gpu_intra``: a GPU's NVLink total (or its PCIe link when the GPUs talk over PCIe);
+    ``all_local``: every member GPU has a NIC on its PCIe switch; ``ppn``: member GPUs."""
+
+    nic_groups: tuple[tuple[tuple[float, ...], int], ...]
+    gpu_pcie: float
+    gpu_intra: float
+    intra_nvlink: bool
+    all_local: bool
+    ppn: int
+
+
+def _ring_channels(links: _NodeLinks, speed: float) -> int:
+    """Ring channels of ``speed`` GB/s that NCCL's search can place on ``links`` (NCCL 2.30.7,
+    commit 5067397c: ``src/graph/search.cc`` ``followPath`` / ``ncclTopoFollowPath`` lines
+    81-170, ``ncclTopoSearchNextGpuSort`` 253, ``ncclTopoSearchCheckNet`` 593,
+    ``ncclTopoSearchRecGpu`` 621, ``ncclTopoSearchRecNet`` 724; PXN: ``src/graph/paths.cc``
+    812-842; docs/references.md "NCCL 2.30.7 ring search bound").
+
+    A channel enters the node from a NIC into a GPU local to it (NET -> NIC -> PCIe switch
+    -> GPU: ``net.bw`` and both PCIe links are charged ``speed``), crosses the other
+    ``ppn - 1`` GPUs over NVLink (each GPU -> NVSwitch -> GPU hop charges the sender's and the
+    receiver's NVLink ``speed``) and leaves from its last GPU to a NIC local to that GPU
+    (``crossNic``: that NIC may differ from the entry NIC; through PXN the last GPU would
+    instead send over NVLink to the NIC's GPU, which saves no NVLink). So, per node:
+
+    * entries (and exits) <= sum over PCIe switches of min(NIC capacity / speed, local GPUs
+      x GPU PCIe / speed), each quotient floored;
+    * every GPU sends on NVLink in every channel except those it ends: with ``c`` channels
+      per GPU NVLink (``floor(NVLink / speed)``) and ends spread over the ``ppn`` GPUs,
+      ``n - floor(n / ppn) <= c``, i.e. ``n <= floor(ppn * c / (ppn - 1))``, and a GPU ends
+      at most ``floor(GPU PCIe / speed)`` channels (``n <= c + that``); when a member GPU
+      has no NIC on its switch it never ends a channel, so ``n <= c``; receives are the
+      mirror image (a GPU receives on NVLink in every channel it does not start);
+    * GPUs talking over PCIe send both ring hops and NIC traffic on their one PCIe link:
+      ``n <= floor(GPU PCIe / speed)``.
+
+    The search is a bounded depth-first search; this is the number it finds when it is not
+    cut short by its time budget, as on the DGX systems whose NCCL logs agree (module
+    docstring). It assumes NICs and GPUs spread evenly over the PCIe switches, as every
+    preset does."""
+    entries = sum(min(sum(_fit(c, speed) for c in caps), gpus * _fit(links.gpu_pcie, speed))
+                  for caps, gpus in links.nic_groups)
+    n = min(entries, _MAX_SEARCH_CHANNELS)
+    ppn = links.ppn
+    if ppn > 1:
+        per_gpu = _fit(links.gpu_intra, speed)
+        if not links.intra_nvlink:
+            n = min(n, per_gpu)
+        elif links.all_local:
+            n = min(n, (ppn * per_gpu) // (ppn - 1), per_gpu + _fit(links.gpu_pcie, speed))
+        else:
+            n = min(n, per_gpu)
+    return n
 
 
 def arch_of(topology: Topology, rank: int) -> int:
@@ -123,21 +209,14 @@ def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
     if total <= 0:   # a generic topology: the member's widest link, raw
         total = max((float(d["bw"]) for _, _, d in graph.edges(gpu, data=True)), default=1e9) / 1e9
     if nodes == 1:
-        n_ch, bw = _search(_speeds(arch, False), total,
-                           lambda v: min(_MAX_SEARCH_CHANNELS, math.floor(total / v + 1e-9)))
+        n_ch, bw = _search(_speeds(arch, False), total, total,
+                           lambda v: min(_MAX_SEARCH_CHANNELS, _fit(total, v)))
         bw_inter = bw
         pxn_ok = True
     else:
-        host = hosts.host_of(group[0])
-        nics = [n for n in host.nics if any(host.nic_of.get(r) == n or r in host.pix.get(n, ())
-                                            for r in parts[0])] or list(host.nics)
-        nic_bw = min((float(graph.edges[n, m]["bw"]) for n in nics for m in graph.adj[n]
-                      if graph.nodes[m].get("kind") == "switch" and m not in hosts.domain),
-                     default=25e9) / 1e9
-        path = min(nic_bw, pcie_raw * _PCI_FACTOR / 1e9) if pcie_raw else nic_bw
-        per_nic = lambda v: math.floor(nic_bw / v + 1e-9)
-        n_ch, bw = _search(_speeds(arch, True), path,
-                           lambda v: min(_MAX_SEARCH_CHANNELS, len(nics) * per_nic(v)))
+        links, path = _node_links(topology, hosts, parts[0], total, intra_nvlink, pcie_raw)
+        n_ch, bw = _search(_speeds(arch, True), path, total,
+                           lambda v: _ring_channels(links, v))
         bw_inter = bw
         pxn_ok = bool(topology.meta.get("pxn", True))
     # ncclTopoDupChannels
@@ -167,6 +246,37 @@ def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
                       nvls_bw_inter=(bw_inter if nodes > 1 else nvls_bw),
                       collnet=bool(collnet), amd_cpu=topology.meta.get("cpu_vendor") == "amd",
                       execution_channels=execution, nvswitch=nvswitch, **collnet)
+
+
+def _node_links(topology: Topology, hosts: HostMap, members: tuple[int, ...],
+                gpu_intra: float, intra_nvlink: bool,
+                pcie_raw: float) -> tuple[_NodeLinks, float]:
+    """The :class:`_NodeLinks` of the host of ``members`` and the best GPU -> NET path
+    bandwidth (``system->maxBw``: min of the GPU's PCIe link, the NIC's PCIe link and the
+    NIC's line rate), in NCCL's units (GB/s)."""
+    graph = topology.graph
+    host = hosts.host_of(members[0])
+    nics = [n for n in host.nics if any(host.nic_of.get(r) == n or r in host.pix.get(n, ())
+                                        for r in members)] or list(host.nics)
+    gpu_pcie = pcie_raw * _PCI_FACTOR / 1e9 if pcie_raw else math.inf
+
+    def capacity(nic: str) -> float:
+        line = min((float(graph.edges[nic, m]["bw"]) for m in graph.adj[nic]
+                    if graph.nodes[m].get("kind") == "switch" and m not in hosts.domain),
+                   default=25e9) / 1e9
+        pci = [float(graph.edges[nic, m]["bw"]) * _PCI_FACTOR / 1e9 for m in graph.adj[nic]
+               if m in hosts.domain and graph.edges[nic, m]["type"] == "pcie"]
+        return min([line] + pci)
+
+    groups: dict[frozenset[int], list[float]] = {}
+    for nic in nics:
+        groups.setdefault(frozenset(host.pix.get(nic, ())) & frozenset(members), []).append(
+            capacity(nic))
+    local = frozenset().union(*groups)
+    nic_groups = tuple((tuple(caps), len(gpus) or len(members)) for gpus, caps in groups.items())
+    links = _NodeLinks(nic_groups, gpu_pcie, gpu_intra, intra_nvlink,
+                       local >= frozenset(members), len(members))
+    return links, min(gpu_pcie, max(c for caps, _ in nic_groups for c in caps))
 
 
 def _collnet_graphs(group: tuple[int, ...], topology: Topology, arch: int, nodes: int,
