@@ -5,11 +5,13 @@ NVLinks — not by the NICs' line rate alone. A faster NIC therefore never makes
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dessim.collectives import run_collective
-from dessim.collectives.nccl import nccl_system
+from dessim.collectives.nccl import algo_time, nccl_system
 from dessim.collectives.nccl.system import _NodeLinks, _ring_channels
 from dessim.topology import load_topology
 
@@ -89,3 +91,29 @@ def test_more_nic_bandwidth_never_lowers_the_ring_and_nvlinks_admit_every_channe
     # each channel costs per_channel on the NVLink of ppn - 1 of the ppn GPUs
     busiest = (channels - channels // ppn) * per_channel
     assert busiest <= nvlink + 1e-6
+
+
+def test_the_tree_graphs_second_pass_raises_bw_intra_on_two_node_trees():
+    # ncclTopoCompute pass 2 ("increase bwIntra for trees"): from the ring's speed up NCCL's
+    # inter speed list while below twice bwInter and the NVLinks carry the 8 chains (each
+    # GPU sends in 7): DGX A100 24 -> 28 -> 30 (7 x 30 <= 240 < 7 x 48); DGX H100 is
+    # already at the top of the sm90 list (48)
+    a100, _ = _system("dgx-a100:nodes=2")
+    h100, _ = _system("dgx-h100:nodes=2")
+    assert (a100.channels, a100.tree_bw_intra, a100.bw_inter) == (8, 30, 24)
+    assert (h100.tree_bw_intra, h100.bw_inter) == (48, 48)
+    # a ring over 200G NICs runs at 24 GB/s; its tree's chains may run at 48 on NVLink
+    eth, _ = _system("dgx-h100:nodes=2,nic=eth200")
+    assert (eth.bw_inter, eth.tree_bw_intra) == (24, 48)
+
+
+def test_nccls_tree_estimate_reads_the_tree_graph_on_two_nodes_and_bw_inter_beyond():
+    # tuning.cc: bw = nNodes <= 2 ? graphs[a]->bwIntra : graphs[a]->bwInter, per algorithm
+    two, _ = _system("dgx-a100:nodes=2")
+    four, _ = _system("dgx-a100:nodes=4")
+    size = 2.0**32
+    tree_two = algo_time("allreduce", "tree", "Simple", size, two)
+    flat = algo_time("allreduce", "tree", "Simple", size, replace(two, tree_bw_intra=0.0))
+    assert tree_two < flat                               # 8 x 30 (capped) beats 8 x 24
+    assert algo_time("allreduce", "tree", "Simple", size, four) == algo_time(
+        "allreduce", "tree", "Simple", size, replace(four, tree_bw_intra=four.bw_inter))

@@ -90,6 +90,8 @@ class AutoChoice:
             head += (f" (NCCL 2.30.7 tuning model; {s.nodes} node(s) x {s.ppn} GPU(s), "
                      f"{s.channels} search channels at {s.bw_intra:g}/{s.bw_inter:g} GB/s, "
                      f"{s.execution_channels} executed"
+                     + (f", tree at {s.tree_bw_intra:g}/{s.bw_inter:g} GB/s"
+                        if s.tree_bw_intra and s.tree_bw_intra != s.bw_intra else "")
                      + (f", NVLS {s.nvls_channels} heads" if s.nvls else "")
                      + (f", CollNet (IB SHARP) {s.collnet_heads} heads" if s.collnet else "")
                      + ")")

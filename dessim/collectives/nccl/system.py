@@ -20,6 +20,13 @@ bandwidth), and whether NVLink SHARP (NVLS) applies. It follows NCCL 2.30.7
   unless the speed is below 25, or below 50 on sm90+ with more than 4 channels) and
   ``ncclTopoPostset`` (×2 execution channels, ×2 more on sm90+ across nodes with fewer than
   16 and speed above 45);
+* the tree graph (``init.cc``: ``BALANCED_TREE``, on sm90 falling back to ``TREE``, with the
+  ring's channel count as its minimum and maximum) finds the ring's speed across nodes;
+  ``ncclTopoCompute``'s second pass then raises its ``bwIntra`` through the inter speed list
+  while below twice ``bwInter`` and the NVLinks carry the chains
+  (:func:`_tree_bw_intra`): DGX A100 8 × 30/24, DGX H100 8 × 48/48, DGX H100 on 200G
+  Ethernet 8 × 48/24. NCCL's tree estimate reads ``bwIntra`` up to 2 nodes, ``bwInter``
+  beyond (``tuning.cc``);
 * NVLS: sm90+ GPUs on one NVSwitch; one NVLS channel per GPU at the fastest intra speed that
   fits (8 × 40 GB/s on a DGX H100).
 * CollNet (IB SHARP): enabled when the group spans at least 2 nodes and every channel's NICs
@@ -239,10 +246,12 @@ def nccl_system(group: tuple[int, ...], topology: Topology) -> NcclSystem:
         nvls_ch = min(32, ppn)
         fits = [v for v in _speeds(arch, False) if nvls_ch * v <= total + 1e-9]
         nvls_bw = fits[0] if fits else _speeds(arch, False)[-1]
+    tree_intra = (_tree_bw_intra(_speeds(arch, True), bw_inter, n_ch, ppn, total)
+                  if nodes > 1 and intra_nvlink else bw)
     return NcclSystem(arch=arch, ranks=len(group), nodes=nodes, ppn=ppn, channels=n_ch,
-                      bw_intra=bw, bw_inter=bw_inter, intra_nvlink=intra_nvlink,
-                      inter_pxn_or_better=pxn_ok, nvls=nvls, nvls_channels=nvls_ch,
-                      nvls_bw_intra=nvls_bw,
+                      bw_intra=bw, bw_inter=bw_inter, tree_bw_intra=tree_intra,
+                      intra_nvlink=intra_nvlink, inter_pxn_or_better=pxn_ok, nvls=nvls,
+                      nvls_channels=nvls_ch, nvls_bw_intra=nvls_bw,
                       nvls_bw_inter=(bw_inter if nodes > 1 else nvls_bw),
                       collnet=bool(collnet), amd_cpu=topology.meta.get("cpu_vendor") == "amd",
                       execution_channels=execution, nvswitch=nvswitch, **collnet)
@@ -279,6 +288,36 @@ def _node_links(topology: Topology, hosts: HostMap, members: tuple[int, ...],
     return links, min(gpu_pcie, max(c for caps, _ in nic_groups for c in caps))
 
 
+def _raise_intra(speeds: tuple[float, ...], bw_inter: float,
+                 fits: Callable[[float], bool]) -> float:
+    """Pass 2 of ``ncclTopoCompute`` for tree patterns (``search.cc`` line 1280, "increase
+    bwIntra for trees (2 nodes or collnet)"): from the graph's speed, step ``bwIntra`` up
+    NCCL's inter speed list while it is below twice ``bw_inter`` and the search still
+    places the graph's channels at the higher speed (``fits``)."""
+    i = next((k for k, v in enumerate(speeds) if v <= bw_inter * (1 + 1e-9)), 0)
+    intra = speeds[i]
+    while i > 0 and intra < 2 * bw_inter and fits(speeds[i - 1]):
+        i -= 1
+        intra = speeds[i]
+    return intra
+
+
+def _tree_bw_intra(speeds: tuple[float, ...], bw_inter: float, channels: int, ppn: int,
+                   nvlink: float) -> float:
+    """``bwIntra`` of a multi-node tree graph (``TREE`` / ``BALANCED_TREE`` pattern, the ring's
+    ``channels``, ``init.cc`` minChannels = maxChannels = the ring's) after pass 2
+    (:func:`_raise_intra`). A tree channel enters a GPU from a NIC, returns to that NIC
+    (``bwInter``) and chains through the other ``ppn - 1`` GPUs over NVLink, stepping to
+    the next GPU (``ncclTopoSearchNextGpuSort``): every GPU but the chain's last sends
+    ``bwIntra`` on its NVLink, and with chains started on every GPU in turn a GPU sends in
+    ``channels - floor(channels / ppn)`` of them. ``nvlink``: a GPU's NVLink total, NCCL
+    units (GB/s)."""
+    if ppn < 2:
+        return bw_inter
+    sends = channels - channels // ppn
+    return _raise_intra(speeds, bw_inter, lambda v: sends * v <= nvlink + 1e-6)
+
+
 def _collnet_graphs(group: tuple[int, ...], topology: Topology, arch: int, nodes: int,
                     ppn: int, ring_channels: int, bw_inter: float, nvlink: float) -> dict:
     """CollNet fields of :class:`NcclSystem` (module docstring); empty when CollNet is off.
@@ -291,19 +330,9 @@ def _collnet_graphs(group: tuple[int, ...], topology: Topology, arch: int, nodes
         return {}
     heads = len(lanes)
     speeds = _speeds(arch, True)
-
-    def raise_intra(fits) -> float:     # search pass 2: "increase bwIntra for trees"
-        i = next((k for k, v in enumerate(speeds) if v <= bw_inter * (1 + 1e-9)), 0)
-        intra = speeds[i]
-        while i > 0 and intra < 2 * bw_inter and fits(speeds[i - 1]):
-            i -= 1
-            intra = speeds[i]
-        return intra
-
-    hops = (ppn - 1) / ppn                             # chain links per GPU and channel
-    chain = raise_intra(lambda v: ring_channels * hops * v <= nvlink + 1e-9)
+    chain = _tree_bw_intra(speeds, bw_inter, ring_channels, ppn, nvlink)
     per_gpu = 1 + (heads - 1) / (ppn - 1) if ppn > 1 else 1.0
-    direct = raise_intra(lambda v: v * per_gpu <= nvlink + 1e-9)
+    direct = _raise_intra(speeds, bw_inter, lambda v: v * per_gpu <= nvlink + 1e-9)
     return {"collnet_heads": heads, "collnet_chain_channels": ring_channels,
             "collnet_chain_bw_intra": chain, "collnet_chain_bw_inter": bw_inter,
             "collnet_direct_channels": heads, "collnet_direct_bw_intra": direct,

@@ -130,6 +130,8 @@ class NcclSystem:
     bw_inter: float             #: ring/tree graph per-channel bandwidth across nodes
     intra_nvlink: bool          #: GPUs of a node talk over NVLink (else PCIe)
     inter_pxn_or_better: bool = True   #: GPU-NIC paths no worse than PXN (LL128 across nodes)
+    #: tree graph bwIntra (search pass 2 raises it on multi-node trees; 0: ``bw_intra``)
+    tree_bw_intra: float = 0.0
     nvls: bool = False          #: NVLink SHARP available (NVSwitch, sm90+)
     nvls_channels: int = 0      #: NVLS search channels (heads)
     nvls_bw_intra: float = 0.0
@@ -231,7 +233,8 @@ def _bus_bw(op: str, algo: str, proto: str, s: NcclSystem) -> float:
         if s.arch >= HOPPER:
             bus *= 0.85
         return bus
-    bw = s.bw_intra if s.nodes <= 2 else s.bw_inter
+    bw = ((s.tree_bw_intra or s.bw_intra) if algo == "tree" else s.bw_intra) \
+        if s.nodes <= 2 else s.bw_inter       # graphs[a]->bwIntra of the algorithm's graph
     bus = s.channels * bw
     ll_max = (_LL_MAX_BW_ARCH[s.arch][0] if s.nodes == 1
               else _LL_MAX_BW_CPU[1 if s.amd_cpu else 0][idx])
