@@ -124,6 +124,8 @@ def _search(speeds: tuple[float, ...], max_bw: float, total_bw: float,
 def _fit(capacity: float, speed: float) -> int:
     """How many channels of ``speed`` GB/s a link of ``capacity`` GB/s admits: ``followPath``
     subtracts ``speed`` per channel (rounded to 1e-3, ``SUB_ROUND``) while it fits."""
+    if math.isinf(capacity):
+        return _MAX_CHANNELS
     return math.floor(capacity / speed + 1e-6)
 
 
@@ -278,9 +280,9 @@ def _node_links(topology: Topology, hosts: HostMap, members: tuple[int, ...],
         return min([line] + pci)
 
     groups: dict[frozenset[int], list[float]] = {}
-    for nic in nics:
-        groups.setdefault(frozenset(host.pix.get(nic, ())) & frozenset(members), []).append(
-            capacity(nic))
+    for nic in nics:        # the members a NIC is local to: on its PCIe switch, or its own
+        near = set(host.pix.get(nic, ())) | {r for r, n in host.nic_of.items() if n == nic}
+        groups.setdefault(frozenset(near) & frozenset(members), []).append(capacity(nic))
     local = frozenset().union(*groups)
     nic_groups = tuple((tuple(caps), len(gpus) or len(members)) for gpus, caps in groups.items())
     links = _NodeLinks(nic_groups, gpu_pcie, gpu_intra, intra_nvlink,
