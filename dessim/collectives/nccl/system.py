@@ -137,7 +137,8 @@ class _NodeLinks:
     capacity of each of those NICs (``min(line rate, NIC PCIe link)``) and how many of the
     communicator's GPUs are local to them (PIX); ``gpu_pcie``: a GPU's PCIe link;
     ``gpu_intra``: a GPU's NVLink total (or its PCIe link when the GPUs talk over PCIe);
-    ``all_local``: every member GPU has a NIC on its PCIe switch; ``ppn``: member GPUs."""
+    ``all_local``: every member GPU has a NIC on its PCIe switch (or cabled to it); ``ppn``:
+    member GPUs."""
 
     nic_groups: tuple[tuple[tuple[float, ...], int], ...]
     gpu_pcie: float
