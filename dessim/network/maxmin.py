@@ -31,6 +31,17 @@ __all__ = ["MaxMinSystem", "SAT_TOL", "Solver", "Variable", "solve_maxmin"]
 F = TypeVar("F", bound=Hashable)
 
 
+def _saturated(c: int, touched, remaining: dict[int, float], unfixed: dict, heap: list) -> None:
+    """Channel ``c`` is full: its residual is 0, and every other channel the flows fixed on
+    it cross (``touched``) that still has unfixed flows gets a heap entry with its new share."""
+    remaining[c] = 0.0
+    for d in touched:
+        if d != c and unfixed[d] > 0:
+            if remaining[d] < 0.0:  # float noise only: shares never exceed capacity
+                remaining[d] = 0.0
+            heapq.heappush(heap, (remaining[d] / unfixed[d], d))
+
+
 def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
                  capacity: Mapping[int, float] | Sequence[float],
                  weights: Mapping[F, Sequence[float] | None] | None = None) -> dict[F, float]:
@@ -46,7 +57,13 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
     the same pace: progressive filling on the constraints ``sum_f w_fc * r_f <= cap_c``.
     A flow that crosses no channel is unconstrained: its rate is ``float('inf')``. The result
     has the keys of ``flow_channels`` in the same order.
+
+    Without weights, flows that list the same channel tuple are filled as one group
+    (:func:`_solve_grouped`): the same float operations in the same order per channel, so
+    the same rates, bit for bit.
     """
+    if weights is None or not any(weights.values()):
+        return _solve_grouped(flow_channels, capacity)
     inf = float("inf")
     rates: dict[F, float] = {}
     users: dict[int, list[F]] = {}
@@ -104,12 +121,89 @@ def solve_maxmin(flow_channels: Mapping[F, Sequence[int]],
                     unfixed[d] -= w
                     remaining[d] -= share * w
                     touched.add(d)
-        remaining[c] = 0.0
-        for d in touched:
-            if d != c and unfixed[d] > 0:
-                if remaining[d] < 0.0:  # float noise only: shares never exceed capacity
-                    remaining[d] = 0.0
-                heapq.heappush(heap, (remaining[d] / unfixed[d], d))
+        _saturated(c, touched, remaining, unfixed, heap)
+    return {f: rates[f] for f in flow_channels}
+
+
+def _solve_grouped(flow_channels: Mapping[F, Sequence[int]],
+                   capacity: Mapping[int, float] | Sequence[float]) -> dict[F, float]:
+    """:func:`solve_maxmin` without weights, with the flows that list the same channel
+    tuple kept as one group (a collective's ring lanes put dozens of flows on one route:
+    the 10,000 flows of the 72 NVL72 rings of two racks cross 72 to 288 distinct tuples).
+
+    Exact — the very floats of the flow-by-flow filling: when channel ``c`` saturates,
+    every unfixed flow on it is fixed at the one value ``share`` and each of its listings
+    subtracts ``share`` from that channel's ``remaining`` and 1 from its ``unfixed``. All
+    subtractions of one saturation are of the same value, so each channel's sequence of
+    float operations is ``remaining -= share`` once per listing of a newly fixed flow,
+    whichever flow it comes from and in whatever order; here they are done per channel,
+    ``k`` times for ``k`` listings, with nothing read in between (the heap entries pushed
+    afterwards are the same tuples, and a heap pops equal tuples alike). The groups on a
+    channel are the same flows, so each channel's unfixed count and first share are too
+    (tests/test_maxmin.py compares with the flow-by-flow filling)."""
+    inf = float("inf")
+    rates: dict[F, float] = {}
+    groups: dict[tuple[int, ...], list[F]] = {}     # channel tuple -> its flows, in order
+    for f, chans in flow_channels.items():
+        key = tuple(chans)
+        fs = groups.get(key)
+        if fs is None:
+            groups[key] = [f]
+        else:
+            fs.append(f)
+    users: dict[int, list[tuple[int, ...]]] = {}    # channel -> its groups (once per listing)
+    unfixed: dict[int, int] = {}                    # flows on it, a flow once per listing
+    for chans, fs in groups.items():
+        if not chans:
+            for f in fs:
+                rates[f] = inf
+            continue
+        n = len(fs)
+        for c in chans:
+            lst = users.get(c)
+            if lst is None:
+                users[c] = [chans]
+                unfixed[c] = n
+            else:
+                lst.append(chans)
+                unfixed[c] += n
+    remaining: dict[int, float] = {}
+    heap: list[tuple[float, int]] = []
+    for c, n in unfixed.items():
+        cap = float(capacity[c])
+        remaining[c] = cap
+        heap.append((cap / n, c))
+    heapq.heapify(heap)
+
+    fixed: set[tuple[int, ...]] = set()
+    left = len(flow_channels) - len(rates)
+    while left:
+        share, c = heapq.heappop(heap)
+        n = unfixed[c]
+        if n == 0:
+            continue
+        if remaining[c] / n != share:   # stale: a newer entry with the grown share is in the heap
+            continue
+        # Channel c saturates: every unfixed flow on it gets `share`.
+        touched: dict[int, int] = {}     # channel -> listings of the flows fixed now
+        for chans in users[c]:
+            if chans in fixed:
+                continue
+            fixed.add(chans)
+            fs = groups[chans]
+            for f in fs:
+                rates[f] = share
+            k = len(fs)
+            left -= k
+            for d in chans:
+                touched[d] = touched.get(d, 0) + k
+        for d, k in touched.items():
+            unfixed[d] -= k
+            r = remaining[d]
+            for _ in range(k):
+                r -= share
+            remaining[d] = r
+        _saturated(c, touched, remaining, unfixed, heap)
     return {f: rates[f] for f in flow_channels}
 
 
