@@ -16,7 +16,12 @@ from dessim.units import format_size, format_time, parse_size
 @click.command(name="compare", epilog="Example: dessim compare allreduce --algos "
                "ring,tree,hd,direct --sizes 1KiB,1MiB,64MiB --topology switch:16")
 @click.argument("op")
-@click.option("--algos", required=True, help="Comma-separated algorithms (auto allowed).")
+@click.option("--algos", default=None,
+              help="Comma-separated algorithms (auto allowed). Default: every algorithm that "
+                   "can run OP on the group, in registry order (ring, tree, dbtree, rd, hd, "
+                   "direct, pairwise, rail, hierarchical, nvls, nvlstree, collnet, "
+                   "collnetdirect); the others are listed as skipped with the reason. Naming "
+                   "one that cannot run is an error.")
 @click.option("--sizes", required=True, help="Comma-separated sizes, e.g. 1KiB,1MiB,64MiB.")
 @engine_options(paths=COLLECTIVE_PATHS)
 @ranks_option
@@ -25,18 +30,20 @@ from dessim.units import format_size, format_time, parse_size
 @click.option("--plot", "plot_path", default=None, type=output_file("plot"),
               help="Write a plot (.png, .svg or .pdf) of busbw vs size per algorithm.")
 @json_option
-def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
+def command(op: str, algos: str | None, sizes: str, topology: str, ranks: str | None,
             engine: EngineOptions, csv_path: str | None, plot_path: str | None,
             as_json: bool) -> None:
     """Compare algorithms for collective OP over sizes: time and busbw, winner per size.
 
-    --json prints {op, topology, rows, winners, calibration, files}: one row per (size,
-    algorithm) with size_bytes, algorithm, chosen, protocol, time_s, algbw_GBps, busbw_GBps
-    (GB/s = 1e9 bytes/s), events, winner.
+    --json prints {op, topology, algorithms, skipped, rows, winners, calibration, files}:
+    the algorithms compared, {algorithm: why it cannot run} for those left out, and one row
+    per (size, algorithm) with size_bytes, algorithm, chosen, protocol, time_s, algbw_GBps,
+    busbw_GBps (GB/s = 1e9 bytes/s), events, winner.
     """
     from dessim.collectives import compare_collectives
 
-    _once_each("--algos", algos, lambda a: a.lower())
+    if algos is not None:
+        _once_each("--algos", algos, lambda a: a.lower())
     _once_each("--sizes", sizes, parse_size)
     kwargs = engine.run_collective_kwargs()
     kwargs.pop("algo")                      # each of --algos in turn
@@ -44,10 +51,15 @@ def command(op: str, algos: str, sizes: str, topology: str, ranks: str | None,
     if as_json:
         files = _write_files(df, op, topology, csv_path, plot_path)
         winners = df[df["winner"]]
-        print_json({"op": op, "topology": topology, "rows": table_records(df),
+        print_json({"op": op, "topology": topology, "algorithms": df.attrs["algorithms"],
+                    "skipped": df.attrs["skipped"], "rows": table_records(df),
                     "winners": {str(int(r.size_bytes)): r.algorithm for r in winners.itertuples(index=False)},
                     "calibration": str(df["calibration"].iloc[0]), "files": files})
         return
+    how = "as named" if algos is not None else f"every one that can run {op}"
+    click.echo(f"algorithms: {', '.join(df.attrs['algorithms'])} ({how})")
+    for name, reason in df.attrs["skipped"].items():
+        click.echo(f"skipped {name}: {reason}")
     header = (f"{'size':>10}  {'algorithm':<16} {'protocol':<8} {'time':>12} {'busbw GB/s':>11}"
               "  winner")
     click.echo(header)

@@ -11,6 +11,7 @@ the nccl-tests figures (docs/collectives.md): ``algbw = size / time`` and
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import simpy
 
 from dessim.catalog.calibration import Calibration, load_calibration, read_calibration
-from dessim.collectives.algorithms import build_schedule
+from dessim.collectives.algorithms import build_schedule, split_applicable
 from dessim.collectives.auto import AutoChoice, choose
 from dessim.collectives.executor import ScheduleRun, run_schedule
 from dessim.collectives.ops import Op, get_op
@@ -264,14 +265,20 @@ def run_collective(op: str, size: object, topology: Topology | str, *, algo: str
         protocol=plan.protocol.name, auto=plan.choice, run=run, calibration=cal.label())
 
 
-def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[object] | str,
+def compare_collectives(op: str, algos: Sequence[str] | str | None, sizes: Sequence[object] | str,
                         topology: Topology | str, **kwargs):
     """Time and busbw of each algorithm at each size, with the winner per size.
 
     Returns a :class:`pandas.DataFrame` with one row per (size, algorithm): ``size_bytes``,
     ``algorithm``, ``time_s``, ``algbw_GBps``, ``busbw_GBps``, ``events``, ``winner`` (the
     fastest at that size; ties go to the first listed). ``algos`` / ``sizes`` may be
-    comma-separated strings. ``kwargs`` go to :func:`run_collective`.
+    comma-separated strings. ``algos=None``: every algorithm that can run ``op``
+    on the group, in registration order (ring, tree, dbtree, rd, hd, direct, pairwise, rail,
+    hierarchical, nvls, nvlstree, collnet, collnetdirect); ``df.attrs["skipped"]`` maps each
+    algorithm for ``op`` that cannot run on this group to why. A named algorithm that cannot
+    run is a :class:`CollectiveError` naming every such one, why, and those that can.
+    ``df.attrs["algorithms"]`` lists the algorithms compared. ``kwargs`` go to
+    :func:`run_collective` (``ranks``: the group; algorithm options such as ``inner``).
     """
     import pandas as pd
 
@@ -279,16 +286,32 @@ def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[obj
         algos = [a.strip() for a in algos.split(",") if a.strip()]
     if isinstance(sizes, str):
         sizes = [s.strip() for s in sizes.split(",") if s.strip()]
-    if not algos or not sizes:
-        raise CollectiveError("compare: give at least one algorithm (--algos) and one size "
-                              "(--sizes)")
+    if not sizes:
+        raise CollectiveError("compare: give at least one size (--sizes)")
+    if algos is not None and not algos:
+        raise CollectiveError("compare: give at least one algorithm (--algos), or leave --algos "
+                              "out to compare every algorithm that can run the operation")
     op_ = get_op(op)
     topo = resolve_topology(topology)
+    group = parse_ranks(kwargs.get("ranks"), topo)
+    options = {k: v for k, v in kwargs.items() if k not in _RUN_PARAMETERS}
+    named = None if algos is None else list(algos)
+    usable, skipped = split_applicable(op_, group, topo, options, named)
+    where = f"{op_.name} on this group of {len(group)} ranks"
+    if named is not None and skipped:
+        why = "; ".join(f"{name} ({reason})" for name, reason in skipped.items())
+        can = ", ".join(usable) if usable else "none of those named"
+        raise CollectiveError(f"compare: cannot run {where}: {why}; can run: {can} (drop the "
+                              "others from --algos, or omit --algos to compare every algorithm "
+                              "that can)")
+    if not usable:
+        why = "; ".join(f"{name} ({reason})" for name, reason in skipped.items())
+        raise CollectiveError(f"compare: no algorithm can run {where}: {why}")
     rows = []
     for size in sizes:
         nbytes = parse_collective_size(size)
         block = []
-        for algo in algos:
+        for algo in usable:
             res = run_collective(op_.name, nbytes, topo, algo=algo, **kwargs)
             block.append({"size_bytes": nbytes, "algorithm": str(algo).lower(),
                           "chosen": res.algorithm, "protocol": res.protocol, "time_s": res.time_s,
@@ -298,4 +321,12 @@ def compare_collectives(op: str, algos: Sequence[str] | str, sizes: Sequence[obj
         for i, row in enumerate(block):
             row["winner"] = i == best
         rows.extend(block)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df.attrs["algorithms"] = [str(a).lower() for a in usable]
+    df.attrs["skipped"] = dict(skipped)
+    return df
+
+
+#: :func:`run_collective`'s own keyword parameters; compare passes any other keyword to the
+#: algorithms as options.
+_RUN_PARAMETERS = frozenset(inspect.signature(run_collective).parameters) - {"options"}

@@ -235,7 +235,9 @@ for flags, words in [
         (["--algos", "ring", "--sizes", "1MiB", "--csv", f"{MISSING_DIR}/x.csv"], ["--csv", "does not exist"]),
         (["--algos", "ring", "--sizes", "1MiB", "--csv", "{d}/x.txt"], ["--csv", ".txt"]),
         (["--algos", "ring", "--sizes", "1MiB", "--plot", "{d}/x.jpg"], ["--plot", ".jpg"]),
-        (["--algos", "ring", "--sizes", "1e30GB"], ["1e30GB", "EiB"])]:
+        (["--algos", "ring", "--sizes", "1e30GB"], ["1e30GB", "EiB"]),
+        (["--algos", "ring,pairwise", "--sizes", "1MiB"], ["pairwise", "can run: ring"]),
+        (["--algos", "nvls", "--sizes", "1MiB"], ["nvls", "NVSwitch"])]:
     case(f"compare {' '.join(flags)}", [*CMP, *flags], words)
 
 

@@ -19,7 +19,7 @@ from dessim.errors import CollectiveError
 from dessim.topology.graph import Topology
 
 __all__ = ["ALGORITHMS", "Algorithm", "register", "get_algorithm", "algorithms_for",
-           "build_schedule", "check_supported"]
+           "build_schedule", "check_supported", "split_applicable"]
 
 
 def check_supported(op: Op, alg: Algorithm, group: tuple[int, ...],
@@ -33,6 +33,36 @@ def check_supported(op: Op, alg: Algorithm, group: tuple[int, ...],
         raise CollectiveError(f"sendrecv needs a group of exactly 2 ranks (source, destination), "
                               f"got {len(group)}; give e.g. ranks '0,1'")
     alg.check(op, group, topology, options or {})
+
+
+def split_applicable(op: Op, group: tuple[int, ...], topology: Topology | None,
+                     options: dict | None = None, names: list[str] | None = None,
+                     ) -> tuple[list[str], dict[str, str]]:
+    """Which algorithms can run ``op`` on ``group``: (those that can, {name: why not}).
+
+    ``names``: the algorithms to check, in the caller's order (``auto`` always can: it picks
+    among those that can); None: every registered algorithm that runs ``op``, in registration
+    order (:data:`ALGORITHMS`: simplest first), which is deterministic. A reason is one short
+    clause without the algorithm's name (the caller prefixes it)."""
+    wanted = algorithms_for(op) if names is None else names
+    ok: list[str] = []
+    why_not: dict[str, str] = {}
+    for name in wanted:
+        if str(name).strip().lower() == "auto":
+            ok.append(name)
+            continue
+        alg = get_algorithm(name)
+        if op.name not in alg.ops:
+            why_not[name] = f"it runs {', '.join(sorted(alg.ops))}, not {op.name}"
+            continue
+        try:
+            check_supported(op, alg, tuple(group), topology, options)
+        except CollectiveError as exc:
+            reason = str(exc)
+            why_not[name] = reason[len(alg.name) + 2:] if reason.startswith(alg.name + ": ") else reason
+            continue
+        ok.append(name)
+    return ok, why_not
 
 
 def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] | list[int],
