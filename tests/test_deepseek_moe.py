@@ -4,6 +4,7 @@ routing loads, FP8 recipes and the rail all-to-all (issue 18)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -318,3 +319,18 @@ def test_moe_dispatch_chooses_the_all_to_all(dispatch, algo):
 def test_unknown_moe_dispatch_is_refused():
     with pytest.raises(WorkloadError, match="moe_dispatch='nvshmem'"):
         ParallelLayout(moe_dispatch="nvshmem")
+
+
+def test_a_counts_file_is_named_relative_to_the_workload_file(tmp_path, monkeypatch):
+    # as hf_config is: the file names its neighbour, whatever folder dessim runs from
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    doc = yaml.safe_load((root / "workloads/mixtral-8x7b.yaml").read_text())
+    doc["model"]["routing"] = {"distribution": "counts", "counts": "load.txt"}
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "sub" / "load.txt").write_text("# tokens per expert\n" + "\n".join(map(str, range(1, 9))))
+    monkeypatch.chdir(tmp_path)              # not the workload's folder
+    spec = load_workload("sub/w.yaml")
+    assert spec.model.routing.counts == tuple(float(i) for i in range(1, 9))

@@ -161,6 +161,17 @@ for doc, name, path, value, words in [
         (CNN, "cnn", "training.global_batch", -8, ["global_batch"])]:
     case(f"{name} file {path}={value!r}", ["simulate", "{d}/w.yaml", "-t", "dgx-h100:nodes=1"],
          ["w.yaml", *words], {"w.yaml": _yaml(_set(doc, path, value))})
+MIXTRAL = yaml.safe_load((ROOT / "workloads/mixtral-8x7b.yaml").read_text())
+for name, counts, file, words in [       # model.routing.counts files, named relative to w.yaml
+        ("missing", "c.txt", None, ["c.txt", "does not exist"]),
+        ("not a number", "c.txt", "8\nabc\n", ["c.txt, line 2", "'abc' is not a number"]),
+        ("negative", "c.txt", "# per expert\n8\n-3\n", ["c.txt, line 3", "'-3' must be >= 0"]),
+        ("not UTF-8", "c.txt", b"\xff\xfe\n", ["c.txt", "cannot read"]),
+        ("too few", "c.txt", "1\n2\n3\n", ["3 counts given for 8 experts"])]:
+    case(f"moe routing counts file {name}", ["simulate", "{d}/w.yaml", "-t", "dgx-h100:nodes=1"],
+         ["w.yaml", "routing", *words],
+         {"w.yaml": _yaml(_set(MIXTRAL, "model.routing", {"distribution": "counts", "counts": counts})),
+          **({counts: file} if file is not None else {})})
 case("workload file not UTF-8", ["simulate", "{d}/w.yaml"], ["w.yaml", "UTF-8"], {"w.yaml": NOT_UTF8})
 case("workload file invalid YAML", ["simulate", "{d}/w.yaml"], ["w.yaml", "YAML"], {"w.yaml": "model: [\n"})
 case("unknown workload lists every kind", ["simulate", "nosuch-model"],

@@ -264,18 +264,28 @@ def _spread(routing: MoERouting, top_k: int, experts: int, nodes: int, per_node:
     return hit_probabilities(weights, certain, top_k, nodes, per_node, routing.max_nodes)
 
 
+def _at(where: list[str], i: int) -> str:
+    return f" ({where[i]})" if where else ""
+
+
 def read_counts(value: object, what: str) -> tuple[float, ...]:
     """Tokens per expert from a list of numbers or a file path (one number per line, ``#``
     comments); a WorkloadError naming ``what`` otherwise."""
+    where: list[str] = []          # per item, where it comes from in a file
     if isinstance(value, str):
-        path = Path(value)
+        path = Path(value).expanduser()
         if not path.is_file():
             raise WorkloadError(f"{what}: counts file {value!r} does not exist")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise WorkloadError(f"{what}: cannot read counts file {value!r}: {exc}") from None
         items: list[object] = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if line:
                 items.append(line)
+                where.append(f"{value}, line {number}")
         value = items
     if not isinstance(value, (list, tuple)) or not value:
         raise WorkloadError(f"{what}: expected a list of token counts per expert or a file "
@@ -285,8 +295,8 @@ def read_counts(value: object, what: str) -> tuple[float, ...]:
         try:
             x = float(item)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise WorkloadError(f"{what}[{i}]: {item!r} is not a number") from None
+            raise WorkloadError(f"{what}[{i}]{_at(where, i)}: {item!r} is not a number") from None
         if x < 0 or x != x:
-            raise WorkloadError(f"{what}[{i}]: {item!r} must be >= 0")
+            raise WorkloadError(f"{what}[{i}]{_at(where, i)}: {item!r} must be >= 0")
         out.append(x)
     return tuple(out)

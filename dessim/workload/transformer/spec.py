@@ -32,7 +32,7 @@ the key, the file and the valid keys)::
       routing:                       # MoE load (dessim/workload/transformer/routing.py)
         distribution: uniform        # uniform | zipf | counts
         exponent: 1.0                # zipf exponent
-        counts: [..] or FILE         # tokens per expert (distribution: counts)
+        counts: [..] or FILE         # tokens per expert (distribution: counts; FILE relative to this file)
         capacity_factor: 1.25        # absent: dropless
         max_nodes: 4                 # node-limited routing: a token's experts on <= M nodes (absent: any)
       mla:                           # multi-head latent attention (dessim/workload/transformer/mla.py)
@@ -390,14 +390,29 @@ def _expand_hf(data: Any, origin: str, base: Path | None) -> Any:
     return {**data, "model": {**hf, **{k: v for k, v in raw.items() if k != HF_CONFIG_KEY}}}
 
 
+def _anchor_counts_file(data: Any, base: Path | None) -> Any:
+    """``data`` with a relative ``model.routing.counts`` file name made relative to ``base``
+    (the workload file's folder), as ``hf_config`` is: a file names its neighbours, wherever
+    dessim runs from. Anything else is left to validation."""
+    model = data.get("model") if isinstance(data, Mapping) else None
+    routing = model.get("routing") if isinstance(model, Mapping) else None
+    counts = routing.get("counts") if isinstance(routing, Mapping) else None
+    if base is None or not isinstance(counts, str) or Path(counts).expanduser().is_absolute():
+        return data
+    routing = {**routing, "counts": str(base / counts)}
+    return {**data, "model": {**model, "routing": routing}}
+
+
 def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "workload",
                    base: Path | None = None) -> WorkloadSpec:
     """A :class:`WorkloadSpec` from already-parsed YAML/JSON data (validated by
     :class:`TransformerFile`); ``origin`` names the file in error messages; ``base``: the
-    directory relative ``model.hf_config`` paths start from (default: the current directory)."""
+    directory relative ``model.hf_config`` and ``model.routing.counts`` paths start from
+    (default: the current directory)."""
     if isinstance(data, Mapping) and data.get("kind", TRANSFORMER_KIND) != TRANSFORMER_KIND:
         raise SpecError(f"{origin}: kind {data['kind']!r} is not a transformer workload; load it with "
                         "dessim.workload.kinds.load_any_workload (simulate_workload accepts every kind)")
+    data = _anchor_counts_file(data, base)
     doc = validate(TransformerFile, data, origin)
     if doc.model.hf_config is not None:
         doc = validate(TransformerFile, _expand_hf(data, origin, base), origin)
