@@ -7,6 +7,8 @@ with the functions below, which all follow the same rules:
 * Sizes (bytes): ``4096``, ``64KiB``, ``1.5MB``, ``1GiB``. Decimal prefixes (k, K, M, G, T, P)
   are powers of 1000, binary prefixes (Ki, Mi, Gi, Ti, Pi) powers of 1024. A trailing ``B``
   means bytes; ``b`` (bits) is accepted for sizes too and divided by 8.
+  A memory *capacity* (:func:`parse_capacity`: ``--hbm``, ``--expansion``) given as a string
+  must name its unit: ``--hbm 40`` (40 bytes) is refused, it means ``40GB``.
 * Bandwidths (bytes/second): ``50GB/s`` (GB = 1e9 bytes), ``400Gb/s`` and ``400Gbps``
   (bits: divided by 8), ``1.6Tb/s``, ``25GiB/s``. A number (int/float) is bytes/second; a
   *string* must name its unit (``"50"`` is refused: 50 B/s is never what was meant), except
@@ -31,6 +33,7 @@ from dessim.errors import UnitError
 
 __all__ = [
     "parse_size",
+    "parse_capacity",
     "parse_bandwidth",
     "parse_time",
     "parse_flops",
@@ -63,7 +66,11 @@ def _require_unit(value: object, unit: str, number: float, what: str, kind: str,
     if isinstance(value, str) and not unit and number != 0:
         raise UnitError(f"{what}: {value!r} has no unit; write the {kind} with one, e.g. "
                         f"{examples} (a bare number would mean {number:g} "
-                        f"{'B/s' if kind == 'bandwidth' else 's'})")
+                        f"{_BARE_UNIT[kind]})")
+
+
+#: What a bare number means, by kind of quantity (for :func:`_require_unit`'s message).
+_BARE_UNIT = {"bandwidth": "B/s", "time": "s", "memory capacity": "bytes"}
 
 
 def _check_max(number: float, cap: float, original: object, what: str, kind: str,
@@ -136,6 +143,17 @@ def parse_size(value: object, what: str = "size", *, allow_zero: bool = True) ->
         raise UnitError(f"{what}: {value!r} is less than half a byte and would round to 0 "
                         "bytes; sizes are whole bytes")
     return int(round(nbytes))
+
+
+def parse_capacity(value: object, what: str = "memory capacity", *,
+                   allow_zero: bool = True) -> int:
+    """A memory capacity in bytes (:func:`parse_size`) whose string form must name its unit:
+    ``"40"`` is refused (a GPU of 40 bytes is a unit left out, not a study), ``"0"`` and
+    numbers (bytes) are not."""
+    if isinstance(value, str):
+        number, unit = _split(value, what, "size")
+        _require_unit(value, unit, number, what, "memory capacity", "'80GB', '40GiB' or '256GB'")
+    return parse_size(value, what, allow_zero=allow_zero)
 
 
 def parse_bandwidth(value: object, what: str = "bandwidth", *, allow_zero: bool = False) -> float:

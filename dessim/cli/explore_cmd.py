@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dessim.units import parse_bandwidth, parse_size
+from dessim.units import parse_bandwidth, parse_capacity
 from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_option, print_json, table_records
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import (EXTRAPOLATED, MARK, calibration_lines, extrapolated_rows, significant,
@@ -177,7 +177,7 @@ def command(workload: str, topology: str, hbm: str | None, expansion: str | None
     """
     # parsed here so that a bad value names the flag; the sweep takes them in bytes (/s)
     memory = {k: parse(v, flag, allow_zero=False) for k, v, flag, parse in (
-        ("hbm_capacity", hbm, "--hbm", parse_size), ("expansion_capacity", expansion, "--expansion", parse_size),
+        ("hbm_capacity", hbm, "--hbm", parse_capacity), ("expansion_capacity", expansion, "--expansion", parse_capacity),
         ("expansion_bw", expansion_bw, "--expansion-bw", parse_bandwidth)) if v is not None}
     overrides: dict = {"training": {"global_batch": global_batch}} if global_batch else {}
     if extrapolate is not None:

@@ -14,7 +14,7 @@ from dessim.trace.chakra_io import check_chakra_prefix
 from dessim.engine.options import EngineOptions, Shortcuts
 from dessim.outputs.gantt import workload_labels
 from dessim.cli.workload_cmd import collect_overrides, layout_options
-from dessim.units import format_size, format_time, parse_size
+from dessim.units import format_size, format_time, parse_capacity
 from dessim.workload.api import DEFAULT_TOPOLOGY
 from dessim.workload.transformer.result import SHORTCUT_NAMES
 from dessim.workload.transformer.steady import describe as describe_extrapolation
@@ -241,7 +241,7 @@ def command(workload: str | None, granularity: str, fold: bool | None, extrapola
     overrides["embedding_head"] = not uniform_stages
     overrides["check_memory"] = not no_memory_check
     if hbm is not None:     # parsed here so that a bad value names the flag
-        overrides["hbm_capacity"] = parse_size(hbm, "--hbm", allow_zero=False)
+        overrides["hbm_capacity"] = parse_capacity(hbm, "--hbm", allow_zero=False)
     if engine.device:
         overrides["device"] = engine.device
     options = replace(engine, record_links=bool(timeline))

@@ -42,7 +42,7 @@ from pydantic import create_model
 from dessim.catalog.links import get_link_tech
 from dessim.errors import DessimError, MemoryFitError, SpecError
 from dessim.schema import SpecModel, validate
-from dessim.units import format_size, parse_bandwidth, parse_size, parse_time
+from dessim.units import format_size, parse_bandwidth, parse_capacity, parse_time
 
 __all__ = ["MEMORY_KEYS", "EXPANSION_KEYS", "OPTION_KEYS", "EXPANSION_TECH", "EXPANSION_TARGET",
            "POOL_NODE", "EXPANSION_ONLY_KEYS", "MemorySetup", "unused_expansion", "memory_setup", "check_memory_values", "with_expansion",
@@ -68,8 +68,8 @@ MemorySection = create_model("MemorySection", __base__=SpecModel,
                              __doc__="a sweep point's memory section (hbm_capacity, expansion_*, options)",
                              **{k: (Any, None) for k in MEMORY_KEYS})
 
-_PARSERS = {"hbm_capacity": lambda v, w: parse_size(v, w, allow_zero=False),
-            "expansion_capacity": lambda v, w: parse_size(v, w),
+_PARSERS = {"hbm_capacity": lambda v, w: parse_capacity(v, w, allow_zero=False),
+            "expansion_capacity": lambda v, w: parse_capacity(v, w),
             "expansion_bw": lambda v, w: parse_bandwidth(v, w),
             "expansion_lat": lambda v, w: parse_time(v, w)}
 

@@ -183,6 +183,7 @@ SIM_FLAGS = [
     (["--tp", "0"], ["--tp"]), (["--tp", "3"], ["tp"]), (["--pp", "5"], ["pp"]),
     (["--bucket-size", "12parsecs"], ["--bucket-size", "parsecs"]), (["--hbm", "-1GB"], ["--hbm"]),
     (["--hbm", "lots"], ["--hbm", "lots"]), (["--global-batch", "7"], ["global_batch"]),
+    (["--hbm", "40"], ["--hbm", "'40' has no unit", "40 bytes"]),
     (["--micro-batch", "0"], ["--micro-batch"]), (["--schedule", "zigzag"], ["--schedule"]),
     (["--zero", "7"], ["--zero"]), (["--attention", "flash9"], ["--attention"]),
     (["--recompute", "x"], ["--recompute"]), (["--interleave", "0"], ["--interleave"]),
@@ -399,6 +400,8 @@ for flags, words, files in [
 # ---------------------------------------------------------------- explore / workload show
 for flags, words in [(["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--hbm", "lots"], ["--hbm", "lots"]),
                      (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--expansion", "-1GB"], ["--expansion", "negative"]),
+                     (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--hbm", "80"], ["--hbm", "has no unit"]),
+                     (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--expansion", "256"], ["--expansion", "has no unit"]),
                      (["nosuch-model", "-t", "dgx-h100:nodes=1"], ["nosuch-model"]),
                      (["gpt3-1.3b", "-t", "torus:4"], ["torus"]),
                      (["gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--out", "{d}/r.xlsx"], ["--out", ".xlsx"]),

@@ -41,7 +41,7 @@ from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.resources import data_dir, read_yaml
-from dessim.units import parse_size
+from dessim.units import parse_capacity
 from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan, make_plan
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.memory import MemoryOptions, check_fit, estimate_memory
@@ -231,7 +231,7 @@ def plan_workload(workload: str | Path | WorkloadSpec, topology: Topology | str,
     layout = spec.layout(topo.num_gpus, **({"dp": spec.parallelism.dp} if explicit_dp else {}))
     memory = spec.memory_options(**mem_kw)
     options = GeneratorOptions(**gen_kw)
-    capacity = None if hbm is None else parse_size(hbm, f"workload {spec.name!r}: override {_HBM_KEY}",
+    capacity = None if hbm is None else parse_capacity(hbm, f"workload {spec.name!r}: override {_HBM_KEY}",
                                                    allow_zero=False)
     plan = make_plan(spec.model, layout, topo, memory=memory, device=device, overlap=spec.overlap_options(),
                      options=options if capacity is None else replace(options, check_memory=False),
