@@ -401,3 +401,16 @@ def test_pipeline_pieces_cover_every_layer_once_in_model_order(pp, v, extra, bid
     by_piece = sorted({(r.start, r.stop) for r in held})
     assert [i for a, b in by_piece for i in range(a, b)] == list(range(layers))
     assert len(held) == (2 * pp if bidirectional else lo.pipeline_pieces)
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
+def test_split_backward_closed_form_holds_with_fewer_micro_batches_than_stages(schedule):
+    """'workload schedule zb-h1 --pp 4 --micro-batches 2' drew an 83.3 % bubble next to a
+    closed form of 50 %: (p-1)/(3m) assumes m >= p. Stage 0 waits 2p - 1 for its first B
+    with only min(p, m) forwards to fill the wait: (p - 1 + max(0, p - m))/(3m) everywhere."""
+    for p in range(2, 9):
+        for m in range(1, 3 * p):
+            closed = SCHEDULES[schedule].bubble_fraction(p, m)
+            assert unit_bubble(schedule, p, m) == pytest.approx(closed, abs=1e-12), (p, m)
+            if m >= p:
+                assert closed == pytest.approx((p - 1) / (3 * m))

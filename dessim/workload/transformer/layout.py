@@ -192,14 +192,20 @@ class PipelineSchedule:
         → ``(p-1)/(3m)``, a third of 1F1B's; ZB-H2 only the pipeline fill ``(p-1)F`` between
         the first stage's start and the last stage's end (no stage idles in between; the
         paper hides the fill across iterations by post-validating the optimizer step, which
-        dessim does not model) → also ``(p-1)/(3m)``; DualPipe ``(p/2 - 1)(F&B + B' - 3W)`` per
+        dessim does not model) → also ``(p-1)/(3m)``. Both assume ``m >= p``: stage 0's first
+        B starts at ``2p - 1`` (the first micro-batch's F through p stages, its B back
+        through p - 1) and only ``min(p, m)`` forwards can fill that wait, after which it
+        runs without a gap; with fewer micro-batches than stages it idles ``p - m`` more, so
+        the split-backward bubble is ``(p - 1 + max(0, p - m))/(3m)`` (equal to
+        :func:`~dessim.workload.transformer.schedules.unit_bubble` for every p, m:
+        tests/test_pipeline_schedules.py). DualPipe ``(p/2 - 1)(F&B + B' - 3W)`` per
         rank (deepseek-ai/DualPipe README; ``B'`` a whole backward, ``F&B = F + B'`` when the
         pair's overlap hides communication, not compute) → ``(p/2 - 1)·2`` units of ``3m``:
         ``(p-2)/(3m)``, checked on :func:`~dessim.workload.transformer.schedules.unit_timeline`."""
         if self.bidirectional:
             return (p - 2) / (3 * m)
         if self.split_backward:
-            return (p - 1) / (3 * m)
+            return (p - 1 + max(0, p - m)) / (3 * m)
         return (p - 1) / (m * (v if self.interleaved else 1))
 
 
