@@ -13,7 +13,8 @@ import click
 from dessim.cli.common import compose, print_json
 from dessim.units import format_size, parse_size
 from dessim.taskgraph import brief_ranks
-from dessim.workload.transformer.layout import SCHEDULES
+from dessim.workload.common.precision import PRECISIONS
+from dessim.workload.transformer.layout import MOE_DISPATCH, SCHEDULES
 
 __all__ = ["command", "layout_options", "collect_overrides", "LAYOUT_OPTION_NAMES"]
 
@@ -53,6 +54,14 @@ layout_options = compose(
     click.option("--attention", type=click.Choice(["unfused", "flash2", "flash3"]), default=None,
                  help="Attention implementation: unfused (Megatron-LM before FlashAttention), "
                       "flash2, flash3 (Hopper)."),
+    click.option("--precision", type=click.Choice(list(PRECISIONS)), default=None,
+                 help="Training precision (model.precision): bf16, fp16, fp8 (per-tensor scaling), "
+                      "fp8-block (DeepSeek-V3's 1x128/128x128 block scaling), fp32 (docs/workloads.md, "
+                      "'FP8')."),
+    click.option("--moe-dispatch", type=click.Choice(list(MOE_DISPATCH)), default=None,
+                 help="MoE all-to-all (training.moe_dispatch): nccl, or deepep (same-rail network "
+                      "sends, then NVLink forwarding). MoE routing (zipf, per-expert counts, "
+                      "capacity factor) is set in the workload file's model.routing."),
     click.option("--bucket-size", default=None, metavar="SIZE",
                  help="Gradient bucket (25MiB, 0 = one all-reduce after the backward)."),
     click.option("--offload-optimizer", type=click.Choice(["none", "host", "cxl"]), default=None,
@@ -80,7 +89,7 @@ layout_options = compose(
 #: Keyword names that :data:`layout_options` adds to a command.
 LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "zero", "micro_batch", "global_batch", "seq_len",
                        "schedule", "virtual_stages", "pipeline_layers", "recompute", "attention",
-                       "bucket_size", "offload_optimizer", "offload_activations", "tp_comm_overlap",
+                       "precision", "moe_dispatch", "bucket_size", "offload_optimizer", "offload_activations", "tp_comm_overlap",
                        "fuse_optimizer_allreduce", "gradient_sync", "parameter_servers",
                        "ps_placement", "ps_mode", "ps_staleness")
 
@@ -90,11 +99,13 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
     vals = {name: kw.pop(name, None) for name in LAYOUT_OPTION_NAMES}
     out: dict[str, Any] = {}
     for name in ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "micro_batch", "global_batch", "schedule",
-                 "recompute", "attention", "tp_comm_overlap", "fuse_optimizer_allreduce"):
+                 "recompute", "attention", "moe_dispatch", "tp_comm_overlap", "fuse_optimizer_allreduce"):
         if vals[name] is not None:
             out[name] = vals[name]
     if vals["seq_len"] is not None:
         out["training"] = {"seq_len": vals["seq_len"]}
+    if vals["precision"] is not None:
+        out["model"] = {"precision": vals["precision"]}
     if vals["zero"] is not None:
         out["zero_stage"] = vals["zero"] if vals["zero"] == "fsdp" else int(vals["zero"])
     v = vals["virtual_stages"]
@@ -224,7 +235,8 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     f_model = model_flops_per_iteration(model, layout.global_batch)
     f_hw = hardware_flops_per_iteration(model, layout.global_batch, layout.recompute)
     out = {"workload": spec.name, "params": model.num_params(), "active_params": model.num_active_params(),
-           "gpus": layout.world_size, "layout": layout.describe(),
+           "gpus": layout.world_size, "layout": layout.describe(), "precision": model.precision,
+           "moe_dispatch": layout.moe_dispatch if model.is_moe else None,
            "overlap": spec.overlap_options().describe(),
            "groups": {k: [list(g) for g in layout.groups(k)[:4]] for k in ("tp", "cp", "dp", "pp", "ep")},
            "group_counts": {k: len(layout.groups(k)) for k in ("tp", "cp", "dp", "pp", "ep")},
@@ -239,6 +251,8 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
                + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
     click.echo(f"  layout      {layout.describe()}")
+    click.echo(f"  precision   {model.precision}"
+               + (f", MoE all-to-all {layout.moe_dispatch}" if model.is_moe else ""))
     if model.description:       # e.g. what a Hugging Face config holds that dessim does not model
         click.echo(f"  note        {model.description}")
     click.echo(f"  overlap     {out['overlap']} (training.tp_comm_overlap, fuse_optimizer_allreduce)")

@@ -152,6 +152,7 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
                                 f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
                                 f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)}), "
                                 f"a training flag (tp_comm_overlap, fuse_optimizer_allreduce) or {_HBM_KEY}")
+    moe_keys = [k for k in ("moe_dispatch", "moe_dispatch_precision") if k in overrides]
     doc = workload_document(spec)
     sections: dict[str, Any] = {}
     for name in _SECTIONS:
@@ -188,6 +189,10 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
             _check_filled_batch(spec.name, doc, num_gpus, model_par)
     origin = str(spec.path or spec.name) + (" (with overrides)" if sections else "")
     new = parse_workload(doc, origin=origin, default_name=spec.name)
+    if moe_keys and not new.model.is_moe:       # asked for, and it would change nothing
+        raise WorkloadError(f"workload {spec.name!r} is a dense model (experts={new.model.experts}): "
+                            f"{', '.join(moe_keys)} (--{moe_keys[0].replace('_', '-')}) applies to "
+                            "mixture-of-experts models only (e.g. mixtral-8x7b, deepseek-v3)")
     return dataclasses.replace(new, path=spec.path), overrides, explicit_dp
 
 

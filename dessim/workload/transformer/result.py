@@ -11,7 +11,8 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.fl
   recomputation (:func:`~dessim.workload.transformer.flops.hardware_flops_per_iteration`: the
   96·B·s·l·h²·(...) form of Narayanan et al. 2021, Eq. 3, under full recomputation).
 * ``mfu = F_model / (iteration_s · Σ_ranks dense peak)`` (the peak at the model's precision,
-  :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs.
+  :mod:`dessim.catalog.devices`); ``hfu`` likewise with hardware FLOPs. ``precision`` is that
+  model precision (bf16, fp16, fp8, fp8-block, fp32).
 * ``bubble_fraction`` — see :func:`bubble_fraction`.
 * ``exposed_comm_s`` — per category (tp, dp, pp, ep, cp, offload): communication time not
   overlapped by any compute of the rank, mean over ranks (the engine's accounting,
@@ -223,6 +224,7 @@ class WorkloadResult(IterationResult):
             "memory_capacity_bytes": plan.capacity_bytes,
             "memory_stage": plan.estimate.stage,
             "layout": layout_summary(plan),
+            "precision": model.precision,
             "overlap": {"tp_comm_overlap": plan.overlap.tp_comm_overlap,
                         "fuse_optimizer_allreduce": plan.overlap.fuse_optimizer_allreduce},
             "groups": self.groups_summary(),

@@ -1,0 +1,59 @@
+"""``--precision`` and ``--moe-dispatch`` (simulate, workload show, train): the workload file's
+``model.precision`` and ``training.moe_dispatch`` from the command line, shown in the
+reports; ``--moe-dispatch`` on a dense model is an error, not a silent no-op."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from dessim.cli.main import cli
+from moe_helpers import moe_doc
+
+TOPO = ["-t", "dgx-h100:nodes=1"]
+
+
+def _run(args: list[str]) -> str:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.fixture
+def moe(tmp_path):
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(moe_doc({"distribution": "zipf", "exponent": 1.0}, "nccl", ranks=8)))
+    return str(path)
+
+
+def test_precision_flag_is_the_files_precision():
+    base = ["simulate", "gpt3-1.3b", *TOPO, "--global-batch", "32", "--json"]
+    bf16, fp8 = (json.loads(_run([*base, *extra])) for extra in ([], ["--precision", "fp8"]))
+    assert (bf16["precision"], fp8["precision"]) == ("bf16", "fp8")
+    assert fp8["iteration_s"] < bf16["iteration_s"]      # the H100's FP8 tensor cores
+    text = _run(["simulate", "gpt3-1.3b", *TOPO, "--global-batch", "32", "--precision", "fp8"])
+    assert "precision fp8, calibration" in text
+
+
+def test_precision_flag_is_checked_against_the_gpu():
+    res = CliRunner().invoke(cli, ["simulate", "gpt3-1.3b", "-t", "dgx-a100:nodes=1", "--precision", "fp8"])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and "fp8" in res.output
+
+
+def test_moe_dispatch_flag_changes_the_all_to_all(moe):
+    base = ["simulate", moe, *TOPO, "--json"]
+    nccl, deepep = (json.loads(_run([*base, "--moe-dispatch", d])) for d in ("nccl", "deepep"))
+    assert nccl["exposed_comm_s"]["ep"] != deepep["exposed_comm_s"]["ep"]
+    shown = _run(["workload", "show", moe, *TOPO, "--moe-dispatch", "deepep", "--precision", "fp8"])
+    assert "  precision   fp8, MoE all-to-all deepep" in shown
+
+
+def test_moe_dispatch_on_a_dense_model_is_an_error():
+    res = CliRunner().invoke(cli, ["simulate", "gpt3-1.3b", *TOPO, "--moe-dispatch", "deepep"])
+    assert res.exit_code == 2
+    assert res.output.splitlines() == [
+        "error: workload 'gpt3-1.3b' is a dense model (experts=1): moe_dispatch (--moe-dispatch) "
+        "applies to mixture-of-experts models only (e.g. mixtral-8x7b, deepseek-v3)"]
