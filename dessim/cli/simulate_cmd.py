@@ -112,7 +112,7 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         took.append(f"{SHORTCUT_NAMES['lane_family_runs']} on {sc['lane_family_runs']} transfers "
                     "and collectives" + (f" ({orbits} of them one transfer per orbit)" if orbits else ""))
     quotient = sc.get("channel_quotient")
-    if quotient and sc.get("lane_family_runs"):
+    if quotient and quotient["channels"] and sc.get("lane_family_runs"):
         took.append(f"{SHORTCUT_NAMES['channel_quotient']} ({quotient['channels']} channels "
                     f"rated as {quotient['blocks']} blocks)")
     if sc.get("collective_memo"):
@@ -134,8 +134,19 @@ def _print_shortcuts(s: dict[str, Any]) -> None:
         exact += " — --exact replays every task"
     line = f"{', '.join(took)} ({how}; {exact})" if took else "none (the full replay)"
     click.echo(f"  shortcuts           {line}")
-    if sc["auto"] and sc["refused"] and s["granularity"] == "stage" and not sc["stage_merged"]:
-        click.echo(f"    stage merging refused: {sc['refused'][0]}")
+    merging = [r for r in sc["refused"] if not r.startswith(_OTHER_REFUSALS)]
+    if sc["auto"] and merging and s["granularity"] == "stage" and not sc["stage_merged"]:
+        click.echo(f"    stage merging refused: {merging[0]}")
+    for reason in sc["refused"]:
+        if reason.startswith(_EXTRAPOLATION_REFUSED):
+            click.echo("    micro-batch extrapolation refused (every micro-batch replayed): "
+                       + reason[len(_EXTRAPOLATION_REFUSED):])
+
+
+#: How :meth:`~dessim.workload.transformer.result.WorkloadResult.shortcuts` prefixes the
+#: refusals that are not stage merging's (folding and lanes are printed with the folding line).
+_EXTRAPOLATION_REFUSED = "micro-batch extrapolation: "
+_OTHER_REFUSALS = ("folding: ", _EXTRAPOLATION_REFUSED, "lane orbits", "lane families: ")
 
 
 #: Above this many tasks the summary suggests stage granularity and replica folding.
