@@ -108,3 +108,16 @@ def test_costliest_layouts_are_evaluated_first_and_the_table_keeps_its_order(tin
     assert list(result.table["index"]) == sorted(result.table["index"])
     plain = run_sweep(spec, workers=2).table.drop(columns="eval_wall_s")
     assert plain.equals(result.table.drop(columns="eval_wall_s"))
+
+
+def test_a_schedule_that_needs_stages_does_not_stop_the_enumeration():
+    """deepseek-v3 (dualpipe: an even pp >= 2; ep=64) on 16 GPUs: the one-GPU resolution
+    failed on the schedule and the file's own layout on ep, so explore reported one invalid
+    layout '-' instead of enumerating them (every one too large for 16 H100s here)."""
+    res = CliRunner().invoke(cli, ["explore", "deepseek-v3", "-t", "dgx-h100:nodes=2", "--workers", "1",
+                                   "--no-progress", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    layouts = [p["layout"] for p in data["failed"]]
+    assert len(layouts) > 10 and "-" not in layouts and "tp1-pp16-dp1" in layouts
+    assert {p["error_type"] for p in data["failed"]} == {"MemoryFitError"}

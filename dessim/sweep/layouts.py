@@ -130,11 +130,18 @@ def _resolve(workload: Any, overrides: Mapping[str, Any], num_gpus: int):
     (an interleaved schedule needs its pp; the error then is the point's own)."""
     from dessim.workload.transformer.plan import resolve_workload
 
-    neutral = {**overrides, "parallelism": {**dict(overrides.get("parallelism") or {}), **_NEUTRAL}}
+    given = dict(overrides.get("parallelism") or {})
+    neutral = {**overrides, "parallelism": {**given, **_NEUTRAL}}
     try:
         spec, rest, _ = resolve_workload(workload, neutral)
     except DessimError:
-        spec, rest, _ = resolve_workload(workload, overrides, num_gpus)
+        # a schedule that needs several stages (dualpipe: an even pp; interleaved): one GPU
+        # per stage of the file's pipeline, the rest of its layout still neutral
+        keep_pp = {**overrides, "parallelism": {**given, **{k: v for k, v in _NEUTRAL.items() if k != "pp"}}}
+        try:
+            spec, rest, _ = resolve_workload(workload, keep_pp)
+        except DessimError:
+            spec, rest, _ = resolve_workload(workload, overrides, num_gpus)
     return spec, rest
 
 
