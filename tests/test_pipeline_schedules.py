@@ -414,3 +414,16 @@ def test_split_backward_closed_form_holds_with_fewer_micro_batches_than_stages(s
             assert unit_bubble(schedule, p, m) == pytest.approx(closed, abs=1e-12), (p, m)
             if m >= p:
                 assert closed == pytest.approx((p - 1) / (3 * m))
+
+
+def test_interleaved_with_one_chunk_is_refused_as_the_layout_refuses_it():
+    # 'workload schedule interleaved --pp 2 --micro-batches 4 --interleave 1' drew a
+    # schedule no one runs (3 warm-up forwards on 2 stages) under the name interleaved
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["workload", "schedule", "interleaved", "--pp", "2",
+                                   "--micro-batches", "4", "--interleave", "1"])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: interleaved schedule: needs v >= 2 model chunks per stage")

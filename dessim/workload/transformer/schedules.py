@@ -89,6 +89,9 @@ def _check(schedule: str, stage: int, p: int, m: int, v: int) -> None:
     sched = SCHEDULES[schedule]
     if sched.interleaved and m % p:
         raise WorkloadError(f"interleaved schedule: micro-batches m={m} must be divisible by pp={p}")
+    if sched.interleaved and v < 2:     # as ParallelLayout refuses it: v = 1 is no interleaving
+        raise WorkloadError(f"interleaved schedule: needs v >= 2 model chunks per stage (got v={v}); "
+                            "use '1f1b' for one chunk per stage")
     if not sched.interleaved and v != 1:
         raise WorkloadError(f"schedule {schedule!r} has one chunk per stage (got v={v})")
     if sched.bidirectional and (p % 2 or m % 2 or m < 2 * p):
