@@ -64,10 +64,14 @@ class Estimate:
     protocol: str
     time_s: float | None
     reason: str = ""
+    #: the choice itself, made without an NCCL estimate (point-to-point operations, a forced
+    #: algorithm NCCL does not have)
+    chosen: bool = False
 
     def describe(self) -> str:
         if self.time_s is None:
-            return f"{self.algorithm}/{self.protocol}: not used ({self.reason})"
+            how = "used without an estimate" if self.chosen else "not used"
+            return f"{self.algorithm}/{self.protocol}: {how} ({self.reason})"
         return f"{self.algorithm}/{self.protocol}: {self.time_s * 1e6:.2f} us"
 
 
@@ -128,11 +132,11 @@ def choose(op: Op, group: tuple[int, ...], size: float, topology: Topology,
         per_peer = size / max(1, len(group) - 1) if op.name == "alltoall" else size
         proto = forced_proto or ("LL" if per_peer <= P2P_LL_THRESHOLD else "Simple")
         return AutoChoice(algo, proto, (Estimate(algo, proto, None, "point-to-point: NCCL "
-                                                 "sends it peer to peer"),))
+                                                 "sends it peer to peer", chosen=True),))
     if forced_algo is not None and forced_algo not in _DESSIM_TO_NCCL:
         proto = forced_proto or "Simple"
         return AutoChoice(forced_algo, proto, (Estimate(forced_algo, proto, None,
-                                                        "not an NCCL algorithm: Simple"),))
+                                                        "not an NCCL algorithm: Simple", chosen=True),))
     system = _system(group, topology)
     estimates: list[Estimate] = []
     unsimulated: list[tuple[float, str]] = []     # NCCL-only algorithms: (estimate, name)
