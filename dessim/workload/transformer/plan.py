@@ -43,7 +43,7 @@ from dessim.topology.graph import Topology
 from dessim.resources import data_dir, read_yaml
 from dessim.units import parse_capacity
 from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan, make_plan
-from dessim.workload.transformer.layout import ParallelLayout
+from dessim.workload.transformer.layout import SCHEDULES, ParallelLayout
 from dessim.workload.transformer.memory import MemoryOptions, check_fit, estimate_memory
 from dessim.workload.transformer.model import TransformerConfig
 from dessim.workload.transformer.routing import MoERouting
@@ -167,6 +167,7 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
             sections.setdefault(_DOC_KEYS[key], {})[key] = overrides.pop(key)
         elif key in _OFFLOAD_KEYS:
             sections.setdefault("training", {}).setdefault("offload", {})[_OFFLOAD_KEYS[key]] = overrides.pop(key)
+    _one_chunk_for(sections.get("training", {}), doc)
     merge_document(doc, sections)
     given_dp = "dp" in sections.get("parallelism", {})
     explicit_dp = given_dp or _file_sets_dp(spec)
@@ -194,6 +195,18 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
                             f"{', '.join(moe_keys)} (--{moe_keys[0].replace('_', '-')}) applies to "
                             "mixture-of-experts models only (e.g. mixtral-8x7b, deepseek-v3)")
     return dataclasses.replace(new, path=spec.path), overrides, explicit_dp
+
+
+def _one_chunk_for(training: dict[str, Any], doc: Mapping[str, Any]) -> None:
+    """An overridden schedule that runs one chunk per stage (1f1b, zb-h1, dualpipe, ...) sets
+    ``virtual_stages`` to 1 unless the overrides give it: ``--schedule zb-h1`` on an
+    interleaved preset (llama3-405b, v = 2) means that schedule, not the error "virtual_stages=2
+    needs schedule 'interleaved'"."""
+    schedule = training.get("schedule")
+    if ("virtual_stages" not in training and isinstance(schedule, str) and schedule in SCHEDULES
+            and not SCHEDULES[schedule].interleaved
+            and (doc.get("training") or {}).get("virtual_stages", 1) != 1):
+        training["virtual_stages"] = 1
 
 
 def _check_filled_batch(name: str, doc: Mapping[str, Any], num_gpus: int, model_par: int) -> None:
