@@ -337,7 +337,9 @@ class ParallelLayout:
         if SCHEDULES[self.schedule].interleaved:
             if self.virtual_stages < 2:
                 raise WorkloadError(f"parallel layout: schedule 'interleaved' needs virtual_stages >= 2 "
-                                    f"(got {self.virtual_stages}); use '1f1b' for one chunk per stage")
+                                    f"(got {self.virtual_stages}): give the chunks per stage "
+                                    "(--interleave V, training.virtual_stages), or use '1f1b' for one "
+                                    "chunk per stage")
             if self.pp < 2:
                 raise WorkloadError("parallel layout: schedule 'interleaved' needs pp >= 2 "
                                     f"(got pp={self.pp})")
