@@ -505,6 +505,31 @@ def _canonical_workload(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg
 
 
+def _check_workload_axis(key: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
+    """An axis ``workload.SECTION.KEY`` of a transformer workload names a key of that section
+    of the workload file: a typo (``workload.model.precison``) is a spec error before any point
+    runs, not the same failure recorded for every point. Other kinds, flat override keys and a
+    base workload that does not load are left to the points."""
+    from dessim.schema import did_you_mean
+    from dessim.workload.kinds import load_any_workload
+    from dessim.workload.transformer.spec import (ModelSection, ParallelismSection, TrainingSection,
+                                                  WorkloadSpec)
+
+    sections = {"model": ModelSection, "parallelism": ParallelismSection, "training": TrainingSection}
+    parts = key.split(".")
+    workload = base.get("workload")
+    if len(parts) < 2 or parts[0] not in sections or not isinstance(workload, (str, Path)):
+        return
+    try:
+        spec = load_any_workload(workload)
+    except DessimError:
+        return
+    names = list(sections[parts[0]].model_fields)
+    if isinstance(spec, WorkloadSpec) and parts[1] not in names:
+        raise SpecError(f"{where}: unknown key {parts[1]!r} in the {parts[0]} section of workload "
+                        f"{str(workload)!r}{did_you_mean(parts[1], names)}; valid keys: {', '.join(names)}")
+
+
 def _expand_workload(spec: Any, points: list[Any]) -> list[Any]:
     return expand_layouts(spec, points, WORKLOAD.config, _load_topology_cached)
 
@@ -518,7 +543,8 @@ WORKLOAD = Evaluator(
     required=("workload", "topology"),
     namespaces={"topology": _TOPOLOGY_NS,
                 "workload": Namespace("workload", ("overrides",), nested=True,
-                                      help="SECTION.KEY of the workload document"),
+                                      help="SECTION.KEY of the workload document",
+                                      check=_check_workload_axis),
                 "memory": Namespace("memory", ("memory",), MEMORY_KEYS,
                                     help="HBM capacity, memory expansion, offload options",
                                     check=lambda key, values, base, where: check_memory_values(

@@ -331,6 +331,11 @@ case("sweep missing workload file", ["sweep", "{d}/w.yaml", "--no-progress", "--
      ["w.yaml", "nosuch.yaml", "nothing was run"], {"w.yaml": _yaml(WSWEEP)})
 case("sweep workload file not UTF-8", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
      ["bad.yaml", "UTF-8"], {"w.yaml": _yaml(_set(WSWEEP, "base.workload", "bad.yaml")), "bad.yaml": NOT_UTF8})
+for path, words in [("workload.model.precison", ["'precison'", "model section", "did you mean 'precision'"]),
+                    ("workload.training.schedul", ["'schedul'", "training section", "did you mean 'schedule'"])]:
+    case(f"sweep workload axis {path}", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
+         ["w.yaml", f"axes.{path}", *words],
+         {"w.yaml": _yaml({**_set(WSWEEP, "base.workload", "gpt3-1.3b"), "axes": {path: ["bf16"]}})})
 SWEEP_YAML = _yaml(SWEEP)
 for flags, words in [(["--out", f"{MISSING_DIR}/r.csv"], ["--out", "does not exist"]),
                      (["--out", "{d}/r.xlsx"], ["--out", ".xlsx"]), (["--plots", "{d}/f"], ["--plots", "not a directory"]),
