@@ -188,6 +188,7 @@ SIM_FLAGS = [
     (["--zero", "7"], ["--zero"]), (["--attention", "flash9"], ["--attention"]),
     (["--recompute", "x"], ["--recompute"]), (["--interleave", "0"], ["--interleave"]),
     (["--pp", "4", "--schedule", "interleaved"], ["interleaved", "--interleave V"]),
+    (["--ep", "3"], ["ep=3 does not divide", "--ep"]),
     (["--slowdown", "3"], ["--slowdown", "RANK=FACTOR"]), (["--slowdown", "x=1"], ["--slowdown"]),
     (["--straggler-sigma", "-1"], ["--straggler-sigma"]), (["--reduction-bw", "200"], ["reduction_bw", "unit"]),
     (["--reduction-bw", "fast"], ["reduction_bw", "fast"]), (["--device", "Z80"], ["Z80"]),

@@ -389,7 +389,8 @@ class ParallelLayout:
             where = f"dp={self.dp}" if self.cp == 1 else f"cp × dp = {self.cp} × {self.dp} = {self.cp * self.dp}"
             raise WorkloadError(f"parallel layout: ep={self.ep} does not divide {where} (with etp = tp expert "
                                 "parallelism spans the context- and data-parallel ranks, Megatron-core's expert "
-                                "grid; with etp != tp it may span tp × cp × dp)")
+                                "grid; with etp != tp it may span tp × cp × dp): give an ep that divides it "
+                                "(--ep, parallelism.ep)")
         strides, estrides = self._strides(), self._expert_strides()
         if self.pp > 1 and strides["pp"] * self.pp != self.world_size and self.edp != self.dp:
             raise WorkloadError(f"parallel layout: ep={self.ep}, etp={self.expert_tp} needs pp last in order (got "
