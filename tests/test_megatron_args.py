@@ -121,3 +121,26 @@ def test_cli_lists_what_it_leaves_out_and_simulates_like_simulate(tmp_path):
     ok = runner.invoke(cli, ["megatron", *topo, "--allow-unsupported", "--json", "--", *argv, "--bogus"])
     assert ok.exit_code == 0
     assert "megatron flags unknown, left out: --bogus" in ok.stderr
+
+
+_MOE = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+        "--micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
+        "--expert-model-parallel-size 4 ")
+
+
+@pytest.mark.parametrize("flags,dispatch", [("", "nccl"), ("--moe-token-dispatcher-type alltoall", "nccl"),
+                                            ("--moe-token-dispatcher-type flex --moe-enable-deepep", "deepep")])
+def test_the_token_dispatcher_maps_to_moe_dispatch(flags, dispatch):
+    # '--moe-token-dispatcher-type alltoall', Megatron's usual MoE flag, was refused as unsupported
+    doc = megatron_workload((_MOE + flags).split(), 8).document
+    assert doc["training"]["moe_dispatch"] == dispatch
+    assert parse_workload(doc, "x").layout(8).moe_dispatch == dispatch
+
+
+@pytest.mark.parametrize("flags,match", [
+    ("--moe-token-dispatcher-type allgather", "not supported: --moe-token-dispatcher-type allgather"),
+    ("--moe-token-dispatcher-type flex", "flex without --moe-enable-deepep"),
+    ("--moe-enable-deepep", r"--moe-enable-deepep needs --moe-token-dispatcher-type flex \(got none\)")])
+def test_dispatchers_dessim_does_not_model_are_errors(flags, match):
+    with pytest.raises(SpecError, match=match):
+        megatron_workload((_MOE + flags).split(), 8)

@@ -66,7 +66,8 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "recompute-granularity": 1, "recompute-method": 1, "recompute-num-layers": 1,
     "recompute-activations": 0, "use-distributed-optimizer": 0, "bf16": 0, "fp16": 0,
     "fp8-format": 1, "swiglu": 0, "untie-embeddings-and-output-weights": 0, "num-experts": 1,
-    "moe-router-topk": 1, "moe-ffn-hidden-size": 1, "vocab-size": 1,
+    "moe-router-topk": 1, "moe-ffn-hidden-size": 1, "moe-token-dispatcher-type": 1,
+    "moe-enable-deepep": 0, "vocab-size": 1,
     "make-vocab-size-divisible-by": 1, "vocab-file": 1, "merge-file": 1, "tokenizer-type": 1,
     "normalization": 1, "position-embedding-type": 1, "use-rotary-position-embeddings": 0,
     "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
@@ -122,7 +123,6 @@ UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "fp8-param-gather": (0, "FP8 parameter all-gather"),
     "cpu-offloading": (0, "Megatron's activation offloading"),
     "num-layers-per-stage": (1, "uneven pipeline stages"),
-    "moe-token-dispatcher-type": (1, "expert tokens always move by all-to-all"),
     "recompute-modules": (-1, "selective recompute of chosen modules (dessim: attention core)"),
     "use-torch-fsdp2": (0, "PyTorch FSDP2 instead of Megatron's DDP"),
     "use-custom-fsdp": (0, "Megatron FSDP"),
@@ -311,6 +311,7 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         model.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2))
         if "moe-ffn-hidden-size" in flags:
             model["moe_ffn_hidden"] = _int(flags, "moe-ffn-hidden-size", 0)
+    dispatch = _moe_dispatch(flags)
     virtual = _virtual_stages(flags, layers, pp)
     training: dict[str, Any] = {
         "micro_batch": _int(flags, "micro-batch-size", 0),                       # required
@@ -323,6 +324,8 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
     }
     if "global-batch-size" in flags:
         training["global_batch"] = _int(flags, "global-batch-size", 0)
+    if experts:
+        training["moe_dispatch"] = dispatch
     if not flags.get("use-flash-attn") and flags.get("attention-backend", "auto") in ("auto", "fused"):
         notes.append("attention backend auto/fused (Transformer Engine / cuDNN fused attention) "
                      "costed as FlashAttention-2")
@@ -334,6 +337,27 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
                                           if "expert-tensor-parallel-size" in flags else {})},
                        "training": training}
     return launch
+
+
+def _moe_dispatch(flags: Mapping[str, Any]) -> str:
+    """``training.moe_dispatch`` of ``--moe-token-dispatcher-type``: ``alltoall`` (NCCL's
+    all-to-all) → ``nccl``; ``flex`` with ``--moe-enable-deepep`` (DeepEP, as Megatron-LM's
+    MoE README enables it) → ``deepep``; absent → ``nccl``. The ``allgather`` dispatcher and
+    flex without DeepEP are not modelled: an error naming them."""
+    kind = flags.get("moe-token-dispatcher-type", "alltoall")
+    deepep = bool(flags.get("moe-enable-deepep"))
+    if kind == "alltoall" and not deepep:
+        return "nccl"
+    if kind == "flex" and deepep:
+        return "deepep"
+    if deepep:
+        raise SpecError("megatron arguments: --moe-enable-deepep needs --moe-token-dispatcher-type "
+                        f"flex (got {flags.get('moe-token-dispatcher-type', 'none')}), as "
+                        "Megatron-LM requires")
+    raise SpecError(f"megatron arguments: not supported: --moe-token-dispatcher-type {kind} "
+                    + ("without --moe-enable-deepep " if kind == "flex" else "")
+                    + "(dessim models the alltoall dispatcher, NCCL's all-to-all, and flex with "
+                      "--moe-enable-deepep, DeepEP)")
 
 
 def _virtual_stages(flags: Mapping[str, Any], layers: int, pp: int) -> int:
