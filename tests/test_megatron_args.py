@@ -144,3 +144,29 @@ def test_the_token_dispatcher_maps_to_moe_dispatch(flags, dispatch):
 def test_dispatchers_dessim_does_not_model_are_errors(flags, match):
     with pytest.raises(SpecError, match=match):
         megatron_workload((_MOE + flags).split(), 8)
+
+
+@pytest.mark.parametrize("flags,stages", [
+    ("--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 5", [3, 4, 4, 5]),
+    ("--decoder-first-pipeline-num-layers 1", [1, 5, 5, 5]),
+    ("--decoder-last-pipeline-num-layers 7", [3, 3, 3, 7])])
+def test_uneven_first_and_last_stages_map_to_pipeline_layers(flags, stages):
+    # issue 18's uneven stages were reachable from workload files but refused here
+    base = ("--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--micro-batch-size 1 --global-batch-size 16 --vocab-size 32000 "
+            "--pipeline-model-parallel-size 4 ")
+    doc = megatron_workload((base + flags).split(), 8).document
+    assert doc["training"]["pipeline_layers"] == stages
+    assert list(parse_workload(doc, "x").layout(8).pipeline_layers) == stages
+
+
+@pytest.mark.parametrize("flags,match", [
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 3", "do not split evenly"),
+    ("--decoder-first-pipeline-num-layers 3", "needs --pipeline-model-parallel-size >= 2"),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--decoder-first-pipeline-num-layers 2", "interleaved")])
+def test_uneven_stages_megatron_would_refuse_are_errors(flags, match):
+    base = ("--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--micro-batch-size 1 --vocab-size 32000 ")
+    with pytest.raises(SpecError, match=match):
+        megatron_workload((base + flags).split(), 8)

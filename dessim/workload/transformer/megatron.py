@@ -67,7 +67,8 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "recompute-activations": 0, "use-distributed-optimizer": 0, "bf16": 0, "fp16": 0,
     "fp8-format": 1, "swiglu": 0, "untie-embeddings-and-output-weights": 0, "num-experts": 1,
     "moe-router-topk": 1, "moe-ffn-hidden-size": 1, "moe-token-dispatcher-type": 1,
-    "moe-enable-deepep": 0, "vocab-size": 1,
+    "moe-enable-deepep": 0, "decoder-first-pipeline-num-layers": 1,
+    "decoder-last-pipeline-num-layers": 1, "vocab-size": 1,
     "make-vocab-size-divisible-by": 1, "vocab-file": 1, "merge-file": 1, "tokenizer-type": 1,
     "normalization": 1, "position-embedding-type": 1, "use-rotary-position-embeddings": 0,
     "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
@@ -114,8 +115,6 @@ UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "moe-shared-expert-intermediate-size": (1, "shared experts"),
     "moe-layer-freq": (1, "MoE on some layers only"),
     "moe-grouped-gemm": (0, "experts run as separate GEMMs"),
-    "decoder-first-pipeline-num-layers": (1, "uneven pipeline stages"),
-    "decoder-last-pipeline-num-layers": (1, "uneven pipeline stages"),
     "account-for-embedding-in-pipeline-split": (0, "uneven pipeline stages"),
     "account-for-loss-in-pipeline-split": (0, "uneven pipeline stages"),
     "squared-relu": (0, "squared-ReLU MLP"),
@@ -326,6 +325,9 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         training["global_batch"] = _int(flags, "global-batch-size", 0)
     if experts:
         training["moe_dispatch"] = dispatch
+    stages = _uneven_stages(flags, layers, pp, virtual)
+    if stages is not None:
+        training["pipeline_layers"] = stages
     if not flags.get("use-flash-attn") and flags.get("attention-backend", "auto") in ("auto", "fused"):
         notes.append("attention backend auto/fused (Transformer Engine / cuDNN fused attention) "
                      "costed as FlashAttention-2")
@@ -358,6 +360,31 @@ def _moe_dispatch(flags: Mapping[str, Any]) -> str:
                     + ("without --moe-enable-deepep " if kind == "flex" else "")
                     + "(dessim models the alltoall dispatcher, NCCL's all-to-all, and flex with "
                       "--moe-enable-deepep, DeepEP)")
+
+
+def _uneven_stages(flags: Mapping[str, Any], layers: int, pp: int, virtual: int) -> list[int] | None:
+    """``training.pipeline_layers`` of ``--decoder-first-pipeline-num-layers`` F and
+    ``--decoder-last-pipeline-num-layers`` L, as Megatron-core splits the layers: F on the
+    first stage, L on the last, the rest evenly over the other stages (an error where they do
+    not split evenly, as Megatron asserts); None without either. Not with an interleaved
+    schedule (how Megatron spreads F and L over the virtual stages is not modelled)."""
+    first = _opt_int(flags, "decoder-first-pipeline-num-layers")
+    last = _opt_int(flags, "decoder-last-pipeline-num-layers")
+    if first is None and last is None:
+        return None
+    given = "--decoder-first/last-pipeline-num-layers"
+    if virtual > 1:
+        raise SpecError(f"megatron arguments: not supported yet: {given} with an interleaved schedule")
+    if pp < 2:
+        raise SpecError(f"megatron arguments: {given} needs --pipeline-model-parallel-size >= 2")
+    fixed = [n for n in (first, last) if n is not None]
+    others, rest = pp - len(fixed), layers - sum(fixed)
+    if (others == 0 and rest != 0) or (others > 0 and (rest < others or rest % others)):
+        raise SpecError(f"megatron arguments: {given}: --num-layers {layers} minus {' + '.join(map(str, fixed))} "
+                        f"leaves {rest} layers, which do not split evenly over the other {others} "
+                        "pipeline stages")
+    per = rest // others if others else 0
+    return [first or per, *[per] * (pp - 2), last or per]
 
 
 def _virtual_stages(flags: Mapping[str, Any], layers: int, pp: int) -> int:
