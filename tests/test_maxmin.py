@@ -123,9 +123,11 @@ def _not_default(flows, caps):
     return solve_maxmin(flows, caps)
 
 
-def drive(system, caps, batches):
+def drive(system, caps, batches, check=None):
     """Apply batches of ("add", fid, channels) / ("remove", fid) ops, solving after each and
-    setting the answered rates; after each solve, the rates of all variables (by id)."""
+    setting the answered rates; after each solve, the rates of all variables (by id).
+    ``check(system, live, chans)``: called after each batch (``chans``: the solve's
+    constraints, None without a solve), the live variables by id in order of addition."""
     live, trace = {}, []
     for batch in batches:
         for op in batch:
@@ -134,11 +136,14 @@ def drive(system, caps, batches):
                 system.add(v)
             elif op[0] == "remove" and op[1] in live:
                 system.remove(live.pop(op[1]))
+        chans = None
         if system.modified:
-            solved, rates, _chans = system.solve()
+            solved, rates, chans = system.solve()
             assert len(rates) == len(solved)
             for v, r in zip(solved, rates):
                 v.rate = r
+        if check is not None:
+            check(system, live, chans)
         trace.append({fid: v.rate for fid, v in sorted(live.items())})
     return trace
 
@@ -193,6 +198,29 @@ def test_system_memos_return_the_floats_of_a_recomputation(history):
     assert (memo.incremental_solves, memo.fallback_solves) == (plain.incremental_solves,
                                                                plain.fallback_solves)
     assert plain.state_hits == plain.memo_hits == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories())
+def test_the_loads_a_solve_reports_are_the_loads_after_it(history):
+    """``last_loads`` (the incremental solve's figures of its channels, which the flow
+    network's family certificate reads instead of recomputing them) are the very floats
+    ``load`` gives once the answered rates are applied; the removals it interleaves use the
+    users dicts remembered per variable, so every variable is listed exactly on its
+    channels afterwards."""
+    from dessim.network.maxmin import MaxMinSystem
+    caps, batches = history
+
+    def check(system, live, chans):
+        loads = system.last_loads
+        if chans is not None and loads is not None:
+            assert set(loads) <= set(chans)
+            for c, got in loads.items():
+                assert system.load(c) == got      # bit for bit
+        for c, on in system.users.items():
+            assert list(on) == [fid for fid, v in live.items() if c in v.channels]
+
+    drive(MaxMinSystem(caps), caps, batches, check)
 
 
 def test_system_state_memo_answers_a_recurring_step():

@@ -734,13 +734,18 @@ class FlowNetwork(Network):
         image first tries the channel that was its bottleneck last time. Family flows never
         share a channel with a running bundle (bundles split first), so each channel's flows
         are its users in the max-min system."""
-        users, last, epoch = self._system.users, self._chan_stats, self._epoch
+        system = self._system
+        users, last, epoch, load = system.users, self._chan_stats, self._epoch, system.load
         check: dict[int, _Flow] = {f.fid: f for f, r in zip(flows, old_rates)
                                    if f.rate != r and type(f.route) is FamilyRoute}
-        stats: dict[int, tuple[float, float]] = {}
+        # the solve's own figures of its re-rated flows' channels (the floats load() gives)
+        known = system.last_loads if not self.certify_all else None
+        stats: dict[int, tuple[float, float]] = {} if known is None else dict(known)
         for c in chans:
             on = users.get(c)
-            got = stats[c] = self._system.load(c) if on else (0.0, 0.0)
+            got = stats.get(c)
+            if got is None:
+                got = stats[c] = load(c) if on else (0.0, 0.0)
             if last.get(c) != (got, epoch):
                 last[c] = (got, epoch)
                 if on:
@@ -749,7 +754,7 @@ class FlowNetwork(Network):
                             check[fid] = f
         if not check:
             return
-        cap, witness = self._system.capacity, self._witness
+        cap, witness = system.capacity, self._witness
         for fid in sorted(check):
             f = check[fid]
             most = f.rate * (1.0 + SAT_TOL)
@@ -765,7 +770,7 @@ class FlowNetwork(Network):
                 for c in ((w,) + channels if w >= 0 else channels):
                     got = stats.get(c)
                     if got is None:
-                        got = stats[c] = self._system.load(c)
+                        got = stats[c] = load(c)
                     if got[0] >= cap[c] * (1.0 - SAT_TOL) and got[1] <= most:
                         seen[k] = c
                         break

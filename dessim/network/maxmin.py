@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from itertools import chain
 from operator import attrgetter
 from typing import Callable, Generic, Hashable, Mapping, Protocol, Sequence, TypeVar
 
@@ -358,6 +359,10 @@ class MaxMinSystem(Generic[V]):
         #: Per constraint id: its variables by id, in order of addition (created on first
         #: use: a fabric has 10^4+ channels and most runs touch few of them).
         self.users: defaultdict[int, dict[int, V]] = defaultdict(dict)
+        #: Per variable id: its channel tuple when it was added and the :attr:`users` dict of
+        #: each of those channels (removal then skips the lookups in :attr:`users`; a
+        #: variable whose tuple was rewritten since, by a split, looks them up again).
+        self._rows: dict[int, tuple[tuple[int, ...], list[dict[int, V]]]] = {}
         #: Every variable, in order of addition.
         self.variables: dict[int, V] = {}
         self.modified: set[int] = set()     # constraints whose variable set changed
@@ -382,6 +387,11 @@ class MaxMinSystem(Generic[V]):
         #: answer came from the state memo — the same state as an earlier solve
         self.last_state: StateKey | None = None
         self.last_hit = False
+        #: after a :meth:`solve` that re-rated an affected set (not answered from the state
+        #: memo, no fallback): ``(load, largest rate)`` (bytes/s) of every channel of the
+        #: re-rated variables at their new rates — the very floats :meth:`load` returns once
+        #: the caller has applied them (same sums in the same order); None otherwise
+        self.last_loads: dict[int, tuple[float, float]] | None = None
 
     def __len__(self) -> int:
         return len(self.variables)
@@ -389,23 +399,20 @@ class MaxMinSystem(Generic[V]):
     # ------------------------------------------------------------------ modifications
     def add(self, var: V) -> None:
         """``var`` starts sharing its constraints (its rate is set by the next solve)."""
-        fid = var.fid
-        self.variables[fid] = var
         self.joined.append(var)
-        users = self.users
-        chans = var.channels
-        self.modified.update(chans)
-        for c in chans:
-            users[c][fid] = var
+        self.modified.update(var.channels)
+        self.insert(var)
 
     def insert(self, var: V) -> None:
         """``var`` shares its constraints at its current rate, which is already max-min (no
         constraint is marked modified)."""
         fid = var.fid
         self.variables[fid] = var
-        users = self.users
-        for c in var.channels:
-            users[c][fid] = var
+        chans = var.channels
+        rows = list(map(self.users.__getitem__, chans))   # creates the missing ones
+        for on in rows:
+            on[fid] = var
+        self._rows[fid] = (chans, rows)
 
     def remove(self, var: V) -> None:
         """``var`` leaves: its rate is freed on each of its constraints."""
@@ -413,18 +420,24 @@ class MaxMinSystem(Generic[V]):
         del self.variables[fid]
         if not var.rate and var in self.joined:   # added and removed between two solves
             self.joined.remove(var)
-        users, freed, rate = self.users, self.freed, var.rate
+        freed, rate = self.freed, var.rate
+        get = freed.get
         chans = var.channels
         self.modified.update(chans)
+        got = self._rows.pop(fid, None)
+        if got is not None and got[0] is chans:
+            rows = got[1]
+        else:               # its channels were rewritten since (a split): look them up
+            rows = list(map(self.users.__getitem__, chans))
         ws = var.weights
         if ws is None:
-            for c in chans:             # a channel crossed m times frees m times the rate
-                users[c].pop(fid, None)
-                freed[c] = freed.get(c, 0.0) + rate
+            for c, on in zip(chans, rows):   # a channel crossed m times frees m times the rate
+                on.pop(fid, None)
+                freed[c] = get(c, 0.0) + rate
         else:
-            for c, w in zip(chans, ws):
-                users[c].pop(fid, None)
-                freed[c] = freed.get(c, 0.0) + rate * w
+            for c, on, w in zip(chans, rows, ws):
+                on.pop(fid, None)
+                freed[c] = get(c, 0.0) + rate * w
 
     def split(self, c: int, parts: Sequence[int], keep: bool) -> None:
         """Constraint ``c`` becomes the constraints ``parts`` (new ids, each of ``c``'s
@@ -435,6 +448,9 @@ class MaxMinSystem(Generic[V]):
         ``channels``/``weights``/``mult``; this keeps the per-constraint bookkeeping
         (users in the same order, modified marks, freed rates)."""
         on = self.users.get(c)
+        if on:
+            for fid in on:          # their channels will be rewritten: rows stale
+                self._rows.pop(fid, None)
         for p in parts:
             if on:
                 self.users[p] = dict(on)
@@ -469,6 +485,7 @@ class MaxMinSystem(Generic[V]):
         """
         key = self.last_state = self._state_key()
         self.last_hit = False
+        self.last_loads = None
         if key is not None:
             got = self._states.get(key)
             if got is not None:
@@ -633,31 +650,33 @@ class MaxMinSystem(Generic[V]):
             if len(aff) > limit:
                 return None
             order = sorted(aff)
-            # residual capacity of every channel of A: capacity minus the outside flows' rates
+            flows = [aff[fid] for fid in order]
+            # residual capacity of every channel of A (in order of first appearance along
+            # the flows of A): capacity minus the outside flows' rates
             resid: dict[int, float] = {}
-            for fid in order:
-                for c in aff[fid].channels:
-                    if c not in resid:
-                        outside = 0.0
-                        for gid, g in users[c].items():
-                            if gid not in aff:
-                                m = g.mult
-                                outside += g.rate if m is None else g.rate * m.get(c, 1)
-                        r = cap[c] - outside
-                        resid[c] = r if r > 0.0 else 0.0
-            rates = self.rates([aff[fid] for fid in order], resid, tuple(resid.values()))
+            for c in dict.fromkeys(chain.from_iterable(map(_channels_of, flows))):
+                outside = 0.0
+                for gid, g in users[c].items():
+                    if gid not in aff:
+                        m = g.mult
+                        outside += g.rate if m is None else g.rate * m.get(c, 1)
+                r = cap[c] - outside
+                resid[c] = r if r > 0.0 else 0.0
+            rates = self.rates(flows, resid, tuple(resid.values()))
             # Per channel of A: load and largest rate with the new rates. A channel is "worse"
             # if it was saturated (it could be an outside flow's bottleneck) and is not any
             # more, or its largest rate grew: only outside flows on a worse channel can have
             # lost their bottleneck. (A channel a flow left is not saturated by the flows that
             # remain; if it was saturated before, every one of them is in A.)
             stats: dict[int, tuple[float, float]] = {}
+            sat: dict[int, float] = {}      # the saturated ones -> their largest rate
             worse: list[int] = []
+            new_rate = rates.get            # the rates of A's flows (keyed by A's ids)
             for c in resid:
                 load = top = load0 = top0 = 0.0
                 for gid, g in users[c].items():
                     r0 = g.rate
-                    r = rates[gid] if gid in aff else r0
+                    r = new_rate(gid, r0)
                     m = g.mult
                     if m is None:
                         load += r
@@ -672,27 +691,24 @@ class MaxMinSystem(Generic[V]):
                         top0 = r0
                 stats[c] = (load, top)
                 full = cap[c] * lo
+                if load >= full:
+                    sat[c] = top
                 if load0 >= full and (load < full or top > top0 * hi):
                     worse.append(c)
             grow: dict[int, V] = {}
-            for fid in order:   # flows of A: held below an outside flow?
-                f = aff[fid]
-                r = rates[fid]
-                bound = r * hi
+            top_of = sat.get
+            for f in flows:     # flows of A: held below an outside flow?
+                bound = rates[f.fid] * hi
                 chans = f.channels
-                ok = False
-                for c in chans:
-                    load, top = stats[c]
-                    if load >= cap[c] * lo and top <= bound:
-                        ok = True
+                for top in map(top_of, chans):      # a saturated channel where none is faster
+                    if top is not None and top <= bound:
                         break
-                if ok:
-                    continue
-                for c in chans:
-                    if stats[c][0] >= cap[c] * lo:
-                        for gid, g in users[c].items():
-                            if gid not in aff and g.rate > bound:
-                                grow[gid] = g
+                else:
+                    for c in chans:
+                        if c in sat:
+                            for gid, g in users[c].items():
+                                if gid not in aff and g.rate > bound:
+                                    grow[gid] = g
             for c in worse:     # outside flows on a worse channel: still bottlenecked?
                 for gid, g in users[c].items():
                     if gid in aff or gid in grow:
@@ -714,4 +730,5 @@ class MaxMinSystem(Generic[V]):
         if not all(r > 0.0 for r in rates.values()):
             return None       # float noise left a flow of A without capacity: solve it all
         self.modified, self.joined, self.freed = set(), [], {}
-        return [aff[fid] for fid in order], rates, sorted(set(resid).union(dirty))
+        self.last_loads = stats
+        return flows, rates, sorted(set(resid).union(dirty))
