@@ -130,11 +130,6 @@ def _consistent(net) -> bool:
                 return False
             if any(c not in counts for c in q.members[b]):
                 return False
-        # the users dicts the system remembers for the flow's removal, unless forgotten
-        got = system._rows.get(f.fid)
-        if got is not None and got[0] is f.channels:
-            if any(on is not system.users[b] for b, on in zip(f.channels, got[1])):
-                return False
     return True
 
 

@@ -205,9 +205,8 @@ def test_system_memos_return_the_floats_of_a_recomputation(history):
 def test_the_loads_a_solve_reports_are_the_loads_after_it(history):
     """``last_loads`` (the incremental solve's figures of its channels, which the flow
     network's family certificate reads instead of recomputing them) are the very floats
-    ``load`` gives once the answered rates are applied; the removals it interleaves use the
-    users dicts remembered per variable, so every variable is listed exactly on its
-    channels afterwards."""
+    ``load`` gives once the answered rates are applied; every variable stays listed exactly
+    on its channels, in order of addition."""
     from dessim.network.maxmin import MaxMinSystem
     caps, batches = history
 

@@ -188,18 +188,17 @@ class LinkProof:
             return [(topo.node_of(a), topo.node_of(b))
                     for a, b in zip(self._lanes(src), self._lanes(dst))]
         instances = [t.group] if run.fold is None else run.fold.instances(t.group)[0]
-        out: set[tuple[str, str]] = set()
+        ends: set[tuple] = set()          # a ring's pairs recur at every step: resolve each once
         for inst in instances:
             sched = run.plan(t, inst).schedule
             if isinstance(sched, CompactSchedule):
-                pats = sched.plan.patterns
-                ends = [(a, b) for p in pats for a, b in zip(p.src.tolist(), p.dst.tolist())]
+                for p in sched.plan.patterns:
+                    ends.update(zip(p.src.tolist(), p.dst.tolist()))
             elif isinstance(sched, FluidSchedule):
-                ends = [(f.src, f.dst) for f in sched.flows]
+                ends.update((f.src, f.dst) for f in sched.flows)
             else:
-                ends = list(zip(sched.src, sched.dst))
-            out.update((topo.resolve(a), topo.resolve(b)) for a, b in ends)
-        return list(out)
+                ends.update(zip(sched.src, sched.dst))
+        return list({(topo.resolve(a), topo.resolve(b)) for a, b in ends})
 
     def _channels(self, i: int) -> frozenset[int] | None:
         """Channel ids task ``i``'s flows can ever use; None when the run's route budget is

@@ -755,6 +755,7 @@ class FlowNetwork(Network):
         if not check:
             return
         cap, witness = system.capacity, self._witness
+        lo = 1.0 - SAT_TOL
         for fid in sorted(check):
             f = check[fid]
             most = f.rate * (1.0 + SAT_TOL)
@@ -767,11 +768,17 @@ class FlowNetwork(Network):
                 seen = witness[fid] = [-1] * len(images)
             for k, (channels, image) in enumerate(images):
                 w = seen[k]
-                for c in ((w,) + channels if w >= 0 else channels):
+                if w >= 0:                  # last time's bottleneck first
+                    got = stats.get(w)
+                    if got is None:
+                        got = stats[w] = load(w)
+                    if got[0] >= cap[w] * lo and got[1] <= most:
+                        continue
+                for c in channels:
                     got = stats.get(c)
                     if got is None:
                         got = stats[c] = load(c)
-                    if got[0] >= cap[c] * (1.0 - SAT_TOL) and got[1] <= most:
+                    if got[0] >= cap[c] * lo and got[1] <= most:
                         seen[k] = c
                         break
                 else:

@@ -359,10 +359,6 @@ class MaxMinSystem(Generic[V]):
         #: Per constraint id: its variables by id, in order of addition (created on first
         #: use: a fabric has 10^4+ channels and most runs touch few of them).
         self.users: defaultdict[int, dict[int, V]] = defaultdict(dict)
-        #: Per variable id: its channel tuple when it was added and the :attr:`users` dict of
-        #: each of those channels (removal then skips the lookups in :attr:`users`; a
-        #: variable whose tuple was rewritten since, by a split, looks them up again).
-        self._rows: dict[int, tuple[tuple[int, ...], list[dict[int, V]]]] = {}
         #: Every variable, in order of addition.
         self.variables: dict[int, V] = {}
         self.modified: set[int] = set()     # constraints whose variable set changed
@@ -399,20 +395,23 @@ class MaxMinSystem(Generic[V]):
     # ------------------------------------------------------------------ modifications
     def add(self, var: V) -> None:
         """``var`` starts sharing its constraints (its rate is set by the next solve)."""
+        fid = var.fid
+        self.variables[fid] = var
         self.joined.append(var)
-        self.modified.update(var.channels)
-        self.insert(var)
+        users = self.users
+        chans = var.channels
+        self.modified.update(chans)
+        for c in chans:
+            users[c][fid] = var
 
     def insert(self, var: V) -> None:
         """``var`` shares its constraints at its current rate, which is already max-min (no
         constraint is marked modified)."""
         fid = var.fid
         self.variables[fid] = var
-        chans = var.channels
-        rows = list(map(self.users.__getitem__, chans))   # creates the missing ones
-        for on in rows:
-            on[fid] = var
-        self._rows[fid] = (chans, rows)
+        users = self.users
+        for c in var.channels:
+            users[c][fid] = var
 
     def remove(self, var: V) -> None:
         """``var`` leaves: its rate is freed on each of its constraints."""
@@ -420,24 +419,18 @@ class MaxMinSystem(Generic[V]):
         del self.variables[fid]
         if not var.rate and var in self.joined:   # added and removed between two solves
             self.joined.remove(var)
-        freed, rate = self.freed, var.rate
-        get = freed.get
+        users, freed, rate = self.users, self.freed, var.rate
         chans = var.channels
         self.modified.update(chans)
-        got = self._rows.pop(fid, None)
-        if got is not None and got[0] is chans:
-            rows = got[1]
-        else:               # its channels were rewritten since (a split): look them up
-            rows = list(map(self.users.__getitem__, chans))
         ws = var.weights
         if ws is None:
-            for c, on in zip(chans, rows):   # a channel crossed m times frees m times the rate
-                on.pop(fid, None)
-                freed[c] = get(c, 0.0) + rate
+            for c in chans:             # a channel crossed m times frees m times the rate
+                users[c].pop(fid, None)
+                freed[c] = freed.get(c, 0.0) + rate
         else:
-            for c, on, w in zip(chans, rows, ws):
-                on.pop(fid, None)
-                freed[c] = get(c, 0.0) + rate * w
+            for c, w in zip(chans, ws):
+                users[c].pop(fid, None)
+                freed[c] = freed.get(c, 0.0) + rate * w
 
     def split(self, c: int, parts: Sequence[int], keep: bool) -> None:
         """Constraint ``c`` becomes the constraints ``parts`` (new ids, each of ``c``'s
@@ -448,9 +441,6 @@ class MaxMinSystem(Generic[V]):
         ``channels``/``weights``/``mult``; this keeps the per-constraint bookkeeping
         (users in the same order, modified marks, freed rates)."""
         on = self.users.get(c)
-        if on:
-            for fid in on:          # their channels will be rewritten: rows stale
-                self._rows.pop(fid, None)
         for p in parts:
             if on:
                 self.users[p] = dict(on)
