@@ -672,13 +672,21 @@ class FlowNetwork(Network):
     # ------------------------------------------------------------------ rate solve
     def _solve(self, now: float) -> None:
         """Re-rate the flows the changes since the last solve can affect
-        (:meth:`MaxMinSystem.solve`), their progress accounted at the old rates first."""
+        (:meth:`MaxMinSystem.solve`). A flow whose rate changes has its progress accounted
+        at its old rate first; one the solve leaves at its rate keeps its last accounting
+        point, so a flow's remaining bytes are a function of its rate history alone, not of
+        which solves happened to re-rate it. A lane family's flow and its images' flows in
+        the full replay are re-rated at unchanged rates by different solves (the affected
+        sets differ); accounting progress at each of those rounded ``remaining``
+        differently (a few ulps, which the ring's connection credits then amplified to
+        1e-8 of a run; docs/performance.md step 34)."""
         self.solves += 1
         flows, rates, chans = self._system.solve()
-        for f in flows:
-            if f.rate:
-                f.remaining -= f.rate * (now - f.last)
-            f.last = now
+        for f, r in zip(flows, rates):
+            if r != f.rate:
+                if f.rate:
+                    f.remaining -= f.rate * (now - f.last)
+                f.last = now
         # no lane-family flow shares bandwidth now: nothing to certify (a new epoch makes the
         # channel figures remembered so far stale, so the next certificate checks afresh)
         certify = self.families_started and self._family_flows > 0
