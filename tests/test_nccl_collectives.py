@@ -223,6 +223,56 @@ def test_tree_across_nodes_has_nccls_latency():
     assert res.time_s == pytest.approx(expect, rel=1e-3)
 
 
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(2, 8), size=st.floats(8.0, 2.0**30), lanes=st.sampled_from((None, 1, 3)))
+def test_tree_on_one_node_is_nccls_chain(p, size, lanes):
+    # ncclTopoPreset on one node: tree.up = intra[i-1], tree.down[0] = intra[i+1] (no node
+    # trees); runTreeSplit reduces up and broadcasts down at once. On an idle switch of
+    # B = 50 GB/s links (500 ns each) every inner rank sends up and down, so each flow gets
+    # B/2 (p = 2: B), and the critical path is 2(p-1) hops of 2 links each.
+    group = tuple(range(p))
+    topo = load_topology("switch:8,bw=50GB/s,lat=500ns")
+    sched = plan_collective("allreduce", group, size, topo, CollectiveSettings(
+        algo="dbtree", protocol="raw", channels=lanes)).schedule
+    n = lanes or 1
+    chain = {(a, b) for a, b in zip(group, group[1:])}
+    assert {(f.src, f.dst) for f in sched.flows} == chain | {(b, a) for a, b in chain}
+    assert len(sched.flows) == 2 * (p - 1) * n and sum(f.nbytes for f in sched.flows) == \
+        pytest.approx(2 * (p - 1) * size)
+    res = run_collective("allreduce", size, topo, algo="dbtree", protocol="raw",
+                         ranks=f"0-{p - 1}", channels=lanes)
+    rate = 50e9 if p == 2 else 25e9
+    assert res.time_s == pytest.approx(2 * (p - 1) * 1 * US + size / rate, rel=1e-9)
+
+
+@pytest.mark.parametrize("size", [8.0, 2.0**20, 2.0**26])
+def test_tree_on_one_a100_node_has_nccls_latency_and_ll128_fraction(size):
+    # baseLat[Tree][LL128] 14 us + 2(ppn-1) hops x hwLat[NVLink][Tree][LL128] 1.25 us (above the
+    # 0.5 us GPU-NVSwitch-GPU route); bytes at 7/9 x .92 of the flows' share of the 230 GB/s
+    # GPU links (two flows each); no call overhead inside a host
+    link = load_topology("dgx-a100").graph.edges["n0.gpu3", "n0.nvsw"]
+    share = link["bw"] * link["efficiency"] / 2
+    res = run_collective("allreduce", size, "dgx-a100", algo="dbtree", protocol="LL128")
+    expect = 14 * US + 14 * 1.25 * US + size * (9 / 7 / 0.92) / share
+    assert res.time_s == pytest.approx(expect, rel=1e-9)
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100", "dgx-h100", "dgx-a100:nodes=2"])
+def test_auto_runs_the_tree_only_where_nccls_model_ranks_it_first(spec):
+    from dessim.collectives.auto import NCCL_TO_DESSIM
+
+    topo = load_topology(spec)
+    group = tuple(range(topo.num_gpus))
+    system = nccl_system(group, topo)
+    for k in range(3, 34, 2):
+        size = 2.0**k
+        best = min((t, a, pr) for a, pr in allowed("allreduce", system)
+                   if (t := algo_time("allreduce", a, pr, size, system)) is not None)
+        got = choose(get_op("allreduce"), group, size, topo)
+        assert (got.algorithm == "dbtree") == (best[1] == "tree")
+        assert (got.algorithm, got.protocol) == (NCCL_TO_DESSIM[best[1]], best[2])
+
+
 def test_two_node_nvlstree_crosses_the_network_once_per_byte():
     # 2 nodes: every head exchanges its shard once each way, so busbw exceeds 8 NICs' rate
     res = run_collective("allreduce", 2.0**32, "dgx-h100:nodes=2", algo="nvlstree")

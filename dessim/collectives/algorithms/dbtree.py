@@ -5,8 +5,20 @@ tree (``ncclGetBtree``: a rank's parent is found from its lowest set bit), tree 
 (``p`` even) or its shift by one (``p`` odd), as in ``ncclGetDtree``; a rank that is a leaf
 in one tree is an inner node of the other, so the per-rank traffic is balanced.
 
-* **Inside one host** the two trees run over the group's ranks, store and forward per step
-  (pipelined by ``chunks``), as before.
+* **Inside one host** (NCCL 2.30.7 ``ncclTopoPreset``, ``src/graph/connect.cc``) a channel's
+  tree is the tree graph's intra-node order as a chain: ``tree.up = intra[i-1]``,
+  ``tree.down[0] = intra[i+1]``; with no network there are no node trees
+  (``connectTrees`` adds nothing on one node) and the duplicated channels
+  (``c + nChannels``) are copies of the same chains. Without NICs the tree search starts in
+  PCI order and replays it on every channel (``ncclTopoSearchRec``: ``FORCED_ORDER_PCI`` then
+  ``FORCED_ORDER_REPLAY``), so every channel is the chain through the group in order, rooted
+  at its first rank. The kernel (``src/device/all_reduce.h``, ``runTreeSplit``) reduces each
+  chunk up the chain and broadcasts it down with separate threads at once, so it runs as the
+  same fluid pipeline as across hosts (:func:`tree_fluid`): each chain edge is a flow up and a
+  flow down, and the latency is NCCL's ``2·(ppn-1)·intra`` hops. All channels load the same
+  links, so dessim runs one lane unless ``channels`` asks for more (the ring's convention,
+  :mod:`~dessim.collectives.algorithms.ring`). Without a topology the two binary trees run
+  over the group's ranks, store and forward per step (pipelined by ``chunks``).
 * **Across hosts** (NCCL 2.30.7 ``connectTrees``, ``src/graph/connect.cc``) the trees run over
   the *nodes*: in each node the channel's data goes through a chain of the node's GPUs,
   headed by the GPU that owns the channel's NIC (one lane per rail of the first node), and
@@ -67,12 +79,14 @@ def tree_depth(n_nodes: int) -> int:
 
 def tree_fluid(op: Op, group: tuple[int, ...], size: float, root: int | None,
                topology: Topology, channels: int | None, name: str = "dbtree") -> FluidSchedule | None:
-    """NCCL's Tree across nodes (module docstring) for ``group``, or None when the group
-    lies in one host (then the double binary tree runs over the ranks)."""
+    """NCCL's Tree (module docstring) for ``group``: the chain through the group inside one
+    host, the node trees with chains inside nodes across hosts; None for fewer than 2 ranks."""
+    if len(group) < 2:
+        return None
     hosts = host_map(topology)
     parts = hosts.split(group)
     if len(parts) < 2:
-        return None
+        return chain_fluid(op, group, size, root, channels, name)
     first = hosts.host_of(group[0])
     rails = sorted({first.rail[n] for r in parts[0] for n in (first.nic_of.get(r),)
                     if n is not None and n in first.rail}, key=str) or [None]
@@ -109,6 +123,24 @@ def tree_fluid(op: Op, group: tuple[int, ...], size: float, root: int | None,
                          {"channels": lanes * 2, "chunks": 1})
 
 
+def chain_fluid(op: Op, group: tuple[int, ...], size: float, root: int | None,
+                channels: int | None, name: str = "dbtree") -> FluidSchedule:
+    """NCCL's Tree inside one host: ``channels`` lanes (None: 1) of the chain
+    ``group[0] <- group[1] <- ... <- group[-1]``, each carrying ``size / lanes`` bytes up
+    (reduce) and down (broadcast) every edge; critical path ``2·(p-1)`` hops."""
+    lanes = channels or 1
+    per = size / lanes
+    edges = list(zip(group, group[1:]))
+    flows = []
+    for c in range(lanes):
+        for a, b in edges:
+            flows.append(Flow(b, a, per, c))      # reduce up the chain
+            flows.append(Flow(a, b, per, c))      # broadcast down
+    critical = [(b, a) for a, b in reversed(edges)] + edges
+    return FluidSchedule(op, name, group, size, root, flows, critical,
+                         {"channels": lanes, "chunks": 1})
+
+
 @register
 class DoubleBinaryTree(Algorithm):
     name = "dbtree"
@@ -117,7 +149,8 @@ class DoubleBinaryTree(Algorithm):
 
     def fluid(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
               topology: Topology | None, channels: int | None, options: dict) -> FluidSchedule | None:
-        """The pipelined tree over nodes when ``group`` spans several hosts, else None."""
+        """The pipelined chain (one host) or tree over nodes (several hosts); None without a
+        topology."""
         if topology is None:
             return None
         return tree_fluid(op, group, size, root, topology, channels, self.name)
