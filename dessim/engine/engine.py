@@ -30,6 +30,7 @@ import heapq
 import math
 import time
 import zlib
+from collections import Counter
 from dataclasses import replace
 from itertools import repeat
 from typing import Callable, Sequence
@@ -185,8 +186,8 @@ class _Run:
         self.memo_static = self.memo_on and self._exclusive_collectives()
         self.coll_memo: dict[tuple, tuple[float, np.ndarray]] = {}
         self.memo_hits = 0
-        #: memo key -> the plans of its instances (made at the key's first replay)
-        self.replayed_instances: dict[tuple, list[CollectivePlan]] = {}
+        #: memo key -> (runs, :meth:`_tally`) of its instances (planned at the key's first replay)
+        self.replayed_instances: dict[tuple, tuple[int, list]] = {}
         #: per-link exclusivity (Shortcuts.link_memo, dessim.engine.links): collectives that
         #: are not alone on the network but alone on their channels are memoised too. Off
         #: with jitter (a duration is drawn when its task starts) and with a caller's own
@@ -417,13 +418,23 @@ class _Run:
             self.schedules[key] = plan
         return plan
 
-    def _chose(self, t: Task, plans: Sequence[CollectivePlan]) -> None:
-        """Count one run of collective task ``t`` per plan (one per instance of its group),
-        under its summary category (``category or kind``, as the exposed-time accounting)."""
-        choices, cat = self.choices, t.category or t.kind
-        for plan in plans:
-            k = (cat, plan.schedule.algorithm, plan.protocol.name)
-            choices[k] = choices.get(k, 0) + 1
+    @staticmethod
+    def _tally(t: Task, plans: Sequence[CollectivePlan]) -> list[tuple[tuple[str, str, str], int]]:
+        """One run of collective task ``t`` per plan (one per instance of its group), per
+        (summary category — ``category or kind``, as the exposed-time accounting —,
+        algorithm, protocol). Counted per distinct plan object (``plan`` is a cache: a
+        folded collective's thousands of instances share a few), in C loops."""
+        cat = t.category or t.kind
+        counts = Counter(map(id, plans))
+        by_id = dict(zip(map(id, plans), plans))
+        return [((cat, by_id[k].schedule.algorithm, by_id[k].protocol.name), n)
+                for k, n in counts.items()]
+
+    def _chose(self, tally: list[tuple[tuple[str, str, str], int]]) -> None:
+        """Add a :meth:`_tally` to the runs per choice (reported in the result)."""
+        choices = self.choices
+        for k, n in tally:
+            choices[k] = choices.get(k, 0) + n
 
     def _start_p2p(self, i: int, j: int) -> None:
         """Both ends of a send/recv pair have started: move the bytes (on every lane of a
@@ -681,13 +692,14 @@ class _Run:
     def _count_replay(self, i: int, key: tuple) -> None:
         """Count a replay of collective task ``i`` (memo ``key``) as the runs of its
         instances (planned at the key's first replay, as a run would plan them)."""
-        t = self.tasks[i]
-        plans = self.replayed_instances.get(key)
-        if plans is None:       # plan every instance once (as a run would)
+        got = self.replayed_instances.get(key)
+        if got is None:         # plan every instance once (as a run would)
+            t = self.tasks[i]
             instances = [t.group] if self.fold is None else self.fold.instances(t.group)[0]
-            plans = self.replayed_instances[key] = [self.plan(t, inst) for inst in instances]
-        self._chose(t, plans)
-        self.collective_runs += len(plans)
+            plans = [self.plan(t, inst) for inst in instances]
+            got = self.replayed_instances[key] = (len(plans), self._tally(t, plans))
+        self._chose(got[1])
+        self.collective_runs += got[0]
         self.memo_hits += 1
 
     def _memo_recorder(self, i: int, key: tuple, watch=None) -> Callable[[], None]:
@@ -876,7 +888,7 @@ class _Run:
             else:
                 instances, where = self.fold.instances(t.group)
             plans = [self.plan(t, inst) for inst in instances]
-            self._chose(t, plans)
+            self._chose(self._tally(t, plans))
             family = self._lane_family(t, instances, plans) if len(instances) > 1 else None
             # one member task whose images fill instance 0: every rank of it arrives together
             alone = where is not None and len(self.colls[t.coll_id]) == 1 and \
