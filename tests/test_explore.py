@@ -121,3 +121,46 @@ def test_a_schedule_that_needs_stages_does_not_stop_the_enumeration():
     layouts = [p["layout"] for p in data["failed"]]
     assert len(layouts) > 10 and "-" not in layouts and "tp1-pp16-dp1" in layouts
     assert {p["error_type"] for p in data["failed"]} == {"MemoryFitError"}
+
+
+#: A tiny MoE whose all-to-all goes through DeepEP and whose file leaves sequence parallelism
+#: off: TP with DeepEP needs SP (Megatron-core's MoE layer refuses TP without SP in training).
+TINY_DEEPEP = """\
+name: tiny-deepep
+model: {layers: 2, hidden: 256, heads: 8, ffn_hidden: 1024, vocab: 1024, seq_len: 256, experts: 4, top_k: 2}
+parallelism: {tp: 1, pp: 1, dp: 8, ep: 4, sp: false}
+training: {global_batch: 8, micro_batch: 1, moe_dispatch: deepep}
+"""
+
+
+def test_deepep_layouts_with_tp_run_with_sequence_parallelism_and_say_so(tmp_path):
+    """Before, explore marked every tp > 1 layout of such a file invalid ('moe_dispatch
+    deepep with tp=2 needs sequence parallelism'); now those layouts run with SP on, a column
+    and one line of the report say so, and each equals a separate ``simulate --sp`` run."""
+    path = tmp_path / "moe.yaml"
+    path.write_text(TINY_DEEPEP)
+    args = ["explore", str(path), "-t", "dgx-h100:nodes=1", "--workers", "1"]
+    data = invoke([*args, "--json"])
+    assert not data["failed"], data["failed"]
+    rows = data["ranked"]
+    assert {r["workload.parallelism.tp"] for r in rows} >= {1, 2, 4, 8}
+    for row in rows:
+        assert row["workload.parallelism.sp"] is (row["workload.parallelism.tp"] > 1) is row["layout.sp"]
+    row = next(r for r in rows if r["layout"] == "tp2-pp1-dp4-ep4")
+    alone = invoke(["simulate", str(path), "-t", "dgx-h100:nodes=1", "--json", "--tp", "2", "--dp", "4",
+                    "--sp"])
+    assert row["iteration_s"] == alone["iteration_s"] and row["events"] == alone["events"]
+    text = CliRunner().invoke(cli, [*args, "--no-progress"])
+    assert text.exit_code == 0, text.output
+    n = sum(r["workload.parallelism.tp"] > 1 for r in rows)
+    assert f"sequence parallelism: on in the {n} layouts with tp > 1 although the workload says sp: false" \
+        in text.output
+    assert "needs sequence parallelism" not in text.output
+
+
+def test_a_workload_with_sp_on_gets_no_sp_column(tmp_path):
+    path = tmp_path / "moe.yaml"
+    path.write_text(TINY_DEEPEP.replace("sp: false", "sp: true"))
+    data = invoke(["explore", str(path), "-t", "dgx-h100:nodes=1", "--workers", "1", "--json"])
+    assert data["ranked"] and not data["failed"]
+    assert all("workload.parallelism.sp" not in r for r in data["ranked"])

@@ -11,6 +11,7 @@ from dessim.cli.common import OutputPath, calibration_option, engine_flag, json_
 from dessim.cli.sweep_cmd import backend_options, calibration_engine
 from dessim.sweep.analysis import (EXTRAPOLATED, MARK, calibration_lines, extrapolated_rows, significant,
                                    extrapolation_note)
+from dessim.sweep.layouts import forced_sp_note
 from dessim.sweep.runner import BACKENDS, check_results_path, default_workers, run_sweep
 from dessim.sweep.spec import parse_sweep
 
@@ -45,6 +46,9 @@ def ranked_text(result, top: int) -> str:
     shortcuts = shortcut_line(result.table)
     if shortcuts:
         lines.append(shortcuts)
+    forced = forced_sp_note(result.table)
+    if forced:
+        lines.append(forced)
     lines.append(f"{len(ok)} layouts fit, {len(failed)} do not (of {result.points} valid layouts "
                  f"on {_gpus(result)} GPUs); fastest first:")
     if len(ok):

@@ -19,8 +19,10 @@ For each point of the axes (its topology, workload overrides and memory section 
    does not fit; for HBM, which changes would fit).
 
 Columns added to the table: ``layout`` (``tp2-pp4-dp2``, plus ``cpN``/``epN`` when > 1),
-``workload.parallelism.tp|pp|dp|cp|ep`` and ``offload`` (``none``, ``optimizer``,
-``activations``, ``optimizer+activations``). Points are numbered in the order of the axes,
+``workload.parallelism.tp|pp|dp|cp|ep``, ``offload`` (``none``, ``optimizer``,
+``activations``, ``optimizer+activations``) and, when the workload leaves sequence parallelism
+off but some layouts are refused without it (TP with DeepEP's MoE dispatch; they get it),
+``workload.parallelism.sp``. Points are numbered in the order of the axes,
 then of :func:`~dessim.workload.enumerate_layouts` (tp, pp, cp, ep), then of the policies.
 """
 
@@ -36,7 +38,8 @@ from dessim.errors import DessimError, SpecError
 from dessim.sweep.memory import EXPANSION_TARGET, MemorySetup, memory_setup, offloaded_per_gpu
 from dessim.sweep.axes import Point, point_key
 
-__all__ = ["LAYOUT_KEYS", "OFFLOAD_PARTS", "Policy", "layout_label", "policies_for", "expand_layouts"]
+__all__ = ["LAYOUT_KEYS", "OFFLOAD_PARTS", "Policy", "SP_COLUMN", "expand_layouts", "forced_sp_note",
+           "layout_label", "policies_for"]
 
 #: Layout fields that ``parallelism: auto`` sets (and that axes must therefore not set).
 LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep")
@@ -110,7 +113,7 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
     base = ParallelLayout(pp=par.pp, sp=par.sp, order=par.order, zero_stage=tr.zero_stage,
                           schedule=tr.schedule, virtual_stages=tr.virtual_stages,
                           micro_batch=tr.micro_batch, global_batch=tr.global_batch,
-                          recompute=tr.recompute)
+                          recompute=tr.recompute, moe_dispatch=tr.moe_dispatch)
     return _Problem(spec.model, topo.num_gpus, float(hbm), base, options, setup)
 
 
@@ -181,7 +184,7 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
         if head == "workload" and key.startswith("parallelism.") and key.split(".")[1] in LAYOUT_KEYS:
             raise SpecError(f"{spec.source}: axes.{path}: parallelism: auto chooses "
                             f"{', '.join(LAYOUT_KEYS)}; remove this axis or 'parallelism: auto'")
-    cache: dict[str, tuple[Any, list[tuple[Any, Policy]]] | DessimError] = {}
+    cache: dict[str, tuple[Any, bool, list[tuple[Any, Policy]]] | DessimError] = {}
     out: list[Point] = []
     for point in points:
         cfg = config(spec.base, point.config_params)
@@ -190,7 +193,7 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
         if key not in cache:
             try:
                 problem = _problem(cfg, load_topology, spec.source)
-                cache[key] = (problem.model, _choices(problem))
+                cache[key] = (problem.model, problem.base.sp, _choices(problem))
             except NoGlobalBatch:
                 raise
             except DessimError as exc:   # the point itself is invalid: evaluate it as is, so
@@ -199,10 +202,14 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
         if isinstance(choices, DessimError):
             out.append(Point(len(out), dict(point.params), point.key, dict(point.config_params)))
             continue
-        model, choices = choices
+        model, base_sp, choices = choices
+        # SP turned on where a layout needs it although the workload leaves it off: a column
+        # says which layouts run with it (explore's note, :func:`forced_sp_note`)
+        shown = (*LAYOUT_KEYS, "sp") if any(lo.sp for lo, _ in choices) and not base_sp \
+            else LAYOUT_KEYS
         for layout, policy in choices:
             params = {**point.params, "layout": layout_label(layout),
-                      **{f"workload.parallelism.{k}": getattr(layout, k) for k in LAYOUT_KEYS},
+                      **{f"workload.parallelism.{k}": getattr(layout, k) for k in shown},
                       "offload": policy.label}
             inputs = {**point.config_params,
                       **{f"workload.parallelism.{k}": getattr(layout, k) for k in (*LAYOUT_KEYS, "sp")},
@@ -212,6 +219,25 @@ def expand_layouts(spec, points: list[Point], config: Callable[[Mapping[str, Any
             out.append(Point(len(out), params, point_key(spec.kind, spec.base, params), inputs,
                              cost=layout_cost(model, layout)))
     return out
+
+
+#: Column of a ``parallelism: auto`` table whose workload leaves SP off while some of its
+#: layouts need it: whether each layout ran with sequence parallelism.
+SP_COLUMN = "workload.parallelism.sp"
+
+
+def forced_sp_note(table) -> str | None:
+    """One line for the layouts that run with sequence parallelism although the workload
+    leaves it off (:meth:`~dessim.workload.transformer.layout.ParallelLayout.needs_sequence_parallel`),
+    None when there are none."""
+    if SP_COLUMN not in table:
+        return None
+    on = table[table[SP_COLUMN] == True]   # noqa: E712 (a column of booleans and nulls)
+    if not len(on):
+        return None
+    return (f"sequence parallelism: on in the {len(on)} layouts with tp > 1 although the workload "
+            "says sp: false — tensor parallelism with DeepEP's MoE dispatch needs it (Megatron-core's "
+            "MoE layer refuses TP without SP in training); column workload.parallelism.sp")
 
 
 #: Tasks per layer and micro-batch that a layout's replay handles, roughly: the forward and

@@ -785,7 +785,7 @@ class _Generator:
                 or not self.model.is_moe:
             return "ep"
         where = f"parallel layout {lo.describe()}"
-        if lo.tp > 1 and not lo.sequence_parallel:
+        if lo.needs_sequence_parallel(self.model) and not lo.sequence_parallel:
             raise WorkloadError(f"{where}: moe_dispatch deepep with tp={lo.tp} needs sequence "
                                 "parallelism (sp: true), as Megatron-core's MoE layer does in training")
         try:

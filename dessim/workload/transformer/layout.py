@@ -444,6 +444,15 @@ class ParallelLayout:
         ``megatron/core/transformer/moe/token_dispatcher.py``), with ``ep = 1`` too."""
         return self.ep > 1 or (self.moe_dispatch == "deepep" and self.expert_tp > 1)
 
+    def needs_sequence_parallel(self, model: "TransformerConfig") -> bool:
+        """Whether this layout is refused without sequence parallelism: TP (``tp > 1``) with
+        an MoE all-to-all through DeepEP (the generator's ``_ep_kind`` refuses it, as
+        Megatron-core's MoE layer refuses TP without SP in training), or expert TP that differs
+        from ``tp`` (:meth:`validate`). ``sp`` itself is not looked at."""
+        if self.tp == 1 or not model.is_moe:
+            return False
+        return self.separate_expert_tp or (self.moe_dispatch == "deepep" and self.moe_all_to_all)
+
     def fp8_dispatch(self, model: "TransformerConfig") -> bool:
         """Whether the MoE dispatch direction goes on the wire in FP8 with its scales
         (:data:`MOE_DISPATCH_PRECISIONS`): FP8 recipes unless ``moe_dispatch_precision: bf16``."""

@@ -278,8 +278,11 @@ def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: f
     Varies ``tp`` (divisors of the GPU count up to ``max_tp``, default 8: one NVLink domain of
     a DGX node), ``pp``, ``cp`` (``cps``), ``ep`` (MoE: divisors of experts and dp) and the
     micro-batch (``micro_batches``, default the base's); ``dp = num_gpus / (tp·pp·cp)``. Other
-    fields (global batch, ZeRO stage, schedule, recompute, SP, order) come from ``base``
-    (default ``ParallelLayout()``); SP is on whenever ``tp > 1`` if the base has it, and an
+    fields (global batch, ZeRO stage, schedule, recompute, SP, MoE dispatch, order) come from
+    ``base`` (default ``ParallelLayout()``); SP is on whenever ``tp > 1`` if the base has it,
+    and also where the layout is refused without it
+    (:meth:`~dessim.workload.transformer.layout.ParallelLayout.needs_sequence_parallel`: TP
+    with DeepEP's MoE dispatch), and an
     interleaved base schedule falls back to 1f1b where it cannot apply (pp = 1 or m % pp).
     Sorted by (tp, pp, cp, ep, micro_batch). Invalid combinations are skipped silently;
     an empty list means nothing fits.
@@ -300,6 +303,8 @@ def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: f
             layout = _try_layout(base, kw)
             if layout is None:
                 continue
+            if not layout.sp and layout.needs_sequence_parallel(model):
+                layout = replace(layout, sp=True)
             try:
                 layout.validate(model, num_gpus)
                 if estimate_memory(model, layout, memory).total > capacity_bytes:
