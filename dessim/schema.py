@@ -29,7 +29,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valid
 from dessim.errors import DessimError, SpecError
 from dessim.units import MAX_COUNT, parse_bandwidth, parse_count, parse_size, parse_time
 
-__all__ = ["SpecModel", "validate", "readable", "got", "did_you_mean", "schema_of", "schema_json", "inline_schema", "tagged", "count",
+__all__ = ["SpecModel", "validate", "readable", "got", "did_you_mean", "unknown_key", "schema_of", "schema_json", "inline_schema", "tagged", "count",
            "choice", "converted", "described", "Size", "Bandwidth", "Time", "Count", "PositiveCount", "Flag", "Text",
            "Number", "SIZE_SCHEMA", "BANDWIDTH_SCHEMA", "TIME_SCHEMA"]
 
@@ -312,6 +312,23 @@ def _fields(tp: Any) -> list[str]:
     """The valid keys of a mapping of type ``tp`` (none if it is not a model)."""
     model = _model_of(tp)
     return list(model.model_fields) if model is not None else []
+
+
+def unknown_key(model: type[BaseModel], path: Any) -> tuple[tuple[str, ...], str, list[str]] | None:
+    """The first key of the dotted key path ``path`` (a sequence of keys from the top of a
+    ``model`` document) that is not a field where it stands: (the section keys before it, the
+    key, the valid keys there). None when every key is a field, or the path leaves the models
+    (a list, a mapping of free keys, a value) before a key is missing."""
+    tp: Any = model
+    for i, key in enumerate(path):
+        section = _model_of(tp)
+        if section is None:
+            return None
+        info = section.model_fields.get(key)
+        if info is None:
+            return tuple(path[:i]), key, list(section.model_fields)
+        tp = info.annotation
+    return None
 
 
 # ---------------------------------------------------------------- export

@@ -506,28 +506,31 @@ def _canonical_workload(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _check_workload_axis(key: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
-    """An axis ``workload.SECTION.KEY`` of a transformer workload names a key of that section
-    of the workload file: a typo (``workload.model.precison``) is a spec error before any point
-    runs, not the same failure recorded for every point. Other kinds, flat override keys and a
-    base workload that does not load are left to the points."""
-    from dessim.schema import did_you_mean
-    from dessim.workload.kinds import load_any_workload
-    from dessim.workload.transformer.spec import (ModelSection, ParallelismSection, TrainingSection,
-                                                  WorkloadSpec)
+    """An axis ``workload.SECTION.KEY[.KEY...]`` names a key of that section of the base
+    workload file, at every depth and for every kind (``workload.model.routing.distribution``
+    of a transformer, ``workload.model.embedding_dim`` of a DLRM, ``workload.model.image_size``
+    of a CNN): a typo is a spec error before any point runs, not the same failure recorded for
+    every point. Keys that are not sections of the file (flat overrides such as ``tp``), keys
+    under a list or free mapping, and a base workload that does not load are left to the points."""
+    from dessim.schema import did_you_mean, unknown_key
+    from dessim.workload.kinds import WORKLOAD_KINDS, load_any_workload
 
-    sections = {"model": ModelSection, "parallelism": ParallelismSection, "training": TrainingSection}
     parts = key.split(".")
     workload = base.get("workload")
-    if len(parts) < 2 or parts[0] not in sections or not isinstance(workload, (str, Path)):
+    if len(parts) < 2 or not isinstance(workload, (str, Path)):
         return
     try:
         spec = load_any_workload(workload)
     except DessimError:
         return
-    names = list(sections[parts[0]].model_fields)
-    if isinstance(spec, WorkloadSpec) and parts[1] not in names:
-        raise SpecError(f"{where}: unknown key {parts[1]!r} in the {parts[0]} section of workload "
-                        f"{str(workload)!r}{did_you_mean(parts[1], names)}; valid keys: {', '.join(names)}")
+    kind = next((k for k in WORKLOAD_KINDS.values() if isinstance(spec, k.spec_type)), None)
+    if kind is None or parts[0] not in kind.model.model_fields:
+        return
+    missing = unknown_key(kind.model, parts)
+    if missing is not None:
+        section, name, names = missing
+        raise SpecError(f"{where}: unknown key {name!r} in the {'.'.join(section)} section of workload "
+                        f"{str(workload)!r}{did_you_mean(name, names)}; valid keys: {', '.join(names)}")
 
 
 def _expand_workload(spec: Any, points: list[Any]) -> list[Any]:

@@ -332,11 +332,21 @@ case("sweep missing workload file", ["sweep", "{d}/w.yaml", "--no-progress", "--
      ["w.yaml", "nosuch.yaml", "nothing was run"], {"w.yaml": _yaml(WSWEEP)})
 case("sweep workload file not UTF-8", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
      ["bad.yaml", "UTF-8"], {"w.yaml": _yaml(_set(WSWEEP, "base.workload", "bad.yaml")), "bad.yaml": NOT_UTF8})
-for path, words in [("workload.model.precison", ["'precison'", "model section", "did you mean 'precision'"]),
-                    ("workload.training.schedul", ["'schedul'", "training section", "did you mean 'schedule'"])]:
-    case(f"sweep workload axis {path}", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
-         ["w.yaml", f"axes.{path}", *words],
-         {"w.yaml": _yaml({**_set(WSWEEP, "base.workload", "gpt3-1.3b"), "axes": {path: ["bf16"]}})})
+for workload, path, words in [
+        ("gpt3-1.3b", "workload.model.precison", ["'precison'", "model section", "did you mean 'precision'"]),
+        ("gpt3-1.3b", "workload.training.schedul", ["'schedul'", "training section", "did you mean 'schedule'"]),
+        # deeper keys and the other kinds: before, every point ran and failed the same way
+        ("mixtral-8x7b", "workload.model.routing.distrbution",
+         ["'distrbution'", "model.routing section", "did you mean 'distribution'"]),
+        ("gpt3-1.3b", "workload.training.offload.optimzer",
+         ["'optimzer'", "training.offload section", "did you mean 'optimizer'"]),
+        ("dlrm-small", "workload.model.embeding_dim", ["'embeding_dim'", "model section", "did you mean 'embedding_dim'"]),
+        ("dlrm-small", "workload.embeddings.shardng", ["'shardng'", "embeddings section", "did you mean 'sharding'"]),
+        ("resnet50", "workload.model.image_sise", ["'image_sise'", "model section", "did you mean 'image_size'"]),
+        ("resnet50", "workload.training.global_bach", ["'global_bach'", "training section", "did you mean 'global_batch'"])]:
+    case(f"sweep workload axis {path} of {workload}", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
+         ["w.yaml", f"axes.{path}", workload, *words],
+         {"w.yaml": _yaml({**_set(WSWEEP, "base.workload", workload), "axes": {path: ["bf16"]}})})
 SWEEP_YAML = _yaml(SWEEP)
 for flags, words in [(["--out", f"{MISSING_DIR}/r.csv"], ["--out", "does not exist"]),
                      (["--out", "{d}/r.xlsx"], ["--out", ".xlsx"]), (["--plots", "{d}/f"], ["--plots", "not a directory"]),
