@@ -211,7 +211,9 @@ def parse_count(value: object, what: str = "count", *, minimum: int = 0, maximum
     number, unit = _split(value, what, "whole number")
     mult = _DECIMAL.get(unit)
     if mult is None:
-        raise UnitError(f"{what}: cannot parse {value!r} as a whole number")
+        billions = ", billions are G: '100G' = 1e11" if unit in ("B", "b", "bn") else ""
+        raise UnitError(f"{what}: cannot parse {value!r} as a whole number (decimal suffixes "
+                        f"k, M, G, T, P, E: '15T' = 15e12{billions})")
     number *= mult
     if not math.isfinite(number):
         raise UnitError(f"{what}: {value!r} is not a finite whole number")

@@ -172,14 +172,27 @@ def _gpu_power(value: Any, where: str) -> dict[str, float]:
     return out
 
 
+def _storage_bw(value: Any, what: str) -> float:
+    """The file system's aggregate bandwidth (bytes/s), at least the smallest link
+    bandwidth a topology accepts (:data:`~dessim.topology.builders.MIN_LINK_BANDWIDTH`): the
+    storage is attached as a link, whose own error would not name this key."""
+    from dessim.topology.builders import MIN_LINK_BANDWIDTH
+
+    bw = parse_bandwidth(value, what)
+    if bw < MIN_LINK_BANDWIDTH:
+        raise SpecError(f"{what}: {value!r} is {bw:g} B/s, below the {MIN_LINK_BANDWIDTH:g} B/s a "
+                        "storage link may have (a file system's aggregate bandwidth, e.g. '2TB/s')")
+    return bw
+
+
 #: Every key of a ``train:`` mapping: (converter, where it goes). ``mtbf`` maps component
 #: kinds to a per-component MTBF; power in watts; cost in USD.
 TRAIN_KEYS: Mapping[str, Any] = MappingProxyType({
     "tokens": lambda v, w: float(parse_count(v, w, minimum=1)),
     "steps": lambda v, w: parse_count(v, w, minimum=1),
     "checkpoint_interval": _interval,
-    "checkpoint_bytes": lambda v, w: float(parse_size(v, w)),
-    "storage_bw": lambda v, w: parse_bandwidth(v, w),
+    "checkpoint_bytes": lambda v, w: float(parse_size(v, w, allow_zero=False)),
+    "storage_bw": _storage_bw,
     "restart": lambda v, w: parse_time(v, w),
     "rewarm": lambda v, w: parse_time(v, w),
     "mtbf": _mtbf,

@@ -447,7 +447,14 @@ for flags, words in [(["--tokens", "abc"], ["tokens", "abc"]), (["--tokens", "-5
                      (["--tokens", "1T", "--mtbf", "gpu=soon"], ["--mtbf gpu", "soon"]),
                      (["--tokens", "1T", "--gpu-power", "turbo=9"], ["--gpu-power", "'turbo'"]),
                      (["--tokens", "1T", "--restart", "-1s"], ["--restart", "negative"]),
-                     (["--tokens", "1T", "--storage-bw", "fast"], ["--storage-bw", "fast"])]:
+                     (["--tokens", "1T", "--storage-bw", "fast"], ["--storage-bw", "fast"]),
+                     # before: 'checkpoint time must be a finite number > 0 (seconds), got 0.0'
+                     # after the iteration was simulated, and the topology's link check
+                     # 'storage (pfs) bw/lat: ... write the unit' for a bandwidth that had one
+                     (["--tokens", "1T", "--checkpoint-size", "0"], ["--checkpoint-size", "zero"]),
+                     (["--tokens", "1T", "--storage-bw", "1KB/s"], ["--storage-bw", "1KB/s", "below"]),
+                     # 100B tokens: B is not a count suffix; the error says which are
+                     (["--tokens", "100B"], ["--tokens", "'100B'", "100G"])]:
     case(f"train {' '.join(flags)}", ["train", "gpt3-1.3b", *flags], words)
 for flags, words in [(["--num-layers", "x"], ["--num-layers", "x"]),
                      (["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
