@@ -357,6 +357,21 @@ def test_cli_replay_json():
     assert len(out["per_rank"]) == 8
 
 
+def test_cli_replay_says_the_algorithm_it_was_asked_for():
+    """replay applies --algo per collective and runs the engine with auto; its summary said
+    'algorithm auto: NCCL's tuning model' for 'replay ... --algo ring' (simulate says 'ring,
+    as asked'), and so did the JSON's collectives.settings."""
+    args = ["replay", fixture("ALL_REDUCE"), "-t", RING8, "--algo", "ring"]
+    text = CliRunner().invoke(cli(), args)
+    assert text.exit_code == 0, text.output
+    line = next(l for l in text.output.splitlines() if l.lstrip().startswith("collectives"))
+    assert "ring/" in line and "algorithm ring, as asked" in line and "auto" not in line
+    data = json.loads(CliRunner().invoke(cli(), [*args, "--json"]).output)
+    assert data["collectives"]["settings"].startswith("algorithm ring,")
+    auto = json.loads(CliRunner().invoke(cli(), [*args[:-2], "--json"]).output)
+    assert auto["collectives"]["settings"].startswith("algorithm auto,")
+
+
 def test_cli_rank_count_mismatch():
     result = CliRunner().invoke(cli(), ["replay", fixture("ring_sendrecv"), "-t", "ring:16"])
     assert result.exit_code == 2

@@ -887,4 +887,11 @@ def replay_chakra(trace: ChakraTrace | str | os.PathLike[str], topology: Topolog
     graph = chakra_to_taskgraph(trace, topo, rank_map=rank_map, cost_compute=cost_compute,
                                 algo=algo, mem_node=mem_node, extra_groups=extra_groups,
                                 use_dessim_attrs=use_dessim_attrs)
-    return simulate(graph, topo, replace(options, collectives=options.collectives.with_(algo="auto")))
+    result = simulate(graph, topo, replace(options, collectives=options.collectives.with_(algo="auto")))
+    if isinstance(algo, str):
+        # the engine ran with auto (each collective names its algorithm); the settings line
+        # says what was asked for, not "algorithm auto"
+        c = result.meta.get("collectives") or {}
+        if str(c.get("settings", "")).startswith("algorithm auto,"):
+            c["settings"] = f"algorithm {algo}," + c["settings"][len("algorithm auto,"):]
+    return result
