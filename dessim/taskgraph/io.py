@@ -145,8 +145,10 @@ def load_taskgraph(path: str | Path) -> TaskGraph:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
+        hint = ("; a task graph is the JSON 'dessim simulate --save-graph' writes, a workload "
+                "file runs with 'dessim simulate'" if path.suffix.lower() in (".yaml", ".yml") else "")
         raise SpecError(f"task graph {str(path)!r}: not valid JSON (line {exc.lineno}, column "
-                        f"{exc.colno}: {exc.msg})") from None
+                        f"{exc.colno}: {exc.msg}){hint}") from None
     except (ValueError, RecursionError) as exc:   # an integer with too many digits, nesting
         raise SpecError(f"task graph {str(path)!r}: not valid JSON ({exc})") from None
     return taskgraph_from_dict(data, str(path))

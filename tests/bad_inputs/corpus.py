@@ -278,6 +278,9 @@ for name, content, words in [("not JSON", "{tasks: [}", ["JSON"]), ("not UTF-8",
                              ("deep nesting", "[" * 100000, ["g.json"])]:
     case(f"run graph {name}", ["run", "{d}/g.json", "-t", "ring:4"], ["g.json", *words], {"g.json": content})
 case("run a missing graph", ["run", "{d}/nosuch.json", "-t", "ring:4"], ["nosuch.json"])
+# a workload file given to run: the error says what run takes and where the file belongs
+case("run a workload file", ["run", "workloads/gpt3-1.3b.yaml", "-t", "ring:8"],
+     ["gpt3-1.3b.yaml", "not valid JSON", "--save-graph", "dessim simulate"])
 case("run --timeline x.html", ["run", "{d}/g.json", "-t", "ring:4", "--timeline", "{d}/x.html"],
      ["--timeline", "'.html'", ".json.gz"], {"g.json": json.dumps(GRAPH)})
 
