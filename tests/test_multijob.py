@@ -96,6 +96,33 @@ def test_cluster_command_prints_slowdowns(tmp_path):
     assert [j["name"] for j in out["jobs"]] == ["a", "b"] and out["jobs"][0]["slowdown"] > 1.3
 
 
+def test_without_the_alone_runs_no_alone_figure_is_made_up():
+    """--no-alone: the text said 'exposed dp 0s alone -> 14.4ms shared' and --json printed
+    "alone_s": NaN (not JSON) and "slowdown": 1.0; now the text shows the shared figure only
+    and the JSON has null for both, and strict JSON parsers read it."""
+    args = ["workloads/cluster-two-jobs.yaml", "--no-alone"]
+    text = CliRunner().invoke(cluster_cmd.command, args)
+    assert text.exit_code == 0, text.output
+    assert "alone ->" not in text.output and "exposed dp" in text.output
+    res = CliRunner().invoke(cluster_cmd.command, [*args, "--json"])
+    assert res.exit_code == 0 and "NaN" not in res.output
+    jobs = json.loads(res.output, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))["jobs"]
+    assert all(j["alone_s"] is None and j["slowdown"] is None and j["shared_s"] > 0 for j in jobs)
+
+
+@pytest.mark.parametrize("path, words", [
+    ("workloads/gpt3-1.3b.yaml", ["a workload file (kind transformer)", "dessim simulate workloads/gpt3-1.3b.yaml"]),
+    ("workloads/resnet50.yaml", ["a workload file (kind cnn)"]),
+    ("examples/shared-cluster/sweep.yaml", ["a sweep spec", "dessim sweep examples/shared-cluster/sweep.yaml"])])
+def test_a_workload_or_sweep_file_given_as_a_cluster_says_which_command_runs_it(path, words):
+    """Before, the cluster schema listed every key it did not know (model, parallelism, ...)."""
+    from dessim.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["cluster", path])
+    assert res.exit_code == 2
+    assert all(w in res.output for w in words) and "unknown key" not in res.output, res.output
+
+
 TINY_GPT = {"name": "tiny-gpt",
             "model": {"layers": 2, "hidden": 256, "heads": 8, "ffn_hidden": 1024, "vocab": 1024, "seq_len": 256},
             "parallelism": {"tp": 2, "pp": 1},

@@ -98,6 +98,9 @@ def command(spec: str, topology: str | None, no_alone: bool, timeline: str | Non
         click.echo(f"    iteration alone {alone}, shared {format_time(j.shared_s)}{slow}")
         for cat, v in j.exposed_comm_shared_s.items():
             if v:
+                if no_alone:     # nothing ran alone: no figure to compare with
+                    click.echo(f"    exposed {cat:<8} {format_time(v)} shared")
+                    continue
                 base = j.exposed_comm_alone_s.get(cat, 0.0)
                 click.echo(f"    exposed {cat:<8} {format_time(base)} alone -> {format_time(v)} shared")
     chosen = collectives_line(summary["collectives"])

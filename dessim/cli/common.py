@@ -473,7 +473,20 @@ def write_outputs(result: SimulationResult, timeline: str | None, gantt: GanttRe
 
 
 def print_json(obj: dict[str, Any]) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=float))
+    """``obj`` as indented JSON; a NaN (a figure that was not computed) is printed as null,
+    as the --json help promises, never as the ``NaN`` that JSON parsers other than Python's
+    refuse."""
+    click.echo(json.dumps(_no_nan(obj), indent=2, sort_keys=False, default=float))
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float):
+        return None if value != value else value
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 #: The ``--json`` flag of every command that can print one JSON object instead of text.

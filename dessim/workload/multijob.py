@@ -178,8 +178,27 @@ def check_cluster_sections(head: ClusterHead, names: Sequence[str], origin: str)
     EngineOptions.of(head.engine, origin)   # every setting checked now
 
 
+def check_not_other_spec(data: Any, origin: str) -> None:
+    """Raise a :class:`SpecError` saying which command runs ``data`` when it is a workload
+    file or a sweep spec rather than a cluster file (instead of the cluster schema's list of
+    every key it does not know)."""
+    from dessim.workload.kinds import WORKLOAD_KINDS
+
+    if not isinstance(data, Mapping) or "jobs" in data or data.get("kind", CLUSTER_KIND) == CLUSTER_KIND \
+            and "model" not in data and "axes" not in data:
+        return
+    if "axes" in data or "base" in data:
+        raise SpecError(f"{origin}: a sweep spec, not a cluster file: run it with 'dessim sweep {origin}'")
+    kind = data.get("kind", "transformer")
+    if kind in WORKLOAD_KINDS or "model" in data:
+        raise SpecError(f"{origin}: a workload file (kind {kind}), not a cluster file (kind: cluster, "
+                        f"with jobs): simulate it with 'dessim simulate {origin}', or name it as the "
+                        "workload of a job in a cluster file")
+
+
 def parse_cluster(data: Any, origin: str = "<cluster>") -> ClusterSpec:
     """A :class:`ClusterSpec` from a parsed YAML document (validated by :class:`ClusterFile`)."""
+    check_not_other_spec(data, origin)
     doc = validate(ClusterFile, data, origin)
     jobs = [JobSpec(job.name or f"job{i}", resolve_workload(job.workload, origin), job.gpus, job.overrides)
             for i, job in enumerate(doc.jobs)]
@@ -308,11 +327,17 @@ class JobResult:
 
     @property
     def slowdown(self) -> float:
+        """``shared / alone``; NaN when the job was not simulated alone (``alone=False``)."""
+        if self.alone_s != self.alone_s:
+            return float("nan")
         return self.shared_s / self.alone_s if self.alone_s > 0 else 1.0
 
     def summary(self) -> dict[str, Any]:
-        return {"name": self.name, "workload": self.workload, "gpus": list(self.gpus), "alone_s": self.alone_s,
-                "shared_s": self.shared_s, "slowdown": self.slowdown,
+        """The figures; ``alone_s`` and ``slowdown`` are None when the job did not run alone."""
+        ran = self.alone_s == self.alone_s
+        return {"name": self.name, "workload": self.workload, "gpus": list(self.gpus),
+                "alone_s": self.alone_s if ran else None,
+                "shared_s": self.shared_s, "slowdown": self.slowdown if ran else None,
                 "exposed_comm_alone_s": self.exposed_comm_alone_s,
                 "exposed_comm_shared_s": self.exposed_comm_shared_s}
 
