@@ -845,6 +845,9 @@ def check_chakra_prefix(prefix: str | os.PathLike, what: str = "Chakra trace pre
     if not text.strip() or Path(text).name in ("", ".", "..") or text.endswith(("/", os.sep)):
         raise OutputError(f"{what} {text!r}: expected '<dir>/<prefix>' (files <prefix>.<rank>.et "
                           "in <dir>), not a directory")
+    if Path(text).is_dir():                     # DIR given, DIR/PREFIX meant: not DIR.<rank>.et beside it
+        raise OutputError(f"{what} {text!r} is a directory: give '<dir>/<prefix>', e.g. "
+                          f"{str(Path(text) / 'trace')!r} for {str(Path(text) / 'trace')}.0.et, ...")
     name = Path(text).name
     if name.lower().endswith(".et"):            # a rank file's name given for the prefix
         stem = re.sub(r"(\.\d+)?\.et$", "", name, flags=re.IGNORECASE)

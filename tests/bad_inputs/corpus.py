@@ -204,6 +204,8 @@ SIM_FLAGS = [
     (["--save-graph", f"{MISSING_DIR}/g.json"], ["--save-graph", "does not exist"]),
     (["--export-chakra", f"{MISSING_DIR}/p"], ["--export-chakra", "does not exist"]),
     (["--export-chakra", "{d}/"], ["--export-chakra", "prefix"]),
+    # an existing directory without the slash: the files went beside it as DIR.<rank>.et
+    (["--export-chakra", "{d}"], ["--export-chakra", "is a directory", "{d}/trace"]),
     (["--export-chakra", "{d}/gpt3.0.et"], ["--export-chakra", "ends in .et", "gpt3.0.et.0.et", "/gpt3'"]),
     (["--network", "bogus"], ["--network"]), (["-t", "torus:4"], ["torus"]),
     (["--exact", "--fold"], ["--exact"]), (["--timeline", "{d}"], ["--timeline", "directory"]),
