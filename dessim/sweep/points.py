@@ -495,6 +495,10 @@ def _precheck_workload(cfg: Mapping[str, Any]) -> None:
     _load_topology_cached(cfg["topology"], setup)
     _engine_of(cfg.get("engine"))
     load_any_workload(cfg["workload"])
+    for path in _override_paths(cfg.get("overrides")):    # base overrides as the axes' keys
+        problem = _unknown_workload_key(cfg["workload"], path)
+        if problem:
+            raise SpecError(f"overrides.{'.'.join(path)}: {problem}")
 
 
 def _canonical_workload(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -505,32 +509,48 @@ def _canonical_workload(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg
 
 
+def _unknown_workload_key(workload: Any, parts: Sequence[str]) -> str | None:
+    """What is wrong with the key path ``parts`` (``model.routing.distribution``) of the
+    workload file ``workload``, checked against its kind's file model at every depth, or None.
+    Paths whose first key is not a section of the file (flat overrides such as ``tp``, the
+    ``memory``/``generator`` options), paths under a list or free mapping, and a workload that
+    does not load are None: the points say what is wrong with those."""
+    from dessim.schema import did_you_mean, unknown_key
+    from dessim.workload.kinds import WORKLOAD_KINDS, load_any_workload
+
+    if len(parts) < 2 or not isinstance(workload, (str, Path)):
+        return None
+    try:
+        spec = load_any_workload(workload)
+    except DessimError:
+        return None
+    kind = next((k for k in WORKLOAD_KINDS.values() if isinstance(spec, k.spec_type)), None)
+    if kind is None or parts[0] not in kind.model.model_fields:
+        return None
+    missing = unknown_key(kind.model, list(parts))
+    if missing is None:
+        return None
+    section, name, names = missing
+    return (f"unknown key {name!r} in the {'.'.join(section)} section of workload {str(workload)!r}"
+            f"{did_you_mean(name, names)}; valid keys: {', '.join(names)}")
+
+
 def _check_workload_axis(key: str, values: Sequence[Any], base: Mapping[str, Any], where: str) -> None:
     """An axis ``workload.SECTION.KEY[.KEY...]`` names a key of that section of the base
     workload file, at every depth and for every kind (``workload.model.routing.distribution``
     of a transformer, ``workload.model.embedding_dim`` of a DLRM, ``workload.model.image_size``
     of a CNN): a typo is a spec error before any point runs, not the same failure recorded for
-    every point. Keys that are not sections of the file (flat overrides such as ``tp``), keys
-    under a list or free mapping, and a base workload that does not load are left to the points."""
-    from dessim.schema import did_you_mean, unknown_key
-    from dessim.workload.kinds import WORKLOAD_KINDS, load_any_workload
+    every point (:func:`_unknown_workload_key`)."""
+    problem = _unknown_workload_key(base.get("workload"), key.split("."))
+    if problem:
+        raise SpecError(f"{where}: {problem}")
 
-    parts = key.split(".")
-    workload = base.get("workload")
-    if len(parts) < 2 or not isinstance(workload, (str, Path)):
-        return
-    try:
-        spec = load_any_workload(workload)
-    except DessimError:
-        return
-    kind = next((k for k in WORKLOAD_KINDS.values() if isinstance(spec, k.spec_type)), None)
-    if kind is None or parts[0] not in kind.model.model_fields:
-        return
-    missing = unknown_key(kind.model, parts)
-    if missing is not None:
-        section, name, names = missing
-        raise SpecError(f"{where}: unknown key {name!r} in the {'.'.join(section)} section of workload "
-                        f"{str(workload)!r}{did_you_mean(name, names)}; valid keys: {', '.join(names)}")
+
+def _override_paths(overrides: Any, head: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The key paths to the leaves of nested override mappings."""
+    if not isinstance(overrides, Mapping) or not overrides:
+        return [head] if head else []
+    return [p for k, v in overrides.items() for p in _override_paths(v, (*head, str(k)))]
 
 
 def _expand_workload(spec: Any, points: list[Any]) -> list[Any]:

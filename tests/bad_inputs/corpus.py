@@ -352,6 +352,12 @@ for workload, path, words in [
     case(f"sweep workload axis {path} of {workload}", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
          ["w.yaml", f"axes.{path}", workload, *words],
          {"w.yaml": _yaml({**_set(WSWEEP, "base.workload", workload), "axes": {path: ["bf16"]}})})
+# the same typo in the base's overrides: before, every point ran and failed the same way
+for workload, path in [("gpt3-1.3b", "model.precison"), ("mixtral-8x7b", "model.routing.distrbution"),
+                       ("dlrm-small", "embeddings.shardng")]:
+    case(f"sweep base overrides.{path} of {workload}", ["sweep", "{d}/w.yaml", "--no-progress", "--out", "{d}/r.csv"],
+         ["w.yaml", f"overrides.{path}", workload, "nothing was run", f"'{path.rsplit('.', 1)[1]}'"],
+         {"w.yaml": _yaml(_set(_set(WSWEEP, "base.workload", workload), f"base.overrides.{path}", "x"))})
 SWEEP_YAML = _yaml(SWEEP)
 for flags, words in [(["--out", f"{MISSING_DIR}/r.csv"], ["--out", "does not exist"]),
                      (["--out", "{d}/r.xlsx"], ["--out", ".xlsx"]), (["--plots", "{d}/f"], ["--plots", "not a directory"]),
