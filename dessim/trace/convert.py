@@ -88,6 +88,7 @@ __all__ = [
     "taskgraph_to_chakra",
     "export_chakra",
     "replay_chakra",
+    "note_forced_algo",
     "trace_collective_ops",
     "parse_rank_map",
     "nearest_memory_node",
@@ -888,9 +889,15 @@ def replay_chakra(trace: ChakraTrace | str | os.PathLike[str], topology: Topolog
                                 algo=algo, mem_node=mem_node, extra_groups=extra_groups,
                                 use_dessim_attrs=use_dessim_attrs)
     result = simulate(graph, topo, replace(options, collectives=options.collectives.with_(algo="auto")))
-    if isinstance(algo, str):
-        # the engine ran with auto (each collective names its algorithm); the settings line
-        # says what was asked for, not "algorithm auto"
+    return note_forced_algo(result, algo)
+
+
+def note_forced_algo(result, algo: str | Mapping[str, str] | None):
+    """``result`` of a replay whose collectives were each given the forced algorithm ``algo``
+    (the engine itself ran with ``auto``), its collective settings saying ``algorithm ALGO``
+    rather than ``algorithm auto`` (the summaries' "as asked" instead of "NCCL's tuning
+    model"). A per-op mapping (an ASTRA-sim system file) or None leaves them as they are."""
+    if isinstance(algo, str) and algo != "auto":
         c = result.meta.get("collectives") or {}
         if str(c.get("settings", "")).startswith("algorithm auto,"):
             c["settings"] = f"algorithm {algo}," + c["settings"][len("algorithm auto,"):]

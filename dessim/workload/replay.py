@@ -32,6 +32,7 @@ from dessim.schema import Flag, SpecModel, Text, validate
 from dessim.taskgraph import TaskGraph
 from dessim.topology.graph import Topology
 from dessim.trace import chakra_to_taskgraph, read_chakra
+from dessim.trace.convert import note_forced_algo
 from dessim.workload.common.figures import IterationResult
 from dessim.workload.dataparallel.result import Generated
 
@@ -106,5 +107,7 @@ def generate_chakra(spec: ChakraSpec, topology: Topology, overrides: Mapping[str
     graph = chakra_to_taskgraph(read_chakra(spec.trace), topology, rank_map=spec.rank_map,
                                 cost_compute=spec.cost_compute, algo=options.forced_algo,
                                 mem_node=spec.mem_node)
-    return Generated(spec.name, graph, topology, lambda sim: ReplayResult(spec.name, graph, sim),
+    algo = options.forced_algo
+    return Generated(spec.name, graph, topology,
+                     lambda sim: ReplayResult(spec.name, graph, note_forced_algo(sim, algo)),
                      options=replace(options, collectives=options.collectives.with_(algo="auto")))
