@@ -4,9 +4,10 @@ Size: the model state a restart needs — weights and optimizer state, not gradi
 ``parameters · (param_bytes + optimizer_bytes)`` of the training precision for a transformer
 (bf16 mixed-precision Adam: 2 + 12 = 14 bytes per parameter; ZeRO §3.1, as the memory model
 counts them, :mod:`dessim.workload.transformer.memory`). Data-parallel kinds (DLRM, CNN):
-the per-GPU ``weights + optimizer`` of their memory estimate (the replicated state; a
-sharded embedding table is counted once per GPU's shard only — give ``checkpoint_bytes``
-for exact figures).
+the per-GPU ``weights + optimizer`` of their memory estimate (the replicated dense state,
+saved once) plus every embedding table of a DLRM once (``details.embedding_bytes``, all
+shards together; its SGD row updates keep no optimizer state). Give ``checkpoint_bytes`` for
+other layouts of a checkpoint.
 
 Time: a simulated transfer. Every GPU writes ``size / gpus`` bytes (a sharded checkpoint in
 which every rank saves an equal, distinct part, as PyTorch Distributed Checkpoint does) to
@@ -75,7 +76,8 @@ def checkpoint_bytes(result: Any) -> float:
         return _model_state_bytes(plan.model)
     memory = getattr(result, "memory", None)
     if isinstance(memory, dict) and "weights" in memory:
-        return float(memory["weights"]) + float(memory.get("optimizer", 0.0))
+        tables = float((getattr(result, "details", None) or {}).get("embedding_bytes", 0.0))
+        return float(memory["weights"]) + float(memory.get("optimizer", 0.0)) + tables
     raise DessimError("train: cannot size the checkpoint of this workload (no model state); "
                       "give checkpoint_bytes (--checkpoint-size)")
 
