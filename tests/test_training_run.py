@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -212,7 +213,8 @@ def test_cli_train_json_is_deterministic_and_plots(tmp_path):
     text = runner.invoke(cli, ["train", "gpt3-1.3b", "--steps", "100", "--samples", "20", "--restart", "300s",
                                "--rewarm", "60s", "--plots", str(tmp_path)])
     assert text.exit_code == 0, text.output
-    assert "time to train" in text.output and "MWh" in text.output
+    # a 100-step run uses a few kWh (MWh from one MWh up: a short run printed '0.00 MWh')
+    assert "time to train" in text.output and re.search(r"\d kWh per run", text.output)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["energy.png", "goodput_vs_interval.png",
                                                           "time_to_train.png"]
 
@@ -343,6 +345,24 @@ def test_a_dlrm_checkpoint_holds_its_embedding_tables():
     assert checkpoint_bytes(result) == result.memory["weights"] + result.memory["optimizer"] + tables
     cnn = simulate_workload("resnet50", "dgx-h100:nodes=1")
     assert checkpoint_bytes(cnn) == cnn.memory["weights"] + cnn.memory["optimizer"]
+
+
+def test_a_short_run_prints_its_figures_in_units_that_show_them():
+    """A 1,000-step DLRM run printed '(0 tokens)', '0.00 days', '0.00 MWh per run, 0.0 kJ per
+    iteration' and 'cost 0 USD': every figure rounded away. Now: no token count for a model
+    without tokens, seconds, kJ and J, and three significant digits of a dollar."""
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    never = [a for k in ("gpu", "host", "nic", "link", "switch", "software") for a in ("--mtbf", f"{k}=never")]
+    res = CliRunner().invoke(cli, ["train", "dlrm-small", "-t", "dgx-h100:nodes=1", "--steps", "1000",
+                                   "--switch-power", "0", *never])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for rounded_away in ("0 tokens", "0.00 days", "0.00 d,", "0.00 MWh", "0.0 kJ", " 0 USD"):
+        assert rounded_away not in out, (rounded_away, out)
+    assert "kJ per run" in out and " J per iteration" in out and "USD (energy 0.0" in out
 
 
 # ---------------------------------------------------------------- per-kernel jitter (engine noise)

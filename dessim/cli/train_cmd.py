@@ -115,18 +115,44 @@ def _gpu_power(text: str) -> dict[str, float]:
     return {"busy": busy, "comm": comm, "idle": idle}
 
 
+def _days(seconds: float) -> str:
+    """A duration in days, or in the time units below a hundredth of a day (a short run
+    printed '0.00 days')."""
+    return f"{seconds / 86400:,.2f} days" if seconds >= 864 else format_time(seconds)
+
+
+def _in_days(seconds: float) -> str:
+    """`` (2.08 days)`` after a duration of a hundredth of a day or more, else nothing."""
+    return f" ({_days(seconds)})" if seconds >= 864 else ""
+
+
+def _usd(amount: float) -> str:
+    """Dollars: whole ones from 100 up, three significant digits below (a short run's cost
+    printed '0')."""
+    return f"{amount:,.0f}" if amount >= 100 or amount == 0 else f"{amount:.3g}"
+
+
+def _energy(joules: float) -> str:
+    """Energy in MWh from one MWh up, else kWh, kJ or J (a short run printed '0.00 MWh')."""
+    for scale, unit in ((3.6e9, "MWh"), (3.6e6, "kWh"), (1e3, "kJ")):
+        if joules >= scale:
+            return f"{joules / scale:,.2f} {unit}" if unit == "MWh" else f"{joules / scale:.4g} {unit}"
+    return f"{joules:.4g} J"
+
+
 def _print_summary(s: dict[str, Any]) -> None:
     exp, ck, en = s["expected"], s["checkpoint"], s["energy"]
     click.echo(f"{s['workload']} on {s['gpus']} x {s['device']}: {s['steps']:,} steps of "
-               f"{format_time(s['iteration_s'])} ({s['tokens']:.3g} tokens)")
-    click.echo(f"  useful time         {format_time(s['useful_s'])} ({s['useful_s'] / 86400:.2f} days)")
-    click.echo(f"  time to train       {format_time(s['time_to_train_s'])} ({s['time_to_train_s'] / 86400:.2f} days, "
-               f"expected; goodput {100 * s['goodput']:.2f}%)")
+               f"{format_time(s['iteration_s'])}" + (f" ({s['tokens']:.3g} tokens)" if s["tokens"] else ""))
+    click.echo(f"  useful time         {format_time(s['useful_s'])}{_in_days(s['useful_s'])}")
+    ttt = s["time_to_train_s"]
+    days = f"{_days(ttt)}, " if ttt >= 864 else ""
+    click.echo(f"  time to train       {format_time(ttt)} ({days}expected; goodput {100 * s['goodput']:.2f}%)")
     mc = s["monte_carlo"]
     if mc:
         t = mc["time_to_train_s"]
-        click.echo(f"    Monte Carlo       P50 {t['p50'] / 86400:.2f} d, P90 {t['p90'] / 86400:.2f} d, "
-                   f"P99 {t['p99'] / 86400:.2f} d over {mc['samples']} runs")
+        click.echo(f"    Monte Carlo       P50 {_days(t['p50'])}, P90 {_days(t['p90'])}, "
+                   f"P99 {_days(t['p99'])} over {mc['samples']} runs")
     mtbf = s["failures"]["mtbf_s"]
     click.echo(f"  failures            {exp['failures']:.1f} expected (job MTBF "
                f"{'never' if mtbf is None else format_time(mtbf)}); lost work {format_time(exp['lost_s'])}, "
@@ -142,15 +168,15 @@ def _print_summary(s: dict[str, Any]) -> None:
             click.echo(f"    rank {a['rank']:<5} slowdown {a['slowdown']:.3f}: healthy would save "
                        f"{format_time(a['saved_s'])} per iteration")
     per_token = f", {s['energy_per_token_j']:.4g} J per token" if s["tokens_per_iteration"] else ""
-    click.echo(f"  energy              {s['energy_run_mwh']:,.2f} MWh per run, {en['per_iteration_j'] / 1e3:,.1f} kJ "
-               f"per iteration{per_token} (PUE {en['pue']:g}; mean {en['mean_power_w'] / 1e3:,.1f} kW)")
+    click.echo(f"  energy              {_energy(s['energy_run_mwh'] * 3.6e9)} per run, "
+               f"{_energy(en['per_iteration_j'])} per iteration{per_token} (PUE {en['pue']:g}; mean {en['mean_power_w'] / 1e3:,.1f} kW)")
     gpu = en["gpu_busy_by_kind_j"]
     total = sum(gpu.values()) or 1.0
     click.echo("    GPU compute       " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in gpu.items())
-               + f" of {total / 1e3:,.1f} kJ per iteration")
+               + f" of {_energy(total)} per iteration")
     cost = s["cost"]
-    click.echo(f"  cost                {s['cost_usd']:,.0f} USD (energy {cost['energy']:,.0f}, rental "
-               f"{cost['rental']:,.0f}, capex {cost['capex']:,.0f})")
+    click.echo(f"  cost                {_usd(s['cost_usd'])} USD (energy {_usd(cost['energy'])}, rental "
+               f"{_usd(cost['rental'])}, capex {_usd(cost['capex'])})")
 
 
 @click.command("train")
