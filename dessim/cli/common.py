@@ -480,13 +480,12 @@ def print_json(obj: dict[str, Any]) -> None:
 
 
 def _no_nan(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if value != value else value
+    """``value`` with every leaf as :func:`_plain` gives it (NaN/NA as None)."""
     if isinstance(value, dict):
         return {k: _no_nan(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_no_nan(v) for v in value]
-    return value
+    return _plain(value)
 
 
 #: The ``--json`` flag of every command that can print one JSON object instead of text.
