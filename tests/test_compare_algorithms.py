@@ -105,3 +105,12 @@ def test_help_and_docs_state_the_registry_order():
     assert order in " ".join(res.output.split())
     docs = Path(__file__).resolve().parents[1] / "docs" / "collectives.md"
     assert order in " ".join(docs.read_text().split())
+
+
+def test_a_skip_reason_names_its_algorithm_once():
+    """The reason nvls cannot span two DGX H100 nodes without SHARP wraps the SHARP check's
+    own message; the algorithm's name is not repeated inside it."""
+    _, why = split_applicable(get_op("allreduce"), tuple(range(16)),
+                              load_topology("dgx-h100:nodes=2"))
+    assert "no switch of this topology reduces in the network" in why["nvls"]
+    assert "nvls:" not in why["nvls"]

@@ -170,7 +170,7 @@ class NVLS(Algorithm):
         except CollectiveError as exc:
             raise CollectiveError(f"nvls: the group spans several nodes, not one NVSwitch; "
                                   f"across nodes NVLS needs IB SHARP switches (NVLS + CollNet; "
-                                  f"else use nvlstree): {exc}") from None
+                                  f"else use nvlstree): {str(exc).removeprefix('nvls: ')}") from None
         for part in parts:
             if nvswitch_of(part, topology) is None:
                 raise CollectiveError(f"nvls: ranks {list(part)} of one node do not share an "
