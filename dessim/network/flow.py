@@ -682,11 +682,6 @@ class FlowNetwork(Network):
         1e-8 of a run; docs/performance.md step 34)."""
         self.solves += 1
         flows, rates, chans = self._system.solve()
-        for f, r in zip(flows, rates):
-            if r != f.rate:
-                if f.rate:
-                    f.remaining -= f.rate * (now - f.last)
-                f.last = now
         # no lane-family flow shares bandwidth now: nothing to certify (a new epoch makes the
         # channel figures remembered so far stale, so the next certificate checks afresh)
         certify = self.families_started and self._family_flows > 0
@@ -804,12 +799,16 @@ class FlowNetwork(Network):
             self._compact_heap()
 
     def _apply(self, now: float, flows: list[_Flow], rates: Sequence[float]) -> None:
-        """Give ``flows`` (progress already brought to ``now``) their new ``rates`` (bytes/s,
-        in the same order); a flow whose rate changed gets a new version and ETA."""
+        """Give ``flows`` their new ``rates`` (bytes/s, in the same order): a flow whose rate
+        changes has its progress brought to ``now`` at its old rate, then a new version and
+        ETA (:meth:`_solve`: flows left at their rate keep their accounting point)."""
         heap = self._heap
         push = heapq.heappush
         for f, r in zip(flows, rates):
             if r != f.rate:
+                if f.rate:
+                    f.remaining -= f.rate * (now - f.last)
+                f.last = now
                 f.rate = r
                 f.version += 1
                 if r > 0.0:  # capacities are > 0, so max-min rates are too
