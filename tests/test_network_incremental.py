@@ -216,3 +216,35 @@ def test_memoised_solves_give_the_floats_of_recomputed_ones(seed, incremental):
     assert (net.solves, net.incremental_solves, net.fallback_solves) == (
         ref.solves, ref.incremental_solves, ref.fallback_solves)
     assert net._system.state_hits > 0 and ref._system.state_hits == 0
+
+
+# ------------------------------------------------------------------ utilisation records
+class EveryChannelRecorded(FlowNetwork):
+    """Utilisation recorded by summing the load of every channel a solve names (the rule
+    before the dirty set): what the dirty-channel records must equal exactly."""
+
+    def _record_utilisation(self, now, chans):
+        cap = self.channels.capacity
+        for c in sorted(chans):
+            used = self._system.load(c)[0] / cap[c]
+            if used != self._last_util[c]:
+                self._last_util[c] = used
+                ch = self.channels.channels[c]
+                self.utilisation.append((now, (ch.a, ch.b), used))
+
+
+@SETTINGS
+@given(scenarios())
+def test_utilisation_records_sum_only_changed_channels_and_equal_summing_all(scenario):
+    topology, transfers = scenario[0], scenario[1]
+    _, net = run(topology, transfers, record_links=True)
+    _, ref = run(topology, transfers, EveryChannelRecorded, record_links=True)
+    assert net.utilisation == ref.utilisation
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_utilisation_records_on_an_uneven_leafspine_equal_summing_all(seed):
+    traffic = random_leafspine_traffic(seed, 80)
+    _, net = run(uneven_leafspine(), traffic, record_links=True)
+    _, ref = run(uneven_leafspine(), traffic, EveryChannelRecorded, record_links=True)
+    assert net.utilisation == ref.utilisation and len(net.utilisation) > 100

@@ -200,6 +200,9 @@ class FlowNetwork(Network):
         self._token = 0
         self._armed_at: float | None = None
         self._last_util = [0.0] * n_chan
+        #: channels whose load may differ from ``_last_util`` (``record_links``): a user joined,
+        #: left or changed rate since the channel was last looked at
+        self._util_dirty: set[int] = set()
         # flow bundles: pending (latency phase) and active ones by id; per channel the number
         # of individual flows on it and the bundle owning it (-1: none), with numpy views
         self._bpending: dict[int, _Bundle] = {}
@@ -681,7 +684,14 @@ class FlowNetwork(Network):
         differently (a few ulps, which the ring's connection credits then amplified to
         1e-8 of a run; docs/performance.md step 34)."""
         self.solves += 1
+        if self.record_links:     # the set the solve consumes (it starts a new one)
+            self._util_dirty |= self._system.modified
         flows, rates, chans = self._system.solve()
+        if self.record_links:
+            dirty = self._util_dirty
+            for f, r in zip(flows, rates):
+                if r != f.rate:
+                    dirty.update(f.channels)
         # no lane-family flow shares bandwidth now: nothing to certify (a new epoch makes the
         # channel figures remembered so far stale, so the next certificate checks afresh)
         certify = self.families_started and self._family_flows > 0
@@ -816,8 +826,16 @@ class FlowNetwork(Network):
                     push(heap, (f.eta, _FINISH, f.fid, f.version))
 
     def _record_utilisation(self, now: float, chans: Sequence[int]) -> None:
+        """Append a utilisation point for every channel of ``chans`` whose load changed.
+        Only dirty channels are summed: a channel none of whose users joined, left or changed
+        rate since it was last looked at has the load it had then (the same floats summed in
+        the same order), so skipping it records exactly what summing it would."""
         cap = self.channels.capacity
+        dirty = self._util_dirty
         for c in sorted(chans):
+            if c not in dirty:
+                continue
+            dirty.discard(c)
             used = self._system.load(c)[0] / cap[c]
             if used != self._last_util[c]:
                 self._last_util[c] = used
