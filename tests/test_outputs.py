@@ -174,3 +174,32 @@ def test_link_counter_times_are_nanoseconds_and_monotone_per_link():
     assert counters and all(round(e["ts"], 3) == e["ts"] for e in counters)
     exact = sorted({t * 1e6 for t, _, _ in res.link_series})
     assert sorted({e["ts"] for e in counters}) == [round(t, 3) for t in exact]
+
+
+def test_link_counters_keep_one_value_per_link_and_nanosecond_the_last_one(tmp_path):
+    """Several rate changes of a link within one nanosecond (solves at one instant) are one
+    counter event with the last value; the file holds exactly the bytes of the trace's dict,
+    counters included (they are formatted directly, not encoded as dicts)."""
+    from dataclasses import replace
+
+    from dessim.engine import EngineOptions
+
+    g = TaskGraph("two")
+    for k, size in enumerate((3e6, 5e6)):
+        g.add(Task(f"s{k}", 0, "send", peer=1, size=size, category="pp"))
+        g.add(Task(f"r{k}", 1, "recv", peer=0, size=size, category="pp"))
+    res = simulate(g, line(2), EngineOptions(record_links=True))
+    link = ("gpu0", "gpu1")
+    t0 = next(t for t, ln, _ in res.link_series if ln == link)
+    # the first change of the link, then two more inside the same nanosecond
+    extra = [(t0 + 2e-13, link, 0.25), (t0 + 4e-13, link, 0.75)]
+    i = next(k for k, (t, ln, _) in enumerate(res.link_series) if ln == link)
+    res = replace(res, link_series=res.link_series[:i + 1] + extra + res.link_series[i + 1:])
+    trace = chrome_trace(res)
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "gpu0->gpu1"]
+    stamps = [e["ts"] for e in counters]
+    assert len(stamps) == len(set(stamps))                    # one event per nanosecond
+    first = next(e for e in counters if e["ts"] == round(t0 * 1e6, 3))
+    assert first["args"]["utilisation"] == 0.75               # the nanosecond's last value
+    path = write_chrome_trace(res, tmp_path / "t.json")
+    assert path.read_bytes() == json.dumps(trace, separators=(",", ":")).encode()

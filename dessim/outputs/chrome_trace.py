@@ -17,7 +17,9 @@ Times are microseconds (``ts``/``dur``), as the format requires; the simulation'
 are multiplied by 1e6. Counter times are rounded to the nanosecond (3 decimals), the
 resolution Perfetto stores times at: link counters are most of a large trace's events
 (one per change of a link's rate), and the digits below a nanosecond were a tenth of their
-bytes.
+bytes. A link whose rate changes several times within one nanosecond (rate solves at one
+instant) gets one event there, with the last value: the earlier ones would be zero-width
+steps (an eighth of the counter events of ``simulate llama3-8b --topology dgx-h100:nodes=8``).
 
 The file is JSON (``.json``) or gzip-compressed JSON (``.json.gz``, which Perfetto and
 chrome://tracing open as they are): :data:`TIMELINE_FORMATS`.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -121,26 +124,74 @@ def _events(result: SimulationResult, link_counters: bool, max_link_tracks: int)
         events.append({"ph": "f", "bp": "e", "id": n + 1, "name": "dep", "cat": "dep",
                        "pid": apid, "tid": atid, "ts": max(astart, bend) * _US})
     yield from events
-    if link_counters and result.link_series:
-        busiest = sorted(result.link_bytes, key=lambda k: (-result.link_bytes[k], k))
-        keep = set(busiest[:max_link_tracks])
-        yield {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
-               "args": {"name": "links (GB/s and utilisation)"}}
-        capacity = result.link_capacity
-        for t, (a, b), util in result.link_series:
-            if (a, b) in keep:
-                values = {"utilisation": round(util, 9)}
-                if (a, b) in capacity:
-                    values = {"GB/s": round(util * capacity[(a, b)] / 1e9, 9), **values}
-                yield {"ph": "C", "name": f"{a}->{b}", "pid": LINKS_PID, "tid": 0,
-                       "ts": round(t * _US, 3), "args": values}
+    first = True
+    for name, ts, gbps, util in _counter_rows(result, link_counters, max_link_tracks):
+        if first:
+            yield _LINKS_PROCESS
+            first = False
+        values = {"utilisation": util} if gbps is None else {"GB/s": gbps, "utilisation": util}
+        yield {"ph": "C", "name": name, "pid": LINKS_PID, "tid": 0, "ts": ts, "args": values}
+
+
+#: The metadata event naming the links' process.
+_LINKS_PROCESS = {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
+                  "args": {"name": "links (GB/s and utilisation)"}}
+
+
+def _counter_rows(result: SimulationResult, link_counters: bool,
+                  max_link_tracks: int) -> Iterator[tuple[str, float, float | None, float]]:
+    """The link counter events as ``(name, ts_us, GB/s or None, utilisation)``, in file order:
+    the ``max_link_tracks`` busiest links' change points, each link's value at a nanosecond
+    being the last one the simulation set in that nanosecond, at that change's place (changes
+    within one nanosecond — several rate solves at one instant — would be zero-width steps
+    Perfetto cannot show). Two passes over the series, the first marking the superseded
+    changes in a byte per change: a large trace's millions of rows are never held at once."""
+    if not (link_counters and result.link_series):
+        return
+    busiest = sorted(result.link_bytes, key=lambda k: (-result.link_bytes[k], k))
+    keep = set(busiest[:max_link_tracks])
+    series = result.link_series
+    superseded = bytearray(len(series))
+    last: dict[tuple[str, str], tuple[int, float]] = {}     # link -> (index, ts) of its latest
+    for i, (t, link, _) in enumerate(series):
+        if link not in keep:
+            superseded[i] = 1
+            continue
+        ts = round(t * _US, 3)
+        prev = last.get(link)
+        if prev is not None and prev[1] == ts:
+            superseded[prev[0]] = 1
+        last[link] = (i, ts)
+    capacity = result.link_capacity
+    names = {link: f"{link[0]}->{link[1]}" for link in keep}
+    for i, (t, link, util) in enumerate(series):
+        if superseded[i]:
+            continue
+        cap = capacity.get(link)
+        yield (names[link], round(t * _US, 3), None if cap is None else round(util * cap / 1e9, 9),
+               round(util, 9))
+
+
+def _counter_json(name: str, ts: float, gbps: float | None, util: float, encode) -> str:
+    """One counter event as compact JSON, the bytes ``encode`` gives its dict: floats written
+    with ``repr`` as :mod:`json` writes finite floats (every counter value is finite: rates
+    and utilisations of a finished simulation), a fallback to ``encode`` otherwise."""
+    if not (math.isfinite(ts) and math.isfinite(util) and (gbps is None or math.isfinite(gbps))):
+        values = {"utilisation": util} if gbps is None else {"GB/s": gbps, "utilisation": util}
+        return encode({"ph": "C", "name": name, "pid": LINKS_PID, "tid": 0, "ts": ts, "args": values})
+    head = f'{{"ph":"C","name":{encode(name)},"pid":{LINKS_PID},"tid":0,"ts":{ts!r},"args":{{'
+    if gbps is None:
+        return f'{head}"utilisation":{util!r}}}}}'
+    return f'{head}"GB/s":{gbps!r},"utilisation":{util!r}}}}}'
 
 
 def write_chrome_trace(result: SimulationResult, path: str | Path, *, link_counters: bool = True,
                        max_link_tracks: int = 256) -> Path:
     """Write :func:`chrome_trace` to ``path``: compact JSON, or gzip-compressed JSON for a
     ``.json.gz`` path (:data:`TIMELINE_FORMATS`); deterministic bytes, the same JSON either
-    way. The events are encoded one at a time, never the whole document at once."""
+    way. The events are encoded one at a time, never the whole document at once; the link
+    counters (most of a large trace's events) are formatted directly (:func:`_counter_json`),
+    the same bytes as encoding their dicts."""
     path = check_output(path, "timeline", TIMELINE_FORMATS, TIMELINE_HINT)
     encode = json.JSONEncoder(separators=(",", ":")).encode
     with open(path, "wb") as raw:
@@ -149,9 +200,20 @@ def write_chrome_trace(result: SimulationResult, path: str | Path, *, link_count
         with io.TextIOWrapper(packed or raw, encoding="utf-8") as out:
             out.write('{"traceEvents":[')
             chunk: list[str] = []
-            for n, event in enumerate(_events(result, link_counters, max_link_tracks)):
-                chunk.append(("," if n else "") + encode(event))
+            n = 0
+            for n, event in enumerate(_events(result, link_counters=False, max_link_tracks=0), 1):
+                chunk.append(("," if n > 1 else "") + encode(event))
                 if len(chunk) == 4096:
+                    out.write("".join(chunk))
+                    chunk.clear()
+            first = True
+            for name, ts, gbps, util in _counter_rows(result, link_counters, max_link_tracks):
+                if first:
+                    chunk.append(("," if n else "") + encode(_LINKS_PROCESS))
+                    first = False
+                # most of a large trace's events: formatted directly, not encoded as dicts
+                chunk.append("," + _counter_json(name, ts, gbps, util, encode))
+                if len(chunk) == 65536:
                     out.write("".join(chunk))
                     chunk.clear()
             out.write("".join(chunk) + "]," + encode(_trailer(result))[1:])
