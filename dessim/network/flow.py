@@ -203,6 +203,9 @@ class FlowNetwork(Network):
         #: channels whose load may differ from ``_last_util`` (``record_links``): a user joined,
         #: left or changed rate since the channel was last looked at
         self._util_dirty: set[int] = set()
+        #: per channel, its ``(a, b)`` link name, one tuple shared by all its records (a long
+        #: recorded run holds millions: a new tuple per record was a fifth of its memory)
+        self._util_link = ([(ch.a, ch.b) for ch in self.channels.channels] if record_links else [])
         # flow bundles: pending (latency phase) and active ones by id; per channel the number
         # of individual flows on it and the bundle owning it (-1: none), with numpy views
         self._bpending: dict[int, _Bundle] = {}
@@ -839,8 +842,7 @@ class FlowNetwork(Network):
             used = self._system.load(c)[0] / cap[c]
             if used != self._last_util[c]:
                 self._last_util[c] = used
-                ch = self.channels.channels[c]
-                self.utilisation.append((now, (ch.a, ch.b), used))
+                self.utilisation.append((now, self._util_link[c], used))
 
     def _compact_heap(self) -> None:
         entries = [(f.join_at, _JOIN, fid, 0) for fid, f in self._pending.items()]
