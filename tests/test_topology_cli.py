@@ -62,3 +62,12 @@ def test_list_shows_kinds_defaults_and_shipped_files(run):
 def test_help(run):
     assert "Build and inspect" in run("--help").output
     assert "--json" in run("show", "--help").output
+
+
+@pytest.mark.parametrize("spec, line", [("fc:4", "diameter   1 hop (GPU"),
+                                        ("ring:2", "diameter   1 hop (GPU"),
+                                        ("ring:8", "diameter   4 hops (GPU")])
+def test_show_counts_one_hop_in_the_singular(run, spec, line):
+    res = run("show", spec)
+    assert res.exit_code == 0, res.output
+    assert line in res.output

@@ -41,7 +41,8 @@ def show(spec: str, as_json: bool) -> None:
         + f"  (total {metrics['num_nodes']})",
         "links      " + ", ".join(f"{k} {v}" for k, v in metrics["links"].items())
         + f"  (total {metrics['num_links']})",
-        f"diameter   {metrics['diameter']} hops (GPU to GPU, through transit nodes)",
+        f"diameter   {metrics['diameter']} hop{'' if metrics['diameter'] == 1 else 's'}"
+        " (GPU to GPU, through transit nodes)",
         f"injection  per GPU min {format_bandwidth(inj['min'])}, max {format_bandwidth(inj['max'])}"
         " (per direction, bw x efficiency)",
         f"bisection  {format_bandwidth(metrics['bisection_bw'])} per direction (rank halves)",
