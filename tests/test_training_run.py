@@ -416,3 +416,28 @@ def test_the_example_sweep_parses():
 
     spec = load_sweep(Path(__file__).resolve().parent.parent / "examples" / "training-run" / "sweep.yaml")
     assert spec.kind == "train" and len(expand_points(spec)) == 4
+
+
+NEVER = [a for k in ("gpu", "host", "nic", "link", "switch", "software") for a in ("--mtbf", f"{k}=never")]
+
+
+def test_a_checkpoint_interval_shorter_than_one_iteration_is_refused_naming_the_iteration():
+    """'--checkpoint-interval 1us' was silently taken as one iteration (1.4 ms, 1,400 times
+    longer). Checkpoints are taken between steps: the interval is refused, in the text and
+    in --json alike, naming the iteration time and what to give instead; the value it
+    suggests is accepted as one checkpoint per step."""
+    args = ["train", "dlrm-small", "-t", "dgx-h100:nodes=1", "--steps", "100", "--samples", "0",
+            "--switch-power", "0", "--checkpoint-size", "1KiB", *NEVER]
+    runner = CliRunner()
+    text = runner.invoke(cli, [*args, "--checkpoint-interval", "1us"])
+    as_json = runner.invoke(cli, [*args, "--checkpoint-interval", "1us", "--json"])
+    assert text.exit_code == as_json.exit_code == 2 and "Traceback" not in text.output
+    assert text.output == as_json.output
+    line = text.output.strip()
+    assert line.startswith("error: checkpoint interval 1us (--checkpoint-interval; train.checkpoint_interval) "
+                           "is shorter than one iteration (") and "(young, daly, optimal)" in line
+    given = re.search(r"give (\S+) \(a checkpoint after every step\)", line).group(1)
+    ok = runner.invoke(cli, [*args, "--checkpoint-interval", given, "--json"])
+    assert ok.exit_code == 0, ok.output
+    ck = json.loads(ok.output)["checkpoint"]
+    assert ck["every_steps"] == 1 and ck["rule"] == "given"

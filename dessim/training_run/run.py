@@ -44,6 +44,7 @@ from dessim.training_run.montecarlo import RunSamples, sample_runs
 from dessim.training_run.options import TrainOptions
 from dessim.training_run.power import IterationEnergy, iteration_energy
 from dessim.training_run.reliability import RenewalModel, daly_interval, optimal_interval, young_interval
+from dessim.units import format_time
 from dessim.workload.api import simulate_workload
 
 __all__ = ["simulate_training_run", "TrainingRunResult", "QUANTILES"]
@@ -252,6 +253,13 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
     work = steps * nominal.iteration_s
     ci = options.checkpoint_interval
     interval = _RULES[ci](ckpt.write_s, mtbf) if isinstance(ci, str) else float(ci)
+    if not isinstance(ci, str) and interval < nominal.iteration_s * (1 - 1e-3):
+        # within the 4 digits printed of the iteration time, the interval is one iteration
+        raise DessimError(f"checkpoint interval {format_time(interval)} (--checkpoint-interval; "
+                          f"train.checkpoint_interval) is shorter than one iteration "
+                          f"({format_time(nominal.iteration_s)}): checkpoints are taken between steps; "
+                          f"give {format_time(nominal.iteration_s)} (a checkpoint after every step) or "
+                          f"more, or a rule ({', '.join(_RULES)})")
     # checkpoints are taken between steps: a whole number of iterations, at least one, at most
     # the run (nothing fails: one checkpoint at the end)
     every = max(1, min(steps, round(interval / nominal.iteration_s))) if math.isfinite(interval) else steps
