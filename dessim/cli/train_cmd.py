@@ -157,8 +157,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     click.echo(f"  failures            {exp['failures']:.1f} expected (job MTBF "
                f"{'never' if mtbf is None else format_time(mtbf)}); lost work {format_time(exp['lost_s'])}, "
                f"restarts {format_time(exp['restart_s'])}")
+    when = (f"every {format_time(ck['interval_s'])} ({ck['rule']})" if ck["interval_s"] is not None else
+            f"none taken: nothing can fail, so the {ck['rule']} interval is infinite")
     click.echo(f"  checkpoint          {format_size(ck['bytes'])}, write {format_time(ck['write_s'])}, "
-               f"restore {format_time(ck['restore_s'])}, every {format_time(ck['interval_s'])} ({ck['rule']})")
+               f"restore {format_time(ck['restore_s'])}, {when}")
     h = s["health"]
     if h["states"] > 1:
         it = h["iteration_s"]

@@ -5,6 +5,7 @@ kernel kind (PNG, Agg)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ def write_training_plots(result: TrainingRunResult, directory: str | Path) -> li
         ax.set_title(f"{s['workload']} on {s['gpus']} GPUs: time to train")
         ax.legend()
         written.append(_save(fig, plt, out / "time_to_train.png"))
-    model = result.model
+    # the curve of the simulated write (a run that takes no checkpoint charges none in its model)
+    model = replace(result.model, checkpoint_s=result.checkpoint.write_s)
     taus, good = goodput_curve(model)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(taus / 60, 100 * good, label="renewal model (Daly 2006)")
@@ -72,7 +74,8 @@ def write_training_plots(result: TrainingRunResult, directory: str | Path) -> li
         for name, tau in (("Young", young_interval(model.checkpoint_s, model.mtbf_s)),
                           ("Daly", daly_interval(model.checkpoint_s, model.mtbf_s))):
             ax.axvline(tau / 60, linestyle="--", alpha=0.6, label=f"{name} {tau / 60:.1f} min")
-    ax.axvline(result.interval_s / 60, color="k", alpha=0.5, label="chosen")
+    if math.isfinite(result.interval_s):      # inf: no checkpoint taken (nothing can fail)
+        ax.axvline(result.interval_s / 60, color="k", alpha=0.5, label="chosen")
     ax.set_xscale("log")
     ax.set_xlabel("checkpoint interval (minutes of useful work)")
     ax.set_ylabel("goodput (%)")

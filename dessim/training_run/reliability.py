@@ -170,7 +170,7 @@ def optimal_interval(checkpoint_s: float, mtbf_s: float) -> float:
     c = _positive("checkpoint time", checkpoint_s, allow_zero=True)
     m = _positive("MTBF", mtbf_s, allow_inf=True)
     if math.isinf(m):
-        return math.inf     # nothing fails: one checkpoint at the end
+        return math.inf     # nothing fails: no checkpoint is worth its write
     if c == 0:
         return 0.0          # free checkpoints: checkpoint continuously
     target = c / m

@@ -12,7 +12,9 @@ Pipeline (docs/training-run.md):
 4. Job failure rate ``Σ count · rate`` over the topology's components
    (:mod:`dessim.training_run.failures`); restart ``R = restart + restore + rewarm``; the
    checkpoint interval by Young, Daly, the exact optimum or as given, rounded to a whole
-   number of iterations (checkpoints are taken between steps).
+   number of iterations (checkpoints are taken between steps). When nothing can fail, the
+   rules' interval is infinite: no checkpoint is taken or charged (a given interval still
+   is).
 5. Closed-form expectation of the renewal model (:mod:`dessim.training_run.reliability`)
    and a seeded Monte Carlo over failure arrivals and health states
    (:mod:`dessim.training_run.montecarlo`): P50/P90/P99 of time to train.
@@ -66,7 +68,7 @@ class TrainingRunResult:
     checkpoint: CheckpointTimes
     steps: int
     tokens_per_iteration: float
-    interval_s: float
+    interval_s: float                #: useful seconds between checkpoints; inf: none taken
     restart_total_s: float
     model: RenewalModel
     rates_per_s: dict[str, float]
@@ -137,10 +139,13 @@ class TrainingRunResult:
                 "attribution": self.attribution},
             "checkpoint": {"bytes": self.checkpoint.bytes, "write_s": self.checkpoint.write_s,
                            "restore_s": self.checkpoint.restore_s, "storage": self.checkpoint.storage,
-                           "interval_s": self.interval_s,
-                           "every_steps": round(self.interval_s / self.nominal.iteration_s), "rule": (self.options.checkpoint_interval
-                                                                    if isinstance(self.options.checkpoint_interval, str)
-                                                                    else "given"),
+                           # None: no checkpoint taken (a rule when nothing can fail)
+                           "interval_s": _finite(self.interval_s),
+                           "every_steps": (round(self.interval_s / self.nominal.iteration_s)
+                                           if math.isfinite(self.interval_s) else None),
+                           "count": self.model.checkpoints if math.isfinite(self.interval_s) else 0,
+                           "rule": (self.options.checkpoint_interval
+                                    if isinstance(self.options.checkpoint_interval, str) else "given"),
                            "young_s": _finite(young_interval(max(self.checkpoint.write_s, 1e-300), self.model.mtbf_s)),
                            "daly_s": _finite(daly_interval(max(self.checkpoint.write_s, 1e-300), self.model.mtbf_s))},
             "restart_s": self.restart_total_s,
@@ -260,11 +265,16 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
                           f"({format_time(nominal.iteration_s)}): checkpoints are taken between steps; "
                           f"give {format_time(nominal.iteration_s)} (a checkpoint after every step) or "
                           f"more, or a rule ({', '.join(_RULES)})")
-    # checkpoints are taken between steps: a whole number of iterations, at least one, at most
-    # the run (nothing fails: one checkpoint at the end)
-    every = max(1, min(steps, round(interval / nominal.iteration_s))) if math.isfinite(interval) else steps
-    interval = every * nominal.iteration_s
-    model = RenewalModel(work, interval, ckpt.write_s, restart, mtbf)
+    # checkpoints are taken between steps: a whole number of iterations, at most the run
+    write = ckpt.write_s
+    if math.isfinite(interval):
+        every = max(1, min(steps, round(interval / nominal.iteration_s)))
+        interval = every * nominal.iteration_s
+    else:
+        # a rule when nothing can fail: the optimal interval is infinite, no checkpoint is
+        # taken (interval stays inf), the model's one segment charges no write
+        every, write = steps, 0.0
+    model = RenewalModel(work, every * nominal.iteration_s, write, restart, mtbf)
     if model.goodput() < 1e-3:
         raise DessimError(f"train: the run would hardly progress: job MTBF {mtbf:.4g} s against a "
                           f"restart of {restart:.4g} s and checkpoints of {ckpt.write_s:.4g} s every "
@@ -276,7 +286,7 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         rng = np.random.default_rng(options.mc_seed)
         state = rng.integers(len(iterations), size=options.samples)
         works = steps * np.array([r.iteration_s for r in iterations])[state]
-        samples = sample_runs(works, interval, ckpt.write_s, restart, mtbf, options.samples,
+        samples = sample_runs(works, model.interval_s, write, restart, mtbf, options.samples,
                               seed=options.mc_seed + 1)
     attribution: list[dict[str, float]] = []
     if options.attribute and engine.noise.active:
