@@ -226,6 +226,12 @@ def test_run_of_a_saved_folded_graph_says_its_ranks_are_folded(tmp_path):
     assert "(replica-folded: 1 simulated rank(s) stand for all 8, 8 lanes each;" in res.output
     res = CliRunner().invoke(cli, ["run", str(graph), "-t", "ring:8", "--json"])
     assert json.loads(res.output)["fold_lanes"] == 8
+    # on another number of GPUs: the rank counts, plainly (it named the fold's permutations)
+    for topo, gpus in (("dgx-h100:nodes=2", 16), ("ring:4", 4)):
+        _refused(["run", str(graph), "-t", topo],
+                 f"task graph '{graph}' on topology '{topo}': the graph has 8 ranks but the topology "
+                 f"has {gpus} GPUs (the graph is replica-folded: it replays on exactly 8 GPUs; save it "
+                 "again for this topology, or unfolded with 'dessim simulate --exact')")
 
 
 def test_replay_refuses_a_timeline_onto_one_of_the_trace_rank_files(tmp_path):

@@ -53,7 +53,7 @@ def test_two_representatives_of_one_orbit_are_rejected():
 def test_a_fold_must_cover_the_topology():
     g = TaskGraph("small", fold=Fold(np.array([[0, 1], [1, 0]])))
     g.add(Task("a", 0, "compute", duration=1e-3))
-    with pytest.raises(TaskGraphError, match="cover 2 ranks but the topology has 4"):
+    with pytest.raises(TaskGraphError, match="the graph has 2 ranks but the topology has 4 GPUs"):
         simulate(g, star(4))
 
 

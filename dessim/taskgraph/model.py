@@ -661,10 +661,10 @@ class TaskGraph:
         topology: the engine checks them, :mod:`dessim.engine.memlanes`.)
         """
         self._check_cycles()
+        if self.fold is not None:       # first: a fold's rank count names a mismatch plainly
+            self._check_fold(num_ranks)
         if num_ranks is not None:
             self._check_ranks(num_ranks)
-        if self.fold is not None:
-            self._check_fold(num_ranks)
         return Checked(self.match_p2p(), self.collectives())
 
     def _check_cycles(self) -> None:
@@ -720,8 +720,10 @@ class TaskGraph:
         fold = self.fold
         assert fold is not None
         if num_ranks is not None and fold.num_ranks != num_ranks:
-            raise TaskGraphError(f"fold: its permutations cover {fold.num_ranks} ranks but the "
-                                 f"topology has {num_ranks} GPUs")
+            raise TaskGraphError(f"the graph has {fold.num_ranks} ranks but the topology has {num_ranks} "
+                                 f"GPUs (the graph is replica-folded: it replays on exactly {fold.num_ranks} "
+                                 "GPUs; save it again for this topology, or unfolded with "
+                                 "'dessim simulate --exact')")
         fold.check_representatives(sorted({t.rank for t in self}))
 
     def match_p2p(self) -> dict[str, str]:
