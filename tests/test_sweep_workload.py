@@ -218,3 +218,26 @@ def test_base_memory_keys_are_checked(tiny):
 def test_a_point_whose_workload_cannot_be_resolved_is_recorded_not_raised(tiny):
     t = run_sweep(sweep(tiny, {"workload.model.heads": [7], "parallelism": "auto"})).table
     assert len(t) == 1 and t["status"][0] == "failed" and "heads" in t["reason"][0]
+
+
+@pytest.mark.parametrize("workload, valid", [(None, "valid: sections model, parallelism, training"),
+                                             ("dlrm-small", "valid: bucket_size, check_memory")])
+def test_a_misspelt_top_level_override_is_one_error_before_any_point_runs(tiny, tmp_path, workload, valid):
+    """'overrides: {trainng: ...}' was recorded as the same failure for every point after
+    each had started; now the sweep stops at once with one error naming the key, the
+    closest valid one and the valid keys of the workload's kind, and writes no results."""
+    import yaml
+
+    from dessim.cli.main import cli
+
+    spec = tmp_path / "s.yaml"
+    doc = sweep(workload or tiny, {"engine.network": ["analytical", "flow"]},
+                overrides={"trainng": {"global_batch": 16}})
+    spec.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "r.csv"
+    res = CliRunner().invoke(cli, ["sweep", str(spec), "--no-progress", "-o", str(out)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.count("error: ") == 1 and "invalid configuration, nothing was run" in res.output
+    assert res.output.count("unknown") == 1
+    assert "override 'trainng' (did you mean 'training'?); " + valid in res.output
+    assert not out.exists()

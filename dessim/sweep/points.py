@@ -489,12 +489,14 @@ def _evaluate_train(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _precheck_workload(cfg: Mapping[str, Any]) -> None:
-    from dessim.workload.kinds import load_any_workload
+    from dessim.workload.kinds import check_overrides, load_any_workload
 
     setup = memory_setup(cfg.get("memory"))
     _load_topology_cached(cfg["topology"], setup)
     _engine_of(cfg.get("engine"))
-    load_any_workload(cfg["workload"])
+    # a misspelt top-level override (trainng:) is one error before any point runs, not the
+    # same failure recorded for every point
+    check_overrides(load_any_workload(cfg["workload"]), cfg.get("overrides"))
     for path in _override_paths(cfg.get("overrides")):    # base overrides as the axes' keys
         problem = _unknown_workload_key(cfg["workload"], path)
         if problem:

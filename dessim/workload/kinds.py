@@ -28,12 +28,15 @@ from dessim.schema import tagged
 from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
+from dessim.workload.vision.cnn import OVERRIDE_SECTIONS as CNN_SECTIONS
 from dessim.workload.vision.cnn import CNNFile, CNNSpec, generate_cnn, parse_cnn
+from dessim.workload.recsys.dlrm import OVERRIDE_SECTIONS as DLRM_SECTIONS
 from dessim.workload.recsys.dlrm import DLRMFile, DLRMSpec, generate_dlrm, parse_dlrm
+from dessim.workload.dataparallel.spec import check_override_keys as check_dp_override_keys
 from dessim.workload.dataparallel.result import Generated
 from dessim.workload.replay import CHAKRA_KIND, ChakraFile, ChakraSpec, generate_chakra, parse_chakra
 from dessim.workload.transformer.generator import build_taskgraph
-from dessim.workload.transformer.plan import plan_workload
+from dessim.workload.transformer.plan import check_override_keys, plan_workload
 from dessim.workload.transformer.result import WorkloadResult
 from dessim.workload.transformer.steady import ExtrapolatedResult, simulate_steady
 from dessim.workload.transformer.steady import applies as steady_applies
@@ -41,7 +44,7 @@ from dessim.workload.transformer.spec import (TRANSFORMER_KIND, TransformerFile,
                                               load_workload, shipped_workloads)
 
 __all__ = ["WorkloadKind", "WORKLOAD_KINDS", "WorkloadFile", "load_any_workload", "generate_workload", "simulate_any",
-           "workload_kind", "kind_of", "shipped_any"]
+           "workload_kind", "kind_of", "shipped_any", "check_overrides"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class WorkloadKind:
     model: type                                                 #: its file's pydantic model (dessim.schema)
     parse: Callable[[Any, str, str], Any]                       #: (document, origin, default name)
     generate: Callable[..., Generated]                          #: (spec, topology, overrides, device)
+    #: (spec, overrides): raise on a top-level override key the kind does not take (None: no check)
+    check_overrides: Callable[[Any, Mapping[str, Any] | None], None] | None = None
 
 
 def _generate_transformer(spec: WorkloadSpec, topology: Topology, overrides: Mapping[str, Any] | None,
@@ -73,6 +78,12 @@ def _generate_dp(fn: Callable[..., Generated]) -> Callable[..., Generated]:
     return gen
 
 
+def _check_dp(sections: tuple[str, ...]) -> Callable[[Any, Mapping[str, Any] | None], None]:
+    def check(spec: Any, overrides: Mapping[str, Any] | None) -> None:
+        check_dp_override_keys(spec.common, overrides, sections)
+    return check
+
+
 def _parse_transformer(data: Any, origin: str, default_name: str) -> WorkloadSpec:
     from dessim.workload.transformer.spec import parse_workload
     return parse_workload(data, origin, default_name)
@@ -81,11 +92,11 @@ def _parse_transformer(data: Any, origin: str, default_name: str) -> WorkloadSpe
 #: Workload kinds by the value of a file's ``kind:`` key.
 WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind(TRANSFORMER_KIND, "dense or MoE transformer with TP/PP/DP/CP/EP (default)", WorkloadSpec,
-                 TransformerFile, _parse_transformer, _generate_transformer),
+                 TransformerFile, _parse_transformer, _generate_transformer, check_override_keys),
     WorkloadKind("dlrm", "recommendation model: sharded embeddings + data-parallel MLPs", DLRMSpec,
-                 DLRMFile, parse_dlrm, _generate_dp(generate_dlrm)),
+                 DLRMFile, parse_dlrm, _generate_dp(generate_dlrm), _check_dp(DLRM_SECTIONS)),
     WorkloadKind("cnn", "ResNet-50 / ViT, data parallel", CNNSpec, CNNFile, parse_cnn,
-                 _generate_dp(generate_cnn)),
+                 _generate_dp(generate_cnn), _check_dp(CNN_SECTIONS)),
     WorkloadKind(CHAKRA_KIND, "a Chakra execution trace, replayed (as dessim replay)", ChakraSpec,
                  ChakraFile, parse_chakra, generate_chakra),
 )}
@@ -149,6 +160,14 @@ def _kind_of_spec(spec: Any) -> WorkloadKind:
         if isinstance(spec, kind.spec_type):
             return kind
     raise SpecError(f"expected a workload name, file or spec, got {type(spec).__name__}")
+
+
+def check_overrides(spec: Any, overrides: Mapping[str, Any] | None) -> None:
+    """Raise a :class:`~dessim.errors.WorkloadError` naming the first top-level key of
+    ``overrides`` that ``spec``'s kind takes no override for, as its generator would."""
+    check = _kind_of_spec(spec).check_overrides
+    if check is not None:
+        check(spec, overrides)
 
 
 def generate_workload(workload: Any, topology: Topology | str, *, overrides: Mapping[str, Any] | None = None,

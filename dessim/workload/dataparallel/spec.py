@@ -42,7 +42,7 @@ from typing import Any, Mapping
 from pydantic import Field
 
 from dessim.errors import SpecError, WorkloadError
-from dessim.schema import Bandwidth, Count, PositiveCount, Size, SpecModel, Text, choice, converted, count
+from dessim.schema import Bandwidth, Count, PositiveCount, Size, SpecModel, Text, choice, converted, count, did_you_mean
 from dessim.topology.paramservers import PLACEMENTS
 from dessim.workload.dataparallel.compression import Compression, CompressionSection, compression_of
 from dessim.workload.dataparallel.io import InputPipeline, InputSection, input_of
@@ -50,7 +50,7 @@ from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.dataparallel.paramserver import GRADIENT_SYNCS, PS_MODES, PSConfig, PSSync
 from dessim.workload.common.document import merge_document
 
-__all__ = ["DPTraining", "DPTrainingSection", "DPFile", "CommonSpec", "parse_common", "apply_overrides", "RunFlags", "dp_sync",
+__all__ = ["DPTraining", "DPTrainingSection", "DPFile", "CommonSpec", "parse_common", "apply_overrides", "check_override_keys", "RunFlags", "dp_sync",
            "sync_details"]
 
 
@@ -196,12 +196,25 @@ class RunFlags:
     check_memory: bool = True
 
 
+def check_override_keys(common: CommonSpec, overrides: Mapping[str, Any] | None, sections: tuple[str, ...]) -> None:
+    """Raise a :class:`WorkloadError` naming the first top-level key of ``overrides`` that is
+    no override of a file with the document ``sections`` (a sweep checks its overrides with
+    it before any point runs)."""
+    valid = sorted(set(sections + ("training", "compression", "input", "check_memory", "dp"))
+                   | set(_FLAT) | set(_FIXED))
+    for key in overrides or {}:
+        if key not in valid:
+            raise WorkloadError(f"{common.kind} workload {common.name!r}: unknown or inapplicable override "
+                                f"{key!r}{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+
+
 def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sections: tuple[str, ...],
                     num_gpus: int) -> tuple[dict[str, Any], RunFlags]:
     """The document with ``overrides`` merged (module docstring) and the run flags."""
     doc = copy.deepcopy(dict(common.document))
     flags: dict[str, Any] = {}
     where = f"{common.kind} workload {common.name!r}"
+    check_override_keys(common, overrides, sections)
     for key, value in dict(overrides or {}).items():
         if key in sections + ("training", "compression", "input"):
             if not isinstance(value, Mapping):
@@ -215,14 +228,9 @@ def apply_overrides(common: CommonSpec, overrides: Mapping[str, Any] | None, sec
                                     f"{' or '.join(repr(v) for v in _FIXED[key])})")
         elif key == "check_memory":
             flags["check_memory"] = bool(value)
-        elif key == "dp":
-            if value is not None and value != num_gpus:
-                raise WorkloadError(f"{where}: dp={value} must equal the {num_gpus} GPUs of the topology "
-                                    "(data parallelism spans every GPU)")
-        else:
-            valid = sorted(set(sections + ("training", "compression", "input", "check_memory", "dp"))
-                           | set(_FLAT) | set(_FIXED))
-            raise WorkloadError(f"{where}: unknown or inapplicable override {key!r}; valid: {', '.join(valid)}")
+        elif value is not None and value != num_gpus:       # dp (check_override_keys)
+            raise WorkloadError(f"{where}: dp={value} must equal the {num_gpus} GPUs of the topology "
+                                "(data parallelism spans every GPU)")
     return doc, RunFlags(**flags)
 
 

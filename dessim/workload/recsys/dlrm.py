@@ -283,11 +283,15 @@ def dense_layers(spec: DLRMSpec, local_batch: int, precision: Precision) -> tupl
     return bottom + [Layer("interaction", (inter,), bwd, 0.0)], top
 
 
+#: The document sections an override may set (besides the shared training, compression, input).
+OVERRIDE_SECTIONS: tuple[str, ...] = ("model", "embeddings")
+
+
 def generate_dlrm(spec: DLRMSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
                   device: str | None = None, calibration: Calibration | None = None) -> Generated:
     """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
     W = topology.num_gpus
-    doc, flags = apply_overrides(spec.common, overrides, ("model", "embeddings"), W)
+    doc, flags = apply_overrides(spec.common, overrides, OVERRIDE_SECTIONS, W)
     spec = parse_dlrm(doc, f"workload {spec.name!r}", spec.name)
     c, opt = spec.common, spec.embeddings
     where = f"workload {spec.name!r}"

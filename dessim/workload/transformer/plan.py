@@ -41,6 +41,7 @@ from dessim.topology import load_topology
 from dessim.topology.calibrate import calibrated_topology
 from dessim.topology.graph import Topology
 from dessim.resources import data_dir, read_yaml
+from dessim.schema import did_you_mean
 from dessim.units import parse_capacity
 from dessim.workload.transformer.generator import GeneratorOptions, WorkloadPlan, make_plan
 from dessim.workload.transformer.layout import SCHEDULES, ParallelLayout
@@ -50,7 +51,7 @@ from dessim.workload.transformer.routing import MoERouting
 from dessim.workload.common.document import merge_document
 from dessim.workload.transformer.spec import WorkloadSpec, load_workload, parse_workload
 
-__all__ = ["plan_workload", "enumerate_layouts", "resolve_workload", "workload_document"]
+__all__ = ["plan_workload", "enumerate_layouts", "resolve_workload", "workload_document", "check_override_keys"]
 
 _LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelLayout))
 _GEN_FIELDS = tuple(f.name for f in dataclasses.fields(GeneratorOptions))
@@ -131,6 +132,26 @@ def _file_sets_dp(spec: WorkloadSpec) -> bool:
 _DATA_PARALLEL_ONLY = frozenset({"gradient_sync", "parameter_servers", "ps_placement", "ps_mode", "ps_staleness"})
 
 
+def check_override_keys(spec: WorkloadSpec, overrides: Mapping[str, Any] | None) -> None:
+    """Raise a :class:`WorkloadError` naming the first top-level key of ``overrides`` that
+    is no override of a transformer (a sweep checks its overrides with it before any point
+    runs)."""
+    valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
+             | set(_MEM_FIELDS) | set(_DOC_KEYS) | {_HBM_KEY})
+    for key in overrides or {}:
+        if key in _DATA_PARALLEL_ONLY:
+            raise WorkloadError(f"workload {spec.name!r} is a transformer: {key} (--{key.replace('_', '-')}) "
+                                "applies to data-parallel workloads only (kind: dlrm or cnn files, e.g. "
+                                "dlrm-small, resnet50)")
+        if key not in valid:
+            raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}{did_you_mean(key, valid)}; "
+                                "valid: sections "
+                                f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
+                                f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
+                                f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)}), "
+                                f"a training flag (tp_comm_overlap, fuse_optimizer_allreduce) or {_HBM_KEY}")
+
+
 def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str, Any] | None = None,
                      num_gpus: int | None = None) -> tuple[WorkloadSpec, dict[str, Any], bool]:
     """Load ``workload`` and apply the overrides that belong to its document (sections and
@@ -139,19 +160,7 @@ def resolve_workload(workload: str | Path | WorkloadSpec, overrides: Mapping[str
     and their flat fields) and whether ``dp`` was given explicitly."""
     spec = workload if isinstance(workload, WorkloadSpec) else load_workload(workload)
     overrides = dict(overrides or {})
-    valid = (set(_SECTIONS) | {"memory", "generator", "device"} | set(_LAYOUT_FIELDS) | set(_GEN_FIELDS)
-             | set(_MEM_FIELDS) | set(_DOC_KEYS) | {_HBM_KEY})
-    for key in overrides:
-        if key in _DATA_PARALLEL_ONLY:
-            raise WorkloadError(f"workload {spec.name!r} is a transformer: {key} (--{key.replace('_', '-')}) "
-                                "applies to data-parallel workloads only (kind: dlrm or cnn files, e.g. "
-                                "dlrm-small, resnet50)")
-        if key not in valid:
-            raise WorkloadError(f"workload {spec.name!r}: unknown override {key!r}; valid: sections "
-                                f"{', '.join(_SECTIONS)}, memory, generator, device, or a field of "
-                                f"ParallelLayout ({', '.join(_LAYOUT_FIELDS)}), GeneratorOptions "
-                                f"({', '.join(_GEN_FIELDS)}) or MemoryOptions ({', '.join(_MEM_FIELDS)}), "
-                                f"a training flag (tp_comm_overlap, fuse_optimizer_allreduce) or {_HBM_KEY}")
+    check_override_keys(spec, overrides)
     moe_keys = [k for k in ("moe_dispatch", "moe_dispatch_precision") if k in overrides]
     doc = workload_document(spec)
     sections: dict[str, Any] = {}

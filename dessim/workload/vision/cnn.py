@@ -86,11 +86,15 @@ def parse_cnn(data: Any, origin: str, default_name: str) -> CNNSpec:
     return CNNSpec(common, m.arch, m.image_size, m.classes, m.precision)
 
 
+#: The document sections an override may set (besides the shared training, compression, input).
+OVERRIDE_SECTIONS: tuple[str, ...] = ("model",)
+
+
 def generate_cnn(spec: CNNSpec, topology: Topology, overrides: Mapping[str, Any] | None = None,
                  device: str | None = None, calibration: Calibration | None = None) -> Generated:
     """The task graph of one iteration of ``spec`` on ``topology`` (module docstring)."""
     W = topology.num_gpus
-    doc, flags = apply_overrides(spec.common, overrides, ("model",), W)
+    doc, flags = apply_overrides(spec.common, overrides, OVERRIDE_SECTIONS, W)
     spec = parse_cnn(doc, f"workload {spec.name!r}", spec.name)
     c = spec.common
     where = f"workload {spec.name!r}"
