@@ -123,12 +123,12 @@ def test_a_schedule_that_needs_stages_does_not_stop_the_enumeration():
     assert {p["error_type"] for p in data["failed"]} == {"MemoryFitError"}
 
 
-#: A tiny MoE whose all-to-all goes through DeepEP and whose file leaves sequence parallelism
-#: off: TP with DeepEP needs SP (Megatron-core's MoE layer refuses TP without SP in training).
+#: A tiny MoE whose all-to-all goes through DeepEP and whose file does not set sequence
+#: parallelism: TP with DeepEP needs SP (Megatron-core's MoE layer refuses TP without SP in training).
 TINY_DEEPEP = """\
 name: tiny-deepep
 model: {layers: 2, hidden: 256, heads: 8, ffn_hidden: 1024, vocab: 1024, seq_len: 256, experts: 4, top_k: 2}
-parallelism: {tp: 1, pp: 1, dp: 8, ep: 4, sp: false}
+parallelism: {tp: 1, pp: 1, dp: 8, ep: 4}
 training: {global_batch: 8, micro_batch: 1, moe_dispatch: deepep}
 """
 
@@ -153,14 +153,40 @@ def test_deepep_layouts_with_tp_run_with_sequence_parallelism_and_say_so(tmp_pat
     text = CliRunner().invoke(cli, [*args, "--no-progress"])
     assert text.exit_code == 0, text.output
     n = sum(r["workload.parallelism.tp"] > 1 for r in rows)
-    assert f"sequence parallelism: on in the {n} layouts with tp > 1 although the workload says sp: false" \
+    assert f"sequence parallelism: on in the {n} layouts with tp > 1, which the workload does not set" \
         in text.output
     assert "needs sequence parallelism" not in text.output
 
 
 def test_a_workload_with_sp_on_gets_no_sp_column(tmp_path):
     path = tmp_path / "moe.yaml"
-    path.write_text(TINY_DEEPEP.replace("sp: false", "sp: true"))
+    path.write_text(TINY_DEEPEP.replace("ep: 4}", "ep: 4, sp: true}"))
     data = invoke(["explore", str(path), "-t", "dgx-h100:nodes=1", "--workers", "1", "--json"])
     assert data["ranked"] and not data["failed"]
     assert all("workload.parallelism.sp" not in r for r in data["ranked"])
+
+
+def test_an_explicit_sp_false_is_kept_and_the_layouts_that_need_sp_are_refused_with_the_reason(tmp_path):
+    """'sp: false' in the file was taken as 'not set': explore turned SP on for every tp > 1
+    layout with DeepEP and said 'although the workload says sp: false'. An explicit false
+    is now kept: the layouts with tp = 1 run as before, each with tp > 1 is listed as invalid
+    with the reason, and no layout runs with SP."""
+    path = tmp_path / "moe.yaml"
+    path.write_text(TINY_DEEPEP.replace("ep: 4}", "ep: 4, sp: false}"))
+    args = ["explore", str(path), "-t", "dgx-h100:nodes=1", "--workers", "1"]
+    data = invoke([*args, "--json"])
+    assert data["ranked"] and all(r["workload.parallelism.tp"] == 1 and not r["layout.sp"] for r in data["ranked"])
+    assert all("workload.parallelism.sp" not in r for r in data["ranked"])
+    refused = data["failed"]
+    assert refused and {r["workload.parallelism.tp"] for r in refused} == {2, 4, 8}
+    for r in refused:
+        assert (f"moe_dispatch deepep with tp={r['workload.parallelism.tp']} needs sequence parallelism "
+                "(sp: true)") in r["reason"]
+    unset = tmp_path / "unset.yaml"
+    unset.write_text(TINY_DEEPEP)
+    assert len(data["ranked"]) + len(refused) == len(invoke(["explore", str(unset), "-t", "dgx-h100:nodes=1",
+                                                               "--workers", "1", "--json"])["ranked"])
+    text = CliRunner().invoke(cli, [*args, "--no-progress"])
+    assert text.exit_code == 0, text.output
+    assert "sequence parallelism: on" not in text.output
+    assert "tp2-pp1-dp4-ep4: WorkloadError: " in text.output

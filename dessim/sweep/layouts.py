@@ -20,9 +20,10 @@ For each point of the axes (its topology, workload overrides and memory section 
 
 Columns added to the table: ``layout`` (``tp2-pp4-dp2``, plus ``cpN``/``epN`` when > 1),
 ``workload.parallelism.tp|pp|dp|cp|ep``, ``offload`` (``none``, ``optimizer``,
-``activations``, ``optimizer+activations``) and, when the workload leaves sequence parallelism
-off but some layouts are refused without it (TP with DeepEP's MoE dispatch; they get it),
-``workload.parallelism.sp``. Points are numbered in the order of the axes,
+``activations``, ``optimizer+activations``) and, when the workload does not set sequence
+parallelism but some layouts are refused without it (TP with DeepEP's MoE dispatch; they get
+it), ``workload.parallelism.sp``. An explicit ``sp: false`` is kept: those layouts are
+refused, with the reason. Points are numbered in the order of the axes,
 then of :func:`~dessim.workload.enumerate_layouts` (tp, pp, cp, ep), then of the policies.
 """
 
@@ -86,6 +87,7 @@ class _Problem:
     base: Any
     options: Any
     setup: MemorySetup
+    sp_where_needed: bool = True    #: the workload leaves sp unset (explicit false: kept off)
 
 
 def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup], Any],
@@ -110,11 +112,11 @@ def _problem(cfg: Mapping[str, Any], load_topology: Callable[[Any, MemorySetup],
         raise NoGlobalBatch(f"workload {spec.name!r} gives no training.global_batch: layouts with "
                         "different dp need one fixed global batch (overrides: {training: "
                         "{global_batch: N}}; dessim explore --global-batch N)")
-    base = ParallelLayout(pp=par.pp, sp=par.sp, order=par.order, zero_stage=tr.zero_stage,
+    base = ParallelLayout(pp=par.pp, sp=bool(par.sp), order=par.order, zero_stage=tr.zero_stage,
                           schedule=tr.schedule, virtual_stages=tr.virtual_stages,
                           micro_batch=tr.micro_batch, global_batch=tr.global_batch,
                           recompute=tr.recompute, moe_dispatch=tr.moe_dispatch)
-    return _Problem(spec.model, topo.num_gpus, float(hbm), base, options, setup)
+    return _Problem(spec.model, topo.num_gpus, float(hbm), base, options, setup, par.sp is None)
 
 
 #: Layout of one GPU: resolving the workload with it checks the model and batch without
@@ -153,9 +155,10 @@ def _choices(problem: _Problem) -> list[tuple[Any, Policy]]:
     from dessim.workload import enumerate_layouts
 
     m, n, base = problem.model, problem.num_gpus, problem.base
-    valid = enumerate_layouts(m, n, math.inf, base=base, memory=problem.options)
+    forced = problem.sp_where_needed
+    valid = enumerate_layouts(m, n, math.inf, base=base, memory=problem.options, sp_where_needed=forced)
     policies = policies_for(problem.options, problem.setup)
-    fits = {p.parts: set(enumerate_layouts(m, n, problem.hbm, base=base, memory=p.options))
+    fits = {p.parts: set(enumerate_layouts(m, n, problem.hbm, base=base, memory=p.options, sp_where_needed=forced))
             for p in policies}
     out = []
     for layout in valid:
@@ -228,16 +231,17 @@ SP_COLUMN = "workload.parallelism.sp"
 
 def forced_sp_note(table) -> str | None:
     """One line for the layouts that run with sequence parallelism although the workload
-    leaves it off (:meth:`~dessim.workload.transformer.layout.ParallelLayout.needs_sequence_parallel`),
+    does not set it (:meth:`~dessim.workload.transformer.layout.ParallelLayout.needs_sequence_parallel`),
     None when there are none."""
     if SP_COLUMN not in table:
         return None
     on = table[table[SP_COLUMN] == True]   # noqa: E712 (a column of booleans and nulls)
     if not len(on):
         return None
-    return (f"sequence parallelism: on in the {len(on)} layouts with tp > 1 although the workload "
-            "says sp: false — tensor parallelism with DeepEP's MoE dispatch needs it (Megatron-core's "
-            "MoE layer refuses TP without SP in training); column workload.parallelism.sp")
+    return (f"sequence parallelism: on in the {len(on)} layouts with tp > 1, which the workload does "
+            "not set — tensor parallelism with DeepEP's MoE dispatch needs it (Megatron-core's MoE layer "
+            "refuses TP without SP in training; sp: false keeps it off and refuses those layouts); "
+            "column workload.parallelism.sp")
 
 
 #: Tasks per layer and micro-batch that a layout's replay handles, roughly: the forward and

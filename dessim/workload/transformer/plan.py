@@ -280,7 +280,8 @@ def _divisors(n: int) -> list[int]:
 def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: float, *,
                       base: ParallelLayout | None = None, memory: MemoryOptions | None = None,
                       max_tp: int | None = 8, cps: Iterable[int] = (1,),
-                      micro_batches: Iterable[int] | None = None) -> list[ParallelLayout]:
+                      micro_batches: Iterable[int] | None = None,
+                      sp_where_needed: bool = True) -> list[ParallelLayout]:
     """Every valid layout of ``model`` on ``num_gpus`` GPUs whose memory estimate fits in
     ``capacity_bytes`` per GPU.
 
@@ -289,9 +290,11 @@ def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: f
     micro-batch (``micro_batches``, default the base's); ``dp = num_gpus / (tp·pp·cp)``. Other
     fields (global batch, ZeRO stage, schedule, recompute, SP, MoE dispatch, order) come from
     ``base`` (default ``ParallelLayout()``); SP is on whenever ``tp > 1`` if the base has it,
-    and also where the layout is refused without it
+    and also, with ``sp_where_needed`` (the workload leaves ``sp`` unset), where the layout is
+    refused without it
     (:meth:`~dessim.workload.transformer.layout.ParallelLayout.needs_sequence_parallel`: TP
-    with DeepEP's MoE dispatch), and an
+    with DeepEP's MoE dispatch; with an explicit ``sp: false`` such a layout stays without SP
+    and its simulation refuses it with the reason), and an
     interleaved base schedule falls back to 1f1b where it cannot apply (pp = 1 or m % pp).
     Sorted by (tp, pp, cp, ep, micro_batch). Invalid combinations are skipped silently;
     an empty list means nothing fits.
@@ -312,7 +315,7 @@ def enumerate_layouts(model: TransformerConfig, num_gpus: int, capacity_bytes: f
             layout = _try_layout(base, kw)
             if layout is None:
                 continue
-            if not layout.sp and layout.needs_sequence_parallel(model):
+            if sp_where_needed and not layout.sp and layout.needs_sequence_parallel(model):
                 layout = replace(layout, sp=True)
             try:
                 layout.validate(model, num_gpus)

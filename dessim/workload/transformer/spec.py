@@ -127,7 +127,9 @@ class ParallelismSpec:
     dp: int = 1
     cp: int = 1
     ep: int = 1
-    sp: bool = False
+    #: sequence parallelism; None: not given — off, but ``dessim explore`` turns it on where a
+    #: layout needs it (an explicit false is kept)
+    sp: bool | None = None
     order: tuple[str, ...] = DEFAULT_ORDER
     etp: int | None = None
 
@@ -188,7 +190,7 @@ class WorkloadSpec:
         """
         par, tr = self.parallelism, self.training
         kwargs: dict[str, Any] = dict(
-            tp=par.tp, pp=par.pp, dp=par.dp, cp=par.cp, ep=par.ep, sp=par.sp, order=par.order,
+            tp=par.tp, pp=par.pp, dp=par.dp, cp=par.cp, ep=par.ep, sp=bool(par.sp), order=par.order,
             zero_stage=tr.zero_stage, schedule=tr.schedule, virtual_stages=tr.virtual_stages,
             micro_batch=tr.micro_batch, global_batch=tr.global_batch, recompute=tr.recompute,
             attention=tr.attention, pipeline_layers=tr.pipeline_layers,
@@ -328,7 +330,7 @@ class ParallelismSection(SpecModel):
     cp: PositiveCount = 1
     ep: PositiveCount = Field(1, description="expert parallel, over the cp × dp ranks (tp × cp × dp with etp != tp)")
     etp: PositiveCount | None = Field(None, description="expert tensor parallel; default tp")
-    sp: Flag = Field(False, description="sequence parallelism")
+    sp: Flag | None = Field(None, description="sequence parallelism (default off)")
     order: converted(_order, _ORDER_SCHEMA, tuple) = DEFAULT_ORDER
 
 
