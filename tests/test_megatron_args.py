@@ -170,3 +170,57 @@ def test_uneven_stages_megatron_would_refuse_are_errors(flags, match):
             "--micro-batch-size 1 --vocab-size 32000 ")
     with pytest.raises(SpecError, match=match):
         megatron_workload((base + flags).split(), 8)
+
+
+_SPLIT = ("--num-layers 14 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+          "--micro-batch-size 1 --global-batch-size 16 --vocab-size 32000 ")
+
+
+@pytest.mark.parametrize("flags,pieces", [
+    # 14 + embedding + loss = 16 counted layers, 4 per stage; the first stage builds one
+    # fewer for the embedding, the last one fewer for the loss (Megatron-core's
+    # get_num_layers_to_build)
+    ("--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split "
+     "--account-for-loss-in-pipeline-split", [3, 4, 4, 3]),
+    ("--pipeline-model-parallel-size 5 --account-for-embedding-in-pipeline-split", [2, 3, 3, 3, 3]),
+    ("--pipeline-model-parallel-size 3 --account-for-loss-in-pipeline-split", [5, 5, 4]),
+    # interleaved: 16 counted / 2 stages = 8 per stage, 2 per chunk -> 4 chunks each; the
+    # first chunk of stage 0 (piece 0) and the last chunk of the last stage (the last piece)
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     [1, 2, 2, 2, 2, 2, 2, 1])])
+def test_the_account_for_flags_count_the_embedding_and_loss_as_layers_in_the_split(flags, pieces):
+    gpus = 2 * int(flags.split()[1])                  # dp = 2
+    doc = megatron_workload((_SPLIT + flags).split(), gpus).document
+    assert doc["training"]["pipeline_layers"] == pieces
+    assert list(parse_workload(doc, "x").layout(gpus).pipeline_layers) == pieces
+    one_stage = megatron_workload((_SPLIT + "--account-for-loss-in-pipeline-split").split(), 8).document
+    assert "pipeline_layers" not in one_stage["training"]        # one stage holds every layer
+
+
+@pytest.mark.parametrize("flags,match", [
+    ("--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split",
+     r"--num-layers 14 \+ 1 \(embedding\) = 15 layers do not split evenly over "
+     r"--pipeline-model-parallel-size 4 \(Megatron-core asserts they do\)"),
+    ("--pipeline-model-parallel-size 4 --account-for-loss-in-pipeline-split "
+     "--decoder-first-pipeline-num-layers 2", "cannot be combined with --account-for-embedding/loss"),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     r"--num-layers 14 \+ 2 \(embedding/loss counted as layers\) / --pipeline-model-parallel-size 2 is not "
+     "a multiple of --num-layers-per-virtual-pipeline-stage 3"),
+    ("--pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 1 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "leave the first or last with no transformer layer")])
+def test_account_for_splits_megatron_or_dessim_would_refuse_are_errors(flags, match):
+    with pytest.raises(SpecError, match=match):
+        megatron_workload((_SPLIT + flags).split(), 8)
+
+
+def test_dessim_megatron_simulates_the_account_for_split():
+    """The flags were refused as 'unsupported (uneven pipeline stages)'; the launch now runs
+    with the stages Megatron-core builds."""
+    argv = (_SPLIT + "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split "
+            "--account-for-loss-in-pipeline-split --bf16").split()
+    res = CliRunner().invoke(cli, ["megatron", "-t", "dgx-h100:nodes=1", "--", *argv])
+    assert res.exit_code == 0, res.output
+    assert "tp=1 pp=4 dp=2 (8 GPUs) 1f1b layers=3/4/4/3" in res.output

@@ -68,7 +68,8 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "fp8-format": 1, "swiglu": 0, "untie-embeddings-and-output-weights": 0, "num-experts": 1,
     "moe-router-topk": 1, "moe-ffn-hidden-size": 1, "moe-token-dispatcher-type": 1,
     "moe-enable-deepep": 0, "decoder-first-pipeline-num-layers": 1,
-    "decoder-last-pipeline-num-layers": 1, "vocab-size": 1,
+    "decoder-last-pipeline-num-layers": 1, "account-for-embedding-in-pipeline-split": 0,
+    "account-for-loss-in-pipeline-split": 0, "vocab-size": 1,
     "make-vocab-size-divisible-by": 1, "vocab-file": 1, "merge-file": 1, "tokenizer-type": 1,
     "normalization": 1, "position-embedding-type": 1, "use-rotary-position-embeddings": 0,
     "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
@@ -115,8 +116,6 @@ UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "moe-shared-expert-intermediate-size": (1, "shared experts"),
     "moe-layer-freq": (1, "MoE on some layers only"),
     "moe-grouped-gemm": (0, "experts run as separate GEMMs"),
-    "account-for-embedding-in-pipeline-split": (0, "uneven pipeline stages"),
-    "account-for-loss-in-pipeline-split": (0, "uneven pipeline stages"),
     "squared-relu": (0, "squared-ReLU MLP"),
     "add-qkv-bias": (0, "biases on the QKV projection only"),
     "fp8-param-gather": (0, "FP8 parameter all-gather"),
@@ -362,17 +361,62 @@ def _moe_dispatch(flags: Mapping[str, Any]) -> str:
                       "--moe-enable-deepep, DeepEP)")
 
 
+#: The ``--account-for-*-in-pipeline-split`` switches: the part of the model each counts as a layer.
+_ACCOUNTED = {"account-for-embedding-in-pipeline-split": "embedding",
+              "account-for-loss-in-pipeline-split": "loss"}
+
+
+def _accounted(flags: Mapping[str, Any]) -> int:
+    """How many of the embedding and the loss count as a layer in the pipeline split."""
+    return sum(bool(flags.get(f)) for f in _ACCOUNTED)
+
+
+def _accounted_pieces(flags: Mapping[str, Any], layers: int, pp: int, virtual: int) -> list[int] | None:
+    """``training.pipeline_layers`` of ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split``, as Megatron-core splits the layers
+    (``get_num_layers_to_build``, ``megatron/core/transformer/transformer_block.py``): the
+    embedding and/or the loss count as one more layer each, the count is split evenly over the
+    ``pp × virtual`` pieces, and the first piece (the embedding's) and the last (the loss's)
+    build one transformer layer fewer; an error where the count does not split evenly, as
+    Megatron asserts. dessim's first and last pieces hold the embedding and the loss anyway, so
+    the split is all these flags change. None with one stage."""
+    if pp < 2:
+        return None
+    parts = [name for f, name in _ACCOUNTED.items() if flags.get(f)]
+    counted = layers + len(parts)
+    what = f"--num-layers {layers} + {' + '.join(f'1 ({p})' for p in parts)} = {counted} layers"
+    pieces = pp * virtual
+    if counted % pieces:
+        raise SpecError(f"megatron arguments: {what} do not split evenly over --pipeline-model-parallel-size "
+                        f"{pp}" + (f" × {virtual} virtual stages" if virtual > 1 else "")
+                        + " (Megatron-core asserts they do)")
+    out = [counted // pieces] * pieces
+    out[0] -= "embedding" in parts
+    out[-1] -= "loss" in parts
+    if min(out) < 1:
+        raise SpecError(f"megatron arguments: {what} over {pieces} pipeline pieces leave the first or last "
+                        "with no transformer layer, which dessim does not model (each piece holds >= 1)")
+    return out
+
+
 def _uneven_stages(flags: Mapping[str, Any], layers: int, pp: int, virtual: int) -> list[int] | None:
     """``training.pipeline_layers`` of ``--decoder-first-pipeline-num-layers`` F and
     ``--decoder-last-pipeline-num-layers`` L, as Megatron-core splits the layers: F on the
     first stage, L on the last, the rest evenly over the other stages (an error where they do
-    not split evenly, as Megatron asserts); None without either. Not with an interleaved
-    schedule (how Megatron spreads F and L over the virtual stages is not modelled)."""
+    not split evenly, as Megatron asserts), or of the account-for flags
+    (:func:`_accounted_pieces`; not together, as Megatron-core refuses); None without any. F
+    and L not with an interleaved schedule (how Megatron spreads them over the virtual stages
+    is not modelled)."""
     first = _opt_int(flags, "decoder-first-pipeline-num-layers")
     last = _opt_int(flags, "decoder-last-pipeline-num-layers")
+    given = "--decoder-first/last-pipeline-num-layers"
+    if _accounted(flags):
+        if first is not None or last is not None:
+            raise SpecError(f"megatron arguments: {given} cannot be combined with "
+                            "--account-for-embedding/loss-in-pipeline-split (Megatron-core refuses both at once)")
+        return _accounted_pieces(flags, layers, pp, virtual)
     if first is None and last is None:
         return None
-    given = "--decoder-first/last-pipeline-num-layers"
     if virtual > 1:
         raise SpecError(f"megatron arguments: not supported yet: {given} with an interleaved schedule")
     if pp < 2:
@@ -388,14 +432,19 @@ def _uneven_stages(flags: Mapping[str, Any], layers: int, pp: int, virtual: int)
 
 
 def _virtual_stages(flags: Mapping[str, Any], layers: int, pp: int) -> int:
+    """Model chunks per stage; the layers counted as Megatron counts them for the split (with
+    the embedding and loss of the account-for flags, :func:`_accounted`)."""
     per_stage = _opt_int(flags, "num-layers-per-virtual-pipeline-stage")
     if per_stage is None:
         return _opt_int(flags, "virtual-pipeline-model-parallel-size") or \
             _int(flags, "num-virtual-stages-per-pipeline-rank", 1)
-    if layers % pp or (layers // pp) % per_stage:
-        raise SpecError(f"megatron arguments: --num-layers {layers} / --pipeline-model-parallel-size "
+    extra = _accounted(flags)
+    counted = layers + extra
+    if counted % pp or (counted // pp) % per_stage:
+        what = f"--num-layers {layers}" + (f" + {extra} (embedding/loss counted as layers)" if extra else "")
+        raise SpecError(f"megatron arguments: {what} / --pipeline-model-parallel-size "
                         f"{pp} is not a multiple of --num-layers-per-virtual-pipeline-stage {per_stage}")
-    return layers // pp // per_stage
+    return counted // pp // per_stage
 
 
 def _recompute(flags: Mapping[str, Any], layers_per_chunk: int) -> str:
