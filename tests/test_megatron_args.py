@@ -8,6 +8,7 @@ must be mapped, listed as without effect, or reported — never dropped silently
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,40 @@ def test_dessim_megatron_simulates_the_account_for_split():
     res = CliRunner().invoke(cli, ["megatron", "-t", "dgx-h100:nodes=1", "--", *argv])
     assert res.exit_code == 0, res.output
     assert "tp=1 pp=4 dp=2 (8 GPUs) 1f1b layers=3/4/4/3" in res.output
+
+
+@pytest.mark.parametrize("recipe,precision,note", [
+    (None, "fp8", None),                      # Megatron's default recipe: delayed (per tensor)
+    ("delayed", "fp8", None),
+    ("tensorwise", "fp8", "the amax pass over each tensor before its cast is not modelled"),
+    ("blockwise", "fp8-block", "--fp8-recipe blockwise → precision fp8-block: the same 1×128 / 128×128 "
+                               "block casts and FP8 GEMMs, but fp8-block also carries DeepSeek-V3's memory recipe")])
+def test_fp8_recipes_map_onto_dessims_fp8_precisions_and_say_what_differs(recipe, precision, note):
+    """'--fp8-recipe blockwise' was refused as unsupported. Megatron's per-tensor recipes are
+    dessim's fp8, Transformer Engine's blockwise scaling (1×128 / 128×128 blocks, fp32 scales)
+    its fp8-block; what the mapping does not share is a note in the text and the JSON."""
+    argv = (_SPLIT + "--bf16 --fp8-format hybrid" + (f" --fp8-recipe {recipe}" if recipe else "")).split()
+    launch = megatron_workload(argv, 8)
+    assert launch.document["model"]["precision"] == precision and not launch.unsupported
+    said = [n for n in launch.notes if "--fp8-recipe" in n]
+    assert (len(said) == 1 and note in said[0]) if note else not said
+    res = CliRunner().invoke(cli, ["megatron", "-t", "dgx-h100:nodes=1", "--json", "--", *argv])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["megatron"]["notes"] == launch.notes and data["precision"] == precision
+
+
+@pytest.mark.parametrize("recipe,match", [
+    ("mxfp8", "not supported: --fp8-recipe mxfp8: MXFP8 (32-element blocks with E8M0 scales, Blackwell) is "
+              "not modelled; use --fp8-recipe blockwise"),
+    ("custom", "not supported: --fp8-recipe custom"),
+    ("fancy", "--fp8-recipe 'fancy' is not one of Megatron's recipes")])
+def test_fp8_recipes_dessim_cannot_map_are_errors_saying_what_to_use(recipe, match):
+    with pytest.raises(SpecError, match=re.escape(match) if recipe == "mxfp8" else match):
+        megatron_workload((_SPLIT + f"--bf16 --fp8-format hybrid --fp8-recipe {recipe}").split(), 8)
+
+
+def test_an_fp8_recipe_without_fp8_format_trains_in_16_bits_and_says_so():
+    launch = megatron_workload((_SPLIT + "--bf16 --fp8-recipe blockwise").split(), 8)
+    assert launch.document["model"]["precision"] == "bf16"
+    assert "--fp8-recipe blockwise without --fp8-format: no FP8, as in Megatron" in " ".join(launch.notes)

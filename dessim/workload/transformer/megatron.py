@@ -65,7 +65,7 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "num-virtual-stages-per-pipeline-rank": 1, "sequence-parallel": 0,
     "recompute-granularity": 1, "recompute-method": 1, "recompute-num-layers": 1,
     "recompute-activations": 0, "use-distributed-optimizer": 0, "bf16": 0, "fp16": 0,
-    "fp8-format": 1, "swiglu": 0, "untie-embeddings-and-output-weights": 0, "num-experts": 1,
+    "fp8-format": 1, "fp8-recipe": 1, "swiglu": 0, "untie-embeddings-and-output-weights": 0, "num-experts": 1,
     "moe-router-topk": 1, "moe-ffn-hidden-size": 1, "moe-token-dispatcher-type": 1,
     "moe-enable-deepep": 0, "decoder-first-pipeline-num-layers": 1,
     "decoder-last-pipeline-num-layers": 1, "account-for-embedding-in-pipeline-split": 0,
@@ -124,7 +124,6 @@ UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "recompute-modules": (-1, "selective recompute of chosen modules (dessim: attention core)"),
     "use-torch-fsdp2": (0, "PyTorch FSDP2 instead of Megatron's DDP"),
     "use-custom-fsdp": (0, "Megatron FSDP"),
-    "fp8-recipe": (1, "FP8 scaling recipes (dessim's fp8: per-tensor casts, docs/workloads.md)"),
 })
 
 
@@ -223,6 +222,40 @@ _ATTENTION = {"auto": "flash2", "flash": "flash2", "fused": "flash2", "unfused":
               "local": "unfused"}
 _RECOMPUTE = {"selective": "selective", "full": "full"}
 _FP8 = {"hybrid": "fp8", "e4m3": "fp8"}
+#: ``--fp8-recipe`` (Megatron-core's ``TransformerConfig.fp8_recipe``, default ``delayed``;
+#: ``get_fp8_recipe`` in ``megatron/core/fp8_utils.py``) → dessim precision: the per-tensor
+#: scalings (``DelayedScaling``, ``Float8CurrentScaling``) → ``fp8``; Transformer Engine's
+#: ``Float8BlockScaling`` (1×128 activation and 128×128 weight blocks, one fp32 scale each,
+#: "inspired by DeepSeek-V3") → ``fp8-block``.
+_FP8_RECIPES = {"delayed": "fp8", "tensorwise": "fp8", "blockwise": "fp8-block"}
+#: What a recipe mapped to a dessim precision does not share with it (a note in every output).
+_FP8_RECIPE_NOTES = {
+    "tensorwise": "--fp8-recipe tensorwise (current scaling) costed as dessim's fp8 per-tensor casts; "
+                  "the amax pass over each tensor before its cast is not modelled",
+    "blockwise": "--fp8-recipe blockwise → precision fp8-block: the same 1×128 / 128×128 block casts and "
+                 "FP8 GEMMs, but fp8-block also carries DeepSeek-V3's memory recipe (fp32 gradients, bf16 "
+                 "Adam moments, FP8-cached activations with the norms and SwiGLU recomputed in the "
+                 "backward), which Megatron's blockwise recipe does not: memory and those recomputes "
+                 "are DeepSeek-V3's",
+}
+
+
+def _fp8_precision(flags: Mapping[str, Any], notes: list[str]) -> str:
+    """The dessim precision of ``--fp8-format`` with ``--fp8-recipe`` (:data:`_FP8_RECIPES`)."""
+    _choice(flags, "fp8-format", _FP8, "hybrid")
+    recipe = flags.get("fp8-recipe", "delayed")
+    if recipe in ("mxfp8", "custom"):
+        what = ("MXFP8 (32-element blocks with E8M0 scales, Blackwell)" if recipe == "mxfp8"
+                else "a user quantizer factory")
+        raise SpecError(f"megatron arguments: not supported: --fp8-recipe {recipe}: {what} is not modelled; "
+                        "use --fp8-recipe blockwise (dessim's fp8-block: 128-element blocks, fp32 scales) "
+                        "or tensorwise / delayed (dessim's fp8: one scale per tensor)")
+    if recipe not in _FP8_RECIPES:
+        raise SpecError(f"megatron arguments: --fp8-recipe {recipe!r} is not one of Megatron's recipes "
+                        "(tensorwise, delayed, mxfp8, blockwise, custom)")
+    if recipe in _FP8_RECIPE_NOTES:
+        notes.append(_FP8_RECIPE_NOTES[recipe])
+    return _FP8_RECIPES[recipe]
 
 
 def _vocab(flags: Mapping[str, Any], tp: int, notes: list[str]) -> int:
@@ -286,8 +319,11 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
     if position == "learned" and max_pos != seq:
         notes.append(f"learned position table of --seq-length {seq} rows, not "
                      f"--max-position-embeddings {max_pos} ({abs(max_pos - seq) * hidden} parameters)")
-    precision = (_choice(flags, "fp8-format", _FP8, "hybrid") if "fp8-format" in flags
+    precision = (_fp8_precision(flags, notes) if "fp8-format" in flags
                  else "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32")
+    if "fp8-recipe" in flags and "fp8-format" not in flags:
+        notes.append(f"--fp8-recipe {flags['fp8-recipe']} without --fp8-format: no FP8, as in Megatron "
+                     "(the recipe applies only to FP8 training)")
     model: dict[str, Any] = {
         "layers": layers, "hidden": hidden, "heads": _int(flags, "num-attention-heads", 0),
         "ffn_hidden": ffn, "vocab": _vocab(flags, tp, notes), "seq_len": seq,
