@@ -276,10 +276,17 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
         every, write = steps, 0.0
     model = RenewalModel(work, every * nominal.iteration_s, write, restart, mtbf)
     if model.goodput() < 1e-3:
-        raise DessimError(f"train: the run would hardly progress: job MTBF {mtbf:.4g} s against a "
-                          f"restart of {restart:.4g} s and checkpoints of {ckpt.write_s:.4g} s every "
-                          f"{interval:.4g} s (expected goodput {model.goodput():.2e}); check the MTBFs "
-                          "(--mtbf) and restart times")
+        # name what takes the time: the checkpoints alone (goodput if nothing failed), and/or
+        # the failures (they at least halve what the checkpoints leave)
+        alone = replace(model, mtbf_s=math.inf).goodput()
+        causes = ([f"the checkpoint interval (--checkpoint-interval) and size (--checkpoint-size): "
+                   f"without failures goodput would be {alone:.2e}"] if alone < 0.5 else []) + \
+                 (["the MTBFs (--mtbf) and restart times"] if model.goodput() < alone / 2 else [])
+        mtbf_text = format_time(mtbf) if math.isfinite(mtbf) else "never"
+        raise DessimError(f"train: the run would hardly progress: job MTBF {mtbf_text} against a restart "
+                          f"of {format_time(restart)} and checkpoints of {format_time(write)} every "
+                          f"{format_time(model.interval_s)} (expected goodput {model.goodput():.2e}); check "
+                          + "; and ".join(causes))
     energy = iteration_energy(nominal.simulation, _devices(nominal, topo, engine), counts, options.power)
     samples = None
     if options.samples:
