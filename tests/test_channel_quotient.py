@@ -182,8 +182,7 @@ def test_a_symmetric_family_falls_into_few_blocks():
 def test_the_quotient_needs_a_fresh_network_with_the_default_solver():
     topo = load_topology("dgx-h100:nodes=1")
     env = simpy.Environment()
-    net = make_network("flow", env, topo, record_links=True)
-    assert not net.use_channel_quotient()
+    assert make_network("flow", env, topo, record_links=True).use_channel_quotient()
     net = make_network("flow", env, topo)
     net.transfer(0, 1, 1e6)
     assert not net.use_channel_quotient()
@@ -257,3 +256,46 @@ def test_simulate_names_the_channel_quotient_and_exact_turns_it_off(capsys):
     assert s["shortcuts"]["channel_quotient"] is None
     print_summary(s)
     assert "channel quotient" not in capsys.readouterr().out
+
+
+def _step_functions(series):
+    """Per link, its utilisation as a step function: sorted change times and values."""
+    out: dict = {}
+    for t, link, used in series:
+        times, values = out.setdefault(link, ([], []))
+        times.append(t)
+        values.append(used)
+    return out
+
+
+def _value_at(step, t):
+    times, values = step
+    k = int(np.searchsorted(times, t, side="right")) - 1
+    return values[k] if k >= 0 else 0.0
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100:nodes=2", "dgx-h100:nodes=4"])
+def test_utilisation_records_under_the_quotient_are_each_channels_load(spec):
+    """A recorded run (timelines) rates flows on blocks too: every channel of a block is
+    recorded with the block's load, so each link's utilisation over time is the one the run
+    without the quotient records, and so are the run's results — to float rounding: a load
+    summed in another order can read 0.9999999999999999 for 1.0, a change point of its own,
+    so the step functions are compared between all change points of both, not point by
+    point."""
+    overrides = {**MIXTRAL, "ep": 8 if spec.endswith("4") else 4}
+    runs = {name: simulate_workload("mixtral-8x7b", spec, overrides=overrides,
+                                    options=EngineOptions(record_links=True, shortcuts=cut))
+            for name, cut in (("on", Shortcuts()), ("off", Shortcuts(channel_quotient=False)))}
+    on, off = runs["on"], runs["off"]
+    quotient = on.shortcuts()["channel_quotient"]
+    assert quotient is not None and quotient["blocks"] < quotient["channels"]
+    assert on.iteration_s == pytest.approx(off.iteration_s, rel=RTOL)
+    a, b = _step_functions(on.simulation.link_series), _step_functions(off.simulation.link_series)
+    assert a.keys() == b.keys() and len(a) > 10
+    for link in b:
+        times = sorted(set(a[link][0]) | set(b[link][0]))
+        for t0, t1 in zip(times, times[1:]):
+            if t1 - t0 <= RTOL * t1:
+                continue                      # the same change point, rounded apart
+            mid = (t0 + t1) / 2
+            assert _value_at(a[link], mid) == pytest.approx(_value_at(b[link], mid), abs=1e-12), (link, mid)

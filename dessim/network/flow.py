@@ -235,14 +235,25 @@ class FlowNetwork(Network):
     def use_channel_quotient(self) -> bool:
         """Rate flows on blocks of channels that no route tells apart
         (:mod:`dessim.network.quotient`; exact: the same max-min allocation). Only before
-        the first transfer, with the default solver and without utilisation records (those
-        are per channel); returns whether it is on."""
+        the first transfer and with the default solver; returns whether it is on. Utilisation
+        records stay per channel: every channel of a block carries the block's load
+        (:meth:`_record_utilisation`)."""
         system = self._system
-        if (self.quotient is None and self._next_fid == 0 and not self.record_links
-                and system.solver is solve_maxmin):
+        if self.quotient is None and self._next_fid == 0 and system.solver is solve_maxmin:
             system.capacity = list(self.channels.capacity)    # blocks append theirs
-            self.quotient = ChannelQuotient(system.capacity, system.split)
+            self.quotient = ChannelQuotient(system.capacity, self._split_block)
         return self.quotient is not None
+
+    def _split_block(self, b: int, parts: list[int], keep: bool) -> None:
+        """Block ``b`` of the quotient becomes ``parts`` (besides itself when ``keep``): the
+        max-min system's constraints follow (:meth:`MaxMinSystem.split`), and so does the
+        utilisation records' dirty mark (the parts carry ``b``'s load)."""
+        self._system.split(b, parts, keep)
+        dirty = self._util_dirty
+        if b in dirty:
+            dirty.update(parts)
+            if not keep:
+                dirty.discard(b)
 
     def _quote(self, f: _Flow) -> None:
         """Make ``f`` a variable on the quotient's blocks (refining them by its route first;
@@ -829,20 +840,31 @@ class FlowNetwork(Network):
                     push(heap, (f.eta, _FINISH, f.fid, f.version))
 
     def _record_utilisation(self, now: float, chans: Sequence[int]) -> None:
-        """Append a utilisation point for every channel of ``chans`` whose load changed.
-        Only dirty channels are summed: a channel none of whose users joined, left or changed
-        rate since it was last looked at has the load it had then (the same floats summed in
-        the same order), so skipping it records exactly what summing it would."""
-        cap = self.channels.capacity
-        dirty = self._util_dirty
-        for c in sorted(chans):
-            if c not in dirty:
+        """Append a utilisation point for every channel of the constraints ``chans`` whose
+        load changed, in channel order. Only dirty constraints are summed: one none of whose
+        users joined, left or changed rate since it was last looked at has the load it had
+        then (the same floats summed in the same order), so skipping it records exactly what
+        summing it would. Under the channel quotient a constraint is a block, and every
+        channel of a block carries the block's load (its constraint row, written once)."""
+        system, dirty = self._system, self._util_dirty
+        cap = system.capacity
+        members = self.quotient.members if self.quotient is not None else None
+        points: list[tuple[int, float]] = []
+        for b in chans:
+            if b not in dirty:
                 continue
-            dirty.discard(c)
-            used = self._system.load(c)[0] / cap[c]
-            if used != self._last_util[c]:
-                self._last_util[c] = used
-                self.utilisation.append((now, self._util_link[c], used))
+            dirty.discard(b)
+            used = system.load(b)[0] / cap[b]
+            if members is None:
+                points.append((b, used))
+            else:
+                points.extend((c, used) for c in members.get(b, (b,)))
+        points.sort()
+        last, link, out = self._last_util, self._util_link, self.utilisation
+        for c, used in points:
+            if used != last[c]:
+                last[c] = used
+                out.append((now, link[c], used))
 
     def _compact_heap(self) -> None:
         entries = [(f.join_at, _JOIN, fid, 0) for fid, f in self._pending.items()]
