@@ -203,3 +203,22 @@ def test_link_counters_keep_one_value_per_link_and_nanosecond_the_last_one(tmp_p
     assert first["args"]["utilisation"] == 0.75               # the nanosecond's last value
     path = write_chrome_trace(res, tmp_path / "t.json")
     assert path.read_bytes() == json.dumps(trace, separators=(",", ":")).encode()
+
+
+def test_a_counter_formatted_directly_is_its_dict_encoded():
+    """The writer formats link counters with repr (what json writes for finite floats) and
+    falls back to json for NaN/inf: the same bytes as encoding the event's dict."""
+    from hypothesis import given, settings, strategies as st
+
+    from dessim.outputs.chrome_trace import _counter_event, _counter_json
+
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    name = 'n0.gpu0->n0."nvsw"'                   # a name that needs escaping
+    head = f',{{"ph":"C","name":{encode(name)},"pid":0,"tid":0,"ts":'
+    floats = st.floats(allow_nan=True, allow_infinity=True)
+
+    @settings(max_examples=300, deadline=None)
+    @given(floats, st.none() | floats, floats)
+    def check(ts, gbps, util):
+        assert _counter_json(head, name, ts, gbps, util, encode) == "," + encode(_counter_event(name, ts, gbps, util))
+    check()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from array import array
 import json
 import math
 from pathlib import Path
@@ -124,13 +125,14 @@ def _events(result: SimulationResult, link_counters: bool, max_link_tracks: int)
         events.append({"ph": "f", "bp": "e", "id": n + 1, "name": "dep", "cat": "dep",
                        "pid": apid, "tid": atid, "ts": max(astart, bend) * _US})
     yield from events
-    first = True
-    for name, ts, gbps, util in _counter_rows(result, link_counters, max_link_tracks):
-        if first:
+    names: dict[tuple[str, str], str] = {}
+    for link, ts, gbps, util in _counter_rows(result, link_counters, max_link_tracks):
+        if not names:
             yield _LINKS_PROCESS
-            first = False
-        values = {"utilisation": util} if gbps is None else {"GB/s": gbps, "utilisation": util}
-        yield {"ph": "C", "name": name, "pid": LINKS_PID, "tid": 0, "ts": ts, "args": values}
+        name = names.get(link)
+        if name is None:
+            name = names[link] = _link_name(link)
+        yield _counter_event(name, ts, gbps, util)
 
 
 #: The metadata event naming the links' process.
@@ -138,51 +140,61 @@ _LINKS_PROCESS = {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
                   "args": {"name": "links (GB/s and utilisation)"}}
 
 
-def _counter_rows(result: SimulationResult, link_counters: bool,
-                  max_link_tracks: int) -> Iterator[tuple[str, float, float | None, float]]:
-    """The link counter events as ``(name, ts_us, GB/s or None, utilisation)``, in file order:
-    the ``max_link_tracks`` busiest links' change points, each link's value at a nanosecond
-    being the last one the simulation set in that nanosecond, at that change's place (changes
-    within one nanosecond — several rate solves at one instant — would be zero-width steps
-    Perfetto cannot show). Two passes over the series, the first marking the superseded
-    changes in a byte per change: a large trace's millions of rows are never held at once."""
+def _counter_rows(result: SimulationResult, link_counters: bool, max_link_tracks: int
+                  ) -> Iterator[tuple[tuple[str, str], float, float | None, float]]:
+    """The link counter events as ``(link, ts_us, GB/s or None, utilisation)``, in file
+    order: the ``max_link_tracks`` busiest links' change points, each link's value at a
+    nanosecond being the last one the simulation set in that nanosecond, at that change's
+    place (changes within one nanosecond — several rate solves at one instant — would be
+    zero-width steps Perfetto cannot show). Two passes over the series, the first marking
+    the superseded changes and keeping each change's rounded time (a byte and a float per
+    change): a large trace's millions of rows are never held as objects at once."""
     if not (link_counters and result.link_series):
         return
     busiest = sorted(result.link_bytes, key=lambda k: (-result.link_bytes[k], k))
     keep = set(busiest[:max_link_tracks])
     series = result.link_series
     superseded = bytearray(len(series))
+    stamps = array("d", bytes(8 * len(series)))
     last: dict[tuple[str, str], tuple[int, float]] = {}     # link -> (index, ts) of its latest
     for i, (t, link, _) in enumerate(series):
         if link not in keep:
             superseded[i] = 1
             continue
-        ts = round(t * _US, 3)
+        stamps[i] = ts = round(t * _US, 3)
         prev = last.get(link)
         if prev is not None and prev[1] == ts:
             superseded[prev[0]] = 1
         last[link] = (i, ts)
     capacity = result.link_capacity
-    names = {link: f"{link[0]}->{link[1]}" for link in keep}
-    for i, (t, link, util) in enumerate(series):
+    for i, (_, link, util) in enumerate(series):
         if superseded[i]:
             continue
         cap = capacity.get(link)
-        yield (names[link], round(t * _US, 3), None if cap is None else round(util * cap / 1e9, 9),
-               round(util, 9))
+        yield link, stamps[i], None if cap is None else round(util * cap / 1e9, 9), round(util, 9)
 
 
-def _counter_json(name: str, ts: float, gbps: float | None, util: float, encode) -> str:
-    """One counter event as compact JSON, the bytes ``encode`` gives its dict: floats written
-    with ``repr`` as :mod:`json` writes finite floats (every counter value is finite: rates
-    and utilisations of a finished simulation), a fallback to ``encode`` otherwise."""
-    if not (math.isfinite(ts) and math.isfinite(util) and (gbps is None or math.isfinite(gbps))):
-        values = {"utilisation": util} if gbps is None else {"GB/s": gbps, "utilisation": util}
-        return encode({"ph": "C", "name": name, "pid": LINKS_PID, "tid": 0, "ts": ts, "args": values})
-    head = f'{{"ph":"C","name":{encode(name)},"pid":{LINKS_PID},"tid":0,"ts":{ts!r},"args":{{'
+def _counter_event(name: str, ts: float, gbps: float | None, util: float) -> dict[str, Any]:
+    """One counter event as a trace dict."""
+    values = {"utilisation": util} if gbps is None else {"GB/s": gbps, "utilisation": util}
+    return {"ph": "C", "name": name, "pid": LINKS_PID, "tid": 0, "ts": ts, "args": values}
+
+
+def _link_name(link: tuple[str, str]) -> str:
+    return f"{link[0]}->{link[1]}"
+
+
+def _counter_json(head: str, name: str, ts: float, gbps: float | None, util: float, encode) -> str:
+    """One counter event as compact JSON, the bytes ``encode`` gives its dict
+    (:func:`_counter_event`) after a comma; ``head`` is that comma and the event's encoded
+    start up to the time. Floats are
+    written with ``repr``, as :mod:`json` writes finite floats (every counter value is
+    finite: rates and utilisations of a finished simulation); ``encode`` otherwise."""
+    if not math.isfinite(ts + util if gbps is None else ts + util + gbps):
+        return "," + encode(_counter_event(name, ts, gbps, util))
     if gbps is None:
-        return f'{head}"utilisation":{util!r}}}}}'
-    return f'{head}"GB/s":{gbps!r},"utilisation":{util!r}}}}}'
+        return f'{head}{ts!r},"args":{{"utilisation":{util!r}}}}}'
+    return f'{head}{ts!r},"args":{{"GB/s":{gbps!r},"utilisation":{util!r}}}}}'
 
 
 def write_chrome_trace(result: SimulationResult, path: str | Path, *, link_counters: bool = True,
@@ -206,13 +218,17 @@ def write_chrome_trace(result: SimulationResult, path: str | Path, *, link_count
                 if len(chunk) == 4096:
                     out.write("".join(chunk))
                     chunk.clear()
-            first = True
-            for name, ts, gbps, util in _counter_rows(result, link_counters, max_link_tracks):
-                if first:
+            heads: dict[tuple[str, str], tuple[str, str]] = {}     # link -> (name, JSON head)
+            for link, ts, gbps, util in _counter_rows(result, link_counters, max_link_tracks):
+                if not heads:
                     chunk.append(("," if n else "") + encode(_LINKS_PROCESS))
-                    first = False
+                got = heads.get(link)
+                if got is None:
+                    name = _link_name(link)
+                    got = heads[link] = (name, f',{{"ph":"C","name":{encode(name)},"pid":{LINKS_PID},'
+                                               '"tid":0,"ts":')
                 # most of a large trace's events: formatted directly, not encoded as dicts
-                chunk.append("," + _counter_json(name, ts, gbps, util, encode))
+                chunk.append(_counter_json(got[1], got[0], ts, gbps, util, encode))
                 if len(chunk) == 65536:
                     out.write("".join(chunk))
                     chunk.clear()
