@@ -536,8 +536,11 @@ class _Generator:
         for stage, groups in sorted(by_stage.items()):
             for chunk in range(self.v):
                 for phase in self.phases:
-                    steps = [s for s in self._template(stage, chunk, phase).steps
-                             if s.kind == "collective" and s.group == "tp"]
+                    # a step's time is a function of (op, size, group): one step per (op,
+                    # size), in order of first appearance — the same first calls as step by
+                    # step, so the same memos and reasons, and equal lists exactly when the
+                    # step-by-step lists are equal
+                    steps = self._tp_steps(stage, chunk, phase)
                     ref = [self._tp_time(s, groups[0]) for s in steps]
                     for g in groups[1:]:
                         if [self._tp_time(s, g) for s in steps] != ref:
@@ -599,18 +602,23 @@ class _Generator:
             return None
         return self.islands.time(s.op, s.size, group)
 
+    def _tp_steps(self, stage: int, chunk: int, phase: str) -> tuple[Step, ...]:
+        """One TP collective step of each (op, size) of a pass, in step order (cached)."""
+        shapes = self.tp_shapes.get((stage, chunk, phase))
+        if shapes is None:
+            seen: dict[tuple[str, float], Step] = {}
+            for s in self._template(stage, chunk, phase).steps:
+                if s.kind == "collective" and s.group == "tp":
+                    seen.setdefault((s.op, s.size), s)
+            shapes = self.tp_shapes[(stage, chunk, phase)] = tuple(seen.values())
+        return shapes
+
     def _timeline(self, rank: int, stage: int, chunk: int, phase: str) -> PassTimeline | None:
         group = self.groups["tp"][rank]
         t = self._template(stage, chunk, phase)
         # a pass's timeline depends on its group only through the closed-form TP times: TP
         # groups with the same times (every isolated NVSwitch node) share it
-        shapes = self.tp_shapes.get((stage, chunk, phase))
-        if shapes is None:        # one TP step of each (op, size), in step order
-            seen: dict[tuple[str, float], Step] = {}
-            for s in t.steps:
-                if s.kind == "collective" and s.group == "tp":
-                    seen.setdefault((s.op, s.size), s)
-            shapes = self.tp_shapes[(stage, chunk, phase)] = tuple(seen.values())
+        shapes = self._tp_steps(stage, chunk, phase)
         key = (stage, chunk, phase, self.plan.devices[rank], tuple(self._tp_time(s, group) for s in shapes))
         if key not in self.timelines:
             cuts: set[int] = set()

@@ -119,6 +119,44 @@ def _group_pairs_near(groups: list[tuple[int, ...]], regions: dict[str, set[int]
                         yield grp, a, b
 
 
+def _group_routes(topology: Topology, group: tuple[int, ...]) -> tuple[frozenset[int], bool]:
+    """The channels every route between two members of ``group`` may use (:func:`route_channels`
+    over all ordered pairs, on the topology's own router and channel map), and whether every
+    one of those routes is key-independent. A pure function of the topology, kept with it
+    (:meth:`Topology.derived`): the three short graphs of an extrapolation route once."""
+    memo: dict[tuple[int, ...], tuple[frozenset[int], bool]] = topology.derived(
+        "tp_islands_group_routes", lambda _t: {})
+    got = memo.get(group)
+    if got is None:
+        router, chmap = router_for(topology), channel_map_for(topology)
+        nodes = [topology.node_of(r) for r in group]
+        chans: set[int] = set()
+        unique = True
+        for a in nodes:
+            for b in nodes:
+                if a != b:
+                    chans |= route_channels(router, chmap, a, b)
+                    unique &= router.key_independent(a, b)
+        got = memo[group] = (frozenset(chans), unique)
+    return got
+
+
+def _shape_id(topology: Topology, group: tuple[int, ...]) -> int:
+    """The number of ``group``'s :func:`~dessim.collectives.auto.group_shape` among the
+    distinct shapes met on ``topology``: equal numbers, equal shapes. A pure function of the
+    (immutable) topology, so kept with it (:meth:`Topology.derived`) for every generator that
+    builds on it (extrapolation builds three short graphs on one topology): each group's
+    routes are read once per topology, not once per (op, size) and per graph."""
+    ids: tuple[dict[tuple[int, ...], int], dict[tuple, int]] = topology.derived(
+        "tp_islands_shape_ids", lambda _t: ({}, {}))
+    by_group, by_shape = ids
+    got = by_group.get(group)
+    if got is None:
+        shape = group_shape(group, topology)
+        got = by_group[group] = by_shape.setdefault(shape, len(by_shape))
+    return got
+
+
 class TPIslands:
     """Which TP groups are isolated islands, and the closed-form time of their collectives.
 
@@ -143,16 +181,9 @@ class TPIslands:
         self.reasons: dict[tuple[int, ...], str] = {}
         tp_groups = [tuple(g) for g in tp_groups if len(g) > 1]
         node = topology.node_of
-        own: dict[tuple[int, ...], set[int]] = {}
+        own: dict[tuple[int, ...], frozenset[int]] = {}
         for g in tp_groups:
-            chans: set[int] = set()
-            unique = True
-            for a in g:
-                for b in g:
-                    if a != b:
-                        chans |= route_channels(self.router, self.chmap, node(a), node(b))
-                        unique &= self.router.key_independent(node(a), node(b))
-            own[g] = chans
+            own[g], unique = _group_routes(topology, g)
             if not unique:
                 self.reasons[g] = "a route inside the group has ECMP choices"
         # every channel someone else may use, with who uses it
@@ -210,7 +241,7 @@ class TPIslands:
         memo = cut.shape_memo
         g = tuple(group)
         # groups of one shape (same routes up to renaming) have the same idle-network time
-        shape_key = (op, float(size), group_shape(g, self.topology)) if memo else None
+        shape_key = (op, float(size), _shape_id(self.topology, g)) if memo else None
         known = self._by_shape.get(shape_key, _UNKNOWN) if memo else _UNKNOWN
         if known is not _UNKNOWN:
             if known is None:
