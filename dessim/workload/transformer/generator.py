@@ -495,9 +495,12 @@ class _Generator:
         Otherwise the lanes would drift apart (the engine would report it as lane skew):
         stay unfolded, exact."""
         mem = self.plan.memory
+        targets = sorted({mem.offload_optimizer, mem.offload_activations} - {"none"})
+        if not targets:
+            return None
         router, node, edges = self.em.router, self.topo.node_of, self.topo.graph.edges
         routes: dict[int, list[tuple[str, ...]]] = {}
-        for target in sorted({mem.offload_optimizer, mem.offload_activations} - {"none"}):
+        for target in targets:
             kind = OFFLOAD_NODE_KINDS[target]
             for r in range(self.lo.world_size):
                 g, m = node(r), self.em.nearest(r, kind)
@@ -1455,17 +1458,22 @@ def _digit_lane_permutations(lo: ParallelLayout, step: int, q: int) -> np.ndarra
     digits ``j = dp mod q``, ``g = dp div q`` shifted separately: ``dp' = (j + b mod q) mod q
     + q·((g + b div q) mod DP/q)`` (a plain rotation when ``q = 1``); lane 0 is the identity."""
     n, strides = lo.world_size, lo.strides()
-    tp, cp, dp, pp = np.array([tuple(lo.coords(r))[:4] for r in range(n)], dtype=np.int64).T
+    coord, rest = {}, np.arange(n, dtype=np.int64)
+    for dim in lo.order:              # ParallelLayout.coords of every rank at once
+        size = getattr(lo, dim)
+        coord[dim], rest = rest % size, rest // size
+    tp, cp, dp, pp = (coord[d] for d in ("tp", "cp", "dp", "pp"))
     j, g = dp % q, dp // q
     shifts = lo.cp // step
+    # every DP shift b at once: row b holds moved · stride
+    b = np.arange(lo.dp, dtype=np.int64)[:, None]
+    dp_part = ((j + b % q) % q + q * ((g + b // q) % (lo.dp // q))) * strides["dp"]
     perm = np.empty((lo.tp * shifts * lo.dp, n), dtype=np.int64)
     for a in range(lo.tp):
         for c in range(shifts):
-            for b in range(lo.dp):
-                moved = (j + b % q) % q + q * ((g + b // q) % (lo.dp // q))
-                perm[(a * shifts + c) * lo.dp + b] = (
-                    pp * strides["pp"] + (tp + a) % lo.tp * strides["tp"]
-                    + (cp + c * step) % lo.cp * strides["cp"] + moved * strides["dp"])
+            row = (a * shifts + c) * lo.dp
+            perm[row:row + lo.dp] = (pp * strides["pp"] + (tp + a) % lo.tp * strides["tp"]
+                                     + (cp + c * step) % lo.cp * strides["cp"]) + dp_part
     return perm
 
 
