@@ -27,6 +27,38 @@ def test_fold_checks_its_permutations():
         Fold(np.array([[0, 1, 2], [1, 1, 2]]))
     with pytest.raises(TaskGraphError, match="2-D"):
         Fold(np.array([0, 1]))
+    for row in ([0, 1, 3], [0, -1, 2], [2, 2, 2]):        # out of range, wrapped, repeated
+        with pytest.raises(TaskGraphError, match="lane 2 is not a permutation"):
+            Fold(np.array([[0, 1, 2], [2, 0, 1], row]))
+    assert Fold(np.array([[0, 1, 2], [2, 0, 1], [1, 2, 0]])).lanes == 3
+
+
+@pytest.mark.parametrize("kw", [
+    dict(tp=2, pp=2, dp=4, cp=2, global_batch=8),
+    dict(tp=2, pp=1, dp=8, ep=4, global_batch=8),
+    dict(tp=2, pp=2, dp=4, cp=2, order=("tp", "dp", "cp", "pp"), global_batch=8),
+    dict(tp=1, pp=2, dp=2, cp=4, ep=2, global_batch=4),
+])
+def test_digit_lanes_are_the_coordinate_shifts_they_are_defined_as(kw):
+    """_digit_lane_permutations (whole-array arithmetic) maps every rank as its definition
+    does, rank by rank through ParallelLayout.coords and rank_of."""
+    from dessim.workload.transformer.generator import _digit_lanes, lane_permutations
+    from dessim.workload.transformer.layout import ParallelLayout
+
+    lo = ParallelLayout(**kw)
+    step, q = _digit_lanes(lo)
+    perm = lane_permutations(lo)
+    shifts = lo.cp // step
+    assert perm.shape == (lo.tp * shifts * lo.dp, lo.world_size)
+    for a in range(lo.tp):
+        for c in range(shifts):
+            for b in range(lo.dp):
+                row = perm[(a * shifts + c) * lo.dp + b].tolist()
+                for r in range(lo.world_size):
+                    x = lo.coords(r)
+                    dp = (x.dp % q + b % q) % q + q * ((x.dp // q + b // q) % (lo.dp // q))
+                    assert row[r] == lo.rank_of(tp=(x.tp + a) % lo.tp, cp=(x.cp + c * step) % lo.cp,
+                                                dp=dp, pp=x.pp)
 
 
 def test_instances_are_the_distinct_images_of_a_group():
