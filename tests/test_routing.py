@@ -145,3 +145,51 @@ def test_nearest_searches_the_neighbourhood_and_finds_what_routing_every_candida
     fast, slow = Router(topology), Router(topology)
     for gpu in topology.gpus:
         assert fast.nearest(gpu, kinds) == _nearest_by_routing_every_candidate(slow, gpu, kinds), gpu
+
+
+def _routes(router: Router, pairs, keys=(0, 1, 7)) -> list:
+    """Every answer the router gives about ``pairs`` (or the error it raises)."""
+    out = []
+    for a, b in pairs:
+        try:
+            out.append((a, b, [router.path(a, b, k) for k in keys], router.key_independent(a, b),
+                        sorted(router.possible_hops(a, b))))
+        except TopologyError as exc:
+            out.append((a, b, str(exc)))
+    return out
+
+
+def _storage_dgx():
+    from dessim.topology import load_topology
+    from dessim.topology.storage import attach_storage
+
+    return attach_storage(load_topology("dgx-h100:nodes=2"), "pfs", 1e12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _load("dgx-h100:nodes=3"), lambda: _load("dgx-a100:nodes=2"), lambda: _load("dgx-b200:nodes=2"),
+    lambda: _load("gb200-nvl72"), lambda: _load("pcie:8"), lambda: _load("cxl:expanders=3"),
+    lambda: _load("cxl:expanders=3,attach=cpu"), lambda: _load("switch16"), _storage_dgx,
+    lambda: leafspine(4, 4, 3), lambda: ring(6, 1e9, 1e-6),
+])
+def test_a_pair_through_its_only_common_forwarding_neighbour_is_routed_as_the_search_routes_it(make):
+    """Router.two_hop_shortcut (two ends joined through one forwarding node, e.g. two GPUs on
+    an NVSwitch, are routed through it without a search) changes no answer: every path for
+    several keys, key independence and the possible hops of every ordered pair of nodes
+    (every third pair on the larger presets), ECMP and D-mod-K fabrics alike."""
+    topology = make()
+    nodes = sorted(topology.graph.nodes)
+    pairs = [(a, b) for a in nodes for b in nodes if a != b]
+    if len(pairs) > 20_000:
+        pairs = pairs[::3]
+    fast, slow = Router(topology), Router(topology)
+    slow.two_hop_shortcut = False
+    got = _routes(fast, pairs)
+    assert got == _routes(slow, pairs)
+    assert sum(1 for r in got if len(r) == 5 and len(r[2][0]) == 3) > 0     # the shortcut had work
+
+
+def _load(spec: str):
+    from dessim.topology import load_topology
+
+    return load_topology(spec)

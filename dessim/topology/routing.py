@@ -181,6 +181,10 @@ class _Search:
 class Router:
     """Widest hop-count shortest paths with deterministic per-flow ECMP on a :class:`Topology`."""
 
+    #: a pair with one forwarding common neighbour is routed through it without a search
+    #: (:meth:`_only_middle`; the same paths — tests/test_routing.py compares both ways)
+    two_hop_shortcut = True
+
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         graph = topology.graph
@@ -501,6 +505,36 @@ class Router:
                 out.add((target, v))
         return out
 
+    def _only_middle(self, src: str, dst: str) -> str | None:
+        """The forwarding node ``m`` when ``src`` and ``dst`` are not neighbours and ``m`` is
+        the one widest of their common forwarding neighbours (two GPUs on one NVSwitch and one
+        PCIe switch: the NVSwitch; a GPU and the NIC on its PCIe switch): then ``(src, m,
+        dst)`` is the one path the search's rule gives, found without a search. Why: the
+        shortest paths have two hops (no link joins the ends, a common forwarding neighbour
+        joins them); the next hops of ``src`` are its forwarding neighbours one hop from
+        ``dst`` — the common ones (or the node ``dst`` hangs off, :meth:`_anchor`, which is
+        then the only one) — kept if their width ``min(cap(src, m), cap(m, dst))`` is within
+        the search's tolerance of the widest, the same expressions as :class:`_Search`; with
+        one left and the hop to ``dst`` after it, no ECMP hash or D-mod-K choice acts. None
+        otherwise (then the search decides)."""
+        near = self._adj[dst]
+        if len(near) > 16:
+            near = frozenset(near)
+        if src in near:
+            return None
+        transit = self._transit
+        common = [m for m in self._adj[src] if m in near and transit[m]]
+        if len(common) != 1:
+            if not common:
+                return None
+            cap = self._capacity
+            widths = [min(cap[src, m], min(cap[m, dst], math.inf)) for m in common]
+            best = max(widths)
+            common = [m for m, w in zip(common, widths) if w >= best * (1 - 1e-9)]
+            if len(common) != 1:
+                return None
+        return common[0]
+
     def _fabric_segment(self, u: str, v: str) -> bool:
         """Whether the waypoint segment ``u -> v`` runs through the fabric alone: both ends are
         NICs or nodes outside every host (a file system, a switch), so no host forwards it."""
@@ -525,6 +559,10 @@ class Router:
 
     def _walk(self, src: str, dst: str, key: int, fabric: bool = False) -> tuple[tuple[str, ...], bool]:
         """The path for ``key``, and whether no hop had a choice (key-independent)."""
+        if not fabric and self.two_hop_shortcut:
+            via = self._only_middle(src, dst)
+            if via is not None:
+                return (src, via, dst), True
         target, via_anchor, hops = self._segment_search(src, dst, fabric)
         if via_anchor and src == target:
             return (src, dst), True
