@@ -288,3 +288,23 @@ def test_generation_is_deterministic():
     a = graph(GPT, n=8, tp=2, pp=2, dp=2, global_batch=4, sp=True, zero_stage=1)
     b = graph(GPT, n=8, tp=2, pp=2, dp=2, global_batch=4, sp=True, zero_stage=1)
     assert taskgraph_to_dict(a) == taskgraph_to_dict(b)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_context_parallel_transfers_copied_from_templates_equal_checked_ones(monkeypatch, fold):
+    """A CP ring's sends and receives are copies of a per-rank template
+    (TaskEmitter.p2p_like): the graph equals the one whose transfers are each built and
+    checked by TaskEmitter.p2p, task for task and edge for edge."""
+    from dessim.workload.common.emitter import TaskEmitter
+
+    def build():
+        plan, topo = plan_workload("llama3-8b", "dgx-h100:nodes=2", overrides={
+            "tp": 2, "pp": 2, "cp": 4, "global_batch": 4, "micro_batch": 1, "model": {"layers": 2},
+            "generator": {"granularity": "layer", "fold": fold}})
+        return taskgraph_to_dict(build_taskgraph(plan, topo))
+
+    copied = build()
+    assert sum(t["kind"] == "send" and t.get("category") == "cp" for t in copied["tasks"]) > 0
+    monkeypatch.setattr(TaskEmitter, "p2p_like", lambda em, proto, name, tag, deps=(): em.p2p(
+        proto.rank, proto.kind, proto.peer, tag, proto.size, name, proto.category, proto.stream, deps))
+    assert build() == copied

@@ -209,6 +209,15 @@ class TaskEmitter:
         return self.add(Task(self.new_id(rank), rank, kind, stream=stream, name=label, category=category,
                              peer=peer, tag=tag, size=float(size)), deps)
 
+    def p2p_like(self, proto: Task, name: str, tag: int, deps: Sequence[str] = ()) -> str:
+        """:meth:`p2p` from a checked send or receive ``proto`` (rank, kind, peer, stream,
+        category and size): the same task — a fresh id, ``name``, ``tag``, its own empty
+        ``attrs`` — copied (:meth:`Task.derived`) instead of built and checked."""
+        task = proto.derived(self.new_id(proto.rank), name)
+        task.tag = tag
+        task.attrs = {}
+        return self.add(task, deps)
+
     def memcpy(self, rank: int, size: float, node: str, direction: str, label: str, category: str,
                stream: str, deps: Sequence[str] = ()) -> str:
         """Move ``size`` bytes between the rank's HBM and ``node`` (``to_hbm``/``from_hbm``)."""

@@ -1028,6 +1028,12 @@ class _Generator:
             elif s.kind == "collective":
                 out.append(self._collective_template(rank, s.category, s.stream, s.op, s.size,
                                                      self.groups[s.group][rank], s.group, s.combine))
+            elif s.kind in ("send", "recv") and self.comm:
+                cp_group = self.groups["cp"][rank]
+                step = 1 if s.peer == "next" else -1
+                peer = cp_group[(cp_group.index(rank) + step) % len(cp_group)]
+                out.append(Task("template", rank, s.kind, stream=s.stream, category="cp", peer=peer,
+                                size=float(s.size)))     # em.p2p's task; the tag is numbered per copy
             else:
                 out.append(None)
         self.rank_templates[key] = (t, out)     # holds t: its id stays its own
@@ -1074,11 +1080,7 @@ class _Generator:
                 colls.append((counters.index(c.counter), f"{c.gkind}{c.group[0]}."))
                 mixes.append(())
             elif s.kind in ("send", "recv") and self.comm:
-                cp_group = self.groups["cp"][rank]
-                step = 1 if s.peer == "next" else -1
-                peer = cp_group[(cp_group.index(rank) + step) % len(cp_group)]
-                proto = Task("template", rank, s.kind, stream=s.stream, category="cp", peer=peer,
-                             size=float(s.size))        # em.p2p's task, the tag numbered below
+                proto = made[i]                 # the tag numbered below
                 if s.stream not in counters:
                     counters.append(s.stream)
                 colls.append((counters.index(s.stream), None))
@@ -1114,7 +1116,7 @@ class _Generator:
         cp_group = self.groups["cp"][rank]
         suffix = f" mb{mb}"
         labels = t.labels
-        add_like = self.em.add_like
+        add_like, p2p_like = self.em.add_like, self.em.p2p_like
         kernel_mix = self.graph.set_kernel_mix
         for i, s in enumerate(t.steps):
             deps = [d for j in s.deps for d in ids[j]]
@@ -1130,6 +1132,8 @@ class _Generator:
                 yield
             elif kind == "collective":
                 ids.append(self._emit_collective(made[i], labels[i] + suffix, deps))
+            elif kind in ("send", "recv") and self.comm:
+                ids.append([p2p_like(made[i], labels[i] + suffix, self.em.count(rank, s.stream), deps)])
             elif kind in ("send", "recv"):
                 pos = cp_group.index(rank)
                 step = 1 if s.peer == "next" else -1
