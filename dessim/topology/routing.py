@@ -43,7 +43,9 @@ Cost: one breadth-first search per *destination anchor* (numpy over the adjacenc
 level by level, only as far as a lookup needs), cached — no all-pairs enumeration up front;
 next hops and path widths are then evaluated only at the nodes a walk visits. A destination
 with a single link (a GPU or host under a leaf switch) reuses the search of its only
-neighbour, so a leaf-spine of thousands of GPUs needs one search per leaf switch. The number
+neighbour, so a leaf-spine of thousands of GPUs needs one search per leaf switch; two ends
+joined through a single widest common forwarding neighbour (two GPUs on an NVSwitch, a GPU
+and the NIC on its PCIe switch) need none (:meth:`Router._only_middle`). The number
 of cached searches is bounded (:data:`MAX_CACHED_MAPS`, least recently used dropped).
 """
 
