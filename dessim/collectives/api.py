@@ -59,7 +59,10 @@ def plan_collective(op: str | Op, group: tuple[int, ...], size: float, topology:
                     calibration: Calibration | None = None, **options) -> CollectivePlan:
     """The :class:`CollectivePlan` of ``op`` (``size`` bytes, nccl-tests semantics) on
     ``group``: ``auto`` resolved as NCCL would, the schedule built, the protocol charged with
-    ``calibration``'s per-call overhead (None: the built-in calibration)."""
+    ``calibration``'s per-call overhead (None: the built-in calibration). Under NCCL's
+    protocols with one chunk, chains run pipelined as NCCL's kernels run them (ring broadcast
+    and reduce, :meth:`~dessim.collectives.algorithms.ring.Ring.pipelined`); ``raw`` and
+    ``chunks`` K > 1 keep the store-and-forward chain."""
     op_ = get_op(op)
     settings = CollectiveSettings.of(settings)
     choice = None
@@ -69,7 +72,8 @@ def plan_collective(op: str | Op, group: tuple[int, ...], size: float, topology:
         algo, proto = choice.algorithm, choice.protocol
     schedule = build_schedule(op_, algo, group, size, chunks=settings.chunks,
                               channels=settings.channels, root=root, topology=topology,
-                              compact_schedules=compact_schedules, **options)
+                              compact_schedules=compact_schedules,
+                              pipelined=proto != "raw" and settings.chunks == 1, **options)
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
     return CollectivePlan(schedule, make_protocol(proto, call_overhead(cal, group, topology,
                                                                        settings)), choice)

@@ -68,7 +68,8 @@ def split_applicable(op: Op, group: tuple[int, ...], topology: Topology | None,
 def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] | list[int],
                    size: float, *, chunks: int = 1, channels: int | None = None,
                    root: int | None = None, topology: Topology | None = None,
-                   compact_schedules: bool = True, **options) -> Schedule:
+                   compact_schedules: bool = True, pipelined: bool = False,
+                   **options) -> Schedule:
     """The transfers of ``op`` over ``group`` (global ranks) with ``size`` bytes.
 
     ``channels`` C splits the data over C independent lanes (None: as the algorithm lays
@@ -77,7 +78,11 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
     lane's data into K pieces sent one after the other on the same connections, which
     pipelines trees and chains. Each lane carries ``size / (lanes·K)``.
     ``root`` (broadcast, reduce; default ``group[0]``) is a global rank. ``options`` are
-    algorithm options (hierarchical: ``inner``).
+    algorithm options (hierarchical: ``inner``). ``pipelined``: the collective runs under
+    one of NCCL's protocols, which pipeline a chain in small chunks through every hop at
+    once; an algorithm with a ``pipelined`` method (ring broadcast and reduce) then returns
+    that method's :class:`~dessim.collectives.schedule.FluidSchedule` instead of ``chunks``
+    store-and-forward pieces.
 
     ``compact_schedules`` (default): an algorithm with a ``plan`` method (ring all-reduce, reduce-scatter,
     all-gather) returns a :class:`~dessim.collectives.schedule.CompactSchedule` — the same
@@ -110,6 +115,11 @@ def build_schedule(op: str | Op, algo: str | Algorithm, group: tuple[int, ...] |
     fluid = getattr(alg, "fluid", None)
     if fluid is not None:
         found = fluid(op, group, float(size), root, topology, channels, options)
+        if found is not None:
+            return found
+    pipeline = getattr(alg, "pipelined", None) if pipelined else None
+    if pipeline is not None:
+        found = pipeline(op, group, float(size), root, topology, channels)
         if found is not None:
             return found
     lanes = alg.lanes(group, topology, channels)

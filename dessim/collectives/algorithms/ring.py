@@ -5,7 +5,13 @@
   ``2(p-1)(α + S/p·β)`` on an idle network.
 * reducescatter / allgather: ``p-1`` steps of ``size/p`` (``size`` = whole array).
 * broadcast / reduce: a chain along the ring starting at (broadcast) or ending at (reduce)
-  the root; with ``chunks`` k it pipelines: ``(p-2+k)(α + S/k·β)``.
+  the root; with ``chunks`` k it pipelines: ``(p-2+k)(α + S/k·β)`` (the textbook store and
+  forward, protocol ``raw``). Under NCCL's protocols the chain runs as NCCL runs it
+  (:meth:`Ring.pipelined`): its kernel (``src/device/broadcast.h``, ``reduce.h``) moves the
+  data in chunks of ``stepSize·chunkSteps`` (512 KiB for Simple) through every hop at once,
+  so the chain is a fluid pipeline — every hop one flow of the lane's bytes, the critical path
+  ``p-1`` hops: ``(p-1)α + S/b``, NCCL's own model (``ncclTopoTuneModel``: ring broadcast at
+  the full bus bandwidth, ``nRanks-1`` hops of latency).
 
 **Lanes.** NCCL splits a collective's data over channels, each a ring through all ranks
 (NCCL 2.30.7 ``src/graph/search.cc``, ``connect.cc``; docs/references.md):
@@ -43,7 +49,8 @@ import numpy as np
 
 from dessim.collectives.algorithms.base import Algorithm, register
 from dessim.collectives.ops import Op
-from dessim.collectives.schedule import Lane, StepPattern, StepPlan, StepPlanBuilder
+from dessim.collectives.schedule import (Flow, FluidSchedule, Lane, StepPattern, StepPlan,
+                                         StepPlanBuilder)
 from dessim.topology.graph import Topology
 from dessim.topology.hosts import host_map
 
@@ -108,6 +115,37 @@ class Ring(Algorithm):
         pos = {r: i for i, r in enumerate(group)}
         return tuple(tuple(pos[r] for r in lane) for lane in ring_lanes(group, topology, None))
 
+    def pipelined(self, op: Op, group: tuple[int, ...], size: float, root: int | None,
+                  topology: Topology | None, channels: int | None) -> FluidSchedule | None:
+        """Broadcast / reduce as NCCL pipelines them (module docstring): on each lane the
+        chain from (broadcast) or to (reduce) ``root`` along the lane's ring, every hop one
+        flow of ``size / lanes`` bytes, all at once; critical path the chain's ``p-1`` hops.
+        None for the other ops (their steps already move one block each) and fewer than 2
+        ranks."""
+        if op.name not in ("broadcast", "reduce") or len(group) < 2:
+            return None
+        lanes = self.lanes(group, topology, channels)
+        per = size / len(lanes)
+        flows: list[Flow] = []
+        critical: list[tuple[int, int]] = []
+        for c, order in enumerate(lanes):
+            hops = self._chain(op, order, root)
+            flows += [Flow(a, b, per, c) for a, b in hops]
+            critical = critical or hops
+        return FluidSchedule(op, self.name, group, size, root, flows, critical,
+                             {"channels": len(lanes), "chunks": 1})
+
+    @staticmethod
+    def _chain(op: Op, order: tuple[int, ...], root: int | None) -> list[tuple[int, int]]:
+        """The hops of the chain along ring ``order``: from ``root`` (broadcast: root, root+1,
+        ..., root-1) or to it (reduce: root+1, ..., root-1, root)."""
+        start = order.index(root)
+        if op.name == "broadcast":
+            chain = order[start:] + order[:start]
+        else:
+            chain = order[start + 1:] + order[:start + 1]
+        return list(zip(chain, chain[1:]))
+
     def emit(self, lane: Lane, op: Op, group: tuple[int, ...], size: float,
              root: int | None, topology: Topology | None, options: dict) -> None:
         order = group        # build_schedule passes each lane's ring order as its group
@@ -115,14 +153,9 @@ class Ring(Algorithm):
         if p < 2:
             return
         if op.name in ("broadcast", "reduce"):
-            start = order.index(root)
-            if op.name == "broadcast":       # root, root+1, ..., root-1
-                chain = order[start:] + order[:start]
-            else:                            # root+1, ..., root-1, root
-                chain = order[start + 1:] + order[:start + 1]
             red = size if op.reduces else 0.0
-            for h in range(p - 1):
-                lane.step([(chain[h], chain[h + 1], size, red)])
+            for a, b in self._chain(op, order, root):
+                lane.step([(a, b, size, red)])
             return
         block = size / p
         hops = [(order[i], order[(i + 1) % p]) for i in range(p)]
