@@ -14,7 +14,10 @@ of one of the compute kinds (:data:`COMPUTE_KINDS`), only communicating, or idle
 
 The engine reports each rank's compute seconds by kernel kind
 (:attr:`~dessim.engine.result.RankTimes.compute_by_kernel`; :func:`power_kind` maps a kernel
-kind to its state) and its exposed communication; the rest of the makespan is idle. GPU energy
+kind to its state) and its exposed communication; the rest of the makespan is idle.
+Communication the engine ran as compute (TP collectives timed in closed form: delays and
+merged stage tasks, ``comm_in_compute``) is moved back to ``comm``, its kinds' shares kept, so
+the shortcut's energy is the exact replay's. GPU energy
 is ``Σ_state seconds × watts(state)`` per GPU. Every host draws ``host_w`` (CPUs, memory,
 fans, NVSwitches, PCIe switches, its NICs: everything in the host but the GPUs), every
 scale-out NIC outside the host figure ``nic_w``, every fabric switch ``switch_w`` — all the
@@ -288,10 +291,12 @@ class IterationEnergy:
         return {k: self.gpu_j[k] for k in COMPUTE_KINDS}
 
 
-def _state_seconds(r: RankTimes, t: float) -> dict[str, float]:
-    """Seconds of one rank in each GPU state over a makespan ``t``."""
+def _state_seconds(r: RankTimes, t: float, comm_in_compute: float = 0.0) -> dict[str, float]:
+    """Seconds of one rank in each GPU state over a makespan ``t``; ``comm_in_compute``:
+    seconds of exposed communication the engine counted in the rank's ``compute_s``."""
     out = dict.fromkeys(GPU_STATES, 0.0)
-    c = min(r.compute_s, t)
+    moved = min(max(comm_in_compute, 0.0), r.compute_s)
+    c = min(r.compute_s - moved, t)
     if c > 0:
         by = r.compute_by_kernel
         total = sum(by.values())
@@ -300,17 +305,20 @@ def _state_seconds(r: RankTimes, t: float) -> dict[str, float]:
                 out[power_kind(kernel)] += s * c / total
         else:
             out["other"] = c
-    e = min(r.exposed_comm_s, t - c)
+    e = min(r.exposed_comm_s + moved, t - c)
     out["comm"] = e
     out["idle"] = max(0.0, t - c - e)
     return out
 
 
 def iteration_energy(sim: SimulationResult, devices: Mapping[int, str], counts: ComponentCounts,
-                     power: PowerModel) -> IterationEnergy:
+                     power: PowerModel, comm_in_compute: Mapping[int, float] | None = None,
+                     ) -> IterationEnergy:
     """Facility joules of one simulated iteration (module docstring). ``devices``: each
     rank's GPU model; ranks the simulation did not report (folded replicas) are counted as
-    the mean of the simulated ones."""
+    the mean of the simulated ones. ``comm_in_compute``: per rank, seconds of exposed
+    communication the engine ran as compute (closed-form TP,
+    :func:`~dessim.workload.common.figures.closed_form_tp_by_rank`), charged as ``comm``."""
     power.check(counts)
     t = sim.makespan_s
     joules = dict.fromkeys(GPU_STATES, 0.0)
@@ -321,7 +329,8 @@ def iteration_energy(sim: SimulationResult, devices: Mapping[int, str], counts: 
         fallback = next(iter(devices.values()))
         for r in sim.ranks:
             w = power.gpu_power(devices.get(r.rank) or fallback).watts
-            for state, s in _state_seconds(r, t).items():
+            moved = comm_in_compute.get(r.rank, 0.0) if comm_in_compute else 0.0
+            for state, s in _state_seconds(r, t, moved).items():
                 seconds[state] += scale * s
                 joules[state] += scale * s * w[state]
     pue = power.pue

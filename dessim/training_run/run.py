@@ -48,6 +48,7 @@ from dessim.training_run.power import IterationEnergy, iteration_energy
 from dessim.training_run.reliability import RenewalModel, daly_interval, optimal_interval, young_interval
 from dessim.units import format_time
 from dessim.workload.api import simulate_workload
+from dessim.workload.common.figures import closed_form_tp_by_rank
 
 __all__ = ["simulate_training_run", "TrainingRunResult", "QUANTILES"]
 
@@ -287,7 +288,9 @@ def simulate_training_run(workload: str | Path | Any, topology: Topology | str, 
                           f"of {format_time(restart)} and checkpoints of {format_time(write)} every "
                           f"{format_time(model.interval_s)} (expected goodput {model.goodput():.2e}); check "
                           + "; and ".join(causes))
-    energy = iteration_energy(nominal.simulation, _devices(nominal, topo, engine), counts, options.power)
+    energy = iteration_energy(nominal.simulation, _devices(nominal, topo, engine), counts, options.power,
+                              closed_form_tp_by_rank(nominal.simulation, nominal.taskgraph)
+                              if nominal.taskgraph.meta.get("tp_closed_form_groups") else None)
     samples = None
     if options.samples:
         rng = np.random.default_rng(options.mc_seed)

@@ -11,7 +11,8 @@ from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
 
-__all__ = ["IterationResult", "rate_figures", "closed_form_tp_exposed", "exposed_comm", "ITERATION_MARKS",
+__all__ = ["IterationResult", "rate_figures", "closed_form_tp_by_rank", "closed_form_tp_exposed",
+           "exposed_comm", "ITERATION_MARKS",
            "steady_iteration_s"]
 
 #: Task-graph meta key of a graph holding several iterations: for each iteration, the ids of
@@ -56,16 +57,18 @@ def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
     }
 
 
-def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
-                           ranks: Collection[int] | None = None) -> float:
-    """Exposed TP communication timed in closed form (:mod:`dessim.workload.transformer.tp_islands`),
-    mean over ``ranks`` (default: every rank of ``sim``): ``delay`` tasks of category ``tp``
-    not overlapped by the rank's compute tasks, plus ``attrs["tp_exposed_s"]`` of merged stage
-    tasks. The engine counts delays as compute, so these are invisible to its per-category
-    accounting. ``graph`` is the graph ``sim`` ran (a cluster's merged graph for its jobs)."""
+def closed_form_tp_by_rank(sim: SimulationResult, graph: TaskGraph,
+                           ranks: Collection[int] | None = None) -> dict[int, float]:
+    """Exposed TP communication timed in closed form (:mod:`dessim.workload.transformer.tp_islands`)
+    per rank of ``ranks`` (default: every rank with such time), seconds: ``delay`` tasks of
+    category ``tp`` not overlapped by the rank's compute tasks, plus ``attrs["tp_exposed_s"]``
+    of merged stage tasks. The engine counts delays and merged tasks as compute, so this time
+    is in its ``compute_s`` and invisible to its per-category accounting. ``graph`` is the
+    graph ``sim`` ran (a cluster's merged graph for its jobs)."""
     delays: dict[int, list[tuple[float, float]]] = {}
     compute: dict[int, list[tuple[float, float]]] = {}
-    inside = 0.0
+    out: dict[int, float] = {}
+    merged = bool(graph.meta.get("stage_merged"))
     for rec in sim.span_records:
         rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
         if ranks is not None and rank not in ranks:
@@ -74,10 +77,21 @@ def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
             delays.setdefault(rank, []).append((start, end))
         elif kind == "compute":
             compute.setdefault(rank, []).append((start, end))
-            if graph.meta.get("stage_merged"):
-                inside += float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
-    exposed = sum(length(subtract(union(iv), union(compute.get(r, [])))) for r, iv in delays.items())
-    return (exposed + inside) / ((len(sim.ranks) if ranks is None else len(ranks)) or 1)
+            if merged:
+                inside = float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
+                if inside:
+                    out[rank] = out.get(rank, 0.0) + inside
+    for r, iv in delays.items():
+        out[r] = out.get(r, 0.0) + length(subtract(union(iv), union(compute.get(r, []))))
+    return out
+
+
+def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
+                           ranks: Collection[int] | None = None) -> float:
+    """:func:`closed_form_tp_by_rank` as a mean over ``ranks`` (default: every rank of
+    ``sim``)."""
+    per_rank = closed_form_tp_by_rank(sim, graph, ranks)
+    return sum(per_rank.values()) / ((len(sim.ranks) if ranks is None else len(ranks)) or 1)
 
 
 def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] | None = None,
