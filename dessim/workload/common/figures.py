@@ -5,14 +5,14 @@ of one simulated iteration (MFU and HFU: Chowdhery et al. 2022 / Korthikanti et 
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
 
 __all__ = ["IterationResult", "rate_figures", "closed_form_tp_by_rank", "closed_form_tp_exposed",
-           "exposed_comm", "ITERATION_MARKS",
+           "closed_form_share", "exposed_comm", "exposed_comm_total", "ITERATION_MARKS",
            "steady_iteration_s"]
 
 #: Task-graph meta key of a graph holding several iterations: for each iteration, the ids of
@@ -111,6 +111,25 @@ def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] |
         out["tp"] = out.get("tp", 0.0) + closed_form_tp_exposed(
             sim, graph, None if ranks is None else frozenset(ranks))
     return out
+
+
+def closed_form_share(sim: SimulationResult, exposed: Mapping[str, float]) -> float:
+    """Of ``exposed`` (:func:`exposed_comm` over every rank of ``sim``), the TP seconds timed
+    in closed form, mean per rank: time the engine ran as compute tasks (delays, merged
+    stage tasks), so it is in the ranks' ``compute_s`` and not in their ``exposed_comm_s``."""
+    n = len(sim.ranks) or 1
+    return exposed.get("tp", 0.0) - sum(r.exposed_by_category.get("tp", 0.0) / n for r in sim.ranks)
+
+
+def exposed_comm_total(sim: SimulationResult, exposed: Mapping[str, float]) -> float:
+    """Seconds per rank in which communication of any category is exposed (mean over every
+    rank of ``sim``): the union of the categories' exposed intervals (the engine's
+    ``exposed_comm_s``) plus the closed-form TP time (:func:`closed_form_share`). Categories
+    exposed at the same time (an expert all-to-all beside a data-parallel all-reduce) count
+    once, so the total can be less than the sum of ``exposed``, and compute plus the total
+    never exceeds the iteration."""
+    n = len(sim.ranks) or 1
+    return sum(r.exposed_comm_s / n for r in sim.ranks) + closed_form_share(sim, exposed)
 
 
 def steady_iteration_s(sim: SimulationResult, graph: TaskGraph, prefix: str = "") -> float | None:

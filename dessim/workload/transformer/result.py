@@ -16,7 +16,9 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.fl
 * ``bubble_fraction`` — see :func:`bubble_fraction`.
 * ``exposed_comm_s`` — per category (tp, dp, pp, ep, cp, offload): communication time not
   overlapped by any compute of the rank, mean over ranks (the engine's accounting,
-  :mod:`dessim.engine.result`).
+  :mod:`dessim.engine.result`). ``exposed_comm_total_s`` — the time in which communication
+  of any category is exposed (:func:`~dessim.workload.common.figures.exposed_comm_total`):
+  categories exposed at once count once, so it can be less than their sum.
 * ``compute_s`` — compute time per rank, mean over ranks. TP collectives timed in closed
   form (delays, merged stage tasks: :mod:`dessim.workload.transformer.tp_islands`) run as
   compute tasks in the engine; their exposed time is TP communication (in ``exposed_comm_s``)
@@ -41,7 +43,8 @@ from typing import Any
 from dessim.engine.intervals import length, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.figures import IterationResult, exposed_comm, rate_figures
+from dessim.workload.common.figures import (IterationResult, closed_form_share, exposed_comm,
+                                            exposed_comm_total, rate_figures)
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
@@ -215,8 +218,6 @@ class WorkloadResult(IterationResult):
         sim = self.simulation
         exposed = exposed_comm(sim, self.taskgraph, categories=COMM_CATEGORIES)
         n = len(sim.ranks) or 1
-        # exposed TP time timed in closed form: the engine ran it as compute (exposed_comm)
-        closed_tp = exposed["tp"] - sum(r.exposed_by_category.get("tp", 0.0) / n for r in sim.ranks)
         return {
             "workload": plan.name,
             "gpus": gpus,
@@ -224,8 +225,8 @@ class WorkloadResult(IterationResult):
             **rate_figures(it, gb, model.seq_len, f_model, f_hw, gpus, peak),
             "bubble_fraction": bubble_fraction(sim),
             "exposed_comm_s": exposed,
-            "exposed_comm_total_s": sum(exposed.values()),
-            "compute_s": sum(r.compute_s for r in sim.ranks) / n - closed_tp,
+            "exposed_comm_total_s": exposed_comm_total(sim, exposed),
+            "compute_s": sum(r.compute_s for r in sim.ranks) / n - closed_form_share(sim, exposed),
             "memory_per_gpu_bytes": dict(plan.estimate.breakdown()),
             "memory_capacity_bytes": plan.capacity_bytes,
             "memory_stage": plan.estimate.stage,

@@ -90,7 +90,7 @@ ERROR_BOUND = 1e-3
 TIME_BOUND = 1e-4
 #: Figures in seconds (dotted paths; a path names the entry and everything under it), checked
 #: against the iteration time (module docstring).
-TIMES = ("iteration_s", "compute_s", "exposed_comm_s", "fold.max_lane_skew_s")
+TIMES = ("iteration_s", "compute_s", "exposed_comm_s", "exposed_comm_total_s", "fold.max_lane_skew_s")
 #: All attempts together simulate at most this share of the full run's micro-batches.
 BUDGET = 1 / 3
 #: Counters of the simulation's own work (engine events, shortcut runs, memo hits), not
@@ -102,8 +102,7 @@ COUNTERS = ("events", "shortcuts.merged_image_runs", "shortcuts.lane_family_runs
             "fold.lane_orbit_runs", "fold.channel_quotient.splits", "stream_rings")
 #: Summary entries recomputed from the extrapolated figures and the full plan, not combined.
 DERIVED = ("tokens_per_s", "samples_per_s", "model_flops", "hardware_flops", "model_tflops_per_gpu",
-           "hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction", "exposed_comm_total_s",
-           "layout", "wall_s")
+           "hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction", "layout", "wall_s")
 #: Nested entries recomputed likewise (dotted paths).
 DERIVED_NESTED = ("fold.max_lane_skew_rel",)
 #: The summary entry of the raw bubble figures while combining (removed afterwards).
@@ -277,7 +276,6 @@ class ExtrapolatedResult:
         derived = {**rate_figures(it, lo.global_batch, model.seq_len, f_model, f_hw, plan.num_gpus,
                                   plan.peak_flops()),
                    "bubble_fraction": BubbleFigures(raw["busy_s"], raw["window_s"], raw["ranks"]).fraction,
-                   "exposed_comm_total_s": sum(combined["exposed_comm_s"].values()),
                    "layout": layout_summary(plan),
                    "wall_s": sum(s["wall_s"] for s in summaries)}
         fold = combined.get("fold")
