@@ -131,3 +131,16 @@ def test_total_exposed_communication_counts_overlapping_kinds_once(workload, top
     assert s["exposed_comm_total_s"] <= sum(s["exposed_comm_s"].values()) * (1 + 1e-12)
     assert s["compute_s"] + s["exposed_comm_total_s"] <= s["iteration_s"] * (1 + 1e-12)
     assert max(s["exposed_comm_s"].values()) <= s["exposed_comm_total_s"] * (1 + 1e-12)
+
+
+def test_the_text_says_when_the_exposed_total_counts_shared_time_once():
+    """The text's total is below the kinds it lists when two kinds are exposed at once; it
+    says so, and says nothing when the kinds add up to the total."""
+    runner = CliRunner()
+    shared = runner.invoke(cli, ["simulate", "dlrm-large", "-t", "dgx-h100:nodes=1"])
+    line = next(ln for ln in shared.output.splitlines() if ln.startswith("  exposed comm"))
+    assert "several kinds are exposed counted once" in line
+    alone = runner.invoke(cli, ["simulate", "gpt3-1.3b", "-t", "dgx-h100:nodes=1", "--tp", "8",
+                                "--global-batch", "8"])
+    line = next(ln for ln in alone.output.splitlines() if ln.startswith("  exposed comm"))
+    assert line.endswith("(mean per GPU)")
