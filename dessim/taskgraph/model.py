@@ -54,11 +54,14 @@ from dessim.taskgraph.collector import collector_paused
 from dessim.taskgraph.fold import Fold
 from dessim.taskgraph.rows import Rows
 
-__all__ = ["TASK_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix", "brief_ranks",
+__all__ = ["TASK_KINDS", "COMM_KINDS", "DEFAULT_STREAM", "ALGO_OPTIONS", "Task", "TaskGraph", "kernel_mix", "brief_ranks",
            "pair_p2p", "make_row_task"]
 
 #: Valid task kinds.
 TASK_KINDS: tuple[str, ...] = ("compute", "collective", "send", "recv", "memcpy", "delay")
+#: The kinds that move data between devices (:attr:`Task.is_comm`): the engine counts their
+#: time as communication, every other kind's as compute.
+COMM_KINDS: frozenset[str] = frozenset(("collective", "send", "recv", "memcpy"))
 
 #: The stream a task runs on when it names none.
 DEFAULT_STREAM: dict[str, str] = {
@@ -169,8 +172,8 @@ class Task:
 
     @property
     def is_comm(self) -> bool:
-        """True for tasks that move data between devices (collective, send, recv, memcpy)."""
-        return self.kind in ("collective", "send", "recv", "memcpy")
+        """True for tasks that move data between devices (:data:`COMM_KINDS`)."""
+        return self.kind in COMM_KINDS
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict holding only the fields that differ from their defaults."""

@@ -40,13 +40,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from dessim.taskgraph.model import Task, TaskGraph, make_row_task, pair_p2p
+from dessim.taskgraph.model import COMM_KINDS, Task, TaskGraph, make_row_task, pair_p2p
 from dessim.taskgraph.rows import Rows, RowTemplate
 
 __all__ = ["TaskTable", "task_table"]
 
-#: Task kinds that move bytes (:attr:`Task.is_comm`).
-_COMM = frozenset(("collective", "send", "recv", "memcpy"))
 _DIGITS = "0123456789"
 
 Stream = tuple[int, str]
@@ -57,7 +55,7 @@ def static_record(t: Task) -> tuple:
     times: (rank, stream, kind, category, bytes moved (size of a communication task, else
     HBM bytes), FLOP, op, peer, whether it communicates, its summary category (``category or
     kind``), its kernel class (``kernel or kind``))."""
-    comm = t.kind in _COMM
+    comm = t.kind in COMM_KINDS
     return (t.rank, t.stream, t.kind, t.category, float(t.size if comm else t.bytes),
             float(t.flops), t.op, t.peer, comm, t.category or t.kind, t.kernel or t.kind)
 

@@ -5,14 +5,15 @@ of one simulated iteration (MFU and HFU: Chowdhery et al. 2022 / Korthikanti et 
 
 from __future__ import annotations
 
-from typing import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Collection, Sequence
 
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
-from dessim.taskgraph.model import TaskGraph
+from dessim.taskgraph.model import COMM_KINDS, TaskGraph
 
-__all__ = ["IterationResult", "rate_figures", "closed_form_tp_by_rank", "closed_form_tp_exposed",
-           "closed_form_share", "exposed_comm", "exposed_comm_total", "ITERATION_MARKS",
+__all__ = ["IterationResult", "rate_figures", "Exposure", "rank_exposure", "closed_form_tp_by_rank",
+           "exposed_comm", "exposed_comm_total", "compute_time", "ITERATION_MARKS",
            "steady_iteration_s"]
 
 #: Task-graph meta key of a graph holding several iterations: for each iteration, the ids of
@@ -57,79 +58,112 @@ def rate_figures(iteration_s: float, samples: float, tokens_per_sample: float,
     }
 
 
-def closed_form_tp_by_rank(sim: SimulationResult, graph: TaskGraph,
-                           ranks: Collection[int] | None = None) -> dict[int, float]:
-    """Exposed TP communication timed in closed form (:mod:`dessim.workload.transformer.tp_islands`)
-    per rank of ``ranks`` (default: every rank with such time), seconds: ``delay`` tasks of
-    category ``tp`` not overlapped by the rank's compute tasks, plus ``attrs["tp_exposed_s"]``
-    of merged stage tasks. The engine counts delays and merged tasks as compute, so this time
-    is in its ``compute_s`` and invisible to its per-category accounting. ``graph`` is the
-    graph ``sim`` ran (a cluster's merged graph for its jobs)."""
-    delays: dict[int, list[tuple[float, float]]] = {}
+@dataclass(frozen=True)
+class Exposure:
+    """One rank's time as the exact replay counts it (seconds): ``compute_s`` its compute,
+    ``by_category`` its communication not overlapped by compute per category, ``total_s``
+    the time in which communication of any category is exposed (kinds exposed at once count
+    once), ``closed_form_tp_s`` the part of ``by_category["tp"]`` timed in closed form."""
+
+    compute_s: float
+    by_category: dict[str, float]
+    total_s: float
+    closed_form_tp_s: float = 0.0
+
+
+def rank_exposure(sim: SimulationResult, graph: TaskGraph,
+                  ranks: Collection[int] | None = None) -> dict[int, Exposure]:
+    """Per rank of ``ranks`` (default: every rank of ``sim``), its :class:`Exposure`.
+
+    Without TP collectives timed in closed form (:mod:`dessim.workload.transformer.tp_islands`)
+    these are the engine's own figures. With them, the engine ran that TP time as compute —
+    ``delay`` tasks of category ``tp``, and the TP time inside merged stage tasks
+    (``attrs["tp_exposed_iv"]``: the intervals, from the task's start, in which the pass
+    computes nothing) — so its compute covered communication the exact replay shows
+    exposed: a pipeline send during a closed-form all-reduce was counted hidden. Here the
+    compute is the rank's compute tasks without the merged passes' gaps, the closed-form TP
+    time (delays and gaps) is TP communication, and every category's exposure is measured
+    against that compute: the exact replay's figures (the same intervals, to float rounding
+    of the offsets). ``graph`` is the graph ``sim`` ran
+    (a cluster's merged graph for its jobs)."""
+    wanted = None if ranks is None else set(ranks)
+    if not graph.meta.get("tp_closed_form_groups"):
+        return {r.rank: Exposure(r.compute_s, dict(r.exposed_by_category), r.exposed_comm_s)
+                for r in sim.ranks if wanted is None or r.rank in wanted}
     compute: dict[int, list[tuple[float, float]]] = {}
-    out: dict[int, float] = {}
-    merged = bool(graph.meta.get("stage_merged"))
+    closed: dict[int, list[tuple[float, float]]] = {}
+    comm: dict[int, dict[str, list[tuple[float, float]]]] = {}
     for rec in sim.span_records:
-        rank, _stream, tid, _name, kind, category, start, _active, end = rec[:9]
-        if ranks is not None and rank not in ranks:
+        rank, _stream, tid, _name, kind, category, start, active, end = rec[:9]
+        if wanted is not None and rank not in wanted:
             continue
-        if kind == "delay" and category == "tp" and end > start:
-            delays.setdefault(rank, []).append((start, end))
-        elif kind == "compute":
-            compute.setdefault(rank, []).append((start, end))
-            if merged:
-                inside = float(graph.task(tid).attrs.get("tp_exposed_s", 0.0))
-                if inside:
-                    out[rank] = out.get(rank, 0.0) + inside
-    for r, iv in delays.items():
-        out[r] = out.get(r, 0.0) + length(subtract(union(iv), union(compute.get(r, []))))
+        if kind in COMM_KINDS:
+            comm.setdefault(rank, {}).setdefault(category or kind, []).append((active, end))
+        elif kind == "delay" and category == "tp":
+            if end > start:
+                closed.setdefault(rank, []).append((start, end))
+        else:
+            gaps = graph.task(tid).attrs.get("tp_exposed_iv") if kind == "compute" else None
+            if gaps:                      # a merged pass: its kernels run outside its gaps
+                gaps = [(start + a, start + b) for a, b in gaps]
+                closed.setdefault(rank, []).extend(gaps)
+                compute.setdefault(rank, []).extend(subtract([(start, end)], gaps))
+            else:
+                compute.setdefault(rank, []).append((start, end))
+    out: dict[int, Exposure] = {}
+    for r in sim.ranks:
+        if wanted is not None and r.rank not in wanted:
+            continue
+        work = union(compute.get(r.rank, []))
+        kinds = comm.get(r.rank, {})
+        by_cat = {c: length(subtract(union(iv), work)) for c, iv in sorted(kinds.items())}
+        tp_closed = union(closed.get(r.rank, []))
+        closed_s = length(subtract(tp_closed, work))
+        if closed_s:
+            by_cat["tp"] = by_cat.get("tp", 0.0) + closed_s
+        every = [iv for ivs in kinds.values() for iv in ivs] + tp_closed
+        out[r.rank] = Exposure(length(work), by_cat, length(subtract(union(every), work)), closed_s)
     return out
 
 
-def closed_form_tp_exposed(sim: SimulationResult, graph: TaskGraph,
-                           ranks: Collection[int] | None = None) -> float:
-    """:func:`closed_form_tp_by_rank` as a mean over ``ranks`` (default: every rank of
-    ``sim``)."""
-    per_rank = closed_form_tp_by_rank(sim, graph, ranks)
-    return sum(per_rank.values()) / ((len(sim.ranks) if ranks is None else len(ranks)) or 1)
+def closed_form_tp_by_rank(sim: SimulationResult, graph: TaskGraph,
+                           ranks: Collection[int] | None = None) -> dict[int, float]:
+    """Exposed TP communication timed in closed form per rank of ``ranks`` (default: every
+    rank with such time), seconds (:func:`rank_exposure`): time the engine counted as compute,
+    which a training run's energy charges as communication."""
+    return {r: e.closed_form_tp_s for r, e in rank_exposure(sim, graph, ranks).items()
+            if e.closed_form_tp_s}
 
 
 def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] | None = None,
                  categories: Sequence[str] = ()) -> dict[str, float]:
     """Communication time not overlapped by compute, per category, mean over ``ranks``
-    (default: every rank of ``sim``): the engine's per-rank accounting plus the TP time timed
-    in closed form (:func:`closed_form_tp_exposed`). Every workload kind's summary and each
-    job of a cluster (:mod:`dessim.workload.multijob`) report this figure; ``categories`` are
-    listed even when nothing is exposed in them."""
-    selected = sim.ranks if ranks is None else [sim.ranks[r] for r in ranks]
-    n = len(selected) or 1
+    (default: every rank of ``sim``), as the exact replay counts it (:func:`rank_exposure`).
+    Every workload kind's summary and each job of a cluster (:mod:`dessim.workload.multijob`)
+    report this figure; ``categories`` are listed even when nothing is exposed in them."""
+    per_rank = rank_exposure(sim, graph, ranks)
+    n = len(per_rank) or 1
     out = {c: 0.0 for c in categories}
-    for r in selected:
-        for cat, v in r.exposed_by_category.items():
+    for e in per_rank.values():
+        for cat, v in e.by_category.items():
             out[cat] = out.get(cat, 0.0) + v / n
-    if graph.meta.get("tp_closed_form_groups"):
-        out["tp"] = out.get("tp", 0.0) + closed_form_tp_exposed(
-            sim, graph, None if ranks is None else frozenset(ranks))
     return out
 
 
-def closed_form_share(sim: SimulationResult, exposed: Mapping[str, float]) -> float:
-    """Of ``exposed`` (:func:`exposed_comm` over every rank of ``sim``), the TP seconds timed
-    in closed form, mean per rank: time the engine ran as compute tasks (delays, merged
-    stage tasks), so it is in the ranks' ``compute_s`` and not in their ``exposed_comm_s``."""
-    n = len(sim.ranks) or 1
-    return exposed.get("tp", 0.0) - sum(r.exposed_by_category.get("tp", 0.0) / n for r in sim.ranks)
-
-
-def exposed_comm_total(sim: SimulationResult, exposed: Mapping[str, float]) -> float:
+def exposed_comm_total(sim: SimulationResult, graph: TaskGraph) -> float:
     """Seconds per rank in which communication of any category is exposed (mean over every
-    rank of ``sim``): the union of the categories' exposed intervals (the engine's
-    ``exposed_comm_s``) plus the closed-form TP time (:func:`closed_form_share`). Categories
-    exposed at the same time (an expert all-to-all beside a data-parallel all-reduce) count
-    once, so the total can be less than the sum of ``exposed``, and compute plus the total
-    never exceeds the iteration."""
-    n = len(sim.ranks) or 1
-    return sum(r.exposed_comm_s / n for r in sim.ranks) + closed_form_share(sim, exposed)
+    rank of ``sim``; :func:`rank_exposure`). Categories exposed at the same time (an expert
+    all-to-all beside a data-parallel all-reduce) count once, so the total can be less than
+    the sum of :func:`exposed_comm`, and compute plus the total never exceeds the iteration."""
+    per_rank = rank_exposure(sim, graph)
+    return sum(e.total_s for e in per_rank.values()) / (len(per_rank) or 1)
+
+
+def compute_time(sim: SimulationResult, graph: TaskGraph) -> float:
+    """Compute seconds per rank, mean over every rank of ``sim``, as the exact replay counts
+    them: TP time timed in closed form is communication (:func:`rank_exposure`)."""
+    per_rank = rank_exposure(sim, graph)
+    return sum(e.compute_s for e in per_rank.values()) / (len(per_rank) or 1)
 
 
 def steady_iteration_s(sim: SimulationResult, graph: TaskGraph, prefix: str = "") -> float | None:

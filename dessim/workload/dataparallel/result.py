@@ -78,7 +78,7 @@ class DPResult(IterationResult):
             **rate_figures(it, self.global_batch, self.tokens_per_sample, f_model, f_hw, gpus, peak),
             "bubble_fraction": 0.0,
             "exposed_comm_s": dict(sorted(exposed.items())),
-            "exposed_comm_total_s": exposed_comm_total(sim, per_graph) / k,
+            "exposed_comm_total_s": exposed_comm_total(sim, self.taskgraph) / k,
             "compute_s": compute,
             "gpu_busy_fraction": compute / it if it > 0 else 0.0,
             "memory_per_gpu_bytes": dict(self.memory),

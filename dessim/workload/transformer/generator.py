@@ -679,7 +679,8 @@ class _Generator:
             self.em.add(Task(tid, rank, "compute", stream="compute", name=label, category=cat,
                              duration=seg.duration, flops=seg.flops, bytes=seg.bytes, kernel="layer",
                              attrs={"model_flops": seg.model_flops, "tp_comm_s": seg.tp_comm_s,
-                                    "tp_exposed_s": seg.tp_exposed_s, "merged": True}),
+                                    "tp_exposed_s": seg.tp_exposed_s, "tp_exposed_iv": seg.tp_exposed_iv,
+                                    "merged": True}),
                         prev + (input_deps if n == 0 else []))
             if seg.kernel_s:
                 self.em.graph.set_kernel_mix(tid, seg.kernel_s)

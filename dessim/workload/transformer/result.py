@@ -15,14 +15,14 @@ Figures (SI units; FLOPs per iteration from :mod:`dessim.workload.transformer.fl
   model precision (bf16, fp16, fp8, fp8-block, fp32).
 * ``bubble_fraction`` — see :func:`bubble_fraction`.
 * ``exposed_comm_s`` — per category (tp, dp, pp, ep, cp, offload): communication time not
-  overlapped by any compute of the rank, mean over ranks (the engine's accounting,
-  :mod:`dessim.engine.result`). ``exposed_comm_total_s`` — the time in which communication
-  of any category is exposed (:func:`~dessim.workload.common.figures.exposed_comm_total`):
-  categories exposed at once count once, so it can be less than their sum.
+  overlapped by any compute of the rank, mean over ranks. ``exposed_comm_total_s`` — the
+  time in which communication of any category is exposed: categories exposed at once count
+  once, so it can be less than their sum.
 * ``compute_s`` — compute time per rank, mean over ranks. TP collectives timed in closed
   form (delays, merged stage tasks: :mod:`dessim.workload.transformer.tp_islands`) run as
-  compute tasks in the engine; their exposed time is TP communication (in ``exposed_comm_s``)
-  and is taken out of ``compute_s``, so the shortcut reports the exact replay's figure.
+  compute tasks in the engine; these three figures count that time as TP communication and
+  measure every category's exposure against the compute that remains, so the shortcut
+  reports the exact replay's figures (:func:`~dessim.workload.common.figures.rank_exposure`).
 * ``overlap`` — ``tp_comm_overlap`` and ``fuse_optimizer_allreduce`` of the run
   (:mod:`dessim.workload.transformer.overlap`).
 * ``memory_per_gpu_bytes`` — the memory estimate of the worst pipeline stage by category
@@ -43,7 +43,7 @@ from typing import Any
 from dessim.engine.intervals import length, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.figures import (IterationResult, closed_form_share, exposed_comm,
+from dessim.workload.common.figures import (IterationResult, compute_time, exposed_comm,
                                             exposed_comm_total, rate_figures)
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
@@ -225,8 +225,8 @@ class WorkloadResult(IterationResult):
             **rate_figures(it, gb, model.seq_len, f_model, f_hw, gpus, peak),
             "bubble_fraction": bubble_fraction(sim),
             "exposed_comm_s": exposed,
-            "exposed_comm_total_s": exposed_comm_total(sim, exposed),
-            "compute_s": sum(r.compute_s for r in sim.ranks) / n - closed_form_share(sim, exposed),
+            "exposed_comm_total_s": exposed_comm_total(sim, self.taskgraph),
+            "compute_s": compute_time(sim, self.taskgraph),
             "memory_per_gpu_bytes": dict(plan.estimate.breakdown()),
             "memory_capacity_bytes": plan.capacity_bytes,
             "memory_stage": plan.estimate.stage,

@@ -16,7 +16,9 @@ on the ``tp`` stream after the last segment, so the makespan is unchanged.
 Accounting: a segment keeps the summed ``flops``, ``bytes`` and ``attrs["model_flops"]`` of
 its kernels; ``attrs["tp_comm_s"]`` is the TP communication time inside it and
 ``attrs["tp_exposed_s"]`` the part not overlapped by compute (what the engine would report
-as exposed TP communication). Units: seconds, FLOPs, bytes.
+as exposed TP communication), ``attrs["tp_exposed_iv"]`` its intervals from the segment's
+start (the engine runs the segment as compute; the summary's figures take those intervals
+out of it, :func:`dessim.workload.common.figures.rank_exposure`). Units: seconds, FLOPs, bytes.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class Segment:
     tp_exposed_s: float
     #: seconds of its kernels by device-model kernel kind (:attr:`TaskGraph.kernel_mix`)
     kernel_s: tuple[tuple[str, float], ...] = ()
+    #: the intervals of ``tp_exposed_s``, seconds from the segment's start
+    tp_exposed_iv: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,14 +102,15 @@ def pass_timeline(steps: Sequence[Step], cuts: set[int], kernel_time: Callable[[
         win = (prev_end, end[b])
         tp_in = [(max(a, win[0]), min(e, win[1])) for _, a, e in tp_iv if e > win[0] and a < win[1]]
         comm = length(union(tp_in))
-        exposed = length(subtract(union(tp_in), union(comp_iv)))
+        gaps = subtract(union(tp_in), union(comp_iv))
         segs.append(Segment(prev_idx + 1, b, end[b] - prev_end,
                             sum(k.flops for i in members for k in steps[i].kernels),
                             sum(k.bytes for i in members for k in steps[i].kernels),
                             sum(k.flops for i in members for k in steps[i].kernels if k.is_model_flops),
-                            comm, exposed,
+                            comm, length(gaps),
                             kernel_mix([k.device_kind for i in members for k in steps[i].kernels],
-                                       [t for i in members for t in ktimes[i]])))
+                                       [t for i in members for t in ktimes[i]]),
+                            tuple((a - win[0], e - win[0]) for a, e in gaps)))
         prev_end, prev_idx = end[b], b
     last_tp = max((e for _, _, e in tp_iv), default=0.0)
     first_tp = min((a for _, a, _ in tp_iv), default=float("inf"))
