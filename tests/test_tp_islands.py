@@ -72,9 +72,30 @@ def test_simulated_closed_form_and_stage_agree(tmp_path, overrides):
         assert sum(t.flops for t in r.taskgraph) == pytest.approx(sum(t.flops for t in base.taskgraph), rel=1e-12)
         mf = lambda res: sum(t.attrs.get("model_flops", 0.0) for t in res.taskgraph if t.kind == "compute")
         assert mf(r) == pytest.approx(mf(base), rel=1e-12)
-        # exposed TP communication is still reported (and agrees)
+        # exposed TP communication is still reported, and every category agrees (a pipeline
+        # send during a closed-form collective is exposed as in the replay)
         assert b["exposed_comm_s"]["tp"] > 0
-        assert s["exposed_comm_s"]["tp"] == pytest.approx(b["exposed_comm_s"]["tp"], rel=1e-6)
+        for cat, v in b["exposed_comm_s"].items():
+            assert s["exposed_comm_s"][cat] == pytest.approx(v, rel=RTOL, abs=1e-15), cat
+        for key in ("compute_s", "exposed_comm_total_s"):
+            assert s[key] == pytest.approx(b[key], rel=RTOL), key
+
+
+@pytest.mark.parametrize("schedule, micro_batches", [("zb-h1", 4), ("zb-h2", 4), ("dualpipe", 4)])
+def test_schedules_with_split_or_paired_passes_keep_layer_granularity(tmp_path, schedule, micro_batches):
+    """Merging a pass into stage tasks assumes it runs alone on its compute and TP streams.
+    DualPipe pairs a forward and a backward pass whose TP collectives interleave (merged,
+    llama3-8b TP 8 PP 2 on 2 x DGX H100 took 1.2303 s against the exact replay's 1.1092 s),
+    and a split backward's passes moved the iteration by 1.3e-4 (ZB-H1): stage granularity
+    is refused with the reason, and the closed-form TP islands still agree with the replay."""
+    topo = _topology(tmp_path)
+    overrides = {"tp": 8, "pp": 2, "global_batch": micro_batches, "micro_batch": 1, "schedule": schedule,
+                 "model": {"layers": 4}}
+    base, closed, stage = (_run(topo, overrides, g) for g in MODES)
+    assert stage.taskgraph.meta["stage_merged"] is False
+    assert any("is not exact: using layer" in why for why in stage.taskgraph.meta["closed_form_fallback"])
+    for r in (closed, stage):
+        assert r.iteration_s == pytest.approx(base.iteration_s, rel=RTOL)
 
 
 def test_shared_channels_fall_back_to_simulated_tp(tmp_path):
