@@ -652,6 +652,11 @@ class _PlanStatic:
     preds: dict = field(default_factory=dict)
     #: per (step, slots): what a credit reads for the step's members, filled lazily
     links: dict = field(default_factory=dict)
+    #: per pattern: each member's dependency count (list), filled lazily (:meth:`_track`)
+    dep_counts: dict = field(default_factory=dict)
+    #: per pattern: its senders and receivers as lists of ints, filled lazily
+    #: (:meth:`_PlanRun._start_member`: cheaper per member than numpy scalars)
+    ends: dict = field(default_factory=dict)
 
 
 def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
@@ -704,7 +709,7 @@ class _PlanRun:
         static = _plan_static(schedule)
         #: per pattern: software latency of its members (0.0, a float, or one per member);
         #: shared by the runs of this schedule with the same charges (same network and protocol)
-        self.delays: dict[int, np.ndarray | float] = static.delays.setdefault(
+        self.delays: dict[int, list[float] | float] = static.delays.setdefault(
             (network, charges.protocol), {})
         self.reduction_bw = reduction_bw
         self.key_base = key_base
@@ -779,11 +784,16 @@ class _PlanRun:
             return
         self._launch(s, None)
 
-    def _delays(self, pid: int) -> np.ndarray | float:
+    def _delays(self, pid: int) -> list[float] | float:
+        """Software latency (s) of pattern ``pid``'s members: one float when they are all
+        equal, else a list (Python floats: the very values, cheaper to index per member)."""
         got = self.delays.get(pid)
         if got is None:
             pat = self.plan.patterns[pid]
-            got = self.delays[pid] = self.charges.step_extras(pat.src, pat.dst)
+            got = self.charges.step_extras(pat.src, pat.dst)
+            if not isinstance(got, float):
+                got = got.tolist()
+            self.delays[pid] = got
         return got
 
     def _launch(self, s: int, members: list[int] | None) -> None:
@@ -799,7 +809,11 @@ class _PlanRun:
         chosen = range(self.sizes[s]) if members is None else members
         parts: dict[float, list[int]] = {}
         for i in chosen:
-            parts.setdefault(float(d[i]), []).append(i)
+            got = parts.get(d[i])
+            if got is None:
+                parts[d[i]] = [i]
+            else:
+                got.append(i)
         if s not in self.member_start:
             self.member_start[s] = array("d", [math.nan]) * self.sizes[s]
         for delay, part in sorted(parts.items()):
@@ -929,7 +943,7 @@ class _PlanRun:
                 continue
             if d is None:
                 d = self._delays(plan.pattern[s])
-            extra = d if isinstance(d, float) else float(d[i])
+            extra = d if isinstance(d, float) else d[i]
             route = self._route(links[1][i], links[2][i], plan.channel[s])
             parts.setdefault(_credit_left(issue, extra, route, now), []).append(i)
         if parts and s not in self.member_start:
@@ -1044,8 +1058,15 @@ class _PlanRun:
         w = self.waiting.get(s)
         if w is not None:
             return w
-        pat = self.plan.patterns[self.plan.pattern[s]]
-        w = pat.dep_count.tolist() if self.plan.prev[s] >= 0 else [0] * len(pat)
+        pid = self.plan.pattern[s]
+        pat = self.plan.patterns[pid]
+        if self.plan.prev[s] >= 0:
+            counts = self.static.dep_counts.get(pid)
+            if counts is None:
+                counts = self.static.dep_counts[pid] = pat.dep_count.tolist()
+            w = list(counts)
+        else:
+            w = [0] * len(pat)
         if self.absent:
             for i, (a, b) in enumerate(zip(pat.src.tolist(), pat.dst.tolist())):
                 for r in (a, b):
@@ -1064,9 +1085,14 @@ class _PlanRun:
             self.step_start[s] = now  # started whole, member by member
         else:
             starts[i] = now
-        pat = self.plan.patterns[self.plan.pattern[s]]
-        ev = self.net.transfer(int(pat.src[i]), int(pat.dst[i]), self.plan.nbytes[s] * self.factor,
-                               key=self.key_base + self.plan.channel[s], family=self.family,
+        plan = self.plan
+        pid = plan.pattern[s]
+        ends = self.static.ends.get(pid)
+        if ends is None:
+            pat = plan.patterns[pid]
+            ends = self.static.ends[pid] = (pat.src.tolist(), pat.dst.tolist())
+        ev = self.net.transfer(ends[0][i], ends[1][i], plan.nbytes[s] * self.factor,
+                               key=self.key_base + plan.channel[s], family=self.family,
                                latency=head)
         one = (i,)
         ev.callbacks.append(lambda _e: self._transfer_done(s, one))

@@ -392,6 +392,8 @@ class Network(abc.ABC):
 
     @staticmethod
     def _size(nbytes: Any, src: str, dst: str) -> float:
+        if type(nbytes) is float and 0.0 <= nbytes < math.inf:   # the common case, at once
+            return nbytes
         ok = (isinstance(nbytes, (int, float)) and not isinstance(nbytes, bool)
               and math.isfinite(nbytes) and nbytes >= 0)
         if not ok:

@@ -143,6 +143,17 @@ def _report(on_done: Callable[[Sequence[int]], None], members: list[int]) -> Non
         on_done((k,))
 
 
+def _add_in_order(acc: np.ndarray, dirs: list[np.ndarray], sizes: list[float]) -> None:
+    """``acc[d] += sizes[k]`` for every ``d`` of ``dirs[k]``, k ascending, each ``dirs[k]``
+    in its order: ``np.add.at`` is unbuffered (index by index, in order), so the very float
+    sums of that loop, without its per-element cost."""
+    if not dirs:
+        return
+    vals = np.repeat(np.array(sizes, dtype=np.float64),
+                     np.fromiter(map(len, dirs), dtype=np.int64, count=len(dirs)))
+    np.add.at(acc, np.concatenate(dirs), vals)
+
+
 class _WakeUp(simpy.Event):
     """A Timeout-like event with a chosen priority; its value is the network's arm token."""
 
@@ -164,6 +175,8 @@ _MAX_CACHED_GROUPS = 100_000
 _NUMPY_FROM = 32
 #: Routes whose finished bytes wait to be added to ``_done_bytes`` (then added at once).
 _MAX_ROUTE_BYTES = 4096
+#: Finished flows whose bytes wait to be added to ``_done_bytes`` (FlowNetwork._settle_bytes).
+_MAX_BYTES_DUE = 8192
 
 
 
@@ -231,6 +244,20 @@ class FlowNetwork(Network):
         #: of channels; bytes of finished family flows per route, added to _done_bytes lazily
         self.quotient: ChannelQuotient | None = None
         self._route_bytes: dict[int, list] = {}
+        #: occupancy not yet in ``_occ``, per route (by id): ``[route, flows that joined on
+        #: it minus flows that left]`` since ``_occ`` was last read (:meth:`_settle_occ`;
+        #: only a bundle's join reads it, so the per-channel counts are brought up to date
+        #: then, once per route instead of once per flow)
+        self._occ_due: dict[int, list] = {}
+        #: finished flows whose bytes are not yet in ``_done_bytes``, in finishing order:
+        #: their routes' directions (numpy, per route in ``_dirs``) and their bytes
+        #: (:meth:`_settle_bytes` adds them in this order: the very sums, once per batch)
+        self._bytes_due: list[np.ndarray] = []
+        self._bytes_due_n: list[float] = []
+        self._dirs: dict[int, tuple[Route, np.ndarray]] = {}
+        #: bytes per direction of finished transfers: numpy here, so that the batches of
+        #: :meth:`_settle_bytes` add into it in place (float64: the same sums as floats)
+        self._done_bytes = np.zeros(len(self.channels.directions))
 
     def use_channel_quotient(self) -> bool:
         """Rate flows on blocks of channels that no route tells apart
@@ -282,12 +309,59 @@ class FlowNetwork(Network):
         self._witness.clear()
         self._epoch += 1
 
+    def _occupy(self, route: Route, k: int) -> None:
+        """``k`` flows more (fewer, k < 0) on every channel listing of ``route``, in
+        ``_occ`` by the next :meth:`_settle_occ`."""
+        got = self._occ_due.get(id(route))
+        if got is None:
+            if len(self._occ_due) >= _MAX_ROUTE_BYTES:
+                self._settle_occ()                  # the routes need not stay alive
+            self._occ_due[id(route)] = [route, k]
+        else:
+            got[1] += k
+
+    def _settle_occ(self) -> None:
+        """Bring ``_occ`` up to date (integer counts: the order of the changes is immaterial)."""
+        occ = self._occ
+        for route, k in self._occ_due.values():
+            if k:
+                for c in route.channels:
+                    occ[c] += k
+        self._occ_due.clear()
+
+    def _directions(self, route: Route) -> np.ndarray:
+        """``route.directions`` as a numpy array (cached per route)."""
+        got = self._dirs.get(id(route))
+        if got is None:
+            if len(self._dirs) >= _MAX_ROUTE_BYTES:
+                self._dirs.clear()     # arrays waiting in _bytes_due stay alive there
+            got = self._dirs[id(route)] = (route, np.array(route.directions, dtype=np.int64))
+        return got[1]
+
+    def _done_flow_bytes(self, route: Route, nbytes: float) -> None:
+        """A flow of ``nbytes`` on ``route`` finished: its bytes join ``_done_bytes`` at the
+        next :meth:`_settle_bytes`, in this order."""
+        self._bytes_due.append(self._directions(route))
+        self._bytes_due_n.append(nbytes)
+        if len(self._bytes_due) >= _MAX_BYTES_DUE:
+            self._settle_bytes()
+
+    def _settle_bytes(self) -> None:
+        """Add the finished flows' bytes waiting in ``_bytes_due`` to ``_done_bytes``. Each
+        direction receives them in finishing order and, within a route, in its listing
+        order — the additions ``done[d] += nbytes`` flow by flow made (``np.add.at`` is
+        unbuffered: it adds index by index, in order), so the same floats."""
+        if self._bytes_due:
+            _add_in_order(self._done_bytes, self._bytes_due, self._bytes_due_n)
+            self._bytes_due, self._bytes_due_n = [], []
+
     def _flush_route_bytes(self) -> None:
-        """Add the bytes of finished family flows, kept per route, to ``_done_bytes``."""
-        done = self._done_bytes
-        for route, nbytes in self._route_bytes.values():
-            for d in route.directions:
-                done[d] += nbytes
+        """Add the bytes of finished family flows, kept per route, to ``_done_bytes`` (after
+        those of the flows finished before, as when they were added at once)."""
+        self._settle_bytes()
+        routes = list(self._route_bytes.values())
+        _add_in_order(self._done_bytes, [self._directions(r) for r, _ in routes],
+                      [nbytes for _, nbytes in routes])
         self._route_bytes.clear()
 
     @property
@@ -464,14 +538,16 @@ class FlowNetwork(Network):
         self._arm(join_at)
 
     def finished_bytes(self) -> np.ndarray:
+        self._settle_bytes()
         if self._route_bytes:
             self._flush_route_bytes()
-        return np.asarray(self._done_bytes, dtype=float) + self._bundle_bytes
+        return self._done_bytes + self._bundle_bytes
 
     def link_bytes(self) -> dict[tuple[str, str], float]:
+        self._settle_bytes()
         if self._route_bytes:
             self._flush_route_bytes()
-        carried = [a + b for a, b in zip(self._done_bytes, self._bundle_bytes.tolist())]
+        carried = [a + b for a, b in zip(self._done_bytes.tolist(), self._bundle_bytes.tolist())]
         now = self.env.now
         for f in self._active.values():
             sent = f.nbytes - max(f.remaining - f.rate * (now - f.last), 0.0)
@@ -538,7 +614,8 @@ class FlowNetwork(Network):
             event.succeed(now)
 
     def _pop_due(self, now: float) -> list:
-        heap, occ, system, done = self._heap, self._occ, self._system, self._done_bytes
+        heap, system = self._heap, self._system
+        occupy, done_bytes = self._occupy, self._done_flow_bytes
         limit = now + REL_EPS * now
         finished: list = []
         while heap and heap[0][0] <= limit:
@@ -573,15 +650,10 @@ class FlowNetwork(Network):
                     self._witness.pop(fid, None)
                     self._family_flows -= 1
                 system.remove(f)
+                occupy(route, -1)
                 q = f.quoted
-                if q is None:
-                    for c in f.channels:
-                        occ[c] -= 1
-                    for d in route.directions:
-                        done[d] += f.nbytes
-                elif len(q.channels) > _NUMPY_FROM:
-                    # a family's hundreds of channels: numpy, and its bytes kept per route
-                    self._occ_np[q.channels] -= q.counts
+                if q is not None and len(q.channels) > _NUMPY_FROM:
+                    # a family's hundreds of channels: its bytes kept per route
                     got = self._route_bytes.get(id(route))
                     if got is None:
                         if len(self._route_bytes) >= _MAX_ROUTE_BYTES:
@@ -590,39 +662,35 @@ class FlowNetwork(Network):
                     else:
                         got[1] += f.nbytes
                 else:
-                    for c in route.channels:
-                        occ[c] -= 1
-                    for d in route.directions:
-                        done[d] += f.nbytes
+                    done_bytes(route, f.nbytes)
                 finished.append(f)
         return finished
 
     def _join_flow(self, f: _Flow, now: float) -> None:
         """Flow ``f`` starts sharing bandwidth now (splitting any bundle in its way)."""
-        occ, owner = self._occ, self._owner
+        owner = self._owner
         f.last = now
         self._active[f.fid] = f
         if type(f.route) is FamilyRoute:
             self._family_flows += 1
-        if self.quotient is None:
-            for c in f.channels:
-                if owner[c] >= 0:
-                    self._split(self._bundles[owner[c]])
-                occ[c] += 1
-        else:
-            chans = f.route.channels
-            if len(chans) > _NUMPY_FROM:
-                q = self.quotient.of(f.route)          # its real channels, as numpy arrays
-                if self._bundles and (self._owner_np[q.channels] >= 0).any():
+        # no active bundle: no channel has an owner (a bundle's channels are released
+        # when it finishes or splits), so only the occupancy changes
+        bundles = self._bundles
+        route = f.route
+        chans = route.channels
+        if bundles:
+            if self.quotient is not None and len(chans) > _NUMPY_FROM:
+                q = self.quotient.of(route)            # its real channels, as numpy arrays
+                if (self._owner_np[q.channels] >= 0).any():
                     for c in chans:                     # in route order, as without numpy
                         if owner[c] >= 0:
-                            self._split(self._bundles[owner[c]])
-                self._occ_np[q.channels] += q.counts
+                            self._split(bundles[owner[c]])
             else:
                 for c in chans:
                     if owner[c] >= 0:
-                        self._split(self._bundles[owner[c]])
-                    occ[c] += 1
+                        self._split(bundles[owner[c]])
+        self._occupy(route, 1)
+        if self.quotient is not None:
             self._quote(f)            # after the splits: they may refine the blocks
         # after the splits: per channel, the members of a split bundle come before f (the
         # order of the system's sums), as when each channel was checked just before joining
@@ -635,6 +703,8 @@ class FlowNetwork(Network):
             finished.append(b)
             return
         chans = b.template.channels
+        if self._occ_due:
+            self._settle_occ()
         if not self._occ_np[chans].any() and not (self._owner_np[chans] >= 0).any():
             self._owner_np[chans] = b.fid
             b.last = now
@@ -658,7 +728,7 @@ class FlowNetwork(Network):
         flows with the bundle's progress, rate and ETA (the re-solve then sees them)."""
         del self._bundles[b.fid]
         self._owner_np[b.template.channels] = -1
-        occ, heap, system = self._occ, self._heap, self._system
+        heap, system = self._heap, self._system
         for k, route in enumerate(b.template.routes):
             f = self._member(b, k, route)
             fid = f.fid
@@ -668,8 +738,7 @@ class FlowNetwork(Network):
             if self.quotient is not None:
                 self._quote(f)
             system.insert(f)
-            for c in route.channels:
-                occ[c] += 1
+            self._occupy(route, 1)
             heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
 
     def _next_time(self) -> float | None:
