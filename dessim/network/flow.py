@@ -543,6 +543,12 @@ class FlowNetwork(Network):
             self._flush_route_bytes()
         return self._done_bytes + self._bundle_bytes
 
+    def add_finished_bytes(self, delta: np.ndarray | tuple[list[int], list[float]]) -> None:
+        # after the flows finished so far, as when their bytes were added at once (family
+        # flows' per-route bytes stay pending, as they did)
+        self._settle_bytes()
+        super().add_finished_bytes(delta)
+
     def link_bytes(self) -> dict[tuple[str, str], float]:
         self._settle_bytes()
         if self._route_bytes:
