@@ -652,6 +652,9 @@ class _PlanStatic:
     preds: dict = field(default_factory=dict)
     #: per (step, slots): what a credit reads for the step's members, filled lazily
     links: dict = field(default_factory=dict)
+    #: per (pattern, 0 senders / 1 receivers): ``src_pos``/``dst_pos`` as a list, filled
+    #: lazily (per-member accounting indexes it: cheaper than numpy scalars)
+    pos_lists: dict = field(default_factory=dict)
     #: per pattern: each member's dependency count (list), filled lazily (:meth:`_track`)
     dep_counts: dict = field(default_factory=dict)
     #: per pattern: its senders and receivers as lists of ints, filled lazily
@@ -742,6 +745,9 @@ class _PlanRun:
         self.src_pos = static.src_pos
         self.dst_pos = static.dst_pos
         self.left = left = static.left.copy()
+        #: the same counts as a memoryview (one buffer): per-member updates without numpy
+        #: scalars
+        self.left_mv = memoryview(left)
         self.pattern_ranks = static.pattern_ranks
         self.released = 0
         self.ranks_left = len(group)
@@ -1110,7 +1116,10 @@ class _PlanRun:
                 fin = self.member_finish[s] = array("d", [math.nan]) * m
             for i in members:
                 fin[i] = now
-        self._account(self.src_pos[self.plan.pattern[s]], members, whole)
+        if whole:
+            self._account(self.src_pos[self.plan.pattern[s]])
+        else:
+            self._account_each(self._pos_list(self.plan.pattern[s], 0), members)
         red = self.plan.reduce_bytes[s]
         if self.reduction_bw and red > 0:
             self.env.timeout(red / self.reduction_bw).callbacks.append(
@@ -1136,8 +1145,8 @@ class _PlanRun:
         if fin is None:
             fin = self.member_finish[s] = array("d", [math.nan]) * m
         pid = plan.pattern[s]
-        src_pos, dst_pos = self.src_pos[pid], self.dst_pos[pid]
-        left, group = self.left, self.group
+        src_pos, dst_pos = self._pos_list(pid, 0), self._pos_list(pid, 1)
+        left, group = self.left_mv, self.group
         nexts = [(s2, self._track(s2)) + self._reverse(s2, s) for s2 in self.succ[s]]
         ready, finished, check = self._ready, self._rank_finished, self._check_done
         left_in_step = self.left_in_step
@@ -1148,7 +1157,7 @@ class _PlanRun:
                 rel = self.member_release[s] = array("d", [math.nan]) * m
         for i in members:
             fin[i] = now
-            k = int(src_pos[i])                      # _account of the sender
+            k = src_pos[i]                           # _account of the sender
             left[k] -= 1
             if left[k] == 0:
                 finished(group[k])
@@ -1162,7 +1171,7 @@ class _PlanRun:
                     w[j] -= 1
                     if w[j] == 0:
                         ready(s2, j)
-            k = int(dst_pos[i])                      # _account of the receiver
+            k = dst_pos[i]                           # _account of the receiver
             left[k] -= 1
             if left[k] == 0:
                 finished(group[k])
@@ -1194,7 +1203,10 @@ class _PlanRun:
                     w[i] -= 1
                     if w[i] == 0:
                         self._ready(s2, i)
-        self._account(self.dst_pos[self.plan.pattern[s]], members, whole)
+        if whole:
+            self._account(self.dst_pos[self.plan.pattern[s]])
+        else:
+            self._account_each(self._pos_list(self.plan.pattern[s], 1), members)
         self._check_done()
 
     def _reverse(self, s2: int, s: int) -> tuple[list[int], list[int]]:
@@ -1210,25 +1222,39 @@ class _PlanRun:
             found = self.rdeps[key] = (start.tolist(), owner[order].tolist())
         return found
 
-    def _account(self, positions: np.ndarray, members: Sequence[int], whole: bool) -> None:
-        """One transfer fewer for the ranks at ``positions[members]``; finish those at 0
-        (in position order)."""
+    def _account(self, positions: np.ndarray) -> None:
+        """One transfer fewer for the ranks at ``positions`` (a whole step; some members:
+        :meth:`_account_each`); finish those at 0 (in position order)."""
         left = self.left
-        if whole and len(positions) <= _SMALL_STEP:      # plain loop: cheaper than numpy here
+        if len(positions) <= _SMALL_STEP:      # plain loop: cheaper than numpy here
             pos = positions.tolist()
             for k in pos:
                 left[k] -= 1
             done = sorted({k for k in pos if left[k] == 0})
-        elif whole:
+        else:
             np.subtract.at(left, positions, 1)
             done = np.unique(positions[left[positions] == 0]).tolist()
-        else:
-            done = []
-            for i in members:
-                k = int(positions[i])
-                left[k] -= 1
-                if left[k] == 0:
-                    done.append(k)
+        for k in done:
+            self._rank_finished(self.group[k])
+
+    def _pos_list(self, pid: int, side: int) -> list[int]:
+        """``src_pos[pid]`` (``side`` 0) or ``dst_pos[pid]`` (1) as a list (memoised)."""
+        key = (pid, side)
+        got = self.static.pos_lists.get(key)
+        if got is None:
+            got = self.static.pos_lists[key] = (self.dst_pos if side else self.src_pos)[pid].tolist()
+        return got
+
+    def _account_each(self, positions: list[int], members: Sequence[int]) -> None:
+        """:meth:`_account` of some members of a step (not the whole step): ``positions`` as a
+        list; the ranks that reach 0 finish in member order."""
+        left = self.left_mv
+        done = []
+        for i in members:
+            k = positions[i]
+            left[k] -= 1
+            if left[k] == 0:
+                done.append(k)
         for k in done:
             self._rank_finished(self.group[k])
 
