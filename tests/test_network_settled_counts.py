@@ -1,5 +1,5 @@
 """The flow network's per-channel occupancy and finished bytes are brought up to date in
-batches (``FlowNetwork._settle_occ`` / ``_settle_bytes``, docs/performance.md step 36), not
+batches (``FlowNetwork._settle_occ`` / ``_settle_bytes``, docs/performance.md step 37), not
 flow by flow: the occupancy is an integer count (order immaterial), the bytes are added with
 ``np.add.at`` in finishing order — the very float sums of adding each finished flow's bytes
 to each direction of its route at once. Both are checked here against that per-flow
