@@ -48,3 +48,19 @@ def test_a_channel_quotient_over_no_channel_is_not_reported(capsys):
     s["shortcuts"]["channel_quotient"] = {"channels": 16, "blocks": 4}
     _print_shortcuts(s)
     assert "channel quotient (16 channels rated as 4 blocks)" in capsys.readouterr().out
+
+
+def test_the_task_line_names_the_granularity_the_run_has():
+    """Stage granularity asked (or chosen by auto) but merging refused: the tasks are layer
+    tasks, and the task line says so instead of "stage granularity"."""
+    from click.testing import CliRunner
+
+    from dessim.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["simulate", "llama3-8b", "-t", "dgx-h100:nodes=2", "--tp", "8",
+                                   "--pp", "2", "--global-batch", "16", "--schedule", "dualpipe"]).output
+    assert "stage merging refused" in out
+    assert " tasks (layer granularity)" in out
+    merged = CliRunner().invoke(cli, ["simulate", "llama3-8b", "-t", "dgx-h100:nodes=2", "--tp", "8",
+                                      "--pp", "2", "--global-batch", "16"]).output
+    assert " tasks (stage granularity)" in merged

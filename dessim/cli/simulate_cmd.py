@@ -91,7 +91,10 @@ def print_summary(s: dict[str, Any]) -> None:
     ext = s.get("extrapolation")
     events = (f"{s['events']} events at {', '.join(map(str, ext['simulated_micro_batches']))} "
               "micro-batches" if ext else f"{s['events']} events")
-    click.echo(f"  {s['tasks']} tasks ({s['granularity']} granularity"
+    sc = s.get("shortcuts") or {}
+    # stage granularity asked, merging refused (said above): the tasks are layer tasks
+    gran = "layer" if s["granularity"] == "stage" and sc and not sc.get("stage_merged") else s["granularity"]
+    click.echo(f"  {s['tasks']} tasks ({gran} granularity"
                f"{', communication free' if not s['comm'] else ''}), {events}, "
                f"{s['wall_s']:.2f} s simulation wall time")
 
