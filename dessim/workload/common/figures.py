@@ -6,7 +6,7 @@ of one simulated iteration (MFU and HFU: Chowdhery et al. 2022 / Korthikanti et 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
 from dessim.engine.intervals import length, subtract, union
 from dessim.engine.result import SimulationResult
@@ -136,12 +136,15 @@ def closed_form_tp_by_rank(sim: SimulationResult, graph: TaskGraph,
 
 
 def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] | None = None,
-                 categories: Sequence[str] = ()) -> dict[str, float]:
+                 categories: Sequence[str] = (), per_rank: Mapping[int, Exposure] | None = None
+                 ) -> dict[str, float]:
     """Communication time not overlapped by compute, per category, mean over ``ranks``
-    (default: every rank of ``sim``), as the exact replay counts it (:func:`rank_exposure`).
-    Every workload kind's summary and each job of a cluster (:mod:`dessim.workload.multijob`)
-    report this figure; ``categories`` are listed even when nothing is exposed in them."""
-    per_rank = rank_exposure(sim, graph, ranks)
+    (default: every rank of ``sim``), as the exact replay counts it (:func:`rank_exposure`;
+    ``per_rank``: its result for those ranks, when the caller has it). Every workload kind's
+    summary and each job of a cluster (:mod:`dessim.workload.multijob`) report this figure;
+    ``categories`` are listed even when nothing is exposed in them."""
+    if per_rank is None:
+        per_rank = rank_exposure(sim, graph, ranks)
     n = len(per_rank) or 1
     out = {c: 0.0 for c in categories}
     for e in per_rank.values():
@@ -150,19 +153,25 @@ def exposed_comm(sim: SimulationResult, graph: TaskGraph, ranks: Sequence[int] |
     return out
 
 
-def exposed_comm_total(sim: SimulationResult, graph: TaskGraph) -> float:
+def exposed_comm_total(sim: SimulationResult, graph: TaskGraph,
+                       per_rank: Mapping[int, Exposure] | None = None) -> float:
     """Seconds per rank in which communication of any category is exposed (mean over every
-    rank of ``sim``; :func:`rank_exposure`). Categories exposed at the same time (an expert
-    all-to-all beside a data-parallel all-reduce) count once, so the total can be less than
-    the sum of :func:`exposed_comm`, and compute plus the total never exceeds the iteration."""
-    per_rank = rank_exposure(sim, graph)
+    rank of ``sim``; :func:`rank_exposure`, or ``per_rank`` its result). Categories exposed
+    at the same time (an expert all-to-all beside a data-parallel all-reduce) count once, so
+    the total can be less than the sum of :func:`exposed_comm`, and compute plus the total
+    never exceeds the iteration."""
+    if per_rank is None:
+        per_rank = rank_exposure(sim, graph)
     return sum(e.total_s for e in per_rank.values()) / (len(per_rank) or 1)
 
 
-def compute_time(sim: SimulationResult, graph: TaskGraph) -> float:
+def compute_time(sim: SimulationResult, graph: TaskGraph,
+                 per_rank: Mapping[int, Exposure] | None = None) -> float:
     """Compute seconds per rank, mean over every rank of ``sim``, as the exact replay counts
-    them: TP time timed in closed form is communication (:func:`rank_exposure`)."""
-    per_rank = rank_exposure(sim, graph)
+    them: TP time timed in closed form is communication (:func:`rank_exposure`, or
+    ``per_rank`` its result)."""
+    if per_rank is None:
+        per_rank = rank_exposure(sim, graph)
     return sum(e.compute_s for e in per_rank.values()) / (len(per_rank) or 1)
 
 

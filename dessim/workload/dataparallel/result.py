@@ -28,7 +28,8 @@ from typing import Any
 from dessim.catalog.devices import get_device
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
-from dessim.workload.common.figures import IterationResult, exposed_comm, exposed_comm_total, rate_figures
+from dessim.workload.common.figures import (IterationResult, exposed_comm, exposed_comm_total, rank_exposure,
+                                            rate_figures)
 
 __all__ = ["DPResult", "Generated"]
 
@@ -67,7 +68,8 @@ class DPResult(IterationResult):
         f_model = sum(float(t.attrs.get("model_flops", 0.0)) for t in self.taskgraph if t.kind == "compute") / k
         f_hw = sum(t.flops for t in self.taskgraph if t.kind == "compute") / k
         peak = sum(get_device(d).peak_flops(self.precision) for d in self.devices)
-        per_graph = exposed_comm(sim, self.taskgraph)
+        per_rank = rank_exposure(sim, self.taskgraph)
+        per_graph = exposed_comm(sim, self.taskgraph, per_rank=per_rank)
         exposed = {c: v / k for c, v in per_graph.items()}
         compute = sum(r.compute_s for r in sim.ranks) / n / k
         return {
@@ -78,7 +80,7 @@ class DPResult(IterationResult):
             **rate_figures(it, self.global_batch, self.tokens_per_sample, f_model, f_hw, gpus, peak),
             "bubble_fraction": 0.0,
             "exposed_comm_s": dict(sorted(exposed.items())),
-            "exposed_comm_total_s": exposed_comm_total(sim, self.taskgraph) / k,
+            "exposed_comm_total_s": exposed_comm_total(sim, self.taskgraph, per_rank) / k,
             "compute_s": compute,
             "gpu_busy_fraction": compute / it if it > 0 else 0.0,
             "memory_per_gpu_bytes": dict(self.memory),

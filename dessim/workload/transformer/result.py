@@ -44,7 +44,7 @@ from dessim.engine.intervals import length, union
 from dessim.engine.result import SimulationResult
 from dessim.taskgraph.model import TaskGraph
 from dessim.workload.common.figures import (IterationResult, compute_time, exposed_comm,
-                                            exposed_comm_total, rate_figures)
+                                            exposed_comm_total, rank_exposure, rate_figures)
 from dessim.workload.transformer.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from dessim.workload.transformer.generator import COMM_CATEGORIES, WorkloadPlan
 
@@ -216,8 +216,8 @@ class WorkloadResult(IterationResult):
         f_hw = hardware_flops_per_iteration(model, gb, lo.recompute)
         peak = plan.peak_flops()
         sim = self.simulation
-        exposed = exposed_comm(sim, self.taskgraph, categories=COMM_CATEGORIES)
-        n = len(sim.ranks) or 1
+        per_rank = rank_exposure(sim, self.taskgraph)       # one pass over the spans for three figures
+        exposed = exposed_comm(sim, self.taskgraph, categories=COMM_CATEGORIES, per_rank=per_rank)
         return {
             "workload": plan.name,
             "gpus": gpus,
@@ -225,8 +225,8 @@ class WorkloadResult(IterationResult):
             **rate_figures(it, gb, model.seq_len, f_model, f_hw, gpus, peak),
             "bubble_fraction": bubble_fraction(sim),
             "exposed_comm_s": exposed,
-            "exposed_comm_total_s": exposed_comm_total(sim, self.taskgraph),
-            "compute_s": compute_time(sim, self.taskgraph),
+            "exposed_comm_total_s": exposed_comm_total(sim, self.taskgraph, per_rank),
+            "compute_s": compute_time(sim, self.taskgraph, per_rank),
             "memory_per_gpu_bytes": dict(plan.estimate.breakdown()),
             "memory_capacity_bytes": plan.capacity_bytes,
             "memory_stage": plan.estimate.stage,
