@@ -104,6 +104,10 @@ class AutoChoice:
             lines.append(f"  {self.note}")
         if self.launch is not None:
             lines.append(f"  {self.launch.describe()} (reported, not simulated)")
+        if any(e.time_s is not None for e in self.estimates):
+            # NCCL's model times, not the simulation's: a reader took one for the other
+            lines.append("  NCCL's model estimates, best first (what it ranks by; the simulated time is "
+                         "reported separately):")
         lines += [f"  {e.describe()}" for e in self.estimates]
         return "\n".join(lines)
 
