@@ -776,11 +776,6 @@ class FlowNetwork(Network):
         if self.record_links:     # the set the solve consumes (it starts a new one)
             self._util_dirty |= self._system.modified
         flows, rates, chans = self._system.solve()
-        if self.record_links:
-            dirty = self._util_dirty
-            for f, r in zip(flows, rates):
-                if r != f.rate:
-                    dirty.update(f.channels)
         # no lane-family flow shares bandwidth now: nothing to certify (a new epoch makes the
         # channel figures remembered so far stale, so the next certificate checks afresh)
         certify = self.families_started and self._family_flows > 0
@@ -900,11 +895,15 @@ class FlowNetwork(Network):
     def _apply(self, now: float, flows: list[_Flow], rates: Sequence[float]) -> None:
         """Give ``flows`` their new ``rates`` (bytes/s, in the same order): a flow whose rate
         changes has its progress brought to ``now`` at its old rate, then a new version and
-        ETA (:meth:`_solve`: flows left at their rate keep their accounting point)."""
+        ETA (:meth:`_solve`: flows left at their rate keep their accounting point), and its
+        channels are marked for the utilisation records (``record_links``)."""
         heap = self._heap
         push = heapq.heappush
+        dirty = self._util_dirty if self.record_links else None
         for f, r in zip(flows, rates):
             if r != f.rate:
+                if dirty is not None:
+                    dirty.update(f.channels)
                 if f.rate:
                     f.remaining -= f.rate * (now - f.last)
                 f.last = now
