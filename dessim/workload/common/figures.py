@@ -93,6 +93,7 @@ def rank_exposure(sim: SimulationResult, graph: TaskGraph,
     compute: dict[int, list[tuple[float, float]]] = {}
     closed: dict[int, list[tuple[float, float]]] = {}
     comm: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    merged = bool(graph.meta.get("stage_merged"))       # only merged passes carry gaps
     for rec in sim.span_records:
         rank, _stream, tid, _name, kind, category, start, active, end = rec[:9]
         if wanted is not None and rank not in wanted:
@@ -103,7 +104,7 @@ def rank_exposure(sim: SimulationResult, graph: TaskGraph,
             if end > start:
                 closed.setdefault(rank, []).append((start, end))
         else:
-            gaps = graph.task(tid).attrs.get("tp_exposed_iv") if kind == "compute" else None
+            gaps = graph.task(tid).attrs.get("tp_exposed_iv") if merged and kind == "compute" else None
             if gaps:                      # a merged pass: its kernels run outside its gaps
                 gaps = [(start + a, start + b) for a, b in gaps]
                 closed.setdefault(rank, []).extend(gaps)
