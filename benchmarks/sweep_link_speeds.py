@@ -8,7 +8,10 @@ protocol and lanes fixed, NCCL is never slower on faster links; every ratio abov
 at the end. Usage::
 
     python benchmarks/sweep_link_speeds.py dgx-h100 1 2 3 4 [--factor 1.5]
-        [--network analytical] [--stream-rings] > sweep.tsv
+        [--network analytical] [--stream-rings] [--no-credits] > sweep.tsv
+
+``--no-credits`` replays every schedule with one message in flight per connection (schedule
+parameter ``window`` = 1: no connection credits, the replay before 2026-11-28).
 
 Columns: nodes, op, algorithm, protocol, size (B), time on the preset (us), lanes, then
 ``class=ratio`` per link class (``(chN)``: the faster copy ran N lanes), CPU seconds.
@@ -19,8 +22,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from types import SimpleNamespace
 
-from dessim.collectives import run_collective
+import simpy
+
+from dessim.collectives import run_collective, run_schedule
+from dessim.collectives.api import plan_collective
+from dessim.network import make_network
 from dessim.errors import CollectiveError
 from dessim.topology import load_topology
 from dessim.topology.graph import Topology
@@ -46,6 +54,22 @@ def faster(topo: Topology, link_class: str, factor: float) -> Topology | None:
                     meta=dict(topo.meta))
 
 
+def run(op: str, size: int, topo: Topology, algo: str, proto: str, credits: bool, **kw):
+    """``run_collective``'s time and lanes; without ``credits``, the schedule replayed with
+    ``window`` = 1 (one message in flight per connection)."""
+    if credits:
+        return run_collective(op, size, topo, algo=algo, protocol=proto, **kw)
+    plan = plan_collective(op, tuple(range(topo.num_gpus)), size, topo,
+                           {"algo": algo, "protocol": proto})
+    plan.schedule.params["window"] = 1
+    env = simpy.Environment()
+    replay = run_schedule(make_network(kw.get("network", "flow"), env, topo), plan.schedule,
+                          protocol=plan.protocol, stream_rings=kw.get("stream_rings", False))
+    env.run(replay.done)
+    lanes = int(plan.schedule.params.get("channels", 1))
+    return SimpleNamespace(time_s=replay.duration, channels=lanes)
+
+
 def cases(nodes: int, nvls: bool) -> list[tuple[str, str, str]]:
     """(op, algorithm, protocol) NCCL can run on ``nodes`` DGX nodes (``nvls``: Hopper)."""
     out = []
@@ -67,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--factor", type=float, default=1.5)
     ap.add_argument("--network", default="flow", choices=("flow", "analytical"))
     ap.add_argument("--stream-rings", action="store_true")
+    ap.add_argument("--no-credits", action="store_true")
     args = ap.parse_args(argv)
     kw = {"network": args.network, "stream_rings": args.stream_rings}
     slower = []
@@ -77,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             for size in SIZES:
                 t0 = time.process_time()
                 try:
-                    r0 = run_collective(op, size, base, algo=algo, protocol=proto, **kw)
+                    r0 = run(op, size, base, algo, proto, not args.no_credits, **kw)
                 except CollectiveError as exc:
                     print(f"# skipped {nodes} {op} {algo} {proto}: {str(exc).splitlines()[0]}")
                     break
                 cols = []
                 for c, topo in variants.items():
-                    r = run_collective(op, size, topo, algo=algo, protocol=proto, **kw)
+                    r = run(op, size, topo, algo, proto, not args.no_credits, **kw)
                     ratio = r.time_s / r0.time_s
                     cols.append(f"{c}={ratio:.9f}" + ("" if r.channels == r0.channels
                                                       else f"(ch{r.channels})"))
