@@ -15,6 +15,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dessim.collectives import run_collective
 from dessim.topology import load_topology
@@ -63,3 +65,24 @@ def test_algorithms_without_step_blocks_get_faster_with_faster_nics():
     """NCCL's Tree across nodes and the direct all-to-all run as fluid flows: monotone."""
     assert _ratio("allreduce", 16 << 20, "dbtree", "simple", "nic") <= 1.0
     assert _ratio("alltoall", 16 << 20, "direct", "simple", "nic") < 1.0
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(op_algo=st.sampled_from([("allreduce", "ring"), ("allreduce", "dbtree"),
+                                ("allgather", "ring"), ("reducescatter", "ring"),
+                                ("alltoall", "direct")]),
+       protocol=st.sampled_from(["ll", "ll128", "simple"]),
+       size=st.integers(min_value=8, max_value=64 << 20),
+       link_class=st.sampled_from(["nic", "nvlink"]),
+       factor=st.floats(min_value=1.01, max_value=3.0))
+def test_the_analytical_network_is_monotone_in_every_link_speed(op_algo, protocol, size,
+                                                                link_class, factor):
+    """Without sharing every transfer ends at ``max(its dependencies) + latency + bytes / its
+    route's bottleneck``: non-decreasing in every input, so no faster link can slow it."""
+    op, algo = op_algo
+    base = load_topology("dgx-h100:nodes=2")
+    fast = _SWEEP.faster(base, link_class, factor)
+    t0 = run_collective(op, size, base, algo=algo, protocol=protocol, network="analytical")
+    t1 = run_collective(op, size, fast, algo=algo, protocol=protocol, network="analytical")
+    assert t1.time_s <= t0.time_s * (1 + 1e-12)
