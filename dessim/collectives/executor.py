@@ -652,14 +652,31 @@ class _PlanStatic:
     preds: dict = field(default_factory=dict)
     #: per (step, slots): what a credit reads for the step's members, filled lazily
     links: dict = field(default_factory=dict)
-    #: per (pattern, 0 senders / 1 receivers): ``src_pos``/``dst_pos`` as a list, filled
-    #: lazily (per-member accounting indexes it: cheaper than numpy scalars)
-    pos_lists: dict = field(default_factory=dict)
-    #: per pattern: each member's dependency count (list), filled lazily (:meth:`_track`)
-    dep_counts: dict = field(default_factory=dict)
-    #: per pattern: its senders and receivers as lists of ints, filled lazily
-    #: (:meth:`_PlanRun._start_member`: cheaper per member than numpy scalars)
-    ends: dict = field(default_factory=dict)
+    #: per pattern: its arrays as lists (:class:`_PatternLists`), filled lazily by
+    #: :meth:`lists`
+    pattern_lists: dict = field(default_factory=dict)
+
+    def lists(self, pid: int, pattern) -> "_PatternLists":
+        """Pattern ``pid`` (``pattern``, its :class:`~dessim.collectives.schedule` arrays) as
+        lists of ints, built at its first use."""
+        got = self.pattern_lists.get(pid)
+        if got is None:
+            got = self.pattern_lists[pid] = _PatternLists(
+                pattern.src.tolist(), pattern.dst.tolist(), self.src_pos[pid].tolist(),
+                self.dst_pos[pid].tolist(), pattern.dep_count.tolist())
+        return got
+
+
+class _PatternLists(NamedTuple):
+    """One pattern's per-member arrays as lists of ints: the per-member paths of a replay
+    (starting, tracking, accounting a member) index them, which is cheaper than numpy
+    scalars."""
+
+    src: list[int]         #: senders (ranks)
+    dst: list[int]         #: receivers (ranks)
+    src_pos: list[int]     #: senders' group positions
+    dst_pos: list[int]     #: receivers' group positions (an orbit's: its representative's)
+    dep_count: list[int]   #: each member's dependency count
 
 
 def _plan_static(schedule: CompactSchedule) -> _PlanStatic:
@@ -1067,10 +1084,7 @@ class _PlanRun:
         pid = self.plan.pattern[s]
         pat = self.plan.patterns[pid]
         if self.plan.prev[s] >= 0:
-            counts = self.static.dep_counts.get(pid)
-            if counts is None:
-                counts = self.static.dep_counts[pid] = pat.dep_count.tolist()
-            w = list(counts)
+            w = list(self.static.lists(pid, pat).dep_count)
         else:
             w = [0] * len(pat)
         if self.absent:
@@ -1093,11 +1107,8 @@ class _PlanRun:
             starts[i] = now
         plan = self.plan
         pid = plan.pattern[s]
-        ends = self.static.ends.get(pid)
-        if ends is None:
-            pat = plan.patterns[pid]
-            ends = self.static.ends[pid] = (pat.src.tolist(), pat.dst.tolist())
-        ev = self.net.transfer(ends[0][i], ends[1][i], plan.nbytes[s] * self.factor,
+        lists = self.static.lists(pid, plan.patterns[pid])
+        ev = self.net.transfer(lists.src[i], lists.dst[i], plan.nbytes[s] * self.factor,
                                key=self.key_base + plan.channel[s], family=self.family,
                                latency=head)
         one = (i,)
@@ -1239,11 +1250,8 @@ class _PlanRun:
 
     def _pos_list(self, pid: int, side: int) -> list[int]:
         """``src_pos[pid]`` (``side`` 0) or ``dst_pos[pid]`` (1) as a list (memoised)."""
-        key = (pid, side)
-        got = self.static.pos_lists.get(key)
-        if got is None:
-            got = self.static.pos_lists[key] = (self.dst_pos if side else self.src_pos)[pid].tolist()
-        return got
+        lists = self.static.lists(pid, self.plan.patterns[pid])
+        return lists.dst_pos if side else lists.src_pos
 
     def _account_each(self, positions: list[int], members: Sequence[int]) -> None:
         """:meth:`_account` of some members of a step (not the whole step): ``positions`` as a
