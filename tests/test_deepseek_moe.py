@@ -16,7 +16,7 @@ from dessim.errors import DessimError, SpecError, WorkloadError
 from dessim.topology import load_topology
 from dessim.workload import load_workload
 from dessim.workload.transformer.flops import closed_form_flops, model_flops_per_iteration
-from dessim.workload.transformer.kernels import layer_kernels
+from dessim.workload.transformer.kernels import layer_kernels, routed_tokens
 from dessim.workload.transformer.layout import ParallelLayout
 from dessim.workload.transformer.memory import estimate_memory, layer_params_on_gpu
 from dessim.workload.transformer.mla import MLAConfig
@@ -105,6 +105,21 @@ def test_zipf_load_factor_is_the_hottest_ranks_share():
     w = [1 / (i + 1) for i in range(8)]
     assert r.load_factor(8, 4) == pytest.approx((w[0] + w[1]) / sum(w) * 4)
     assert MoERouting("zipf", exponent=0.0).load_factor(8, 4) == pytest.approx(1.0)
+
+
+def test_dropless_skewed_routing_costs_no_extra_token_copy():
+    """Without a capacity limit every routed copy is processed once, whatever the skew: on one
+    EP rank (and in the unsharded model FLOPs) the copies are exactly ``top_k·T``. The zipf
+    shares of 8 experts sum to 1 + 2.2e-16 in floating point; rounding that load factor up
+    counted one token copy more than routed (sanity3 hunt: 8193 copies of 4096 tokens x
+    top-2, and model FLOPs 4.2e9 above uniform routing's for a 4-layer Mixtral-width model)."""
+    m = _small(dense_layers=0, shared_experts=0, mla=None, mtp_modules=0)
+    for routing in (MoERouting("zipf", exponent=1.0), MoERouting("zipf", exponent=1.3),
+                    MoERouting("counts", counts=(1, 2, 3, 4, 5, 6, 7, 8))):
+        skewed = dataclasses.replace(m, routing=routing)
+        assert routed_tokens(skewed, ParallelLayout(), 4096) == 8192
+        assert model_flops_per_iteration(skewed, 4) == model_flops_per_iteration(m, 4)
+        assert routing.dropped_fraction(8) == 0.0
 
 
 def test_capacity_factor_caps_the_load_and_reports_drops():

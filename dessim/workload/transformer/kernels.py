@@ -342,8 +342,11 @@ def expert_tokens(model: TransformerConfig, layout: ParallelLayout) -> int:
 
 def routed_tokens(model: TransformerConfig, layout: ParallelLayout, tokens: int) -> int:
     """Token copies the most loaded EP rank's experts process per micro-batch: ``top_k ·
-    tokens · load_factor`` (rounded up; ``tokens`` = T of :class:`TokenShard`)."""
-    return ceil(tokens * model.top_k * model.routing.load_factor(model.experts, layout.ep))
+    tokens · load_factor`` (rounded up; ``tokens`` = T of :class:`TokenShard`). The load
+    factor is a sum of floating-point shares (zipf's 8 shares sum to 1 + 2.2e-16), so a
+    product within a relative 1e-12 above a whole number is that number, not one copy more."""
+    copies = tokens * model.top_k * model.routing.load_factor(model.experts, layout.ep)
+    return ceil(copies * (1.0 - 1e-12))
 
 
 def embedding_kernels(model: TransformerConfig, layout: ParallelLayout) -> KernelSet:

@@ -171,8 +171,11 @@ class MoERouting:
         return [min(s, cap) for s in shares]
 
     def dropped_fraction(self, experts: int) -> float:
-        """Share of routed token copies dropped by the capacity limit (0 when dropless)."""
-        return 1.0 - sum(self._kept(experts))
+        """Share of routed token copies dropped by the capacity limit (0 when dropless; never
+        below 0 from the rounding of the shares' sum)."""
+        if self.capacity_factor is None:
+            return 0.0
+        return max(0.0, 1.0 - sum(self._kept(experts)))
 
     def load_factor(self, experts: int, ep: int) -> float:
         """The most loaded EP rank's token copies over the balanced mean ``top_k·T``
