@@ -82,6 +82,10 @@ __all__ = [
     "check_fit",
 ]
 
+#: Bytes per element of FlashAttention's saved softmax log-sum-exp (fp32; one per query row
+#: and head).
+_LSE_BYTES = 4
+
 #: Where offloaded bytes may go.
 OFFLOAD_TARGETS: tuple[str, ...] = ("none", "host", "cxl")
 
@@ -169,8 +173,14 @@ def layer_activation_bytes(model: TransformerConfig, layout: ParallelLayout,
     * ``T_sp·h·(4e + 2·mask)``: the two norm inputs, the QKV and MLP inputs (norm outputs),
       two dropout masks — replicated across TP unless SP shards them;
     * ``T·(2h + 2·kv_dim)/tp·e``: Q, K, V and the output-projection input;
-    * ``b·(a/tp)·s_q·s·(2e + mask)`` with dropout (softmax output, its dropout mask and
-      output), ``b·(a/tp)·s_q·s·e`` without — dropped by selective recompute;
+    * the unfused attention core (``attention: unfused``, the paper's): ``b·(a/tp)·s_q·s·(2e +
+      mask)`` with dropout (softmax output, its dropout mask and output), ``b·(a/tp)·s_q·s·e``
+      without; FlashAttention (``flash2``/``flash3``) never writes the ``s_q × s`` scores: its
+      forward keeps the output (counted above as the projection input) and the fp32 softmax
+      log-sum-exp, ``b·(a/tp)·s_q·4`` (Dao 2023, FlashAttention-2, Algorithm 1;
+      Dao-AILab/flash-attention ``flash_attn/flash_attn_interface.py``, ``FlashAttnFunc``:
+      ``save_for_backward(q, k, v, out_padded, softmax_lse, rng_state)``) — either dropped by
+      selective recompute;
     * dense MLP: ``mats·T·f/tp·e`` (GeLU: activation input and down-projection input;
       gated: gate and up outputs and down input); MoE: the same with ``top_k·T`` routed
       tokens and ``moe_ffn_hidden``, plus the routed expert inputs ``top_k·T·h·e``
@@ -209,8 +219,10 @@ def _layer_activations(model: TransformerConfig, layout: ParallelLayout, policy:
     else:
         attention = T * (2 * h + 2 * model.kv_dim) / t * e
     scores = 0.0
-    if policy == "none":
+    if policy == "none" and layout.attention == "unfused":
         scores = b * (model.heads / t) * s_q * model.seq_len * ((2 * e + mask) if model.dropout else e)
+    elif policy == "none":          # FlashAttention: the fp32 softmax log-sum-exp, no s² tensor
+        scores = b * (model.heads / t) * s_q * _LSE_BYTES
     mats = model.activation_spec.matrices
     if model.is_moe and not dense:
         routed = routed_tokens(model, layout, expert_tokens(model, layout))
