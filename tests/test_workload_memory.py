@@ -20,7 +20,7 @@ from dessim.workload import (
     shipped_workloads,
     zero_state_bytes,
 )
-from dessim.workload.transformer.memory import params_on_gpu
+from dessim.workload.transformer.memory import layer_params_on_gpu, params_on_gpu
 
 GB = 1e9
 BF16 = PRECISIONS["bf16"]
@@ -222,3 +222,27 @@ def test_check_fit_when_nothing_helps():
 def test_bad_memory_options():
     with pytest.raises(WorkloadError, match="offload_optimizer='disk' is unknown; valid: none, host, cxl"):
         MemoryOptions(offload_optimizer="disk")
+
+
+def test_zero3_gathers_only_the_weights_it_shards():
+    """ZeRO-3 all-gathers a layer's weights from their sharding group before using them: the
+    dense weights over ``dp·cp``, the experts over ``edp``. With ``ep = dp`` (``edp = 1``)
+    every rank holds its experts whole, so nothing of them is gathered and ZeRO-3's buffer
+    holds two layers' dense weights only. Before the sanity3 hunt the buffer counted the
+    experts too, and ZeRO-3 came out larger than ZeRO-2 (deepseek-v3, tp 1 pp 4 dp 2 ep 2,
+    full recompute: 1315.3 GB -> 1333.1 GB per GPU)."""
+    spec = load_workload("mixtral-8x7b")
+    m = spec.model
+    z2 = spec.layout(8, tp=1, dp=8, ep=8, zero_stage=2)
+    assert z2.edp == 1
+    z3 = dataclasses.replace(z2, zero_stage=3)
+    dense, expert = layer_params_on_gpu(m, z3)
+    e2, e3 = estimate_memory(m, z2), estimate_memory(m, z3)
+    assert e3.comm_buffers - e2.comm_buffers == 2 * dense * 2      # bf16 weights, 2 layers
+    assert e3.total <= e2.total
+    # with edp = 2 the experts are sharded, and gathered
+    z3_edp2 = spec.layout(8, tp=1, dp=8, ep=4, zero_stage=3)
+    dense4, expert4 = layer_params_on_gpu(m, z3_edp2)
+    z2_edp2 = dataclasses.replace(z3_edp2, zero_stage=2)
+    assert (estimate_memory(m, z3_edp2).comm_buffers - estimate_memory(m, z2_edp2).comm_buffers
+            == 2 * (dense4 + expert4) * 2)

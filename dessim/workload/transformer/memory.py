@@ -30,8 +30,9 @@ activations
     full activations of the one layer being recomputed.
 comm_buffers (assumptions)
     Two gradient buckets of ``bucket_size`` when gradients are reduced over ``dp·cp > 1``
-    (one being reduced while the next fills: PyTorch DDP); under ZeRO-3 the gathered weights
-    of two layers (current + prefetched); with ``pp > 1`` one send and one receive buffer per
+    (or expert gradients over ``edp > 1``; one being reduced while the next fills: PyTorch
+    DDP); under ZeRO-3 the gathered weights of two layers (current + prefetched) — those it
+    shards: dense weights when ``dp·cp > 1``, experts when ``edp > 1``; with ``pp > 1`` one send and one receive buffer per
     direction (4 activation messages of ``b·s·h/cp`` elements, ``/tp`` with SP); with
     ``tp > 1`` one all-gathered/all-reduced activation (``b·s·h/cp`` elements); with
     ``ep > 1`` the all-to-all dispatch and combine buffers (routed tokens × h each; with
@@ -430,10 +431,16 @@ def _comm_buffers(model: TransformerConfig, layout: ParallelLayout, options: Mem
     T_sp = T // layout.tp if layout.sequence_parallel else T
     h = model.hidden
     total = 0.0
-    if layout.dp * layout.cp > 1 or layout.pipeline.bidirectional:   # DualPipe: also between its copies
+    # the sharding (and gradient-reduction) groups of _estimate_stage: DualPipe also between
+    # its two copies of a piece
+    copies = 2 if layout.pipeline.bidirectional else 1
+    dense_group, expert_group = layout.dp * layout.cp * copies, layout.edp * copies
+    if dense_group > 1 or (model.is_moe and expert_group > 1):
         total += 2 * options.bucket_size
-        if layout.zero_stage >= 3:
-            total += 2 * sum(_layer_params_on_gpu(model, layout)) * model.precision_spec.param_bytes
+    if layout.zero_stage >= 3:      # ZeRO-3 gathers the weights it shards (a group of 1 holds them whole)
+        dense, expert = _layer_params_on_gpu(model, layout)
+        gathered = dense * (dense_group > 1) + expert * (expert_group > 1)
+        total += 2 * gathered * model.precision_spec.param_bytes
     if layout.pp > 1:
         total += 4 * T_sp * h * e
     if layout.tp > 1:
