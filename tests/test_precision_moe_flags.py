@@ -57,3 +57,23 @@ def test_moe_dispatch_on_a_dense_model_is_an_error():
     assert res.output.splitlines() == [
         "error: workload 'gpt3-1.3b' is a dense model (experts=1): moe_dispatch (--moe-dispatch) "
         "applies to mixture-of-experts models only (e.g. mixtral-8x7b, deepseek-v3)"]
+
+
+def test_workload_show_reports_the_routing_load_and_dropped_tokens(tmp_path):
+    """A capacity factor drops token copies, which skip their experts and are not in the model
+    FLOPs; ``workload show`` says how many (and the hottest EP rank's load), so a lower MFU or
+    a faster iteration is not read as a property of the hardware. 64 experts on 8 EP ranks,
+    capacity factor 0.5 with uniform routing: half of the copies dropped, every rank at half
+    its balanced load."""
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(moe_doc({"distribution": "uniform", "capacity_factor": 0.5},
+                                           "nccl", ranks=8)))
+    doc = json.loads(_run(["workload", "show", str(path), "--json"]))
+    assert doc["moe_routing"] == {"distribution": "uniform", "capacity_factor": 0.5,
+                                  "load_factor": 0.5, "dropped_fraction": 0.5}
+    text = _run(["workload", "show", str(path)])
+    assert ("routing     uniform, capacity factor 0.5: the most loaded EP rank's experts process "
+            "0.5 x top_k·T token copies (balanced: 1), 50% of token copies dropped") in text
+    path.write_text(yaml.safe_dump(moe_doc({"distribution": "uniform"}, "nccl", ranks=8)))
+    assert "routing " not in _run(["workload", "show", str(path)])    # balanced: nothing to say
+    assert json.loads(_run(["workload", "show", str(path), "--json"]))["moe_routing"]["dropped_fraction"] == 0

@@ -237,6 +237,11 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     out = {"workload": spec.name, "params": model.num_params(), "active_params": model.num_active_params(),
            "gpus": layout.world_size, "layout": layout.describe(), "precision": model.precision,
            "moe_dispatch": layout.moe_dispatch if model.is_moe else None,
+           "moe_routing": {"distribution": model.routing.distribution,
+                           "capacity_factor": model.routing.capacity_factor,
+                           "load_factor": model.routing.load_factor(model.experts, layout.ep),
+                           "dropped_fraction": model.routing.dropped_fraction(model.experts)}
+           if model.is_moe else None,
            "overlap": spec.overlap_options().describe(),
            "groups": {k: [list(g) for g in layout.groups(k)[:4]] for k in ("tp", "cp", "dp", "pp", "ep")},
            "group_counts": {k: len(layout.groups(k)) for k in ("tp", "cp", "dp", "pp", "ep")},
@@ -253,6 +258,8 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     click.echo(f"  layout      {layout.describe()}")
     click.echo(f"  precision   {model.precision}"
                + (f", MoE all-to-all {layout.moe_dispatch}" if model.is_moe else ""))
+    if model.is_moe and not model.routing.balanced:
+        click.echo(f"  routing     {model.routing.describe(model.experts, layout.ep)}")
     if model.description:       # e.g. what a Hugging Face config holds that dessim does not model
         click.echo(f"  note        {model.description}")
     click.echo(f"  overlap     {out['overlap']} (training.tp_comm_overlap, fuse_optimizer_allreduce)")

@@ -188,6 +188,22 @@ class MoERouting:
         return max(per_rank) * ep
 
 
+    def describe(self, experts: int, ep: int) -> str:
+        """One line for a report: the distribution, the capacity factor, the most loaded EP
+        rank's load over the mean (:meth:`load_factor`) and the share of token copies dropped
+        (:meth:`dropped_fraction`), which skip their experts and are not in the model FLOPs."""
+        dist = {"zipf": f"zipf (exponent {self.exponent:g})",
+                "counts": f"counts ({len(self.counts)} experts)"}.get(self.distribution, self.distribution)
+        cap = ("dropless" if self.capacity_factor is None
+               else f"capacity factor {self.capacity_factor:g}")
+        text = (f"{dist}, {cap}: the most loaded EP rank's experts process "
+                f"{self.load_factor(experts, ep):.3g} x top_k·T token copies (balanced: 1)")
+        dropped = self.dropped_fraction(experts)
+        if dropped:
+            text += (f", {100 * dropped:.3g}% of token copies dropped (they skip their experts; "
+                     "model FLOPs count the kept ones)")
+        return text
+
     def gpu_shares(self, experts: int, gpus: int) -> list[float]:
         """Share of the token copies each of ``gpus`` GPUs receives (experts in contiguous
         blocks, before any capacity limit)."""
