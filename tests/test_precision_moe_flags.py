@@ -77,3 +77,16 @@ def test_workload_show_reports_the_routing_load_and_dropped_tokens(tmp_path):
     path.write_text(yaml.safe_dump(moe_doc({"distribution": "uniform"}, "nccl", ranks=8)))
     assert "routing " not in _run(["workload", "show", str(path)])    # balanced: nothing to say
     assert json.loads(_run(["workload", "show", str(path), "--json"]))["moe_routing"]["dropped_fraction"] == 0
+
+
+def test_workload_show_says_a_precision_the_gpu_cannot_run():
+    """``simulate`` refuses FP8 on an A100 (no FP8 tensor cores); ``workload show`` printed
+    its FLOPs and memory with 'fits' and no word of it. It now says why it would not run."""
+    doc = json.loads(_run(["workload", "show", "gpt3-1.3b", "--gpus", "8", "--device", "A100",
+                           "--precision", "fp8", "--json"]))
+    assert doc["precision_error"].startswith("precision 'fp8' needs fp8 tensor cores, which A100-80GB")
+    text = _run(["workload", "show", "gpt3-1.3b", "--gpus", "8", "--device", "A100", "--precision", "fp8"])
+    assert "  not runnable: precision 'fp8' needs fp8 tensor cores" in text
+    h100 = json.loads(_run(["workload", "show", "gpt3-1.3b", "--gpus", "8", "--device", "H100",
+                            "--precision", "fp8", "--json"]))
+    assert h100["precision_error"] is None

@@ -198,6 +198,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     Example: dessim workload show gpt3-175b --gpus 1024 --pp 16
     """
     from dessim.catalog.devices import get_device
+    from dessim.engine.device import DeviceModel
     from dessim.errors import DessimError
     from dessim.workload import (estimate_memory, hardware_flops_per_iteration, model_flops_per_iteration)
     from dessim.topology.presets import suggested_topology
@@ -225,13 +226,17 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     est = estimate_memory(model, layout, memory)
     dev_name = (topo.device(0) if topo is not None else None) or device or spec.training.device
     dev = get_device(dev_name) if dev_name else None
-    fit = None
+    fit = unsupported = None
     if dev is not None:
         try:
             check_fit(est, dev.hbm_capacity)
             fit = "fits"
         except DessimError as exc:
             fit = str(exc)
+        try:                # e.g. FP8 on an A100: simulate refuses it, say so here too
+            DeviceModel(dev, model.precision).check_precision()
+        except DessimError as exc:
+            unsupported = str(exc)
     f_model = model_flops_per_iteration(model, layout.global_batch)
     f_hw = hardware_flops_per_iteration(model, layout.global_batch, layout.recompute)
     out = {"workload": spec.name, "params": model.num_params(), "active_params": model.num_active_params(),
@@ -248,7 +253,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
            "model_flops": f_model, "hardware_flops": f_hw,
            "memory_per_gpu_bytes": dict(est.breakdown()), "memory_stage": est.stage,
            "device": dev.name if dev else None, "capacity_bytes": dev.hbm_capacity if dev else None,
-           "fit": fit, "topology": suggested_topology(layout.world_size, dev_name)
+           "fit": fit, "precision_error": unsupported, "topology": suggested_topology(layout.world_size, dev_name)
            if topology is None else topology, "model_note": model.description}
     if as_json:
         print_json(out)
@@ -279,6 +284,8 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
         click.echo(f"    {k:<14} {format_size(v)}")
     if dev is not None:
         click.echo(f"  {dev.name} HBM {format_size(dev.hbm_capacity)}: {fit}")
+    if unsupported:
+        click.echo(f"  not runnable: {unsupported}")
 
 
 
