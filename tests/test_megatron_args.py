@@ -262,3 +262,17 @@ def test_an_fp8_recipe_without_fp8_format_trains_in_16_bits_and_says_so():
     launch = megatron_workload((_SPLIT + "--bf16 --fp8-recipe blockwise").split(), 8)
     assert launch.document["model"]["precision"] == "bf16"
     assert "--fp8-recipe blockwise without --fp8-format: no FP8, as in Megatron" in " ".join(launch.notes)
+
+
+def test_uniform_recompute_of_layer_groups_says_its_memory_is_per_layer():
+    """``--recompute-method uniform --recompute-num-layers N`` recomputes every layer, as dessim's
+    full recompute, but checkpoints one input per N layers: dessim's memory is that of N = 1,
+    which the launch's notes now say (it did not) — and N = 1 is exact, with no note."""
+    base = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+            "--micro-batch-size 1 --vocab-size 1000 --recompute-granularity full "
+            "--recompute-method uniform --recompute-num-layers ")
+    two = megatron_workload((base + "2").split(), 8)
+    assert two.document["training"]["recompute"] == "full"
+    assert any("--recompute-num-layers 2: memory as with 1" in n for n in two.notes)
+    one = megatron_workload((base + "1").split(), 8)
+    assert not any("--recompute-num-layers" in n for n in one.notes)

@@ -350,7 +350,7 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
     training: dict[str, Any] = {
         "micro_batch": _int(flags, "micro-batch-size", 0),                       # required
         "schedule": "interleaved" if virtual > 1 else "1f1b", "virtual_stages": virtual,
-        "recompute": _recompute(flags, layers // (pp * virtual)),
+        "recompute": _recompute(flags, layers // (pp * virtual), notes),
         "attention": "flash2" if flags.get("use-flash-attn") else
         _choice(flags, "attention-backend", _ATTENTION, "auto"),
         "zero_stage": 1 if flags.get("use-distributed-optimizer") else 0,
@@ -483,7 +483,7 @@ def _virtual_stages(flags: Mapping[str, Any], layers: int, pp: int) -> int:
     return counted // pp // per_stage
 
 
-def _recompute(flags: Mapping[str, Any], layers_per_chunk: int) -> str:
+def _recompute(flags: Mapping[str, Any], layers_per_chunk: int, notes: list[str]) -> str:
     if flags.get("recompute-activations"):
         return "selective"                      # the older spelling of selective recompute
     granularity = _choice(flags, "recompute-granularity", {**_RECOMPUTE, "none": "none"}, "none")
@@ -498,6 +498,14 @@ def _recompute(flags: Mapping[str, Any], layers_per_chunk: int) -> str:
         raise SpecError(f"megatron arguments: not supported yet: --recompute-method block "
                         f"--recompute-num-layers {n} recomputes {n} of the {layers_per_chunk} layers of "
                         "each model chunk; dessim recomputes all or none")
+    if method == "uniform" and n > 1:
+        # Megatron's CheckpointFunction over groups of n layers (transformer_block.py
+        # _checkpointed_forward): one stored input per group, the group's activations held
+        # while it is recomputed; the same recomputation work as n = 1
+        notes.append(f"--recompute-method uniform --recompute-num-layers {n}: memory as with 1 "
+                     f"(every layer's input stored, one layer's activations while it is "
+                     f"recomputed); Megatron stores one input per {n} layers and holds {n} layers' "
+                     "activations while recomputing them (the same recomputation)")
     return "full"
 
 
