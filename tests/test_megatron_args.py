@@ -276,3 +276,15 @@ def test_uniform_recompute_of_layer_groups_says_its_memory_is_per_layer():
     assert any("--recompute-num-layers 2: memory as with 1" in n for n in two.notes)
     one = megatron_workload((base + "1").split(), 8)
     assert not any("--recompute-num-layers" in n for n in one.notes)
+
+
+def test_bf16_launch_notes_megatrons_fp32_gradients():
+    """Megatron-LM sets accumulate_allreduce_grads_in_fp32 for --bf16 (arguments.py: "bfloat16
+    requires gradient accumulation and all-reduce to be done in fp32"), so its gradients are
+    4 bytes where dessim's bf16 recipe keeps 2: the launch's notes say so (they did not)."""
+    base = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+            "--micro-batch-size 1 --vocab-size 1000 ")
+    bf16 = megatron_workload((base + "--bf16").split(), 8)
+    assert any("--bf16: Megatron accumulates and reduces the gradients in fp32" in n for n in bf16.notes)
+    fp32 = megatron_workload(base.split(), 8)
+    assert not any("accumulates and reduces the gradients in fp32" in n for n in fp32.notes)

@@ -46,6 +46,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from dessim.errors import SpecError
+from dessim.workload.common.precision import PRECISIONS
 
 __all__ = ["MegatronLaunch", "MAPPED", "NO_EFFECT", "UNSUPPORTED", "parse_megatron_args",
            "megatron_workload", "GPT2_VOCAB"]
@@ -321,6 +322,13 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
                      f"--max-position-embeddings {max_pos} ({abs(max_pos - seq) * hidden} parameters)")
     precision = (_fp8_precision(flags, notes) if "fp8-format" in flags
                  else "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32")
+    if flags.get("bf16") and PRECISIONS[precision].grad_bytes < 4:
+        # megatron/training/arguments.py: "bfloat16 requires gradient accumulation and
+        # all-reduce to be done in fp32" (accumulate_allreduce_grads_in_fp32 = True)
+        notes.append(f"--bf16: Megatron accumulates and reduces the gradients in fp32 "
+                     f"(accumulate_allreduce_grads_in_fp32); dessim's {precision} recipe keeps "
+                     f"{PRECISIONS[precision].grad_bytes}-byte gradients: gradient memory and "
+                     "data-parallel gradient traffic are half of Megatron's")
     if "fp8-recipe" in flags and "fp8-format" not in flags:
         notes.append(f"--fp8-recipe {flags['fp8-recipe']} without --fp8-format: no FP8, as in Megatron "
                      "(the recipe applies only to FP8 training)")
