@@ -117,8 +117,8 @@ def test_cli_lists_what_it_leaves_out_and_simulates_like_simulate(tmp_path):
     wl.write_text(runner.invoke(cli, ["megatron", *topo, "--print-workload", "--", *argv]).output)
     sim = json.loads(runner.invoke(cli, ["simulate", str(wl), *topo, "--json"]).output)
     assert sim["iteration_s"] == meg["iteration_s"]
-    bad = runner.invoke(cli, ["megatron", *topo, "--", *argv, "--bogus", "--tp-comm-overlap"])
-    assert bad.exit_code == 2 and "unknown: --bogus" in bad.output and "--tp-comm-overlap" in bad.output
+    bad = runner.invoke(cli, ["megatron", *topo, "--", *argv, "--bogus", "--overlap-param-gather"])
+    assert bad.exit_code == 2 and "unknown: --bogus" in bad.output and "--overlap-param-gather" in bad.output
     ok = runner.invoke(cli, ["megatron", *topo, "--allow-unsupported", "--json", "--", *argv, "--bogus"])
     assert ok.exit_code == 0
     assert "megatron flags unknown, left out: --bogus" in ok.stderr
@@ -288,3 +288,99 @@ def test_bf16_launch_notes_megatrons_fp32_gradients():
     assert any("--bf16: Megatron accumulates and reduces the gradients in fp32" in n for n in bf16.notes)
     fp32 = megatron_workload(base.split(), 8)
     assert not any("accumulates and reduces the gradients in fp32" in n for n in fp32.notes)
+
+
+DEEPSEEK_R1 = Path(__file__).parent / "data" / "megatron" / "deepseek_r1_model.args"
+#: DeepSeek-V3's published layout (report §3.2) on 2,048 GPUs, and its one MTP module
+DEEPSEEK_LAYOUT = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 16 "
+                   "--expert-model-parallel-size 64 --global-batch-size 15360 --vocab-size 129280 "
+                   "--mtp-num-layers 1").split()
+
+
+def deepseek_r1_args() -> list[str]:
+    lines = [ln.split("#")[0].strip() for ln in DEEPSEEK_R1.read_text().splitlines()]
+    return " ".join(ln for ln in lines if ln).split() + DEEPSEEK_LAYOUT
+
+
+def test_megatrons_deepseek_launch_is_the_deepseek_v3_model():
+    """MLA, 3 dense layers then 58 MoE layers (--moe-layer-freq [0]*3+[1]*58), one shared expert
+    of the routed experts' width, one MTP module: the same model as the deepseek-v3 preset,
+    parameter for parameter; only node-limited routing and MoE-layer recompute are refused."""
+    launch = megatron_workload(deepseek_r1_args(), 2048, allow_unsupported=True)
+    assert sorted(u.split(" (")[0] for u in launch.unsupported) == [
+        "--moe-layer-recompute", "--moe-router-group-topk 4", "--moe-router-num-groups 8"]
+    assert launch.unknown == []
+    model = launch.document["model"]
+    assert model["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                            "qk_rope_head_dim": 64, "v_head_dim": 128}
+    assert (model["dense_layers"], model["shared_experts"], model["mtp_modules"]) == (3, 1, 1)
+    ours, preset = parse_workload(launch.document).model, load_workload("deepseek-v3").model
+    assert ours.num_params() == preset.num_params()
+    assert ours.num_active_params() == preset.num_active_params()
+    assert abs(ours.num_params(include_mtp=False) / 671e9 - 1) < 0.005     # "671B total" (report)
+    assert any("SequentialMLP" in n for n in launch.notes)          # no --moe-grouped-gemm
+    assert not any("--moe-shared-expert-overlap" in n for n in launch.notes)  # it has that one
+
+
+MOE_ARGV = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+            "--micro-batch-size 1 --vocab-size 1000 --num-experts 8 --moe-ffn-hidden-size 64 "
+            "--disable-bias-linear").split()
+
+
+@pytest.mark.parametrize("freq, dense", [("1", 0), ("[0]*1+[1]*3", 1), ("([0]*2+[1]*2)", 2),
+                                         ("[0,1,1,1]", 1)])
+def test_moe_layer_freq_with_dense_layers_first_maps_to_dense_layers(freq, dense):
+    model = megatron_workload(MOE_ARGV + ["--moe-layer-freq", freq], 8).document["model"]
+    assert model.get("dense_layers", 0) == dense
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("--moe-layer-freq 2", "interleaves dense and MoE layers"),
+    ("--moe-layer-freq [1,0,1,1]", "interleaves dense and MoE layers"),
+    ("--moe-layer-freq [0]*3+[1]*3", "gives 6 layers, --num-layers is 4"),
+    ("--moe-layer-freq __import__('os')", "neither a whole number nor a list expression"),
+    ("--moe-layer-freq [2]*4", "neither a whole number nor a list expression"),
+    ("--moe-shared-expert-intermediate-size 96", "not a multiple of the experts' width 64"),
+    ("--kv-lora-rank 64", "--kv-lora-rank without --multi-latent-attention"),
+    ("--qk-layernorm", "--qk-layernorm without --multi-latent-attention"),
+    ("--multi-latent-attention --group-query-attention", "MLA has no key/value groups"),
+    ("--tp-comm-overlap --tensor-model-parallel-size 2", "--tp-comm-overlap needs --sequence-parallel"),
+])
+def test_moe_mla_and_overlap_flags_dessim_cannot_map_are_errors(extra, message):
+    with pytest.raises(SpecError, match="megatron arguments") as err:
+        megatron_workload(MOE_ARGV + extra.split(), 8)
+    assert message in str(err.value)
+
+
+def test_moe_flags_without_experts_are_errors():
+    argv = " ".join(MOE_ARGV).replace("--num-experts 8 ", "").split() + ["--moe-grouped-gemm"]
+    with pytest.raises(SpecError, match="--moe-grouped-gemm without --num-experts"):
+        megatron_workload(argv, 8)
+
+
+def test_shared_experts_grouped_gemms_and_overlap_say_what_dessim_runs():
+    """dessim costs experts as grouped GEMMs and runs shared experts under the dispatch; a
+    launch without --moe-grouped-gemm / --moe-shared-expert-overlap is told so."""
+    launch = megatron_workload(MOE_ARGV + ["--moe-shared-expert-intermediate-size", "128"], 8)
+    assert launch.document["model"]["shared_experts"] == 2
+    assert any("SequentialMLP" in n for n in launch.notes)
+    assert any("--moe-shared-expert-overlap" in n for n in launch.notes)
+    quiet = megatron_workload(MOE_ARGV + "--moe-shared-expert-intermediate-size 128 --moe-grouped-gemm "
+                              "--moe-shared-expert-overlap".split(), 8)
+    assert not any("SequentialMLP" in n or "--moe-shared-expert-overlap" in n for n in quiet.notes)
+
+
+def test_tp_comm_overlap_maps_to_dessims_userbuffers_overlap():
+    argv = MOE_ARGV + "--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap".split()
+    assert megatron_workload(argv, 8).document["training"]["tp_comm_overlap"] is True
+    assert "tp_comm_overlap" not in megatron_workload(MOE_ARGV, 8).document["training"]
+
+
+def test_mla_takes_megatrons_defaults_and_ignores_kv_channels():
+    argv = [a for a in MOE_ARGV] + "--multi-latent-attention --kv-channels 128".split()
+    launch = megatron_workload(argv, 8)
+    assert launch.document["model"]["mla"] == {"q_lora_rank": 0, "kv_lora_rank": 32,
+                                               "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                                               "v_head_dim": 128}
+    assert any("--qk-layernorm" in n for n in launch.notes)
+    parse_workload(launch.document)          # a valid workload

@@ -33,7 +33,11 @@ Defaults and derived values follow Megatron-LM's ``megatron/training/arguments.p
 * gradient buckets (``megatron/core/distributed/distributed_data_parallel.py``): with
   ``--overlap-grad-reduce``, ``max(40,000,000, 1,000,000 × DP)`` parameters per bucket
   (``--ddp-bucket-size`` overrides), each reduced as soon as the backward fills it; without it,
-  one reduction after the backward (dessim ``bucket_size: 0``).
+  one reduction after the backward (dessim ``bucket_size: 0``);
+* DeepSeek-style models: ``--multi-latent-attention`` and its dimensions (Megatron's defaults,
+  :data:`_MLA_FLAGS`), ``--moe-layer-freq`` with the dense layers first, shared experts as
+  ``--moe-shared-expert-intermediate-size`` / ``--moe-ffn-hidden-size`` experts of the routed
+  width, ``--mtp-num-layers`` (:func:`_mla`, :func:`_moe_layers`).
 """
 
 from __future__ import annotations
@@ -76,6 +80,11 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
     "attention-backend": 1, "use-flash-attn": 0, "overlap-grad-reduce": 0,
     "ddp-bucket-size": 1, "accumulate-allreduce-grads-in-fp32": 0, "kv-channels": 1,
+    "multi-latent-attention": 0, "q-lora-rank": 1, "kv-lora-rank": 1, "qk-head-dim": 1,
+    "qk-pos-emb-head-dim": 1, "v-head-dim": 1, "qk-layernorm": 0,
+    "moe-shared-expert-intermediate-size": 1, "moe-layer-freq": 1, "mtp-num-layers": 1,
+    "moe-grouped-gemm": 0, "moe-shared-expert-overlap": 0, "tp-comm-overlap": 0,
+    "overlap-p2p-communication": 0,
 })
 
 #: Flags that do not change one steady-state iteration → number of values (-1: any).
@@ -103,20 +112,24 @@ NO_EFFECT: Mapping[str, int] = MappingProxyType({
     "manual-gc": 0, "manual-gc-interval": 1, "no-rope-fusion": 0, "use-distributed-sampler": 0,
     "moe-router-pre-softmax": 0, "moe-router-score-function": 1, "log-params-norm": 0,
     "log-num-zeros-in-grad": 0, "tensorboard-log-interval": 1,
+    # the router's numerics and aux-loss-free balancing (DeepSeek-V3 §2.1.2) and YaRN's
+    # RoPE scaling change no kernel's size; the drop policy matters only with a capacity
+    "moe-router-dtype": 1, "moe-router-bias-update-rate": 1, "moe-router-enable-expert-bias": 0,
+    "moe-router-topk-scaling-factor": 1, "moe-token-drop-policy": 1, "mscale": 1,
+    "mscale-all-dim": 1, "rotary-scaling-factor": 1,
 })
 
 #: Megatron features dessim does not model → (values, reason).
 UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "overlap-param-gather": (0, "dessim all-gathers parameters after the optimizer step, not "
                                 "during the next forward"),
-    "tp-comm-overlap": (0, "TP communication is not split and overlapped with GEMMs"),
-    "overlap-p2p-communication": (0, "pipeline sends are not overlapped with compute"),
-    "multi-latent-attention": (0, "multi-head latent attention (MLA)"),
-    "q-lora-rank": (1, "multi-head latent attention (MLA)"),
-    "kv-lora-rank": (1, "multi-head latent attention (MLA)"),
-    "moe-shared-expert-intermediate-size": (1, "shared experts"),
-    "moe-layer-freq": (1, "MoE on some layers only"),
-    "moe-grouped-gemm": (0, "experts run as separate GEMMs"),
+    "moe-router-num-groups": (1, "node-limited (group) routing: dessim routes each token's "
+                                 "top-k over all experts"),
+    "moe-router-group-topk": (1, "node-limited (group) routing: dessim routes each token's "
+                                 "top-k over all experts"),
+    "moe-layer-recompute": (0, "recomputation of the MoE layers"),
+    "no-overlap-p2p-communication": (0, "dessim's pipeline sends always overlap compute (they run "
+                                        "on their own streams)"),
     "squared-relu": (0, "squared-ReLU MLP"),
     "add-qkv-bias": (0, "biases on the QKV projection only"),
     "fp8-param-gather": (0, "FP8 parameter all-gather"),
@@ -343,16 +356,28 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         "precision": precision,
     }
     kv_channels = _opt_int(flags, "kv-channels")
+    if kv_channels is not None and flags.get("multi-latent-attention"):
+        kv_channels = None          # MLA's heads are --qk-head-dim/--v-head-dim wide
     if kv_channels is not None and kv_channels * model["heads"] != hidden:
         raise SpecError(f"megatron arguments: not supported yet: --kv-channels {kv_channels} ≠ "
                         f"--hidden-size / --num-attention-heads = {hidden / model['heads']:g}")
     if flags.get("group-query-attention"):
         model["kv_heads"] = _int(flags, "num-query-groups", 1)
+    model.update(_mla(flags, notes))
     experts = _opt_int(flags, "num-experts")
     if experts:
         model.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2))
         if "moe-ffn-hidden-size" in flags:
             model["moe_ffn_hidden"] = _int(flags, "moe-ffn-hidden-size", 0)
+        model.update(_moe_layers(flags, layers, model.get("moe_ffn_hidden", ffn), notes))
+    else:
+        moe_only = [f"--{k}" for k in ("moe-shared-expert-intermediate-size", "moe-layer-freq",
+                                       "moe-grouped-gemm") if k in flags]
+        if moe_only:
+            raise SpecError(f"megatron arguments: {', '.join(moe_only)} without --num-experts "
+                            "(they configure a mixture of experts)")
+    if "mtp-num-layers" in flags:
+        model["mtp_modules"] = _int(flags, "mtp-num-layers", 0)
     dispatch = _moe_dispatch(flags)
     virtual = _virtual_stages(flags, layers, pp)
     training: dict[str, Any] = {
@@ -364,6 +389,14 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         "zero_stage": 1 if flags.get("use-distributed-optimizer") else 0,
         "bucket_size": _bucket_bytes(flags, dp, precision),
     }
+    if flags.get("tp-comm-overlap"):
+        if not flags.get("sequence-parallel"):
+            # megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can
+            # happen only when sequence parallelism is enabled"
+            raise SpecError("megatron arguments: --tp-comm-overlap needs --sequence-parallel, as "
+                            "in Megatron-LM (Transformer Engine's userbuffers overlap the sequence-"
+                            "parallel all-gathers and reduce-scatters)")
+        training["tp_comm_overlap"] = True
     if "global-batch-size" in flags:
         training["global_batch"] = _int(flags, "global-batch-size", 0)
     if experts:
@@ -382,6 +415,113 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
                                           if "expert-tensor-parallel-size" in flags else {})},
                        "training": training}
     return launch
+
+
+#: Megatron-LM's MLA defaults (``megatron/training/arguments.py``, ``_add_mla_args``):
+#: flag → (``model.mla`` key of :class:`~dessim.workload.transformer.mla.MLAConfig`, default;
+#: None: no query compression)
+_MLA_FLAGS: Mapping[str, tuple[str, int | None]] = MappingProxyType({
+    "q-lora-rank": ("q_lora_rank", None), "kv-lora-rank": ("kv_lora_rank", 32),
+    "qk-head-dim": ("qk_nope_head_dim", 128), "qk-pos-emb-head-dim": ("qk_rope_head_dim", 64),
+    "v-head-dim": ("v_head_dim", 128),
+})
+
+
+def _mla(flags: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``model.mla`` (and ``bias: false``) of ``--multi-latent-attention`` with Megatron's
+    defaults for the dimensions not given (``--qk-head-dim`` is the no-position part of a query
+    head, ``--qk-pos-emb-head-dim`` its RoPE part: ``q_head_dim = qk_head_dim +
+    qk_pos_emb_head_dim``, Megatron's help text)."""
+    given = [f"--{k}" for k in _MLA_FLAGS if k in flags]
+    if not flags.get("multi-latent-attention"):
+        if given:
+            raise SpecError(f"megatron arguments: {', '.join(given)} without "
+                            "--multi-latent-attention (they set MLA's dimensions)")
+        if flags.get("qk-layernorm"):
+            raise SpecError("megatron arguments: not supported yet: --qk-layernorm without "
+                            "--multi-latent-attention (per-head query/key norms)")
+        return {}
+    if flags.get("group-query-attention"):
+        raise SpecError("megatron arguments: --multi-latent-attention with --group-query-attention: "
+                        "MLA has no key/value groups")
+    mla = {key: (_int(flags, flag, 0) if flag in flags else default or 0)
+           for flag, (key, default) in _MLA_FLAGS.items()}
+    if not flags.get("qk-layernorm"):
+        notes.append("--multi-latent-attention without --qk-layernorm: dessim's MLA keeps the "
+                     "RMSNorms of the compressed query and key/value (DeepSeek-V2/V3), "
+                     f"{mla['q_lora_rank'] + mla['kv_lora_rank']} weights and two small norm "
+                     "kernels per layer that Megatron builds only with --qk-layernorm")
+    return {"mla": mla}
+
+
+def _layer_pattern(text: str, layers: int) -> list[int]:
+    """``--moe-layer-freq``'s list expression (``"([0]*3+[1]*58)"``: 1 = an MoE layer), as
+    Megatron evaluates it (``moe_freq_type``), from lists of 0/1, ``+``, ``*`` and parentheses
+    only."""
+    import ast
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and e.value in (0, 1)
+                                              for e in node.elts):
+            return [e.value for e in node.elts]           # type: ignore[attr-defined]
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
+                return left * right
+        raise ValueError
+    try:
+        pattern = value(ast.parse(text.strip(), mode="eval").body)
+        if not isinstance(pattern, list):
+            raise ValueError
+    except (SyntaxError, ValueError):
+        raise SpecError(f"megatron arguments: --moe-layer-freq {text!r} is neither a whole number "
+                        "nor a list expression of 0 and 1 such as \"([0]*3+[1]*58)\"") from None
+    if len(pattern) != layers:
+        raise SpecError(f"megatron arguments: --moe-layer-freq {text!r} gives {len(pattern)} layers, "
+                        f"--num-layers is {layers}")
+    return pattern
+
+
+def _moe_layers(flags: Mapping[str, Any], layers: int, moe_ffn: int,
+                notes: list[str]) -> dict[str, Any]:
+    """``dense_layers`` and ``shared_experts`` of an MoE launch: ``--moe-layer-freq`` (an
+    integer N: layer i is MoE when i % N == 0; a list: 1 = MoE) must make the first k layers
+    dense and the rest MoE (DeepSeek's ``first_k_dense_replace``); Megatron's shared experts
+    are one MLP of ``--moe-shared-expert-intermediate-size`` (``num_shared_experts ×
+    ffn_size_of_each``, transformer_config.py), i.e. that size / ``--moe-ffn-hidden-size``
+    shared experts."""
+    out: dict[str, Any] = {}
+    freq = str(flags.get("moe-layer-freq", "1"))
+    if not freq.strip().isdigit():
+        pattern = _layer_pattern(freq, layers)
+    else:
+        n = _int(flags, "moe-layer-freq", 1)
+        pattern = [int(i % n == 0) for i in range(layers)]
+    dense = pattern.index(1) if 1 in pattern else layers
+    if pattern != [0] * dense + [1] * (layers - dense):
+        raise SpecError(f"megatron arguments: not supported yet: --moe-layer-freq {freq} interleaves "
+                        "dense and MoE layers; dessim's MoE models have their dense layers first "
+                        "(DeepSeek's first_k_dense_replace), e.g. \"([0]*3+[1]*58)\"")
+    if dense:
+        out["dense_layers"] = dense
+    if "moe-shared-expert-intermediate-size" in flags:
+        size = _int(flags, "moe-shared-expert-intermediate-size", 0)
+        if size % moe_ffn:
+            raise SpecError(f"megatron arguments: not supported yet: --moe-shared-expert-intermediate-"
+                            f"size {size} is not a multiple of the experts' width {moe_ffn}: dessim's "
+                            "shared experts are as wide as the routed ones")
+        out["shared_experts"] = size // moe_ffn
+    if "shared_experts" in out and not flags.get("moe-shared-expert-overlap"):
+        notes.append("shared experts run while the dispatch all-to-all is in flight, as Megatron's "
+                     "--moe-shared-expert-overlap; without it Megatron runs them before the router")
+    if not flags.get("moe-grouped-gemm"):
+        notes.append("experts costed as grouped GEMMs; without --moe-grouped-gemm Megatron runs "
+                     "SequentialMLP, one GEMM per local expert")
+    return out
 
 
 def _moe_dispatch(flags: Mapping[str, Any]) -> str:
