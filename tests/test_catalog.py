@@ -29,7 +29,7 @@ def test_reference_figures():
     assert get_device("H100").flops["fp8"] == pytest.approx(1978.9e12)
     assert get_device("A100-80GB").flops["bf16"] == pytest.approx(312e12)
     assert get_device("A100-80GB").hbm_bw == pytest.approx(2039e9)
-    assert get_device("H200").hbm_capacity == pytest.approx(141e9)
+    assert get_device("H200").hbm_capacity == 143771 * 2**20   # Driver-reported HBM totals
     assert get_device("B200").scaleup_bw == pytest.approx(900e9)
     assert get_device("MI300X").scaleup_bw == pytest.approx(448e9)
 
@@ -97,3 +97,39 @@ def test_link_type_and_tech_errors_list_valid_values():
         get_link_tech("nvlink9")
     assert set(LINK_TYPES) == {"nvlink", "pcie", "cxl", "ib", "ethernet", "infinity_fabric",
                                "ddr", "storage", "custom"}
+
+
+#: Driver-reported HBM totals (docs/references.md): nvidia-smi's Total in MiB, rocm-smi's bytes.
+DRIVER_TOTALS = {"V100": 32768 * 2**20, "A100-40GB": 40960 * 2**20, "A100-80GB": 81920 * 2**20,
+                 "H100": 81559 * 2**20, "H800": 81559 * 2**20, "H200": 143771 * 2**20,
+                 "B200": 183359 * 2**20, "MI300X": 206141652992}
+
+
+@pytest.mark.parametrize("name", sorted(DRIVER_TOTALS))
+def test_hbm_capacity_is_the_total_the_driver_reports(name):
+    """Not the marketed "80GB" read as 80e9 B, which left an H100 6.5 % short of the memory
+    nvidia-smi shows (81,559 MiB = 85.5e9 B) and refused layouts that fit real GPUs."""
+    d = DEVICES[name]
+    assert d.hbm_capacity == DRIVER_TOTALS[name]
+    label = d.sources["hbm_capacity"][:3]
+    assert label == ("[D]" if name == "H800" else "[C]")   # H800: H100's, same GH100 and HBM3
+    assert "Driver-reported HBM totals" in d.sources["hbm_capacity"]
+
+
+def test_h100_no_longer_understated_and_gb200_says_its_figure_is_unconfirmed():
+    assert get_device("H100").hbm_capacity / 80e9 == pytest.approx(1.0690, abs=1e-4)
+    gb200 = get_device("GB200").sources["hbm_capacity"]
+    assert gb200.startswith("[U]") and "no public driver-reported total" in gb200
+
+
+def test_a_layout_between_the_marketed_and_the_reported_capacity_now_fits_an_h100():
+    """llama3-8b, tp1-pp1-dp8, 16 sequences: 79.16 GiB per GPU, above 80e9 B = 74.51 GiB,
+    below the H100's 79.65 GiB."""
+    from dessim.errors import MemoryFitError
+    from dessim.workload import plan_workload
+    overrides = {"parallelism": {"tp": 1, "pp": 1, "dp": 8}, "training": {"global_batch": 16}}
+    plan, _ = plan_workload("llama3-8b", "dgx-h100:nodes=1", overrides=overrides)
+    assert plan.capacity_bytes == 81559 * 2**20
+    with pytest.raises(MemoryFitError, match="79.16GiB per GPU"):
+        plan_workload("llama3-8b", "dgx-h100:nodes=1",
+                      overrides={**overrides, "hbm_capacity": "80GB"})

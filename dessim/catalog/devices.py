@@ -9,8 +9,15 @@ oracle.
 Conventions
     * FLOP/s are *dense* peaks (no 2:4 sparsity), keyed by precision: ``fp32`` (vector/FMA),
       ``tf32``, ``fp16``, ``bf16`` and ``fp8`` where the device has it.
-    * HBM capacity is the marketed figure in GB = 1e9 bytes (what CUDA reports is slightly
-      different; e.g. B200 shows ≈ 179-180 GB of its 192 GB).
+    * HBM capacity is the total the driver reports (nvidia-smi's memory ``Total`` on recent
+      drivers, rocm-smi's ``VRAM Total Memory`` for MI300X), not the marketed figure: NVIDIA's
+      "80GB" is binary-ish (H100 shows 81,559 MiB = 79.6 GiB = 85.5e9 B), so the marketed GB
+      taken as 1e9 B understated it by ≈ 6.5 %. Sizes are in MiB = 2**20 B (:data:`MiB`). What
+      CUDA lets a process allocate is slightly less again (``cudaGetDeviceProperties`` on an
+      A100-SXM4-40GB: 40,339 MiB of nvidia-smi's 40,960, bottlerocket#3873); that driver
+      reserve, like the CUDA context and allocator fragmentation, is what the memory model's
+      ``overhead`` allowance is for. A device without a public driver-reported total keeps its
+      marketed figure and says so ([U]) in its ``hbm_capacity`` source.
     * ``scaleup_bw`` is the per-GPU NVLink / Infinity Fabric bandwidth **per direction**
       (half the marketed bidirectional figure; "Interconnect generations" in docs/references.md).
     * ``scaleup_link`` and ``host_link`` name entries of :data:`dessim.catalog.links.LINK_TECHS`.
@@ -31,6 +38,7 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 T = 1e12  # TFLOP/s -> FLOP/s
 GB = 1e9  # GB -> bytes, GB/s -> B/s
+MiB = 2.0 ** 20  # MiB (nvidia-smi's unit) -> bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +47,7 @@ class GPUSpec:
 
     name: str                          #: canonical catalog key, e.g. "H100"
     flops: Mapping[str, float]         #: dense peak FLOP/s by precision (see PRECISIONS)
-    hbm_capacity: float                #: bytes (marketed, GB = 1e9)
+    hbm_capacity: float                #: bytes, the total the driver reports (see Conventions)
     hbm_bw: float                      #: bytes/second
     scaleup_bw: float                  #: per-GPU NVLink/IF bytes/second per direction
     scaleup_link: str                  #: LINK_TECHS key of the scale-up fabric
@@ -82,40 +90,47 @@ _UNCONFIRMED = "unconfirmed; override with a calibration or topology file"
 
 _LIST = [
     _spec("V100", {"fp32": 15.7 * T, "fp16": 125 * T},
-          32 * GB, 900 * GB, 150 * GB, "nvlink2", "pcie3",
+          32768 * MiB, 900 * GB, 150 * GB, "nvlink2", "pcie3",
           ("v100-sxm2", "v100-32gb", "tesla-v100"),
           {"fp16": "[C2] V100 datasheet (125 TF tensor FP16)",
            "fp32": "[C2] V100 datasheet (15.7 TF FP32); no TF32/BF16/FP8 on Volta",
-           "hbm_capacity": "[C2] V100 datasheet (16/32 GB HBM2; 32 GB variant here)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: Wan-Video/Wan2.1#5 (nvidia-smi, "
+                           "driver 525, Tesla V100-SXM2 300 W: 32768MiB); V100 datasheet "
+                           "(16/32 GB HBM2; 32 GB variant)",
            "hbm_bw": "[C2] V100 datasheet (900 GB/s)",
            "scaleup_bw": "[C2] Interconnect generations (NVLink2: 6 links x 25 GB/s uni = 150)",
            "host_link": "[C2] V100 datasheet (PCIe 3.0 host interface)"}),
     _spec("A100-40GB", {"fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T},
-          40 * GB, 1555 * GB, 300 * GB, "nvlink3", "pcie4",
+          40960 * MiB, 1555 * GB, 300 * GB, "nvlink3", "pcie4",
           ("a100-sxm4-40gb", "a100-40g"),
           {"fp16": "[C2] glennklockwood A100 (312 dense / 624 sparse)",
            "bf16": "[C2] glennklockwood A100 (312 dense)",
            "fp32": "[C2] glennklockwood A100 (19.5 TF FP32)",
            "tf32": "[C2] glennklockwood A100 (156 TF TF32 dense); A100 has no FP8",
-           "hbm_capacity": "[C2] glennklockwood A100 (40 GB HBM2)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: bottlerocket-core-kit#834 "
+                           "(nvidia-smi, driver 580, A100-SXM4-40GB: 40960MiB), "
+                           "modal-client#2797 (A100 40GB: 40960MiB); glennklockwood A100 "
+                           "(40 GB HBM2)",
            "hbm_bw": "[C2] glennklockwood A100 (A100 40GB HBM2: 1,555 GB/s)",
            "scaleup_bw": "[C2] glennklockwood A100 ('300+300 GB/s'); Interconnect generations "
                          "(NVLink3 12 x 25 GB/s uni = 300)",
            "host_link": "[C2] glennklockwood A100 (PCIe Gen4 32+32 GB/s)"}),
     _spec("A100-80GB", {"fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T},
-          80 * GB, 2039 * GB, 300 * GB, "nvlink3", "pcie4",
+          81920 * MiB, 2039 * GB, 300 * GB, "nvlink3", "pcie4",
           ("a100", "a100-80g", "a100-sxm4-80gb", "a100-sxm"),
           {"fp16": "[C2] glennklockwood A100 (312 dense)",
            "bf16": "[C2] glennklockwood A100 (312 dense)",
            "fp32": "[C2] glennklockwood A100 (19.5 TF FP32)",
            "tf32": "[C2] glennklockwood A100 (156 TF TF32 dense); no FP8",
-           "hbm_capacity": "[C2] glennklockwood A100 (80 GB HBM2e)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: modal-client#2797 "
+                           "(nvidia-smi, A100 80GB: 81920MiB); glennklockwood A100 (80 GB "
+                           "HBM2e)",
            "hbm_bw": "[C2] glennklockwood A100 (2,039 GB/s)",
            "scaleup_bw": "[C2] glennklockwood A100 ('300+300 GB/s'); Interconnect generations",
            "host_link": "[C2] glennklockwood A100 (PCIe Gen4 32+32 GB/s)"}),
     _spec("H100", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
                    "fp8": 1978.9 * T},
-          80 * GB, 3350 * GB, 450 * GB, "nvlink4", "pcie5",
+          81559 * MiB, 3350 * GB, 450 * GB, "nvlink4", "pcie5",
           ("h100-sxm", "h100-sxm5", "h100-80gb", "h100-sxm5-80gb"),
           {"fp16": "[C2] glennklockwood H100 (989.4 dense; the datasheet's figures are with "
                    "sparsity, dense is half)",
@@ -123,14 +138,17 @@ _LIST = [
            "fp8": "[C2] glennklockwood H100 (1,978.9 dense)",
            "fp32": "[C2] glennklockwood H100 (66.9 TF FP32 vector)",
            "tf32": "[C2] glennklockwood H100 (494.7 dense = 989.4 sparse / 2)",
-           "hbm_capacity": "[C2] glennklockwood H100 (80 GB HBM3)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: nccl#1264, gpu-burn#114 "
+                           "(nvidia-smi, driver 550, H100 80GB HBM3: 81559MiB), "
+                           "modal-client#2797 (H100: 81559MiB = 85.52e9 B); glennklockwood "
+                           "H100 (80 GB HBM3)",
            "hbm_bw": "[C2] glennklockwood H100 (3.35 TB/s)",
            "scaleup_bw": "[C] nccl-tests#212 (NVLink4 450 GB/s uni); glennklockwood H100 "
                          "(900 GB/s bidir)",
            "host_link": "[C2] glennklockwood H100 (PCIe Gen5 128 GB/s bidir)"}),
     _spec("H800", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
                    "fp8": 1978.9 * T},
-          80 * GB, 3350 * GB, 200 * GB, "nvlink4_h800", "pcie5",
+          81559 * MiB, 3350 * GB, 200 * GB, "nvlink4_h800", "pcie5",
           ("h800-sxm", "h800-sxm5", "h800-80gb"),
           {"fp16": "[C2] H800 SXM datasheet (1,979 TF sparse = 989 dense, as H100: the same "
                    "GH100 die; only NVLink and FP64 are cut)",
@@ -138,7 +156,9 @@ _LIST = [
            "fp8": "[C2] H800 SXM datasheet (3,958 sparse = 1,979 dense, as H100)",
            "fp32": "[C2] H800 SXM datasheet (67 TF FP32, as H100)",
            "tf32": "[C2] H800 SXM datasheet (989 sparse = 494.7 dense, as H100)",
-           "hbm_capacity": "[C2] H800 SXM datasheet (80 GB HBM3)",
+           "hbm_capacity": "[D] H800 SXM datasheet (80 GB HBM3, the GH100 and memory of H100) "
+                           "-> H100's 81559MiB (Driver-reported HBM totals); no citable "
+                           "H800 nvidia-smi output found",
            "hbm_bw": "[C2] H800 SXM datasheet (3.35 TB/s)",
            "scaleup_bw": "[C2] H800 SXM datasheet (NVLink 400 GB/s bidirectional = 200 uni, "
                          "8 NVLink4 links instead of 18); DeepSeek-V3 report §3.2.2 measures "
@@ -146,7 +166,7 @@ _LIST = [
            "host_link": "[C2] H800 SXM datasheet (PCIe Gen5 128 GB/s bidir)"}),
     _spec("H200", {"fp32": 66.9 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T,
                    "fp8": 1978.9 * T},
-          141 * GB, 4800 * GB, 450 * GB, "nvlink4", "pcie5",
+          143771 * MiB, 4800 * GB, 450 * GB, "nvlink4", "pcie5",
           ("h200-sxm", "h200-141gb"),
           {"fp16": "[C2] H200 specs (the GH100 die of H100); ml-engineering accelerators "
                    "(H200 = H100: 989 dense)",
@@ -154,21 +174,23 @@ _LIST = [
            "fp8": "[C2] H200 specs, ml-engineering accelerators (same as H100: 1,979 dense)",
            "fp32": "[C2] ml-engineering accelerators (same as H100; glennklockwood H100: 66.9)",
            "tf32": "[C2] ml-engineering accelerators (same as H100; glennklockwood H100: 494.7)",
-           "hbm_capacity": "[C2] H200 specs (141 GB HBM3e)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: sglang#3196 (nvidia-smi, "
+                           "driver 550, 8x H200: 143771MiB); H200 specs (141 GB HBM3e)",
            "hbm_bw": "[C2] H200 specs (4.8 TB/s)",
            "scaleup_bw": "[C2] H200 specs (NVLink4 900 bidir = 450 uni)",
            "host_link": "[U] PCIe Gen5 like H100; " + _UNCONFIRMED}),
     _spec("B200", {"fp32": 80 * T, "tf32": 1100 * T, "fp16": 2250 * T, "bf16": 2250 * T,
                    "fp8": 4500 * T},
-          192 * GB, 8000 * GB, 900 * GB, "nvlink5", "pcie5",
+          183359 * MiB, 8000 * GB, 900 * GB, "nvlink5", "pcie5",
           ("b200-sxm", "hgx-b200", "b200-192gb"),
           {"fp16": "[C2] glennklockwood B200 (HGX B200 1,000 W: 2,250 dense / 4,500 sparse)",
            "bf16": "[C2] glennklockwood B200 (2,250 dense)",
            "fp8": "[C2] glennklockwood B200 (4,500 dense)",
            "fp32": "[C2] glennklockwood B200 (HGX B200: 80 TF FP32)",
            "tf32": "[C2] glennklockwood B200 (HGX B200: 1,100 dense / 2,200 sparse TF32)",
-           "hbm_capacity": "[C2] glennklockwood B200, ml-engineering accelerators (192 GB "
-                           "HBM3e; ≈179-180 GB visible)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: TensorRT-LLM#10278 "
+                           "(nvidia-smi, driver 580, 8x B200: 183359MiB = 179.1 GiB = "
+                           "192.3e9 B); glennklockwood B200 (192 GB HBM3e, 8 stacks)",
            "hbm_bw": "[C2] glennklockwood B200 (8 TB/s)",
            "scaleup_bw": "[C] DGX SuperPOD GB200 RA (NVLink5 18 links, 1.8 TB/s bidir = 900 "
                          "uni); Interconnect generations (18 x 50 GB/s uni)",
@@ -185,7 +207,9 @@ _LIST = [
            "fp8": "[D] GB200 NVL72 datasheet (720 PF sparse / 2 / 72 = 5,000 dense)",
            "fp32": "[D] GB200 NVL72 datasheet (6,480 TF FP32 / 72 = 90)",
            "tf32": "[D] GB200 NVL72 datasheet (180 PF sparse / 2 / 72 = 1,250 dense)",
-           "hbm_capacity": "[D] GB200 NVL72 datasheet (13.4 TB HBM3e / 72 = 186 GB)",
+           "hbm_capacity": "[U] no public driver-reported total found: the marketed figure is "
+                           "kept, GB200 NVL72 datasheet (13.4 TB HBM3e / 72 = 186 GB, GB = "
+                           "1e9 B); " + _UNCONFIRMED,
            "hbm_bw": "[D] GB200 NVL72 datasheet (576 TB/s / 72 = 8 TB/s)",
            "scaleup_bw": "[D] GB200 NVL72 datasheet (130 TB/s NVLink / 72 = 1.8 TB/s bidir = "
                          "900 uni); DGX SuperPOD GB200 RA (NVLink5 18 links)",
@@ -194,7 +218,7 @@ _LIST = [
                         "gb200-nvl72 preset); " + _UNCONFIRMED}),
     _spec("MI300X", {"fp32": 163.4 * T, "tf32": 653.7 * T, "fp16": 1307.4 * T, "bf16": 1307.4 * T,
                      "fp8": 2614.9 * T},
-          192 * GB, 5300 * GB, 448 * GB, "if_mi300x", "pcie5",
+          196592 * MiB, 5300 * GB, 448 * GB, "if_mi300x", "pcie5",
           ("mi300", "amd-mi300x", "instinct-mi300x"),
           {"fp16": "[C2] MI300X specs, ml-engineering accelerators (~1.3 PF); exact 1,307.4 [U] "
                    "AMD datasheet",
@@ -204,7 +228,9 @@ _LIST = [
                   "AMD datasheet",
            "fp32": "[C2] ml-engineering accelerators (AMD: 163.4 TF FP32)",
            "tf32": "[C2] ml-engineering accelerators (AMD: 653.7 TF TF32 dense)",
-           "hbm_capacity": "[C2] MI300X specs (192 GB HBM3)",
+           "hbm_capacity": "[C] Driver-reported HBM totals: ROCm#4750 (rocm-smi, ROCm "
+                           "6.3-6.4, MI300X: VRAM Total Memory 206141652992 B = 196592 "
+                           "MiB); MI300X specs (192 GB HBM3)",
            "hbm_bw": "[C2] MI300X specs (5.3 TB/s)",
            "scaleup_bw": "[C2] MI300X specs (7 IF links x 128 GB/s bidir = 896 bidir, "
                          "448 uni; one link to each of the 7 peers)",
