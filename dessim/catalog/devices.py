@@ -11,13 +11,17 @@ Conventions
       ``tf32``, ``fp16``, ``bf16`` and ``fp8`` where the device has it.
     * HBM capacity is the total the driver reports (nvidia-smi's memory ``Total`` on recent
       drivers, rocm-smi's ``VRAM Total Memory`` for MI300X), not the marketed figure: NVIDIA's
-      "80GB" is binary-ish (H100 shows 81,559 MiB = 79.6 GiB = 85.5e9 B), so the marketed GB
-      taken as 1e9 B understated it by ≈ 6.5 %. Sizes are in MiB = 2**20 B (:data:`MiB`). What
+      "80GB" is not 80e9 B (an H100 shows 81,559 MiB = 79.6 GiB = 85.5e9 B), and reading the
+      marketed GB as 1e9 B understated it by ≈ 6.5 %. nvidia-smi's unit MiB = 2**20 B is
+      :data:`MiB`; the sources are "Driver-reported HBM totals" in docs/references.md. What
       CUDA lets a process allocate is slightly less again (``cudaGetDeviceProperties`` on an
-      A100-SXM4-40GB: 40,339 MiB of nvidia-smi's 40,960, bottlerocket#3873); that driver
-      reserve, like the CUDA context and allocator fragmentation, is what the memory model's
-      ``overhead`` allowance is for. A device without a public driver-reported total keeps its
-      marketed figure and says so ([U]) in its ``hbm_capacity`` source.
+      A100-SXM4-40GB: 40,339 MiB of nvidia-smi's 40,960, 1.5 % less, bottlerocket#3873). The
+      memory model does not deduct that reserve: like the CUDA context and allocator
+      fragmentation, it is for the user to set aside with the ``overhead`` memory option
+      (:class:`dessim.workload.transformer.memory.MemoryOptions`, the ``memory.overhead``
+      override of a plan or sweep point; default 0). A device
+      without a public driver-reported total keeps its marketed figure and says so ([U]) in
+      its ``hbm_capacity`` source.
     * ``scaleup_bw`` is the per-GPU NVLink / Infinity Fabric bandwidth **per direction**
       (half the marketed bidirectional figure; "Interconnect generations" in docs/references.md).
     * ``scaleup_link`` and ``host_link`` name entries of :data:`dessim.catalog.links.LINK_TECHS`.
