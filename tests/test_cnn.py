@@ -47,12 +47,13 @@ def test_gradients_go_in_ddp_buckets_that_overlap_the_backward():
     topo = load_topology("switch:2,bw=50GB/s,lat=1us,device=H100")
     gen = generate_cnn(spec(bucket_size="25MiB"), topo)
     layers = ARCHS["resnet50"](4, BF16)
-    expected = fill_buckets(((l.name, {"dp": 2 * l.params}) for l in reversed(layers)), 25 * 2**20)
+    # fp32 gradients: PyTorch DDP under autocast keeps fp32 parameters (precision.py)
+    expected = fill_buckets(((l.name, {"dp": BF16.grad_bytes * l.params}) for l in reversed(layers)), 25 * 2**20)
     ars = [t for t in gen.graph if t.rank == 0 and t.kind == "collective"]
     assert [t.size for t in ars] == [b.nbytes for b in expected]
-    assert sum(t.size for t in ars) == 2 * 25_557_032          # every bf16 gradient once
-    # 51.1 MB of gradients, 26.2 MB buckets: one full bucket, then the remainder
-    assert len(ars) == 2 and all(t.op == "allreduce" and t.group == (0, 1) for t in ars)
+    assert sum(t.size for t in ars) == 4 * 25_557_032          # every fp32 gradient once
+    # 102.2 MB of gradients, 26.2 MB buckets: three full buckets, then the remainder
+    assert len(ars) == 4 and all(t.op == "allreduce" and t.group == (0, 1) for t in ars)
     spans = simulate(gen.graph, gen.topology).spans()
     r0 = spans[spans["rank"] == 0]
     last_bwd = r0[r0["category"] == "bwd"]["end_s"].max()
@@ -65,7 +66,7 @@ def test_micro_batches_accumulate_and_reduce_once():
     gen = generate_cnn(spec(micro_batch=2, bucket_size=0), topo)
     fwd = [t for t in gen.graph if t.rank == 0 and t.category == "fwd"]
     assert len(fwd) == 2 * len(ARCHS["resnet50"](2, BF16))    # 4 images per GPU, 2 steps
-    assert [t.size for t in gen.graph if t.rank == 0 and t.kind == "collective"] == [2 * 25_557_032]
+    assert [t.size for t in gen.graph if t.rank == 0 and t.kind == "collective"] == [4 * 25_557_032]
     with pytest.raises(WorkloadError, match="not divisible by micro_batch 3"):
         generate_cnn(spec(micro_batch=3), topo)
 

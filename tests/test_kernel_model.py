@@ -273,12 +273,14 @@ def test_memory_bound_kernel_time_is_bytes_over_achieved_bandwidth_plus_launch()
 @pytest.mark.parametrize("precision, read, written", [
     # unscale r/w (fp16 only) + norm read + Adam (grad, master, m, v | master, m, v) + copy
     ("fp16", 2 + 2 + 2 + 12 + 4, 2 + 12 + 2),
-    ("bf16", 2 + 2 + 12 + 4, 12 + 2),
+    ("bf16", 4 + 4 + 12 + 4, 12 + 2),           # bf16 keeps fp32 gradients
+    ("bf16:bf16", 2 + 2 + 12 + 4, 12 + 2),      # training.grad_precision: bf16
     # fp32: no master copy; Adam reads and writes the weights themselves
     ("fp32", 4 + 4 + 8 + 4, 8 + 4),
 ])
 def test_optimizer_step_counts_every_pass(precision, read, written):
-    k = optimizer_kernel("opt", 1000, PRECISIONS[precision])
+    name, _, grad = precision.partition(":")
+    k = optimizer_kernel("opt", 1000, PRECISIONS[name].with_grad_precision(grad or None))
     assert (k.bytes_read, k.bytes_written) == (1000 * read, 1000 * written)
 
 

@@ -58,7 +58,7 @@ def test_issue_launch_line_interleaved_selective_distributed_optimizer():
     tr = spec.training
     assert (tr.schedule, tr.virtual_stages, tr.recompute, tr.zero_stage) == ("interleaved", 3, "selective", 1)
     assert spec.parallelism.dp == 8 and spec.parallelism.sp and spec.model.precision == "bf16"
-    assert tr.bucket_size == 40_000_000 * 2        # max(4e7, 1e6 · dp) bf16 gradients
+    assert tr.bucket_size == 40_000_000 * 4        # max(4e7, 1e6 · dp) fp32 gradients (--bf16)
 
 
 def test_swiglu_gqa_moe_and_precision_defaults():
@@ -278,16 +278,25 @@ def test_uniform_recompute_of_layer_groups_says_its_memory_is_per_layer():
     assert not any("--recompute-num-layers" in n for n in one.notes)
 
 
-def test_bf16_launch_notes_megatrons_fp32_gradients():
-    """Megatron-LM sets accumulate_allreduce_grads_in_fp32 for --bf16 (arguments.py: "bfloat16
-    requires gradient accumulation and all-reduce to be done in fp32"), so its gradients are
-    4 bytes where dessim's bf16 recipe keeps 2: the launch's notes say so (they did not)."""
+def test_gradient_precision_follows_megatrons_accumulate_allreduce_grads_in_fp32():
+    """megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_in_fp32 ("bfloat16
+    requires gradient accumulation and all-reduce to be done in fp32") unless
+    --grad-reduce-in-bf16; --fp16 leaves it off unless --accumulate-allreduce-grads-in-fp32.
+    The launch's gradients (memory, bucket bytes) follow, with no note: it is modelled."""
     base = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
-            "--micro-batch-size 1 --vocab-size 1000 ")
-    bf16 = megatron_workload((base + "--bf16").split(), 8)
-    assert any("--bf16: Megatron accumulates and reduces the gradients in fp32" in n for n in bf16.notes)
-    fp32 = megatron_workload(base.split(), 8)
-    assert not any("accumulates and reduces the gradients in fp32" in n for n in fp32.notes)
+            "--micro-batch-size 1 --vocab-size 1000 --overlap-grad-reduce ")
+    def grads(extra: str) -> tuple[int, int, list[str]]:
+        launch = megatron_workload((base + extra).split(), 8)
+        spec = parse_workload(launch.document, "launch")
+        return spec.model.precision_spec.grad_bytes, spec.training.bucket_size, launch.notes
+    bf16, bucket, notes = grads("--bf16")
+    assert (bf16, bucket) == (4, 40_000_000 * 4) and not any("gradient" in n for n in notes)
+    assert grads("--bf16 --grad-reduce-in-bf16")[:2] == (2, 40_000_000 * 2)
+    assert grads("--fp16")[:2] == (2, 40_000_000 * 2)
+    assert grads("--fp16 --accumulate-allreduce-grads-in-fp32")[:2] == (4, 40_000_000 * 4)
+    fp16_bf16, _, notes = grads("--fp16 --grad-reduce-in-bf16")
+    assert fp16_bf16 == 2 and any("--grad-reduce-in-bf16 without --bf16: no effect" in n for n in notes)
+    assert grads("--bf16 --fp8-format hybrid --grad-reduce-in-bf16")[0] == 2
 
 
 DEEPSEEK_R1 = Path(__file__).parent / "data" / "megatron" / "deepseek_r1_model.args"

@@ -14,7 +14,7 @@ from dessim.topology import load_topology
 from dessim.workload.multijob import job_view, parse_cluster, parse_gpus, simulate_cluster
 
 BW = 25e9                      # GPU link bandwidth, bytes/s
-GRADS = 2 * 25_557_032         # ResNet-50 bf16 gradients, one all-reduce (bucket_size 0)
+GRADS = 4 * 25_557_032         # ResNet-50 fp32 gradients (DDP under autocast), one all-reduce (bucket_size 0)
 N = 8                          # GPUs per job
 # 16 hosts on 2 leaves (8 each), oversubscription 4, one spine: the leaf's uplink carries
 # 8 * BW / 4 = 2 BW per direction.

@@ -75,9 +75,11 @@ def test_summary_reports_the_setting_per_iteration():
 
 
 def test_async_bounded_staleness_lets_fast_workers_run_ahead_but_not_further():
-    """Rank 0 is 3x slower. Sync: every worker ends iteration 0 with it. Async s=1: fast workers
-    end iteration 0 earlier, yet never start iteration k before every worker pushed k−2."""
-    slow = EngineOptions.of({"noise": {"slowdown": {0: 3.0}}})
+    """Rank 0 is 4x slower. Sync: every worker ends iteration 0 with it. Async s=1: fast workers
+    end iteration 0 earlier, yet never start iteration k before every worker pushed k−2. (4x, was
+    3x: with the fp32 gradients of PyTorch DDP under autocast the pushes take twice as long, and
+    a 3x slowdown left the fast workers' lead at 0.61 of the sync time.)"""
+    slow = EngineOptions.of({"noise": {"slowdown": {0: 4.0}}})
     kw = dict(options=slow, global_batch=128, bucket_size=0, ps_iterations=4)
     sync = _ps(8, **kw)
     asy = _ps(8, ps_mode="async", ps_staleness=1, **kw)

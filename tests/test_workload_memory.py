@@ -34,10 +34,43 @@ BF16 = PRECISIONS["bf16"]
     (3, 1.875e9, 1.9),         # 16Ψ/64
 ])
 def test_zero_paper_figure_1(stage, expected, paper):
-    # ZeRO (Rajbhandari et al. SC20) Fig. 1: Ψ = 7.5B, N_d = 64 (docs/references.md).
-    b = zero_state_bytes(7.5e9, 64, stage, BF16)
+    # ZeRO (Rajbhandari et al. SC20) Fig. 1: Ψ = 7.5B, N_d = 64 (docs/references.md); the
+    # paper's mixed precision keeps fp16 gradients (K = 12)
+    b = zero_state_bytes(7.5e9, 64, stage, PRECISIONS["fp16"])
     assert b.total == pytest.approx(expected, rel=1e-12)
     assert round(b.total / GB, 1) == paper
+
+
+@pytest.mark.parametrize("stage, per_param", [
+    (0, 18.0),                  # Megatron-LM: "bf16 parameters, fp32 gradients": 18
+    (1, 6 + 12 / 8),            # distributed optimizer: 6 + 12/d
+    (2, 2 + (4 + 12) / 8),      # ZeRO-2 also shards the fp32 gradients
+    (3, (2 + 4 + 12) / 8),
+])
+def test_bf16_bytes_per_parameter_are_megatrons_table(stage, per_param):
+    """The bf16 recipe keeps fp32 gradients, as Megatron-LM (arguments.py sets
+    accumulate_allreduce_grads_in_fp32 for --bf16) and Llama 3 (§3.3.2) do: per parameter
+    Megatron-LM's distributed-optimizer table (docs/user-guide/features/dist_optimizer.md),
+    18 bytes without sharding and 6 + 12/d with the distributed optimizer (ZeRO-1), d = 8."""
+    b = zero_state_bytes(1.0, 8, stage, BF16)
+    assert b.total == pytest.approx(per_param, rel=1e-12)
+    assert b.gradients == pytest.approx(4.0 / (8 if stage >= 2 else 1), rel=1e-12)
+    bf16_grads = zero_state_bytes(1.0, 8, stage, BF16.with_grad_precision("bf16"))
+    assert b.gradients == 2 * bf16_grads.gradients
+    assert (b.weights, b.optimizer) == (bf16_grads.weights, bf16_grads.optimizer)
+
+
+def test_fp16_keeps_fp16_gradients_and_bf16_gradients_need_bf16_weights():
+    """Megatron-LM leaves accumulate_allreduce_grads_in_fp32 off for --fp16 (fp16 gradients,
+    its table's "fp16 parameters, fp16 gradients" row) and turns it on with
+    --accumulate-allreduce-grads-in-fp32; bf16 gradients of fp16 weights are no recipe."""
+    fp16 = PRECISIONS["fp16"]
+    assert fp16.grad_bytes == 2 and fp16.with_grad_precision("fp32").grad_bytes == 4
+    assert PRECISIONS["fp8"].grad_bytes == PRECISIONS["fp8-block"].grad_bytes == 4
+    with pytest.raises(WorkloadError, match="training.grad_precision: bf16 gradients need bf16 weights"):
+        fp16.with_grad_precision("bf16")
+    with pytest.raises(WorkloadError, match="fp16 gradients need fp16 weights"):
+        PRECISIONS["fp32"].with_grad_precision("fp16")
 
 
 def test_zero_fp32_has_no_master_copy():
@@ -170,7 +203,7 @@ def test_weights_gradients_optimizer_follow_zero_sharding_over_dp():
     est = estimate_memory(m, layout)
     dense, expert = params_on_gpu(m, layout, 0)
     assert expert == 0 and est.params == dense
-    assert est.weights == 2 * dense and est.gradients == 2 * dense
+    assert est.weights == 2 * dense and est.gradients == 4 * dense     # bf16: fp32 gradients
     assert est.optimizer == pytest.approx(12 * dense / 16)
     z3 = estimate_memory(m, dataclasses.replace(layout, zero_stage=3))
     assert z3.weights == pytest.approx(2 * dense / 16)

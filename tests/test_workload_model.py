@@ -9,7 +9,7 @@ import pytest
 
 from dessim.errors import SpecError, WorkloadError
 from dessim.workload import TransformerConfig, load_workload, shipped_workloads
-from dessim.workload.transformer.spec import (
+from dessim.workload.transformer.spec import (parse_workload,
     ModelSection,
     OffloadSection,
     ParallelismSection,
@@ -173,8 +173,38 @@ def test_presets_load_by_name_and_by_path():
 
 
 def test_yaml_schema_lists_exactly_the_dataclass_fields():
-    model_fields = {f.name for f in dataclasses.fields(TransformerConfig)} - {"name"}
+    # grad_precision is written in training: (TrainingSection) and carried by the model
+    model_fields = {f.name for f in dataclasses.fields(TransformerConfig)} - {"name", "grad_precision"}
     assert set(ModelSection.model_fields) - {"hf_config"} == model_fields
     assert set(ParallelismSection.model_fields) == {f.name for f in dataclasses.fields(ParallelismSpec)}
     training = (set(TrainingSection.model_fields) - {"offload"}) | {f"offload_{k}" for k in OffloadSection.model_fields}
     assert training == {f.name for f in dataclasses.fields(TrainingSpec)}
+
+
+def test_grad_precision_round_trips_through_the_schema_and_overrides():
+    """training.grad_precision (Megatron's --grad-reduce-in-bf16, FSDP reduce_dtype) is one
+    typed option: parsed into the spec and the model's precision, written back by
+    workload_document, settable as an override (--grad-precision), refused where the recipe's
+    weights are of another type, with the key named."""
+    from dessim.workload.transformer.plan import resolve_workload, workload_document
+
+    base = {"name": "g", "model": {"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 1024,
+                                   "vocab": 1000, "seq_len": 128}}
+    default = parse_workload(base, "g")
+    assert default.training.grad_precision is None and default.model.precision_spec.grad_dtype == "fp32"
+    bf16 = parse_workload({**base, "training": {"grad_precision": "bf16"}}, "g")
+    assert bf16.training.grad_precision == "bf16" and bf16.model.grad_precision == "bf16"
+    assert bf16.model.precision_spec.grad_bytes == 2
+    doc = workload_document(bf16)
+    assert doc["training"]["grad_precision"] == "bf16" and "grad_precision" not in doc["model"]
+    again = parse_workload(doc, "again")
+    assert (again.model, again.training) == (bf16.model, bf16.training)
+    assert "grad_precision" not in workload_document(default)["training"]
+    over, _, _ = resolve_workload(default, {"grad_precision": "bf16"})
+    assert over.model.precision_spec.grad_bytes == 2
+    with pytest.raises(SpecError, match=r"g: model 'g': training.grad_precision: bf16 gradients need bf16 "
+                                        r"weights; precision fp16 has fp16 weights"):
+        parse_workload({**base, "model": {**base["model"], "precision": "fp16"},
+                        "training": {"grad_precision": "bf16"}}, "g")
+    with pytest.raises(SpecError, match="grad_precision"):
+        parse_workload({**base, "training": {"grad_precision": "fp8"}}, "g")

@@ -34,6 +34,9 @@ Defaults and derived values follow Megatron-LM's ``megatron/training/arguments.p
   ``--overlap-grad-reduce``, ``max(40,000,000, 1,000,000 × DP)`` parameters per bucket
   (``--ddp-bucket-size`` overrides), each reduced as soon as the backward fills it; without it,
   one reduction after the backward (dessim ``bucket_size: 0``);
+* gradients (``accumulate_allreduce_grads_in_fp32``): fp32 with ``--bf16`` unless
+  ``--grad-reduce-in-bf16`` (``training.grad_precision: bf16``), fp16 with ``--fp16`` unless
+  ``--accumulate-allreduce-grads-in-fp32`` (``training.grad_precision: fp32``);
 * DeepSeek-style models: ``--multi-latent-attention`` and its dimensions (Megatron's defaults,
   :data:`_MLA_FLAGS`), ``--moe-layer-freq`` with the dense layers first, shared experts as
   ``--moe-shared-expert-intermediate-size`` / ``--moe-ffn-hidden-size`` experts of the routed
@@ -50,7 +53,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from dessim.errors import SpecError
-from dessim.workload.common.precision import PRECISIONS
+from dessim.workload.common.precision import PRECISIONS, Precision
 
 __all__ = ["MegatronLaunch", "MAPPED", "NO_EFFECT", "UNSUPPORTED", "parse_megatron_args",
            "megatron_workload", "GPT2_VOCAB"]
@@ -80,6 +83,7 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "disable-bias-linear": 0, "hidden-dropout": 1, "attention-dropout": 1,
     "attention-backend": 1, "use-flash-attn": 0, "overlap-grad-reduce": 0,
     "ddp-bucket-size": 1, "accumulate-allreduce-grads-in-fp32": 0, "kv-channels": 1,
+    "grad-reduce-in-bf16": 0,
     "multi-latent-attention": 0, "q-lora-rank": 1, "kv-lora-rank": 1, "qk-head-dim": 1,
     "qk-pos-emb-head-dim": 1, "v-head-dim": 1, "qk-layernorm": 0,
     "moe-shared-expert-intermediate-size": 1, "moe-layer-freq": 1, "mtp-num-layers": 1,
@@ -335,13 +339,7 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
                      f"--max-position-embeddings {max_pos} ({abs(max_pos - seq) * hidden} parameters)")
     precision = (_fp8_precision(flags, notes) if "fp8-format" in flags
                  else "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32")
-    if flags.get("bf16") and PRECISIONS[precision].grad_bytes < 4:
-        # megatron/training/arguments.py: "bfloat16 requires gradient accumulation and
-        # all-reduce to be done in fp32" (accumulate_allreduce_grads_in_fp32 = True)
-        notes.append(f"--bf16: Megatron accumulates and reduces the gradients in fp32 "
-                     f"(accumulate_allreduce_grads_in_fp32); dessim's {precision} recipe keeps "
-                     f"{PRECISIONS[precision].grad_bytes}-byte gradients: gradient memory and "
-                     "data-parallel gradient traffic are half of Megatron's")
+    grad_precision = _grad_precision(flags, notes)
     if "fp8-recipe" in flags and "fp8-format" not in flags:
         notes.append(f"--fp8-recipe {flags['fp8-recipe']} without --fp8-format: no FP8, as in Megatron "
                      "(the recipe applies only to FP8 training)")
@@ -387,7 +385,7 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
         "attention": "flash2" if flags.get("use-flash-attn") else
         _choice(flags, "attention-backend", _ATTENTION, "auto"),
         "zero_stage": 1 if flags.get("use-distributed-optimizer") else 0,
-        "bucket_size": _bucket_bytes(flags, dp, precision),
+        "bucket_size": _bucket_bytes(flags, dp, PRECISIONS[precision].with_grad_precision(grad_precision)),
     }
     if flags.get("tp-comm-overlap"):
         if not flags.get("sequence-parallel"):
@@ -397,6 +395,8 @@ def megatron_workload(argv: Sequence[str], num_gpus: int, *, allow_unsupported: 
                             "in Megatron-LM (Transformer Engine's userbuffers overlap the sequence-"
                             "parallel all-gathers and reduce-scatters)")
         training["tp_comm_overlap"] = True
+    if grad_precision is not None:
+        training["grad_precision"] = grad_precision
     if "global-batch-size" in flags:
         training["global_batch"] = _int(flags, "global-batch-size", 0)
     if experts:
@@ -657,9 +657,25 @@ def _recompute(flags: Mapping[str, Any], layers_per_chunk: int, notes: list[str]
     return "full"
 
 
-def _bucket_bytes(flags: Mapping[str, Any], dp: int, precision: str) -> int:
+def _grad_precision(flags: Mapping[str, Any], notes: list[str]) -> str | None:
+    """``training.grad_precision`` of the launch, as ``megatron/training/arguments.py`` sets
+    ``accumulate_allreduce_grads_in_fp32``: on for ``--bf16`` ("bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32": the bf16 recipes' own fp32 gradients,
+    None) unless ``--grad-reduce-in-bf16`` (→ ``bf16``); off for ``--fp16`` (fp16 gradients,
+    None) unless ``--accumulate-allreduce-grads-in-fp32`` (→ ``fp32``); fp32 training has fp32
+    gradients either way."""
+    if flags.get("bf16"):
+        return "bf16" if flags.get("grad-reduce-in-bf16") else None
+    if flags.get("grad-reduce-in-bf16"):
+        notes.append("--grad-reduce-in-bf16 without --bf16: no effect, as in Megatron (it applies to "
+                     "bf16 training only)")
+    return "fp32" if flags.get("fp16") and flags.get("accumulate-allreduce-grads-in-fp32") else None
+
+
+def _bucket_bytes(flags: Mapping[str, Any], dp: int, precision: Precision) -> int:
+    """Bytes of one gradient bucket: Megatron sizes buckets in parameters (module docstring),
+    each of the gradients' ``precision.grad_bytes``."""
     if not flags.get("overlap-grad-reduce"):
         return 0
     params = _opt_int(flags, "ddp-bucket-size") or max(40_000_000, 1_000_000 * dp)
-    grad_bytes = 4 if precision == "fp32" or flags.get("accumulate-allreduce-grads-in-fp32") else 2
-    return params * grad_bytes
+    return params * precision.grad_bytes

@@ -4,8 +4,11 @@ Categories (bytes per GPU, for the worst pipeline stage unless a stage is asked 
 
 weights, gradients, optimizer
     Mixed-precision Adam by ZeRO (Rajbhandari et al., SC20, §3.1; docs/references.md): per
-    parameter ``param_bytes`` (2) of weights, ``grad_bytes`` (2) of gradients and *K* (12) of
-    optimizer state, i.e. 16 bytes; ZeRO stage 1 shards the optimizer state over the
+    parameter ``param_bytes`` (2) of weights, ``grad_bytes`` of gradients (4 with the bf16
+    recipes' fp32 gradients, 2 with fp16 or ``training.grad_precision: bf16``:
+    :mod:`dessim.workload.common.precision`) and *K* (12) of optimizer state, i.e. 18 bytes
+    (Megatron-LM's "bf16 parameters, fp32 gradients" row; 16 with 16-bit gradients, ZeRO's
+    count); ZeRO stage 1 shards the optimizer state over the
     data-parallel group, stage 2 also the gradients, stage 3 (FSDP) also the weights.
     The sharding group is ``dp·cp`` for dense weights (CP ranks hold the same weights) and
     ``edp·cp`` for expert weights (``edp`` = world / (etp·ep·pp) with ``etp != tp``). Parameters
@@ -129,8 +132,9 @@ def zero_state_bytes(params: float, dp: int, stage: int, precision: Precision) -
     """Bytes of weights, gradients and optimizer state per rank for ``params`` parameters
     replicated over ``dp`` ranks under ZeRO ``stage`` (ZeRO §3.1 and Fig. 1;
     docs/references.md):
-    stage 0 ``(2 + 2 + K)Ψ``, 1 ``2Ψ + 2Ψ + KΨ/N_d``, 2 ``2Ψ + (2 + K)Ψ/N_d``,
-    3 ``(2 + 2 + K)Ψ/N_d`` (with the byte sizes of ``precision``)."""
+    stage 0 ``(2 + G + K)Ψ``, 1 ``2Ψ + GΨ + KΨ/N_d``, 2 ``2Ψ + (G + K)Ψ/N_d``,
+    3 ``(2 + G + K)Ψ/N_d`` with ``G = precision.grad_bytes`` (ZeRO's G = 2; 4 for the bf16
+    recipes' fp32 gradients: stage 1 is then Megatron-LM's distributed optimizer, ``6 + 12/d``)."""
     if stage not in (0, 1, 2, 3):
         raise WorkloadError(f"ZeRO stage {stage!r} is not 0, 1, 2 or 3")
     if dp < 1:

@@ -140,6 +140,10 @@ class TransformerConfig:
     routing: MoERouting = MoERouting()
     mla: MLAConfig | None = None
     mtp_modules: int = 0
+    #: gradient precision (``training.grad_precision`` of a workload file, carried here as
+    #: ``training.seq_len`` is): None = the recipe's (fp32 for the bf16 recipes, fp16 for fp16;
+    #: :mod:`dessim.workload.common.precision`, "Gradients")
+    grad_precision: str | None = None
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +163,7 @@ class TransformerConfig:
         _choice(self.norm, NORMS, f"{where}: norm")
         _choice(self.position_embedding, POSITION_EMBEDDINGS, f"{where}: position_embedding")
         _choice(self.precision, PRECISIONS, f"{where}: precision")
+        PRECISIONS[self.precision].with_grad_precision(self.grad_precision, f"{where}: training.grad_precision")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.moe_ffn_hidden is None:
@@ -229,7 +234,8 @@ class TransformerConfig:
 
     @property
     def precision_spec(self) -> Precision:
-        return PRECISIONS[self.precision]
+        """The precision recipe with the gradients of ``grad_precision``."""
+        return PRECISIONS[self.precision].with_grad_precision(self.grad_precision)
 
     @property
     def activation_spec(self) -> Activation:

@@ -64,7 +64,7 @@ _HBM_KEY = "hbm_capacity"
 def workload_document(spec: WorkloadSpec) -> dict[str, Any]:
     """The workload file document equivalent to ``spec`` (SI units)."""
     model = {f.name: getattr(spec.model, f.name) for f in dataclasses.fields(TransformerConfig)
-             if f.name != "name"}
+             if f.name not in ("name", "grad_precision")}     # grad_precision: in training
     # defaults derived from other fields stay derived (an override of heads keeps MHA)
     if not model["description"]:        # a model note (e.g. from a Hugging Face config) survives
         del model["description"]
@@ -106,7 +106,7 @@ _DOC_KEYS: dict[str, str] = {
     "micro_batch": "training", "global_batch": "training", "schedule": "training",
     "virtual_stages": "training", "pipeline_layers": "training", "recompute": "training",
     "attention": "training", "moe_dispatch": "training", "moe_dispatch_precision": "training",
-    "zero_stage": "training",
+    "grad_precision": "training", "zero_stage": "training",
     "bucket_size": "training", "tp_comm_overlap": "training", "fuse_optimizer_allreduce": "training",
 }
 _OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "offload_activations": "activations"}

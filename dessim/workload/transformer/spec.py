@@ -65,6 +65,9 @@ the key, the file and the valid keys)::
       moe_dispatch: nccl             # nccl | deepep (MoE all-to-all: NCCL's, or DeepEP's rail one)
       moe_dispatch_precision: fp8    # fp8 | bf16: wire precision of the dispatch with an FP8
                                      # recipe (default fp8 there; layout.MOE_DISPATCH_PRECISIONS)
+      grad_precision: bf16           # fp32 | bf16 | fp16: gradient accumulation and data-parallel
+                                     # reduction; default the recipe's (bf16/fp8 recipes: fp32,
+                                     # fp16: fp16); bf16 = Megatron's --grad-reduce-in-bf16
       zero_stage: 1                  # 0 | 1 | 2 | 3 | fsdp
       bucket_size: 25MiB             # gradient bucket (dessim.units sizes)
       tp_comm_overlap: false         # chunk TP collectives against their GEMMs (overlap.py)
@@ -94,7 +97,7 @@ from dessim.resources import data_files, find_data_file, read_yaml
 from dessim.schema import (Count, Flag, Number, PositiveCount, Size, SpecModel, Text, choice, converted,
                            did_you_mean, validate)
 from dessim.units import parse_count
-from dessim.workload.common.precision import PRECISIONS
+from dessim.workload.common.precision import GRAD_PRECISIONS, PRECISIONS
 from dessim.workload.common.gradsync import DEFAULT_BUCKET_SIZE
 from dessim.workload.transformer.hf_config import (HF_CONFIG_KEY, hf_model_section, hf_workload_name,
                                                    is_hf_config, read_hf_config)
@@ -154,6 +157,8 @@ class TrainingSpec:
     attention: str = "flash2"
     moe_dispatch: str = "nccl"
     moe_dispatch_precision: str | None = None
+    #: None: the precision recipe's gradients (already applied to ``WorkloadSpec.model``)
+    grad_precision: str | None = None
     zero_stage: int = 0
     bucket_size: int = DEFAULT_BUCKET_SIZE
     offload_optimizer: str = "none"
@@ -167,7 +172,8 @@ class TrainingSpec:
 class WorkloadSpec:
     """A model with its default parallelism and training options.
 
-    ``model`` already carries ``training.seq_len`` when that override is given.
+    ``model`` already carries ``training.seq_len`` and ``training.grad_precision`` when they
+    are given.
     """
 
     name: str
@@ -356,6 +362,10 @@ class TrainingSection(SpecModel):
     moe_dispatch: choice(MOE_DISPATCH) = "nccl"
     moe_dispatch_precision: choice(MOE_DISPATCH_PRECISIONS) | None = Field(
         None, description="wire precision of the MoE dispatch with an FP8 recipe; default fp8")
+    grad_precision: choice(GRAD_PRECISIONS) | None = Field(
+        None, description="precision of the gradient accumulation buffer and of its data-parallel "
+        "reduction; default the recipe's (fp32 for bf16/fp8/fp8-block, fp16 for fp16); bf16 = "
+        "Megatron-LM's --grad-reduce-in-bf16, FSDP reduce_dtype=bfloat16")
     zero_stage: converted(parse_zero_stage, _ZERO_SCHEMA, int) = 0
     bucket_size: Size = Field(DEFAULT_BUCKET_SIZE, description="gradient bucket, bytes (25MiB)")
     offload: OffloadSection = OffloadSection()
@@ -423,7 +433,7 @@ def parse_workload(data: Any, origin: str = "<workload>", default_name: str = "w
     model_kw = m.model_dump(exclude_unset=True, exclude={"hf_config", "routing", "mla"})
     try:
         model = TransformerConfig(
-            name=name, **model_kw,
+            name=name, **model_kw, grad_precision=tr.grad_precision,
             **({"routing": MoERouting(**m.routing.model_dump(exclude_unset=True))} if m.routing else {}),
             **({"mla": MLAConfig(**m.mla.model_dump())} if m.mla else {}))
         if tr.seq_len is not None:
