@@ -35,7 +35,22 @@ def test_precision_flag_is_the_files_precision():
     assert (bf16["precision"], fp8["precision"]) == ("bf16", "fp8")
     assert fp8["iteration_s"] < bf16["iteration_s"]      # the H100's FP8 tensor cores
     text = _run(["simulate", "gpt3-1.3b", *TOPO, "--global-batch", "32", "--precision", "fp8"])
-    assert "precision fp8, calibration" in text
+    assert "precision fp8 (fp32 gradients), calibration" in text
+
+
+def test_grad_precision_flag_is_the_files_training_grad_precision():
+    """--grad-precision bf16 (Megatron's --grad-reduce-in-bf16): the bf16 recipe's fp32
+    gradients become bf16 — half the gradient memory (ZeRO-1: unsharded), shown in the reports;
+    on fp16 weights it is refused with one error line naming the key."""
+    base = ["simulate", "gpt3-1.3b", *TOPO, "--global-batch", "32", "--json"]
+    fp32, bf16 = (json.loads(_run([*base, *extra])) for extra in ([], ["--grad-precision", "bf16"]))
+    assert (fp32["grad_precision"], bf16["grad_precision"]) == ("fp32", "bf16")
+    grads = [r["memory_per_gpu_bytes"]["gradients"] for r in (fp32, bf16)]
+    assert grads[0] == 2 * grads[1] > 0
+    text = _run(["workload", "show", "gpt3-1.3b", "--grad-precision", "bf16"])
+    assert "precision   bf16 (bf16 gradients)" in text
+    res = CliRunner().invoke(cli, ["simulate", "gpt3-1.3b", *TOPO, "--precision", "fp16", "--grad-precision", "bf16"])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and "training.grad_precision" in res.output
 
 
 def test_precision_flag_is_checked_against_the_gpu():
@@ -48,7 +63,7 @@ def test_moe_dispatch_flag_changes_the_all_to_all(moe):
     nccl, deepep = (json.loads(_run([*base, "--moe-dispatch", d])) for d in ("nccl", "deepep"))
     assert nccl["exposed_comm_s"]["ep"] != deepep["exposed_comm_s"]["ep"]
     shown = _run(["workload", "show", moe, *TOPO, "--moe-dispatch", "deepep", "--precision", "fp8"])
-    assert "  precision   fp8, MoE all-to-all deepep" in shown
+    assert "  precision   fp8 (fp32 gradients), MoE all-to-all deepep" in shown
 
 
 def test_moe_dispatch_on_a_dense_model_is_an_error():

@@ -26,8 +26,9 @@ def print_summary(s: dict[str, Any]) -> None:
     click.echo(f"  iteration           {format_time(s['iteration_s'])}")
     attention = s["layout"].get("attention")      # transformers only (DLRM, CNN: none)
     precision = s.get("precision")                 # transformers only
+    grads = f" ({s['grad_precision']} gradients)" if s.get("grad_precision") else ""
     click.echo(f"  compute model       {f'attention {attention}, ' if attention else ''}"
-               f"{f'precision {precision}, ' if precision else ''}calibration {s['calibration']}")
+               f"{f'precision {precision}{grads}, ' if precision else ''}calibration {s['calibration']}")
     overlap = s.get("overlap")                     # transformers only
     if overlap:
         click.echo(f"  comp-comm overlap   TP comm overlap {'on' if overlap['tp_comm_overlap'] else 'off'}, "

@@ -13,7 +13,7 @@ import click
 from dessim.cli.common import compose, print_json
 from dessim.units import format_size, parse_size
 from dessim.taskgraph import brief_ranks
-from dessim.workload.common.precision import PRECISIONS
+from dessim.workload.common.precision import GRAD_PRECISIONS, PRECISIONS
 from dessim.workload.transformer.layout import MOE_DISPATCH, SCHEDULES
 
 __all__ = ["command", "layout_options", "collect_overrides", "LAYOUT_OPTION_NAMES"]
@@ -58,6 +58,10 @@ layout_options = compose(
                  help="Training precision (model.precision): bf16, fp16, fp8 (per-tensor scaling), "
                       "fp8-block (DeepSeek-V3's 1x128/128x128 block scaling), fp32 (docs/workloads.md, "
                       "'FP8')."),
+    click.option("--grad-precision", type=click.Choice(list(GRAD_PRECISIONS)), default=None,
+                 help="Gradient accumulation and data-parallel reduction precision "
+                      "(training.grad_precision; default the recipe's: fp32 for bf16/fp8, fp16 for "
+                      "fp16). bf16 = Megatron-LM's --grad-reduce-in-bf16 (transformers; docs/workloads.md)."),
     click.option("--moe-dispatch", type=click.Choice(list(MOE_DISPATCH)), default=None,
                  help="MoE all-to-all (training.moe_dispatch): nccl, or deepep (same-rail network "
                       "sends, then NVLink forwarding). MoE routing (zipf, per-expert counts, "
@@ -89,7 +93,7 @@ layout_options = compose(
 #: Keyword names that :data:`layout_options` adds to a command.
 LAYOUT_OPTION_NAMES = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "zero", "micro_batch", "global_batch", "seq_len",
                        "schedule", "virtual_stages", "pipeline_layers", "recompute", "attention",
-                       "precision", "moe_dispatch", "bucket_size", "offload_optimizer", "offload_activations", "tp_comm_overlap",
+                       "precision", "grad_precision", "moe_dispatch", "bucket_size", "offload_optimizer", "offload_activations", "tp_comm_overlap",
                        "fuse_optimizer_allreduce", "gradient_sync", "parameter_servers",
                        "ps_placement", "ps_mode", "ps_staleness")
 
@@ -99,7 +103,8 @@ def collect_overrides(kw: dict[str, Any]) -> dict[str, Any]:
     vals = {name: kw.pop(name, None) for name in LAYOUT_OPTION_NAMES}
     out: dict[str, Any] = {}
     for name in ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "micro_batch", "global_batch", "schedule",
-                 "recompute", "attention", "moe_dispatch", "tp_comm_overlap", "fuse_optimizer_allreduce"):
+                 "recompute", "attention", "grad_precision", "moe_dispatch", "tp_comm_overlap",
+                 "fuse_optimizer_allreduce"):
         if vals[name] is not None:
             out[name] = vals[name]
     if vals["seq_len"] is not None:
@@ -241,6 +246,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     f_hw = hardware_flops_per_iteration(model, layout.global_batch, layout.recompute)
     out = {"workload": spec.name, "params": model.num_params(), "active_params": model.num_active_params(),
            "gpus": layout.world_size, "layout": layout.describe(), "precision": model.precision,
+           "grad_precision": model.precision_spec.grad_dtype,
            "moe_dispatch": layout.moe_dispatch if model.is_moe else None,
            "moe_routing": {"distribution": model.routing.distribution,
                            "capacity_factor": model.routing.capacity_factor,
@@ -261,7 +267,7 @@ def show_cmd(workload: str, topology: str | None, gpus: int | None, device: str 
     click.echo(f"{spec.name}: {model.num_params() / 1e9:.3f}B parameters"
                + (f" ({model.num_active_params() / 1e9:.3f}B active)" if model.is_moe else ""))
     click.echo(f"  layout      {layout.describe()}")
-    click.echo(f"  precision   {model.precision}"
+    click.echo(f"  precision   {model.precision} ({model.precision_spec.grad_dtype} gradients)"
                + (f", MoE all-to-all {layout.moe_dispatch}" if model.is_moe else ""))
     if model.is_moe and not model.routing.balanced:
         click.echo(f"  routing     {model.routing.describe(model.experts, layout.ep)}")

@@ -232,6 +232,7 @@ class WorkloadResult(IterationResult):
             "memory_stage": plan.estimate.stage,
             "layout": layout_summary(plan),
             "precision": model.precision,
+            "grad_precision": model.precision_spec.grad_dtype,
             "overlap": {"tp_comm_overlap": plan.overlap.tp_comm_overlap,
                         "fuse_optimizer_allreduce": plan.overlap.fuse_optimizer_allreduce},
             "groups": self.groups_summary(),
