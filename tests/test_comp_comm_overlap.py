@@ -156,7 +156,7 @@ def test_worked_example_exposed_tp_falls_and_compute_slows(sp):
 
 
 #: docs/comp-comm-overlap.md, "Fused optimizer all-reduce": GPT-3 1.3B on two DGX A100.
-GOLDEN_FUSED = {False: 0.5927882794119976, True: 0.5776109734167144}
+GOLDEN_FUSED = {False: 0.5990517617541496, True: 0.579167713416713}   # fp32 gradients (bf16 recipe)
 
 
 def test_worked_example_fused_optimizer_allreduce():

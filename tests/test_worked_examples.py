@@ -46,10 +46,12 @@ def test_parameter_servers_knee(tmp_path_factory):
     compute = t["compute_s"].iloc[0]
     workers = 8
     # NIC-bound: every doubling below the knee saves time, most where the servers are fewest
-    assert ded[2] < 0.75 * ded[1] and ded[4] < 0.85 * ded[2] and ded[8] < 0.9 * ded[4]
+    # (with ResNet-50's fp32 gradients, four 25 MiB buckets, most of N = 4's push already
+    # hides behind the backward: 28.0 -> 26.0 ms to N = 8)
+    assert ded[2] < 0.75 * ded[1] and ded[4] < 0.85 * ded[2] and ded[8] < 0.95 * ded[4]
     assert ded[1] > 2 * compute
-    # the knee at N = W: more servers buy nothing, the iteration is within 20 % of compute
-    assert ded[2 * workers] == pytest.approx(ded[workers], rel=1e-3)
+    # the knee at N = W: more servers buy under 1 %, the iteration is within 20 % of compute
+    assert ded[2 * workers] == pytest.approx(ded[workers], rel=1e-2)
     assert ded[workers] < 1.2 * compute
 
 
