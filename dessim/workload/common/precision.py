@@ -116,7 +116,7 @@ class Precision:
         """This recipe with ``grad`` gradients (a :data:`GRAD_PRECISIONS` key; None: the
         recipe's own). Gradients are fp32 or the weights' own 16-bit type (module docstring);
         anything else raises :class:`~dessim.errors.WorkloadError` naming ``where``."""
-        return _with_grad(self, grad, where)
+        return self if grad is None else _with_grad(self, grad, where)
 
     def quantized_bytes(self, elements: float) -> float:
         """Bytes of ``elements`` quantised to FP8 with their scales (fp32 per block)."""
@@ -140,10 +140,8 @@ PRECISIONS: Mapping[str, Precision] = MappingProxyType({
 
 
 @lru_cache(maxsize=None)
-def _with_grad(precision: Precision, grad: str | None, where: str) -> Precision:
+def _with_grad(precision: Precision, grad: str, where: str) -> Precision:
     """:meth:`Precision.with_grad_precision`, memoised (a model's precision is read per kernel)."""
-    if grad is None:
-        return precision
     if grad not in GRAD_PRECISIONS:
         raise WorkloadError(f"{where}: {grad!r} is not a gradient precision; valid: {', '.join(GRAD_PRECISIONS)}")
     if grad not in ("fp32", precision.weight_dtype):
