@@ -123,11 +123,12 @@ def test_h100_no_longer_understated_and_gb200_says_its_figure_is_unconfirmed():
 
 
 def test_a_layout_between_the_marketed_and_the_reported_capacity_now_fits_an_h100():
-    """llama3-8b, tp1-pp1-dp8, 16 sequences: 79.16 GiB per GPU, above 80e9 B = 74.51 GiB,
-    below the H100's 79.65 GiB."""
+    """llama3-8b, tp1-pp1-dp8, 16 sequences, bf16 gradients: 79.16 GiB per GPU, above
+    80e9 B = 74.51 GiB, below the H100's 79.65 GiB."""
     from dessim.errors import MemoryFitError
     from dessim.workload import plan_workload
-    overrides = {"parallelism": {"tp": 1, "pp": 1, "dp": 8}, "training": {"global_batch": 16}}
+    overrides = {"parallelism": {"tp": 1, "pp": 1, "dp": 8},
+                 "training": {"global_batch": 16, "grad_precision": "bf16"}}
     plan, _ = plan_workload("llama3-8b", "dgx-h100:nodes=1", overrides=overrides)
     assert plan.capacity_bytes == 81559 * 2**20
     with pytest.raises(MemoryFitError, match="79.16GiB per GPU"):
