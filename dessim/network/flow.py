@@ -177,6 +177,8 @@ _NUMPY_FROM = 32
 _MAX_ROUTE_BYTES = 4096
 #: Finished flows whose bytes wait to be added to ``_done_bytes`` (FlowNetwork._settle_bytes).
 _MAX_BYTES_DUE = 8192
+#: Routes whose channels are kept as numpy arrays for the occupancy (FlowNetwork._settle_occ).
+_MAX_CHANNEL_ARRAYS = 65_536
 
 
 
@@ -249,6 +251,8 @@ class FlowNetwork(Network):
         #: only a bundle's join reads it, so the per-channel counts are brought up to date
         #: then, once per route instead of once per flow)
         self._occ_due: dict[int, list] = {}
+        #: per route (by id): the route and its channels as numpy (:meth:`_channel_array`)
+        self._chan_arrays: dict[int, tuple[Route, np.ndarray]] = {}
         #: finished flows whose bytes are not yet in ``_done_bytes``, in finishing order:
         #: their routes' directions (numpy, per route in ``_dirs``) and their bytes
         #: (:meth:`_settle_bytes` adds them in this order: the very sums, once per batch)
@@ -309,9 +313,10 @@ class FlowNetwork(Network):
         self._witness.clear()
         self._epoch += 1
 
-    def _occupy(self, route: Route, k: int) -> None:
-        """``k`` flows more (fewer, k < 0) on every channel listing of ``route``, in
-        ``_occ`` by the next :meth:`_settle_occ`."""
+    def _occupy(self, route: Route | BundleTemplate, k: int) -> None:
+        """``k`` flows more (fewer, k < 0) on every channel listing of ``route`` (of a
+        template: of each of its members' routes), in ``_occ`` by the next
+        :meth:`_settle_occ`."""
         got = self._occ_due.get(id(route))
         if got is None:
             if len(self._occ_due) >= _MAX_ROUTE_BYTES:
@@ -321,13 +326,32 @@ class FlowNetwork(Network):
             got[1] += k
 
     def _settle_occ(self) -> None:
-        """Bring ``_occ`` up to date (integer counts: the order of the changes is immaterial)."""
-        occ = self._occ
-        for route, k in self._occ_due.values():
+        """Bring ``_occ`` up to date (integer counts: the order of the changes is immaterial,
+        so they are added at once, ``np.add.at`` over every listing)."""
+        due = self._occ_due
+        arrays: list[np.ndarray] = []
+        counts: list[int] = []
+        for route, k in due.values():
             if k:
-                for c in route.channels:
-                    occ[c] += k
-        self._occ_due.clear()
+                arrays.append(self._channel_array(route))
+                counts.append(k)
+        due.clear()
+        if arrays:
+            occ = self._occ_np
+            lens = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+            np.add.at(occ, np.concatenate(arrays), np.repeat(np.array(counts, dtype=occ.dtype), lens))
+
+    def _channel_array(self, route: Route | BundleTemplate) -> np.ndarray:
+        """``route.channels`` as a numpy array: a template's own, a route's cached per route."""
+        chans = route.channels
+        if type(chans) is np.ndarray:
+            return chans
+        got = self._chan_arrays.get(id(route))
+        if got is None:
+            if len(self._chan_arrays) >= _MAX_CHANNEL_ARRAYS:
+                self._chan_arrays.clear()
+            got = self._chan_arrays[id(route)] = (route, np.array(chans, dtype=self._occ_np.dtype))
+        return got[1]
 
     def _directions(self, route: Route) -> np.ndarray:
         """``route.directions`` as a numpy array (cached per route)."""
@@ -711,7 +735,9 @@ class FlowNetwork(Network):
         chans = b.template.channels
         if self._occ_due:
             self._settle_occ()
-        if not self._occ_np[chans].any() and not (self._owner_np[chans] >= 0).any():
+        # (owners are >= -1 and counts >= 0: max and count_nonzero cost less than any())
+        owned = bool(self._bundles) and len(chans) > 0 and self._owner_np.take(chans).max() >= 0
+        if not owned and not np.count_nonzero(self._occ_np.take(chans)):
             self._owner_np[chans] = b.fid
             b.last = now
             b.rate = b.template.rate
@@ -720,8 +746,35 @@ class FlowNetwork(Network):
             self._bundles[b.fid] = b
             heapq.heappush(self._heap, (b.eta, _FINISH, b.fid, b.version))
             return
-        for k, route in enumerate(b.template.routes):
-            self._join_flow(self._member(b, k, route), now)
+        if owned:       # members split the bundles in their way, each at its turn
+            for k, route in enumerate(b.template.routes):
+                self._join_flow(self._member(b, k, route), now)
+            return
+        self._join_members(b, now)
+
+    def _join_members(self, b: _Bundle, now: float) -> None:
+        """Bundle ``b`` joins onto channels that individual flows use, none owned by an active
+        bundle: its members join as ordinary flows, in member order — what
+        ``_join_flow(_member(b, k, route), now)`` does for each ``k``, with its checks done
+        once for the template: no channel of it has an owner (nothing here gives one), so no
+        member splits a bundle, and the occupancy is recorded once for all members (integer
+        counts, read only when a bundle joins)."""
+        routes = b.template.routes
+        active, add = self._active, self._system.add
+        quote = self._quote if self.quotient is not None else None
+        fid0, on_done, nbytes, join_at = b.fid + 1, b.on_done, b.nbytes, b.join_at
+        remaining, rate, eta = b.remaining, b.rate, b.eta
+        for k, route in enumerate(routes):
+            f = _Flow(fid0 + k, route, nbytes, join_at, None, (on_done, k))
+            f.remaining, f.rate, f.eta = remaining, rate, eta
+            f.last = now
+            active[fid0 + k] = f
+            if type(route) is FamilyRoute:
+                self._family_flows += 1
+            if quote is not None:
+                quote(f)
+            add(f)
+        self._occupy(b.template, 1)
 
     def _member(self, b: _Bundle, k: int, route: Route) -> _Flow:
         """Member ``k`` of ``b`` as an ordinary flow (id reserved at the bundle's start)."""
@@ -744,8 +797,8 @@ class FlowNetwork(Network):
             if self.quotient is not None:
                 self._quote(f)
             system.insert(f)
-            self._occupy(route, 1)
             heapq.heappush(heap, (f.eta, _FINISH, fid, f.version))
+        self._occupy(b.template, 1)
 
     def _next_time(self) -> float | None:
         heap, active, bundles = self._heap, self._active, self._bundles
