@@ -51,7 +51,7 @@ from dessim.engine.result import RankTimes, SimulationResult
 from dessim.errors import DessimError, TaskGraphError
 from dessim.network import make_network
 from dessim.network.base import sparse_bytes
-from dessim.network.families import LaneFamily, QuotientBroken
+from dessim.network.families import ComposedLaneFamily, LaneFamily, QuotientBroken
 from dessim.network.flow import WAKE_PRIORITY
 from dessim.taskgraph.collector import LARGE_GRAPH_TASKS, Freezer, collector_paused, heap_frozen
 from dessim.taskgraph.model import ALGO_OPTIONS, Task, TaskGraph
@@ -565,13 +565,10 @@ class _Run:
             reduced = orbit_plan(sched, sym)
             if reduced is None:
                 continue
-            maps, offs = [], []
-            for n, (lane, off) in enumerate(images):
-                for k, m in enumerate(sym):
-                    if n or k:                         # not the representative itself
-                        maps.append(lane[m])
-                        offs.append(off)
-            whole = LaneFamily(tuple(maps), tuple(offs))
+            # the maps lane[m] for every lane and symmetry map but the representative's own,
+            # kept as their factors (ComposedLaneFamily: the same images)
+            whole = ComposedLaneFamily.compose([lane for lane, _ in images],
+                                               [off for _, off in images], sym)
             if family_refusal(self.net, reduced, base, whole) is None:
                 got = (reduced, whole, in_hosts)
                 break

@@ -177,8 +177,6 @@ _NUMPY_FROM = 32
 _MAX_ROUTE_BYTES = 4096
 #: Finished flows whose bytes wait to be added to ``_done_bytes`` (FlowNetwork._settle_bytes).
 _MAX_BYTES_DUE = 8192
-#: Routes whose channels are kept as numpy arrays for the occupancy (FlowNetwork._settle_occ).
-_MAX_CHANNEL_ARRAYS = 65_536
 
 
 
@@ -251,8 +249,6 @@ class FlowNetwork(Network):
         #: only a bundle's join reads it, so the per-channel counts are brought up to date
         #: then, once per route instead of once per flow)
         self._occ_due: dict[int, list] = {}
-        #: per route (by id): the route and its channels as numpy (:meth:`_channel_array`)
-        self._chan_arrays: dict[int, tuple[Route, np.ndarray]] = {}
         #: finished flows whose bytes are not yet in ``_done_bytes``, in finishing order:
         #: their routes' directions (numpy, per route in ``_dirs``) and their bytes
         #: (:meth:`_settle_bytes` adds them in this order: the very sums, once per batch)
@@ -326,32 +322,19 @@ class FlowNetwork(Network):
             got[1] += k
 
     def _settle_occ(self) -> None:
-        """Bring ``_occ`` up to date (integer counts: the order of the changes is immaterial,
-        so they are added at once, ``np.add.at`` over every listing)."""
-        due = self._occ_due
-        arrays: list[np.ndarray] = []
-        counts: list[int] = []
-        for route, k in due.values():
+        """Bring ``_occ`` up to date (integer counts: the order of the changes is immaterial).
+        A template's listings (numpy, thousands of members' routes) are added with
+        ``np.add.at``, a route's few in Python."""
+        occ, occ_np = self._occ, self._occ_np
+        for route, k in self._occ_due.values():
             if k:
-                arrays.append(self._channel_array(route))
-                counts.append(k)
-        due.clear()
-        if arrays:
-            occ = self._occ_np
-            lens = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-            np.add.at(occ, np.concatenate(arrays), np.repeat(np.array(counts, dtype=occ.dtype), lens))
-
-    def _channel_array(self, route: Route | BundleTemplate) -> np.ndarray:
-        """``route.channels`` as a numpy array: a template's own, a route's cached per route."""
-        chans = route.channels
-        if type(chans) is np.ndarray:
-            return chans
-        got = self._chan_arrays.get(id(route))
-        if got is None:
-            if len(self._chan_arrays) >= _MAX_CHANNEL_ARRAYS:
-                self._chan_arrays.clear()
-            got = self._chan_arrays[id(route)] = (route, np.array(chans, dtype=self._occ_np.dtype))
-        return got[1]
+                chans = route.channels
+                if type(chans) is np.ndarray:
+                    np.add.at(occ_np, chans, k)
+                else:
+                    for c in chans:
+                        occ[c] += k
+        self._occ_due.clear()
 
     def _directions(self, route: Route) -> np.ndarray:
         """``route.directions`` as a numpy array (cached per route)."""
