@@ -959,8 +959,9 @@ class _PlanRun:
         d = None
         # members that pay the same: one start (exact bundle groups where the network has them)
         parts: dict[tuple[float, float | None], list[int]] = {}
+        issued = self._issue_of(s, links)
         for i in members:
-            issue = self._issue(s, i, links)
+            issue = issued(i)
             if issue >= now:
                 rest.append(i)
                 continue
@@ -1004,7 +1005,7 @@ class _PlanRun:
         return got
 
     def _links(self, s: int):
-        """What :meth:`_issue` reads for step ``s``: its members' other dependencies, their
+        """What :meth:`_issue_of` reads for step ``s``: its members' other dependencies, their
         ranks, and the transfer ``slots`` places back on each member's connection as
         ``(step, member per member)`` (None when the chain of predecessors is shorter) —
         memoised for the schedule."""
@@ -1028,38 +1029,46 @@ class _PlanRun:
             got = self.static.links[key] = (others, pat.src.tolist(), pat.dst.tolist(), back)
         return got
 
-    def _released_at(self, s: int, i: int) -> float:
-        rel = self.member_release.get(s)
-        return self.step_release[s] if rel is None else rel[i]
-
-    def _issue(self, s: int, i: int, links) -> float:
-        """When member ``i`` of step ``s`` was issued (``links``: :meth:`_links` of ``s``):
-        the latest completion of its dependencies other than its predecessor, of the
-        transfer ``slots`` places back on its connection and its endpoints' arrivals; now
-        when it has no predecessor or waits for it alone (no credit: module docstring)."""
+    def _issue_of(self, s: int, links) -> Callable[[int], float]:
+        """When each member ``i`` of step ``s`` was issued (``links``: :meth:`_links` of
+        ``s``), as a function of ``i``: the latest completion of its dependencies other than
+        its predecessor, of the transfer ``slots`` places back on its connection and its
+        endpoints' arrivals; now when it has no predecessor or waits for it alone (no
+        credit: module docstring). What it reads for every member is looked up once per
+        step (nothing of it changes while a batch of members is credited: releases and
+        arrivals are recorded by completions and arrivals, not by starts)."""
         others, src, dst, back = links
-        mine = others[i]
-        if mine is None:
-            return self.env.now
+        now = self.env.now
         q = self.plan.prev[s]
         start = self.run.start_time
         arrived = self.arrived_at
-        issue = max(arrived.get(src[i], start), arrived.get(dst[i], start))
         rel = self.member_release.get(q)
-        if rel is None:
-            if self.step_release[q] > issue:
-                issue = self.step_release[q]
-        else:
-            for d in mine:
-                if rel[d] > issue:
-                    issue = rel[d]
+        step_rel = self.step_release[q] if rel is None else None
         if back is not None:
-            k = back[1][i]
-            if k >= 0:
-                t = self._released_at(back[0], k)
-                if t > issue:
-                    issue = t
-        return issue
+            back_k = back[1]
+            back_rel = self.member_release.get(back[0])
+            back_step = self.step_release[back[0]] if back_rel is None else None
+
+        def issued(i: int) -> float:
+            mine = others[i]
+            if mine is None:
+                return now
+            issue = max(arrived.get(src[i], start), arrived.get(dst[i], start))
+            if rel is None:
+                if step_rel > issue:
+                    issue = step_rel
+            else:
+                for d in mine:
+                    if rel[d] > issue:
+                        issue = rel[d]
+            if back is not None:
+                k = back_k[i]
+                if k >= 0:
+                    t = back_step if back_rel is None else back_rel[k]
+                    if t > issue:
+                        issue = t
+            return issue
+        return issued
 
     def _route(self, src: int, dst: int, channel: int) -> float:
         """Route latency (s) of ``src -> dst`` on ``channel``'s ECMP key."""

@@ -430,17 +430,18 @@ class MaxMinSystem(Generic[V]):
         if not var.rate and var in self.joined:   # added and removed between two solves
             self.joined.remove(var)
         users, freed, rate = self.users, self.freed, var.rate
+        get = freed.get
         chans = var.channels
         self.modified.update(chans)
         ws = var.weights
         if ws is None:
             for c in chans:             # a channel crossed m times frees m times the rate
                 users[c].pop(fid, None)
-                freed[c] = freed.get(c, 0.0) + rate
+                freed[c] = get(c, 0.0) + rate
         else:
             for c, w in zip(chans, ws):
                 users[c].pop(fid, None)
-                freed[c] = freed.get(c, 0.0) + rate * w
+                freed[c] = get(c, 0.0) + rate * w
 
     def split(self, c: int, parts: Sequence[int], keep: bool) -> None:
         """Constraint ``c`` becomes the constraints ``parts`` (new ids, each of ``c``'s

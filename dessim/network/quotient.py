@@ -34,7 +34,7 @@ on the split block to the parts (:meth:`dessim.network.maxmin.MaxMinSystem.split
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -113,9 +113,14 @@ class ChannelQuotient:
             if v == self.version:               # no block split since it was quoted
                 return got
             split_at = self.split_at
-            if all(split_at[b] <= v for b in got.blocks):
-                # none of its blocks split: the same quote, known valid at this version
-                got = self._cache[id(route)] = replace(got, version=self.version)
+            for b in got.blocks:
+                if split_at[b] > v:
+                    break
+            else:
+                # none of its blocks split: the same quote, known valid at this version (the
+                # version is the cache's own bookkeeping, read nowhere else: updated in
+                # place rather than copying the quote)
+                object.__setattr__(got, "version", self.version)
                 return got
         else:
             self._refine(route)
