@@ -106,7 +106,14 @@ class _Join:
         self.hit(1)
 
     def members(self, members: Sequence[int]) -> None:
+        """A bundle's ``on_done``: ``members`` of it completed now."""
         self.hit(len(members))
+
+    #: the join is a bundle's ``on_done`` itself; a network reporting split bundle members
+    #: that finish together calls ``each`` with all of them at once (``flow._report``):
+    #: ``members((k,))`` for each ``k`` at one instant is ``hit(1)`` that many times, which
+    #: is ``hit`` of their number (``left`` reaches 0 only with the lanes' last completion)
+    __call__ = each = members
 
     def hit(self, k: int) -> None:
         now = self.run.env.now
@@ -467,7 +474,7 @@ class _Run:
             groups = ((None, tuple(range(len(srcs)))),)
         for template, members in groups:
             if template is not None:
-                self.net.start_bundle(template, size, join.members)
+                self.net.start_bundle(template, size, join)
                 continue
             for k in members:
                 self.net.transfer(srcs[k], dsts[k], size, key=key).callbacks.append(join.one)

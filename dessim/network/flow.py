@@ -628,7 +628,7 @@ class FlowNetwork(Network):
 
     def _pop_due(self, now: float) -> list:
         heap, system = self._heap, self._system
-        occupy, done_bytes = self._occupy, self._done_flow_bytes
+        occupy, done_bytes, occ_due = self._occupy, self._done_flow_bytes, self._occ_due
         limit = now + REL_EPS * now
         finished: list = []
         while heap and heap[0][0] <= limit:
@@ -663,7 +663,11 @@ class FlowNetwork(Network):
                     self._witness.pop(fid, None)
                     self._family_flows -= 1
                 system.remove(f)
-                occupy(route, -1)
+                got = occ_due.get(id(route))        # occupy(route, -1), inline
+                if got is None:
+                    occupy(route, -1)
+                else:
+                    got[1] -= 1
                 q = f.quoted
                 if q is not None and len(q.channels) > _NUMPY_FROM:
                     # a family's hundreds of channels: its bytes kept per route

@@ -113,11 +113,11 @@ class Fold:
                 instances.append(tuple(row))
             lane_inst.append(i)
         where: dict[int, list[tuple[int, int]]] = {}
-        for col, r in enumerate(key):
+        for r, images in zip(key, imgs.T.tolist()):     # member r's image in each lane
             seen: set[tuple[int, int]] = set()
             pairs = []
-            for k, i in enumerate(lane_inst):
-                pair = (i, int(imgs[k, col]))
+            for i, image in zip(lane_inst, images):
+                pair = (i, image)
                 if pair not in seen:
                     seen.add(pair)
                     pairs.append(pair)
