@@ -106,7 +106,7 @@ class _Flow:
         self.eta = join_at
         self.join_at = join_at
         self.event = event        # None for a member of a split bundle
-        self.member = member      # (the bundle's on_done, member index) for those
+        self.member = member      # (the bundle's on_done, member index, template) for those
 
 
 class _Bundle:
@@ -249,6 +249,10 @@ class FlowNetwork(Network):
         #: only a bundle's join reads it, so the per-channel counts are brought up to date
         #: then, once per route instead of once per flow)
         self._occ_due: dict[int, list] = {}
+        #: split bundles' members that left since ``_occ`` was last read, per template (by
+        #: id): ``[template, member indices]`` (:meth:`_settle_occ`)
+        self._occ_left: dict[int, list] = {}
+        self._listings: dict[int, tuple[BundleTemplate, np.ndarray]] = {}
         #: finished flows whose bytes are not yet in ``_done_bytes``, in finishing order:
         #: their routes' directions (numpy, per route in ``_dirs``) and their bytes
         #: (:meth:`_settle_bytes` adds them in this order: the very sums, once per batch)
@@ -321,10 +325,29 @@ class FlowNetwork(Network):
         else:
             got[1] += k
 
+    def _member_left(self, template: BundleTemplate, k: int) -> None:
+        """Member ``k`` of a split bundle of ``template`` left: one flow fewer on every
+        channel listing of its route, in ``_occ`` by the next :meth:`_settle_occ`."""
+        if len(self._occ_left) >= _MAX_ROUTE_BYTES:
+            self._settle_occ()                      # the templates need not stay alive
+        self._occ_left[id(template)] = [template, [k]]
+
+    def _listing_members(self, template: BundleTemplate) -> np.ndarray:
+        """The member of each listing of ``template.channels`` (cached per template)."""
+        got = self._listings.get(id(template))
+        if got is None:
+            if len(self._listings) >= _MAX_ROUTE_BYTES:
+                self._listings.clear()
+            lens = np.fromiter((len(r.channels) for r in template.routes), dtype=np.int64,
+                               count=len(template.routes))
+            got = self._listings[id(template)] = (template, np.repeat(np.arange(len(lens)), lens))
+        return got[1]
+
     def _settle_occ(self) -> None:
         """Bring ``_occ`` up to date (integer counts: the order of the changes is immaterial).
         A template's listings (numpy, thousands of members' routes) are added with
-        ``np.add.at``, a route's few in Python."""
+        ``np.add.at``, a route's few in Python; split members that left are taken off their
+        template's listings by member index."""
         occ, occ_np = self._occ, self._occ_np
         for route, k in self._occ_due.values():
             if k:
@@ -335,6 +358,10 @@ class FlowNetwork(Network):
                     for c in chans:
                         occ[c] += k
         self._occ_due.clear()
+        for template, ks in self._occ_left.values():
+            left = np.bincount(np.array(ks, dtype=np.int64), minlength=len(template.routes))
+            np.subtract.at(occ_np, template.channels, left[self._listing_members(template)])
+        self._occ_left.clear()
 
     def _directions(self, route: Route) -> np.ndarray:
         """``route.directions`` as a numpy array (cached per route)."""
@@ -629,6 +656,7 @@ class FlowNetwork(Network):
     def _pop_due(self, now: float) -> list:
         heap, system = self._heap, self._system
         occupy, done_bytes, occ_due = self._occupy, self._done_flow_bytes, self._occ_due
+        occ_left = self._occ_left
         limit = now + REL_EPS * now
         finished: list = []
         while heap and heap[0][0] <= limit:
@@ -663,11 +691,19 @@ class FlowNetwork(Network):
                     self._witness.pop(fid, None)
                     self._family_flows -= 1
                 system.remove(f)
-                got = occ_due.get(id(route))        # occupy(route, -1), inline
-                if got is None:
-                    occupy(route, -1)
+                member = f.member
+                if member is not None:              # a split bundle's: by member index
+                    got = occ_left.get(id(member[2]))
+                    if got is None:
+                        self._member_left(member[2], member[1])
+                    else:
+                        got[1].append(member[1])
                 else:
-                    got[1] -= 1
+                    got = occ_due.get(id(route))    # occupy(route, -1), inline
+                    if got is None:
+                        occupy(route, -1)
+                    else:
+                        got[1] -= 1
                 q = f.quoted
                 if q is not None and len(q.channels) > _NUMPY_FROM:
                     # a family's hundreds of channels: its bytes kept per route
@@ -720,7 +756,7 @@ class FlowNetwork(Network):
             finished.append(b)
             return
         chans = b.template.channels
-        if self._occ_due:
+        if self._occ_due or self._occ_left:
             self._settle_occ()
         # (owners are >= -1 and counts >= 0: max and count_nonzero cost less than any())
         owned = bool(self._bundles) and len(chans) > 0 and self._owner_np.take(chans).max() >= 0
@@ -746,13 +782,14 @@ class FlowNetwork(Network):
         once for the template: no channel of it has an owner (nothing here gives one), so no
         member splits a bundle, and the occupancy is recorded once for all members (integer
         counts, read only when a bundle joins)."""
-        routes = b.template.routes
+        template = b.template
+        routes = template.routes
         active, add = self._active, self._system.add
         quote = self._quote if self.quotient is not None else None
         fid0, on_done, nbytes, join_at = b.fid + 1, b.on_done, b.nbytes, b.join_at
         remaining, rate, eta = b.remaining, b.rate, b.eta
         for k, route in enumerate(routes):
-            f = _Flow(fid0 + k, route, nbytes, join_at, None, (on_done, k))
+            f = _Flow(fid0 + k, route, nbytes, join_at, None, (on_done, k, template))
             f.remaining, f.rate, f.eta = remaining, rate, eta
             f.last = now
             active[fid0 + k] = f
@@ -761,11 +798,11 @@ class FlowNetwork(Network):
             if quote is not None:
                 quote(f)
             add(f)
-        self._occupy(b.template, 1)
+        self._occupy(template, 1)
 
     def _member(self, b: _Bundle, k: int, route: Route) -> _Flow:
         """Member ``k`` of ``b`` as an ordinary flow (id reserved at the bundle's start)."""
-        f = _Flow(b.fid + 1 + k, route, b.nbytes, b.join_at, None, (b.on_done, k))
+        f = _Flow(b.fid + 1 + k, route, b.nbytes, b.join_at, None, (b.on_done, k, b.template))
         f.remaining, f.rate, f.last, f.eta = b.remaining, b.rate, b.last, b.eta
         return f
 
