@@ -126,7 +126,8 @@ NO_EFFECT: Mapping[str, int] = MappingProxyType({
 #: Megatron features dessim does not model → (values, reason).
 UNSUPPORTED: Mapping[str, tuple[int, str]] = MappingProxyType({
     "overlap-param-gather": (0, "dessim all-gathers parameters after the optimizer step, not "
-                                "during the next forward"),
+                                "during the next forward: without the flag the iteration is "
+                                "longer by up to that all-gather"),
     "moe-router-num-groups": (1, "node-limited (group) routing: dessim routes each token's "
                                  "top-k over all experts"),
     "moe-router-group-topk": (1, "node-limited (group) routing: dessim routes each token's "
