@@ -45,6 +45,7 @@ Defaults and derived values follow Megatron-LM's ``megatron/training/arguments.p
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from dataclasses import dataclass, field
@@ -88,6 +89,7 @@ MAPPED: Mapping[str, int] = MappingProxyType({
     "qk-pos-emb-head-dim": 1, "v-head-dim": 1, "qk-layernorm": 0,
     "moe-shared-expert-intermediate-size": 1, "moe-layer-freq": 1, "mtp-num-layers": 1,
     "moe-grouped-gemm": 0, "moe-shared-expert-overlap": 0, "tp-comm-overlap": 0,
+    # older Megatron's switch for what dessim always does: pipeline sends on their own streams
     "overlap-p2p-communication": 0,
 })
 
@@ -459,7 +461,6 @@ def _layer_pattern(text: str, layers: int) -> list[int]:
     """``--moe-layer-freq``'s list expression (``"([0]*3+[1]*58)"``: 1 = an MoE layer), as
     Megatron evaluates it (``moe_freq_type``), from lists of 0/1, ``+``, ``*`` and parentheses
     only."""
-    import ast
 
     def value(node: ast.AST) -> Any:
         if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and e.value in (0, 1)

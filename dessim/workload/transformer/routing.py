@@ -187,7 +187,6 @@ class MoERouting:
         per_rank = [sum(kept[r * local:(r + 1) * local]) for r in range(ep)]
         return max(per_rank) * ep
 
-
     def describe(self, experts: int, ep: int) -> str:
         """One line for a report: the distribution, the capacity factor, the most loaded EP
         rank's load over the mean (:meth:`load_factor`) and the share of token copies dropped
